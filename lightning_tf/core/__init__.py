@@ -1,0 +1,69 @@
+"""The shared Transformer engine: torch only, nothing about tasks.
+
+Every module maps ``(B, T, D)`` to ``(B, T, D)`` (plus masks and caches).
+
+Shape glossary (used in every shape comment of the package):
+
+====  ==========================================
+B     batch
+T     query / target length
+S     key / source length
+D     d_model
+H     heads
+Dh    head dimension, D / H
+N     patches
+P     patch length
+C     channels / features
+V     vocabulary
+L     context length
+F     forecast horizon
+====  ==========================================
+
+Masks are bool and True means "may attend", broadcastable to ``(B, H, T, S)``.
+"""
+
+from .attention import KVCache, MultiHeadAttention
+from .blocks import DecoderLayer, EncoderLayer
+from .embedding import OutputProjection, TokenEmbedding
+from .feedforward import Activation, FeedForward
+from .masks import causal_mask, combine_masks, padding_mask
+from .positional import (
+    ALiBi,
+    LearnedPositionalEncoding,
+    PositionalEncoding,
+    PositionalName,
+    RotaryEmbedding,
+    SinusoidalPositionalEncoding,
+    alibi_slopes,
+    apply_rotary,
+    sincos_2d,
+    sinusoidal_table,
+)
+from .transformer import Decoder, DecoderCache, Encoder
+
+__all__ = [
+    "ALiBi",
+    "Activation",
+    "Decoder",
+    "DecoderCache",
+    "DecoderLayer",
+    "Encoder",
+    "EncoderLayer",
+    "FeedForward",
+    "KVCache",
+    "LearnedPositionalEncoding",
+    "MultiHeadAttention",
+    "OutputProjection",
+    "PositionalEncoding",
+    "PositionalName",
+    "RotaryEmbedding",
+    "SinusoidalPositionalEncoding",
+    "TokenEmbedding",
+    "alibi_slopes",
+    "apply_rotary",
+    "causal_mask",
+    "combine_masks",
+    "padding_mask",
+    "sincos_2d",
+    "sinusoidal_table",
+]

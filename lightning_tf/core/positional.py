@@ -1,0 +1,247 @@
+"""Positional encodings, selectable by name.
+
+* ``sinusoidal``: the fixed table of Vaswani et al. 2017, "Attention Is All You Need", sec. 3.5:
+  ``PE(pos, 2i) = sin(pos / 10000^(2i/D))``, ``PE(pos, 2i+1) = cos(pos / 10000^(2i/D))``.
+* ``learned``: a trained ``(max_len, D)`` table (BERT, GPT-2, ViT).
+* ``rope``: rotary position embedding, Su et al. 2021, "RoFormer"; rotates queries and keys
+  so that their dot product depends only on the relative position.
+* ``alibi``: attention with linear biases, Press et al. 2022, "Train Short, Test Long";
+  adds ``-m_h * |i - j|`` to the scores of head ``h``.
+* 2-D sin-cos for patch grids (MAE, He et al. 2021), :func:`sincos_2d`.
+
+The absolute ones (``sinusoidal``, ``learned``) are added to the input of a stack; the relative
+ones (``rope``, ``alibi``) act inside self-attention. :class:`PositionalEncoding` puts all of them
+behind one interface so the stacks need not know which is in use.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal, get_args
+
+import torch
+from torch import Tensor, nn
+
+__all__ = [
+    "PositionalName",
+    "SinusoidalPositionalEncoding",
+    "LearnedPositionalEncoding",
+    "RotaryEmbedding",
+    "apply_rotary",
+    "ALiBi",
+    "alibi_slopes",
+    "sinusoidal_table",
+    "sincos_2d",
+    "PositionalEncoding",
+]
+
+PositionalName = Literal["sinusoidal", "learned", "rope", "alibi", "none"]
+
+
+def sinusoidal_table(max_len: int, d_model: int) -> Tensor:
+    """The ``(max_len, D)`` sinusoidal table, computed in float64 and returned as float32."""
+    pos = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)  # (max_len, 1)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (D/2,)
+    angle = pos / torch.pow(10000.0, two_i / d_model)  # (max_len, D/2)
+    table = torch.zeros(max_len, d_model, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(angle)
+    table[:, 1::2] = torch.cos(angle)
+    return table.float()
+
+
+def _check_length(kind: str, T: int, offset: int, max_len: int) -> None:
+    if offset + T > max_len:
+        raise ValueError(
+            f"{kind} positional encoding: positions up to {offset + T} requested "
+            f"(length {T}, offset {offset}) but max_len is {max_len}; raise max_len"
+        )
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """Adds the fixed sinusoidal table to ``(B, T, D)`` inputs.
+
+    Args:
+        d_model: model width D (even).
+        max_len: number of positions in the table.
+    """
+
+    def __init__(self, d_model: int, max_len: int = 512) -> None:
+        super().__init__()
+        if d_model % 2:
+            raise ValueError(f"sinusoidal positional encoding needs an even d_model, got {d_model}")
+        self.max_len = max_len
+        # non-persistent: derived from (max_len, D), so it never bloats or constrains checkpoints
+        self.register_buffer("table", sinusoidal_table(max_len, d_model), persistent=False)
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        """(B, T, D) -> (B, T, D), positions ``offset .. offset + T - 1``."""
+        T = x.shape[1]
+        _check_length("sinusoidal", T, offset, self.max_len)
+        return x + self.table[offset : offset + T].to(x.dtype)  # (B, T, D)
+
+
+class LearnedPositionalEncoding(nn.Module):
+    """Adds a learned ``(max_len, D)`` table to ``(B, T, D)`` inputs (initialised N(0, 0.02)).
+
+    Args:
+        d_model: model width D.
+        max_len: number of positions in the table.
+    """
+
+    def __init__(self, d_model: int, max_len: int = 512) -> None:
+        super().__init__()
+        self.max_len = max_len
+        self.weight = nn.Parameter(torch.empty(max_len, d_model))
+        nn.init.normal_(self.weight, std=0.02)
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        """(B, T, D) -> (B, T, D), positions ``offset .. offset + T - 1``."""
+        T = x.shape[1]
+        _check_length("learned", T, offset, self.max_len)
+        return x + self.weight[offset : offset + T].to(x.dtype)  # (B, T, D)
+
+
+def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate ``x`` of shape ``(B, H, T, Dh)`` by angles given as ``cos``/``sin`` of shape ``(T, Dh/2)``.
+
+    The head dimension is split in halves ``(x1, x2)``; pair ``(x1[k], x2[k])`` is rotated by the
+    angle of frequency ``k`` (the GPT-NeoX layout of RoFormer's rotation).
+    """
+    x1, x2 = x.chunk(2, dim=-1)  # (B, H, T, Dh/2) each
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)  # (B, H, T, Dh)
+
+
+class RotaryEmbedding(nn.Module):
+    """Angles for rotary position embedding; the table grows on demand (RoPE has no fixed max_len).
+
+    Args:
+        d_head: head dimension Dh (even).
+        base: frequency base; frequency k is ``base^(-2k/Dh)``.
+    """
+
+    def __init__(self, d_head: int, base: float = 10000.0) -> None:
+        super().__init__()
+        if d_head % 2:
+            raise ValueError(f"RoPE needs an even head dimension, got d_head={d_head}")
+        inv_freq = 1.0 / torch.pow(base, torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)  # (Dh/2,)
+        self._cos: Tensor | None = None
+        self._sin: Tensor | None = None
+
+    def forward(self, T: int, offset: int = 0) -> tuple[Tensor, Tensor]:
+        """cos and sin of shape ``(T, Dh/2)`` for positions ``offset .. offset + T - 1``."""
+        end = offset + T
+        if self._cos is None or self._cos.shape[0] < end or self._cos.device != self.inv_freq.device:
+            n = max(end, 2 * (self._cos.shape[0] if self._cos is not None else 0), 256)
+            pos = torch.arange(n, dtype=torch.float64, device=self.inv_freq.device)
+            angle = torch.outer(pos, self.inv_freq)  # (n, Dh/2), float64 so long positions stay exact
+            self._cos, self._sin = angle.cos().float(), angle.sin().float()
+        return self._cos[offset:end], self._sin[offset:end]  # (T, Dh/2) each
+
+
+def alibi_slopes(n_heads: int) -> Tensor:
+    """Head slopes of ALiBi: the geometric sequence ``2^(-8/n), 2^(-16/n), ...`` for ``n`` a power
+    of two; otherwise the slopes of the nearest lower power of two followed by every other slope
+    of twice that count, as in the paper's reference code."""
+
+    def power_of_two(n: int) -> list[float]:
+        start = 2.0 ** (-8.0 / n)
+        return [start ** (i + 1) for i in range(n)]
+
+    if n_heads & (n_heads - 1) == 0:
+        slopes = power_of_two(n_heads)
+    else:
+        lower = 2 ** math.floor(math.log2(n_heads))
+        slopes = power_of_two(lower) + power_of_two(2 * lower)[0::2][: n_heads - lower]
+    return torch.tensor(slopes, dtype=torch.float32)
+
+
+class ALiBi(nn.Module):
+    """Additive attention bias ``-m_h * |i - j|`` between query position i and key position j.
+
+    In a causal layer the keys ``j > i`` are masked anyway, so this is the paper's bias; in a
+    bidirectional layer it is its symmetric extension.
+
+    Args:
+        n_heads: number of heads H.
+    """
+
+    def __init__(self, n_heads: int) -> None:
+        super().__init__()
+        self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)  # (H,)
+
+    def forward(self, T: int, S: int, offset: int | None = None) -> Tensor:
+        """Bias of shape ``(H, T, S)``; the first query sits at key position ``offset``
+        (default ``S - T``, the newest T of S positions)."""
+        offset = S - T if offset is None else offset
+        q_pos = torch.arange(T, device=self.slopes.device).unsqueeze(1) + offset  # (T, 1)
+        k_pos = torch.arange(S, device=self.slopes.device).unsqueeze(0)  # (1, S)
+        distance = (q_pos - k_pos).abs().float()  # (T, S)
+        return -self.slopes[:, None, None] * distance  # (H, T, S)
+
+
+def sincos_2d(d_model: int, grid_h: int, grid_w: int, temperature: float = 10000.0) -> Tensor:
+    """Fixed 2-D sin-cos encoding of a ``grid_h x grid_w`` patch grid, shape ``(grid_h * grid_w, D)``,
+    row-major like the patch sequence. A quarter of the channels each holds ``sin(y)``, ``cos(y)``,
+    ``sin(x)``, ``cos(x)`` at the 1-D sinusoidal frequencies (MAE)."""
+    if d_model % 4:
+        raise ValueError(f"2-D sin-cos positional encoding needs d_model divisible by 4, got {d_model}")
+    quarter = d_model // 4
+    omega = 1.0 / temperature ** (torch.arange(quarter, dtype=torch.float64) / quarter)  # (D/4,)
+    ys, xs = torch.meshgrid(
+        torch.arange(grid_h, dtype=torch.float64), torch.arange(grid_w, dtype=torch.float64), indexing="ij"
+    )  # (gh, gw) each
+    y = ys.reshape(-1, 1) * omega  # (N, D/4)
+    x = xs.reshape(-1, 1) * omega  # (N, D/4)
+    return torch.cat((y.sin(), y.cos(), x.sin(), x.cos()), dim=1).float()  # (N, D)
+
+
+class PositionalEncoding(nn.Module):
+    """Every scheme behind one interface, chosen by name.
+
+    ``forward`` adds absolute encodings to the stack input (identity for the relative schemes);
+    ``rotary`` and ``bias`` give what self-attention needs for ``rope`` and ``alibi`` (``None`` for
+    the others).
+
+    Args:
+        name: one of ``sinusoidal``, ``learned``, ``rope``, ``alibi``, ``none``.
+        d_model: model width D.
+        n_heads: number of heads H (sets the head dimension for RoPE and the slopes for ALiBi).
+        max_len: number of positions of the absolute tables.
+    """
+
+    def __init__(self, name: PositionalName, d_model: int, n_heads: int, max_len: int = 512) -> None:
+        super().__init__()
+        if name not in get_args(PositionalName):
+            raise ValueError(f"unknown pos_encoding {name!r}; expected one of {list(get_args(PositionalName))}")
+        self.name = name
+        self.absolute: nn.Module | None = None
+        self.rope: RotaryEmbedding | None = None
+        self.alibi: ALiBi | None = None
+        if name == "sinusoidal":
+            self.absolute = SinusoidalPositionalEncoding(d_model, max_len)
+        elif name == "learned":
+            self.absolute = LearnedPositionalEncoding(d_model, max_len)
+        elif name == "rope":
+            d_head = d_model // n_heads
+            if d_head % 2:
+                raise ValueError(
+                    f"pos_encoding 'rope' needs an even head dimension; d_model ({d_model}) / "
+                    f"n_heads ({n_heads}) = {d_head}"
+                )
+            self.rope = RotaryEmbedding(d_head)
+        elif name == "alibi":
+            self.alibi = ALiBi(n_heads)
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        """(B, T, D) -> (B, T, D): adds the absolute encoding of positions ``offset ..``."""
+        return x if self.absolute is None else self.absolute(x, offset)
+
+    def rotary(self, T: int, offset: int = 0) -> tuple[Tensor, Tensor] | None:
+        """RoPE angles ``(cos, sin)``, each ``(T, Dh/2)``, or None."""
+        return None if self.rope is None else self.rope(T, offset)
+
+    def bias(self, T: int, S: int, offset: int | None = None) -> Tensor | None:
+        """ALiBi bias ``(H, T, S)``, or None."""
+        return None if self.alibi is None else self.alibi(T, S, offset)
