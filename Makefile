@@ -1,0 +1,35 @@
+# The two commands of the README, plus helpers. Each creates and fills .venv on first use.
+#   make run    the main job on its embedded default data
+#   make test   the test suite (slow tests: make test-slow)
+
+VENV   := .venv
+PY     := $(VENV)/bin/python
+# The versions the project is developed and tested with; pyproject.toml states the supported range.
+TORCH  := torch==2.14.1 torchvision==0.29.1
+STAMP  := $(VENV)/.installed
+
+.PHONY: install run test test-slow bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet $(TORCH)
+	$(PY) -m pip install --quiet -e '.[dev]' $(TORCH)
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/lightning-tf fit --config configs/trainer/default.yaml --config configs/toy/reverse.yaml --test_after_fit true
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m slow --runslow
+
+bench: $(STAMP)
+	$(PY) benchmarks/core_layers.py
+
+clean:
+	rm -rf runs wandb lightning_logs .pytest_cache

@@ -1,0 +1,3 @@
+from lightning_tf.cli import main
+
+main()
