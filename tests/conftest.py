@@ -27,6 +27,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip_gpu)
 
 
+# The tests use tiny tensors: a second intra-op thread only adds synchronisation, and on a busy
+# 2-core machine it makes each small forward pass many times slower.
+torch.set_num_threads(1)
+
+
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)

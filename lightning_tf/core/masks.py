@@ -65,7 +65,10 @@ def padding_mask(
             raise ValueError("padding_mask: pass either ids with pad_id, or lengths, not both")
         if lengths.dim() != 1:
             raise ValueError(f"padding_mask: lengths must have shape (B,), got {tuple(lengths.shape)}")
-        S = int(lengths.max()) if max_len is None else max_len
+        longest = int(lengths.max())
+        if max_len is not None and max_len < longest:
+            raise ValueError(f"padding_mask: max_len ({max_len}) is shorter than the longest length ({longest})")
+        S = longest if max_len is None else max_len
         keep = torch.arange(S, device=lengths.device).unsqueeze(0) < lengths.unsqueeze(1)  # (B, S)
     else:
         if ids is None or pad_id is None:

@@ -115,6 +115,10 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 class RotaryEmbedding(nn.Module):
     """Angles for rotary position embedding; the table grows on demand (RoPE has no fixed max_len).
 
+    The angles are computed in float64 and kept as float32 outside the module's state, so neither
+    a checkpoint nor a cast of the module to 16 bits (``.half()``, ``precision="bf16-true"``)
+    changes them.
+
     Args:
         d_head: head dimension Dh (even).
         base: frequency base; frequency k is ``base^(-2k/Dh)``.
@@ -124,19 +128,20 @@ class RotaryEmbedding(nn.Module):
         super().__init__()
         if d_head % 2:
             raise ValueError(f"RoPE needs an even head dimension, got d_head={d_head}")
-        inv_freq = 1.0 / torch.pow(base, torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)
-        self.register_buffer("inv_freq", inv_freq, persistent=False)  # (Dh/2,)
+        self.d_head, self.base = d_head, base
         self._cos: Tensor | None = None
         self._sin: Tensor | None = None
 
-    def forward(self, T: int, offset: int = 0) -> tuple[Tensor, Tensor]:
+    def forward(self, T: int, offset: int = 0, device: torch.device | str | None = None) -> tuple[Tensor, Tensor]:
         """cos and sin of shape ``(T, Dh/2)`` for positions ``offset .. offset + T - 1``."""
         end = offset + T
-        if self._cos is None or self._cos.shape[0] < end or self._cos.device != self.inv_freq.device:
+        device = torch.device("cpu") if device is None else torch.device(device)
+        if self._cos is None or self._cos.shape[0] < end or self._cos.device != device:
             n = max(end, 2 * (self._cos.shape[0] if self._cos is not None else 0), 256)
-            pos = torch.arange(n, dtype=torch.float64, device=self.inv_freq.device)
-            angle = torch.outer(pos, self.inv_freq)  # (n, Dh/2), float64 so long positions stay exact
-            self._cos, self._sin = angle.cos().float(), angle.sin().float()
+            inv_freq = self.base ** (-torch.arange(0, self.d_head, 2, dtype=torch.float64) / self.d_head)  # (Dh/2,)
+            angle = torch.outer(torch.arange(n, dtype=torch.float64), inv_freq)  # (n, Dh/2)
+            self._cos, self._sin = angle.cos().float().to(device), angle.sin().float().to(device)
+        assert self._sin is not None
         return self._cos[offset:end], self._sin[offset:end]  # (T, Dh/2) each
 
 
@@ -169,16 +174,17 @@ class ALiBi(nn.Module):
 
     def __init__(self, n_heads: int) -> None:
         super().__init__()
-        self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)  # (H,)
+        # kept off the module's state (like RoPE's angles) so a 16-bit cast cannot round the slopes
+        self._slopes = alibi_slopes(n_heads)  # (H,)
 
-    def forward(self, T: int, S: int, offset: int | None = None) -> Tensor:
-        """Bias of shape ``(H, T, S)``; the first query sits at key position ``offset``
+    def forward(self, T: int, S: int, offset: int | None = None, device: torch.device | str | None = None) -> Tensor:
+        """Bias of shape ``(H, T, S)`` on ``device``; the first query sits at key position ``offset``
         (default ``S - T``, the newest T of S positions)."""
         offset = S - T if offset is None else offset
-        q_pos = torch.arange(T, device=self.slopes.device).unsqueeze(1) + offset  # (T, 1)
-        k_pos = torch.arange(S, device=self.slopes.device).unsqueeze(0)  # (1, S)
+        q_pos = torch.arange(T, device=device).unsqueeze(1) + offset  # (T, 1)
+        k_pos = torch.arange(S, device=device).unsqueeze(0)  # (1, S)
         distance = (q_pos - k_pos).abs().float()  # (T, S)
-        return -self.slopes[:, None, None] * distance  # (H, T, S)
+        return -self._slopes.to(device)[:, None, None] * distance  # (H, T, S)
 
 
 def sincos_2d(d_model: int, grid_h: int, grid_w: int, temperature: float = 10000.0) -> Tensor:
@@ -213,6 +219,8 @@ class PositionalEncoding(nn.Module):
 
     def __init__(self, name: PositionalName, d_model: int, n_heads: int, max_len: int = 512) -> None:
         super().__init__()
+        if n_heads <= 0 or d_model % n_heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
         if name not in get_args(PositionalName):
             raise ValueError(f"unknown pos_encoding {name!r}; expected one of {list(get_args(PositionalName))}")
         self.name = name
@@ -238,10 +246,14 @@ class PositionalEncoding(nn.Module):
         """(B, T, D) -> (B, T, D): adds the absolute encoding of positions ``offset ..``."""
         return x if self.absolute is None else self.absolute(x, offset)
 
-    def rotary(self, T: int, offset: int = 0) -> tuple[Tensor, Tensor] | None:
-        """RoPE angles ``(cos, sin)``, each ``(T, Dh/2)``, or None."""
-        return None if self.rope is None else self.rope(T, offset)
+    def rotary(
+        self, T: int, offset: int = 0, device: torch.device | str | None = None
+    ) -> tuple[Tensor, Tensor] | None:
+        """RoPE angles ``(cos, sin)``, each ``(T, Dh/2)`` on ``device``, or None."""
+        return None if self.rope is None else self.rope(T, offset, device)
 
-    def bias(self, T: int, S: int, offset: int | None = None) -> Tensor | None:
-        """ALiBi bias ``(H, T, S)``, or None."""
-        return None if self.alibi is None else self.alibi(T, S, offset)
+    def bias(
+        self, T: int, S: int, offset: int | None = None, device: torch.device | str | None = None
+    ) -> Tensor | None:
+        """ALiBi bias ``(H, T, S)`` on ``device``, or None."""
+        return None if self.alibi is None else self.alibi(T, S, offset, device)

@@ -125,7 +125,7 @@ class Encoder(nn.Module):
         """
         S = x.shape[1]
         x = self.dropout(self.pos(x))  # (B, S, D)
-        rotary, bias = self.pos.rotary(S), self.pos.bias(S, S)
+        rotary, bias = self.pos.rotary(S, 0, x.device), self.pos.bias(S, S, None, x.device)
         weights: list[Tensor] = []
         for layer in self.layers:
             x, w = layer(x, mask, bias=bias, rotary=rotary, need_weights=need_weights)
@@ -205,7 +205,7 @@ class Decoder(nn.Module):
         T = x.shape[1]
         offset = cache.offset if cache is not None else 0
         x = self.dropout(self.pos(x, offset))  # (B, T, D)
-        rotary, bias = self.pos.rotary(T, offset), self.pos.bias(T, offset + T, offset)
+        rotary, bias = self.pos.rotary(T, offset, x.device), self.pos.bias(T, offset + T, offset, x.device)
         # the fast path hands causality to SDPA (is_causal); otherwise build the mask once for all layers
         is_causal = tgt_mask is None and bias is None and offset == 0 and not need_weights
         self_mask = None

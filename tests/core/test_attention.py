@@ -14,7 +14,15 @@ import pytest
 import torch
 from torch import Tensor
 
-from lightning_tf.core import ALiBi, KVCache, MultiHeadAttention, RotaryEmbedding, causal_mask, combine_masks, padding_mask
+from lightning_tf.core import (
+    ALiBi,
+    KVCache,
+    MultiHeadAttention,
+    RotaryEmbedding,
+    causal_mask,
+    combine_masks,
+    padding_mask,
+)
 
 B, T, S, D, H = 2, 5, 7, 16, 4
 DH = D // H
@@ -242,10 +250,11 @@ def test_fully_masked_row_gives_out_proj_bias() -> None:
     assert torch.equal(out[0, 2], mha.out_proj.bias.detach())
 
 
-def test_fully_masked_row_has_finite_gradients() -> None:
+@pytest.mark.parametrize("need_weights", [False, True], ids=["fused", "explicit"])
+def test_fully_masked_row_has_finite_gradients(need_weights: bool) -> None:
     mha = MultiHeadAttention(D, H)
     x = torch.randn(B, T, D, requires_grad=True)
-    out, _ = mha(x, mask=_row_mask(), bias=_alibi())
+    out, _ = mha(x, mask=_row_mask(), bias=_alibi(), need_weights=need_weights)
     out.sum().backward()
     assert torch.isfinite(x.grad).all()
     assert all(torch.isfinite(p.grad).all() for p in mha.parameters())
@@ -299,7 +308,9 @@ def test_single_query_with_cache_sees_every_key() -> None:
 # --- KV cache ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("steps", [[1, 1, 1, 1, 1, 1], [2, 1, 3], [4, 2]], ids=["one_by_one", "chunks_2_1_3", "chunks_4_2"])
+@pytest.mark.parametrize(
+    "steps", [[1, 1, 1, 1, 1, 1], [2, 1, 3], [4, 2]], ids=["one_by_one", "chunks_2_1_3", "chunks_4_2"]
+)
 @pytest.mark.parametrize("capacity", [0, 2, 16])
 def test_self_attention_cache_equals_full_causal(steps: list[int], capacity: int) -> None:
     mha = _self_attention()
@@ -323,12 +334,26 @@ def test_self_attention_cache_with_rope_equals_full(steps: list[int]) -> None:
     full, _ = mha(x, is_causal=True, rotary=rope(total))
     cache, outs = KVCache(capacity=2), []
     for n in steps:
-        out, _ = mha(x[:, cache.length : cache.length + n], is_causal=True, rotary=rope(n, cache.length), cache=cache)
+        new = x[:, cache.length : cache.length + n]
+        out, _ = mha(new, is_causal=True, rotary=rope(n, cache.length), cache=cache)
         outs.append(out)
     torch.testing.assert_close(torch.cat(outs, 1), full, atol=REF_ATOL, rtol=0)
     # rotary really acts: without it the result differs
     plain, _ = mha(x, is_causal=True)
     assert not torch.allclose(plain, full, atol=1e-3)
+
+
+@pytest.mark.parametrize("need_weights", [False, True], ids=["fused", "explicit"])
+def test_rope_attention_is_shift_invariant(need_weights: bool) -> None:
+    # RoPE rotates queries and keys alike, so moving the whole sequence changes nothing
+    mha = _self_attention()
+    rope = RotaryEmbedding(DH)
+    x = torch.randn(B, T, D)
+    at_zero, w_zero = mha(x, is_causal=True, rotary=rope(T), need_weights=need_weights)
+    shifted, w_shifted = mha(x, is_causal=True, rotary=rope(T, offset=37), need_weights=need_weights)
+    torch.testing.assert_close(shifted, at_zero, atol=1e-5, rtol=0)
+    if need_weights:
+        torch.testing.assert_close(w_shifted, w_zero, atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("steps", [[1, 1, 1, 1, 1, 1], [2, 1, 3]], ids=["one_by_one", "chunks_2_1_3"])
@@ -340,7 +365,8 @@ def test_self_attention_cache_with_alibi_equals_full(steps: list[int]) -> None:
     full, _ = mha(x, is_causal=True, bias=alibi(total, total))
     cache, outs = KVCache(), []
     for n in steps:
-        out, _ = mha(x[:, cache.length : cache.length + n], is_causal=True, bias=alibi(n, cache.length + n), cache=cache)
+        new = x[:, cache.length : cache.length + n]
+        out, _ = mha(new, is_causal=True, bias=alibi(n, cache.length + n), cache=cache)
         outs.append(out)
     torch.testing.assert_close(torch.cat(outs, 1), full, atol=REF_ATOL, rtol=0)
 

@@ -161,3 +161,8 @@ def test_combine_masks_three_masks() -> None:
 def test_combine_masks_rejects_non_bool(dtype: torch.dtype) -> None:
     with pytest.raises(TypeError, match=r"masks must be bool"):
         combine_masks(causal_mask(3), torch.ones(3, 3, dtype=dtype))
+
+
+def test_padding_mask_rejects_max_len_shorter_than_lengths() -> None:
+    with pytest.raises(ValueError, match=r"max_len \(3\) is shorter than the longest length \(5\)"):
+        padding_mask(lengths=torch.tensor([5, 2]), max_len=3)

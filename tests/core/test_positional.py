@@ -171,7 +171,8 @@ def test_rope_matches_complex_rotation() -> None:
     out = apply_rotary(x, cos, sin)
     theta = torch.tensor([10000.0 ** (-2 * k / DH) for k in range(DH // 2)], dtype=torch.float64)
     pos = torch.arange(offset, offset + n_t, dtype=torch.float64)
-    z = torch.complex(x[..., : DH // 2], x[..., DH // 2 :]) * torch.polar(torch.ones(n_t, DH // 2, dtype=torch.float64), torch.outer(pos, theta))
+    angle = torch.outer(pos, theta)  # (T, Dh/2)
+    z = torch.complex(x[..., : DH // 2], x[..., DH // 2 :]) * torch.polar(torch.ones_like(angle), angle)
     expected = torch.cat((z.real, z.imag), dim=-1)
     torch.testing.assert_close(out, expected, atol=1e-6, rtol=0)
 
@@ -206,6 +207,15 @@ def test_rope_table_grows_for_large_offsets() -> None:
     # growing the table leaves the early positions as they were
     again = rope(4)
     assert torch.equal(again[0], early[0]) and torch.equal(again[1], early[1])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_rope_angles_do_not_depend_on_module_dtype(dtype: torch.dtype) -> None:
+    # the table is returned in float32 whatever the module dtype; its angles must stay the same
+    reference = RotaryEmbedding(64)(2, 2000)
+    cos, sin = RotaryEmbedding(64).to(dtype)(2, 2000)
+    torch.testing.assert_close(cos, reference[0], atol=1e-5, rtol=0)
+    torch.testing.assert_close(sin, reference[1], atol=1e-5, rtol=0)
 
 
 def test_rope_relative_property_at_large_offset() -> None:
@@ -364,3 +374,14 @@ def test_positional_encoding_dispatch() -> None:
     none = PositionalEncoding("none", 16, 4)
     assert none.rotary(5) is None and none.bias(5, 5) is None
     assert list(none.parameters()) == []
+
+
+def test_alibi_slopes_survive_a_16_bit_cast() -> None:
+    bias32 = ALiBi(12)(4, 600)
+    bias16 = ALiBi(12).to(torch.bfloat16)(4, 600)
+    torch.testing.assert_close(bias16, bias32, atol=0, rtol=0)
+
+
+def test_positional_encoding_rejects_indivisible_heads() -> None:
+    with pytest.raises(ValueError, match=r"d_model \(32\) must be divisible by n_heads \(0\)"):
+        PositionalEncoding("alibi", 32, 0)
