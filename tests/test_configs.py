@@ -29,3 +29,25 @@ def test_config_starts_with_a_comment_and_parses(path: Path) -> None:
 @pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.relative_to(ROOT / "configs").as_posix())
 def test_experiment_fast_dev_run(path: Path) -> None:
     cli("fit", "--config", str(path), "--config", "configs/trainer/debug.yaml")
+
+
+TINY = ["--model", "tests.helpers.tiny.TinyRegressor", "--data", "tests.helpers.tiny.TinyDataModule"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "world_size"),
+    [
+        (["--config", "configs/trainer/bf16.yaml", "--trainer.accelerator", "cpu"], 1),
+        (["--config", "configs/trainer/ddp.yaml", "--trainer.accelerator", "cpu", "--trainer.devices", "2"], 2),
+    ],
+    ids=["bf16", "ddp-2-cpu-processes"],
+)
+def test_trainer_configs_train(extra: list[str], world_size: int, tmp_path: Path) -> None:
+    """bf16 autocast and DDP (gloo, two CPU processes) each run a short fit and leave a checkpoint;
+    under DDP each process sees half the data, so an epoch has half the steps."""
+    cli(
+        "fit", *extra, *TINY, "--trainer.default_root_dir", str(tmp_path), "--trainer.logger", "false",
+        "--trainer.max_epochs", "2", "--trainer.enable_progress_bar", "false",
+    )
+    steps = 2 * (64 // 16) // world_size  # 2 epochs of 64 samples in batches of 16, split across processes
+    assert [p.name for p in (tmp_path / "checkpoints").glob("*.ckpt")] == [f"epoch=1-step={steps}.ckpt"]
