@@ -24,7 +24,8 @@ counts 3x the forward) and sits beside this machine's measured ``torch.mm`` rate
 Run (about 10 minutes on a 2-core CPU; ``--quick`` is a < 30 s smoke test)::
 
     python benchmarks/core_layers.py [--device cpu|cuda] [--dtype float32|bfloat16]
-        [--repeats N] [--warmup N] [--quick] [--threads N] [--json PATH] [--profile]
+        [--repeats N] [--warmup N] [--quick] [--threads N] [--json PATH]
+        [--layers encoder decoder] [--modes train eval] [--profile]
 """
 
 from __future__ import annotations
@@ -234,7 +235,8 @@ class Case:
                 err = (a.float() - b.float()).abs().max().item()
                 problems.append(f"{what}: max abs difference {err:.3g} (atol {atol}, rtol {rtol})")
         if problems:
-            raise SystemExit(f"{self.layer} {self.shape}: ours and torch disagree, not timing.\n  " + "\n  ".join(problems))
+            head = f"{self.layer} {self.shape}: ours and torch disagree, not timing."
+            raise SystemExit("\n  ".join([head, *problems]))
 
     @property
     def shape(self) -> str:
@@ -440,7 +442,8 @@ def main() -> None:
     )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"machine": info, "args": vars(args), "mm_gflops": mm, "rows": [asdict(r) for r in rows]}, f, indent=2)
+            result = {"machine": info, "args": vars(args), "mm_peak_gflops": mm, "rows": [asdict(r) for r in rows]}
+            json.dump(result, f, indent=2)
         print(f"wrote {args.json}")
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import math
 
 import torch
@@ -17,8 +16,6 @@ from lightning_tf.core import Decoder, Encoder, OutputProjection, PositionalName
 from .data import BOS_ID, EOS_ID, PAD_ID
 
 __all__ = ["ReverseSeq2Seq"]
-
-log = logging.getLogger(__name__)
 
 
 class ReverseSeq2Seq(LightningModule):
