@@ -52,5 +52,5 @@ class FeedForward(nn.Module):
         elif self.activation == "gelu":
             h = F.gelu(h)
         else:
-            h = F.relu(h)
+            h = F.relu(h, inplace=True)  # linear1 does not need its output for backward
         return self.linear2(self.dropout(h))  # (B, T, D)
