@@ -17,6 +17,6 @@ def test_core_layers_benchmark_smoke(tmp_path: Path) -> None:
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "| layer | shape | mode | ours tok/s | torch tok/s | ours/torch |" in proc.stdout
+    assert "| layer | shape | mode | ours tok/s | torch tok/s | ours/torch | ours/torch (fastest) |" in proc.stdout
     assert proc.stdout.count("| encoder |") == 4 and proc.stdout.count("| decoder |") == 4
     assert (tmp_path / "out.json").stat().st_size > 0
