@@ -39,13 +39,15 @@ class KVCache:
     @property
     def keys(self) -> Tensor:
         """Cached keys, ``(B, H, length, Dh)``."""
-        assert self._k is not None, "empty cache"
+        if self._k is None:
+            raise RuntimeError("KVCache is empty: nothing has been cached yet")
         return self._k[:, :, : self.length]
 
     @property
     def values(self) -> Tensor:
         """Cached values, ``(B, H, length, Dh)``."""
-        assert self._v is not None, "empty cache"
+        if self._v is None:
+            raise RuntimeError("KVCache is empty: nothing has been cached yet")
         return self._v[:, :, : self.length]
 
     def update(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
@@ -161,7 +163,8 @@ class MultiHeadAttention(nn.Module):
             if cache is not None and cache.length > 0:
                 k, v = cache.keys, cache.values  # (B, H, S, Dh)
             else:
-                assert context is not None, "cross-attention needs a context"
+                if context is None:
+                    raise ValueError("cross-attention needs a context (B, S, D) unless its cache is already filled")
                 k, v = self._split(self.kv_proj(context), 2)  # (B, H, S, Dh) each
                 if cache is not None:
                     k, v = cache.update(k, v)

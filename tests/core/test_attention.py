@@ -500,3 +500,14 @@ def test_every_parameter_gets_a_gradient(cross_attention: bool, need_weights: bo
     for name, p in mha.named_parameters():
         assert p.grad is not None, name
         assert p.grad.abs().sum() > 0, name
+
+
+def test_cross_attention_without_context_or_filled_cache_is_a_clear_error() -> None:
+    attn = MultiHeadAttention(16, 2, cross_attention=True)
+    with pytest.raises(ValueError, match=r"cross-attention needs a context"):
+        attn(torch.randn(1, 3, 16), None, cache=KVCache())
+
+
+def test_empty_cache_says_so() -> None:
+    with pytest.raises(RuntimeError, match="KVCache is empty"):
+        KVCache().keys
