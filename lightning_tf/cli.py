@@ -12,7 +12,11 @@ import sys
 from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
-import lightning_tf.toy  # noqa: F401  (registers the task classes so they resolve by short name)
+# Importing the task packages registers their classes, so they resolve by short name.
+import lightning_tf.kline  # noqa: F401
+import lightning_tf.text  # noqa: F401
+import lightning_tf.toy  # noqa: F401
+import lightning_tf.vision  # noqa: F401
 
 __all__ = ["LightningTFCLI", "main"]
 

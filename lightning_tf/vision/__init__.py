@@ -1,0 +1,3 @@
+"""Vision Transformer classification: ImageDataModule and ViTClassifier."""
+
+__all__: list[str] = []
