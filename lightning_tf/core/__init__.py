@@ -23,7 +23,7 @@ Masks are bool and True means "may attend", broadcastable to ``(B, H, T, S)``.
 """
 
 from .attention import KVCache, MultiHeadAttention
-from .blocks import DecoderLayer, EncoderLayer
+from .blocks import DecoderLayer, DropPath, EncoderLayer, LayerScale
 from .embedding import OutputProjection, TokenEmbedding
 from .feedforward import Activation, FeedForward
 from .masks import causal_mask, combine_masks, padding_mask
@@ -47,10 +47,12 @@ __all__ = [
     "Decoder",
     "DecoderCache",
     "DecoderLayer",
+    "DropPath",
     "Encoder",
     "EncoderLayer",
     "FeedForward",
     "KVCache",
+    "LayerScale",
     "LearnedPositionalEncoding",
     "MultiHeadAttention",
     "OutputProjection",

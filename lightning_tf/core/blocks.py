@@ -9,12 +9,60 @@ without a long warmup; a Pre-LN stack ends with a final norm. Submodule names ma
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 from .attention import KVCache, MultiHeadAttention
 from .feedforward import Activation, FeedForward
 
-__all__ = ["EncoderLayer", "DecoderLayer"]
+__all__ = ["DropPath", "EncoderLayer", "DecoderLayer", "LayerScale"]
+
+
+class DropPath(nn.Module):
+    """Stochastic depth (Huang et al. 2016): in training, drop a residual branch for a whole
+    sample with probability ``p`` and scale the kept ones by ``1 / (1 - p)``; identity in eval.
+
+    Args:
+        p: drop probability, in ``[0, 1)``.
+    """
+
+    def __init__(self, p: float = 0.0) -> None:
+        super().__init__()
+        if not 0.0 <= p < 1.0:
+            raise ValueError(f"drop_path must be in [0, 1), got {p}")
+        self.p = p
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        keep = 1.0 - self.p
+        shape = (x.shape[0],) + (1,) * (x.ndim - 1)  # (B, 1, ..., 1): one draw per sample
+        return x * torch.empty(shape, dtype=x.dtype, device=x.device).bernoulli_(keep).div_(keep)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
+class LayerScale(nn.Module):
+    """Per-channel learned scale of a residual branch (Touvron et al. 2021, CaiT).
+
+    Args:
+        d_model: width D.
+        init: initial value of every entry of ``gamma`` (D,).
+    """
+
+    def __init__(self, d_model: int, init: float = 1e-5) -> None:
+        super().__init__()
+        self.gamma = nn.Parameter(torch.full((d_model,), float(init)))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x * self.gamma  # (..., D) * (D,)
+
+
+def _branch_regularizers(d_model: int, drop_path: float, layer_scale: float | None) -> tuple[nn.Module, nn.Module]:
+    """(LayerScale or Identity, DropPath or Identity) for one residual branch."""
+    ls = LayerScale(d_model, layer_scale) if layer_scale is not None else nn.Identity()
+    return ls, DropPath(drop_path) if drop_path > 0 else nn.Identity()
 
 
 class EncoderLayer(nn.Module):
@@ -31,6 +79,9 @@ class EncoderLayer(nn.Module):
         norm_first: Pre-LN (True) or Post-LN (False).
         bias: whether linear layers have biases.
         layer_norm_eps: epsilon of the layer norms.
+        drop_path: stochastic-depth rate of both residual branches (0 = off).
+        layer_scale: initial value of a per-channel scale on both branches (``ls1``, ``ls2``);
+            None = no layer scale.
     """
 
     def __init__(
@@ -45,8 +96,12 @@ class EncoderLayer(nn.Module):
         norm_first: bool = True,
         bias: bool = True,
         layer_norm_eps: float = 1e-5,
+        drop_path: float = 0.0,
+        layer_scale: float | None = None,
     ) -> None:
         super().__init__()
+        if (drop_path > 0 or layer_scale is not None) and not norm_first:
+            raise ValueError("drop_path and layer_scale need a Pre-LN layer (norm_first=True)")
         self.norm_first = norm_first
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=attn_dropout, bias=bias)
         self.ff = FeedForward(d_model, d_ff, activation, dropout, bias)
@@ -54,6 +109,8 @@ class EncoderLayer(nn.Module):
         self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps)
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
+        self.ls1, self.drop_path1 = _branch_regularizers(d_model, drop_path, layer_scale)
+        self.ls2, self.drop_path2 = _branch_regularizers(d_model, drop_path, layer_scale)
 
     def forward(
         self,
@@ -70,8 +127,8 @@ class EncoderLayer(nn.Module):
             a, w = self.self_attn(
                 self.norm1(x), mask=mask, is_causal=is_causal, bias=bias, rotary=rotary, need_weights=need_weights
             )
-            x = x + self.dropout1(a)
-            x = x + self.dropout2(self.ff(self.norm2(x)))
+            x = x + self.drop_path1(self.ls1(self.dropout1(a)))
+            x = x + self.drop_path2(self.ls2(self.dropout2(self.ff(self.norm2(x)))))
         else:
             a, w = self.self_attn(x, mask=mask, is_causal=is_causal, bias=bias, rotary=rotary, need_weights=need_weights)
             x = self.norm1(x + self.dropout1(a))

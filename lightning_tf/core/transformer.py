@@ -78,6 +78,9 @@ class Encoder(nn.Module):
         max_len: positions of the absolute encodings (``sinusoidal``/``learned``).
         bias: whether linear layers have biases.
         layer_norm_eps: epsilon of the layer norms.
+        drop_path: stochastic-depth rate of the last layer; layer ``i`` of ``n`` uses
+            ``drop_path * i / (n - 1)`` (0 for the first). Pre-LN only.
+        layer_scale: initial value of LayerScale on every residual branch; None = off. Pre-LN only.
     """
 
     def __init__(
@@ -96,17 +99,23 @@ class Encoder(nn.Module):
         max_len: int = 512,
         bias: bool = True,
         layer_norm_eps: float = 1e-5,
+        drop_path: float = 0.0,
+        layer_scale: float | None = None,
     ) -> None:
         super().__init__()
         _check_sizes(d_model, n_heads, n_layers)
+        if not 0.0 <= drop_path < 1.0:
+            raise ValueError(f"drop_path must be in [0, 1), got {drop_path}")
         self.pos = PositionalEncoding(pos_encoding, d_model, n_heads, max_len)
         self.dropout = nn.Dropout(dropout)
+        rates = [drop_path * i / max(n_layers - 1, 1) for i in range(n_layers)]
         self.layers = nn.ModuleList(
             EncoderLayer(
                 d_model, n_heads, d_ff, dropout=dropout, attn_dropout=attn_dropout, activation=activation,
-                norm_first=norm_first, bias=bias, layer_norm_eps=layer_norm_eps,
+                norm_first=norm_first, bias=bias, layer_norm_eps=layer_norm_eps, drop_path=rate,
+                layer_scale=layer_scale,
             )
-            for _ in range(n_layers)
+            for rate in rates
         )
         use_final_norm = norm_first if final_norm is None else final_norm
         self.norm = nn.LayerNorm(d_model, eps=layer_norm_eps) if use_final_norm else None
