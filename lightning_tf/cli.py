@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import sys
 
-from lightning.pytorch import LightningDataModule, LightningModule
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch import LightningDataModule, LightningModule, Trainer
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
 # Importing the task packages registers their classes, so they resolve by short name.
 import lightning_tf.kline  # noqa: F401
@@ -19,6 +19,17 @@ import lightning_tf.toy  # noqa: F401
 import lightning_tf.vision  # noqa: F401
 
 __all__ = ["LightningTFCLI", "main"]
+
+
+class RunConfigCallback(SaveConfigCallback):
+    """Saves the resolved config into the run directory, and only when there is one: without a
+    logger (``--trainer.logger false``, the debug config) nothing is written into the working
+    directory."""
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if trainer.logger is None:
+            return
+        super().setup(trainer, pl_module, stage)
 
 
 class LightningTFCLI(LightningCLI):
@@ -43,6 +54,7 @@ def main(args: list[str] | None = None) -> None:
         LightningDataModule,
         subclass_mode_model=True,
         subclass_mode_data=True,
+        save_config_callback=RunConfigCallback,
         save_config_kwargs={"overwrite": True},
         args=args,
     )

@@ -100,3 +100,9 @@ def test_unknown_model_class_is_a_clear_error() -> None:
     assert proc.returncode != 0
     assert "NoSuchModel" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_run_without_logger_writes_no_config_into_the_working_directory(tmp_path: Path) -> None:
+    cli("fit", *TINY, "--trainer.logger", "false", "--trainer.max_epochs", "1", "--trainer.enable_checkpointing",
+        "false", "--trainer.enable_progress_bar", "false", cwd=tmp_path)
+    assert not (tmp_path / "config.yaml").exists()
