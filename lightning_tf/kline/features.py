@@ -1,0 +1,129 @@
+"""Per-bar input features and forecast targets computed from one ticker's canonical bars.
+
+Every feature at bar ``t`` uses bars ``<= t`` only (rolling windows look back), so a window's
+inputs never see its targets. Prices enter as log ratios, which are scale-free across tickers and
+decades of splits:
+
+=====================  ===================================================================
+``log_return``          ``log(close_t / close_{t-1})``
+``open_rel``            ``log(open_t / close_{t-1})``  (the overnight gap)
+``high_rel``            ``log(high_t / close_{t-1})``
+``low_rel``             ``log(low_t / close_{t-1})``
+``body``                ``log(close_t / open_t)``
+``upper_shadow``        ``log(high_t / max(open_t, close_t))``  (>= 0)
+``lower_shadow``        ``log(min(open_t, close_t) / low_t)``  (>= 0)
+``log_volume``          ``log(1 + volume_t)``
+``log_volume_change``   ``log(1 + volume_t) - log(1 + volume_{t-1})``
+``volume_zscore``       z-score of ``log(1 + volume_t)`` over the last ``volume_window`` bars
+``volatility``          sample std of ``log_return`` over the last ``volatility_window`` bars
+``day_of_week``         ``dayofweek / 6 - 0.5`` (Informer's time-feature convention)
+``time_of_day``         ``minutes since midnight / 1440 - 0.5`` (intraday bars)
+``close``               the close price itself (for ``target="close"``)
+``log_close``           ``log(close_t)``
+=====================  ===================================================================
+
+Targets (per bar ``t``; a window ending at ``t`` forecasts rows ``t+1 .. t+F``):
+``log_return`` (default) or ``close``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["DEFAULT_FEATURES", "FEATURES", "Target", "compute_features", "compute_target"]
+
+Target = Literal["log_return", "close"]
+FEATURES = (
+    "log_return",
+    "open_rel",
+    "high_rel",
+    "low_rel",
+    "body",
+    "upper_shadow",
+    "lower_shadow",
+    "log_volume",
+    "log_volume_change",
+    "volume_zscore",
+    "volatility",
+    "day_of_week",
+    "time_of_day",
+    "close",
+    "log_close",
+)
+DEFAULT_FEATURES = ["log_return", "open_rel", "high_rel", "low_rel", "log_volume_change", "volatility"]
+
+
+def check_feature_names(names: list[str]) -> None:
+    """Raise a ValueError naming unknown or repeated feature names."""
+    unknown = [n for n in names if n not in FEATURES]
+    if unknown:
+        raise ValueError(f"unknown feature(s) {unknown}; choose from {list(FEATURES)}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"features {names} repeat a name")
+    if not names:
+        raise ValueError("features must name at least one feature")
+
+
+def compute_features(
+    bars: pd.DataFrame, names: list[str], volatility_window: int = 20, volume_window: int = 20
+) -> pd.DataFrame:
+    """Features of one ticker's bars (sorted by time), one column per name, in the given order.
+
+    Args:
+        bars: canonical bars of one ticker (``timestamp``, ``open`` ... ``volume``).
+        names: feature names from :data:`FEATURES`.
+        volatility_window: bars in the rolling std of ``volatility``.
+        volume_window: bars in the rolling mean/std of ``volume_zscore``.
+
+    Returns:
+        float64 frame ``(n, len(names))`` on the bars' index; the first rows are NaN where a
+        feature needs earlier bars (1 for returns, the window length for rolling features).
+    """
+    check_feature_names(names)
+    o, h, lo, c = (np.log(bars[k].to_numpy(np.float64)) for k in ("open", "high", "low", "close"))
+    prev_c = np.concatenate([[np.nan], c[:-1]])
+    log_v = np.log1p(bars["volume"].to_numpy(np.float64))
+    ts = pd.DatetimeIndex(bars["timestamp"])
+    ret = c - prev_c
+
+    def rolling(x: np.ndarray, window: int) -> pd.core.window.Rolling:
+        return pd.Series(x).rolling(window, min_periods=window)
+
+    def volume_zscore() -> np.ndarray:
+        r = rolling(log_v, volume_window)
+        mean, std = r.mean().to_numpy(), r.std().to_numpy()
+        # A flat volume stretch has std 0: its z-score is 0, not inf.
+        return np.where(std > 0, (log_v - mean) / np.where(std > 0, std, 1.0), np.where(np.isnan(std), np.nan, 0.0))
+
+    make = {
+        "log_return": lambda: ret,
+        "open_rel": lambda: o - prev_c,
+        "high_rel": lambda: h - prev_c,
+        "low_rel": lambda: lo - prev_c,
+        "body": lambda: c - o,
+        "upper_shadow": lambda: h - np.fmax(o, c),
+        "lower_shadow": lambda: np.fmin(o, c) - lo,
+        "log_volume": lambda: log_v,
+        "log_volume_change": lambda: log_v - np.concatenate([[np.nan], log_v[:-1]]),
+        "volume_zscore": volume_zscore,
+        "volatility": lambda: rolling(ret, volatility_window).std().to_numpy(),
+        "day_of_week": lambda: ts.day_of_week.to_numpy() / 6.0 - 0.5,
+        "time_of_day": lambda: (ts.hour.to_numpy() * 60 + ts.minute.to_numpy()) / 1440.0 - 0.5,
+        "close": lambda: np.exp(c),
+        "log_close": lambda: c,
+    }
+    return pd.DataFrame({n: np.asarray(make[n](), dtype=np.float64) for n in names}, index=bars.index)
+
+
+def compute_target(bars: pd.DataFrame, target: Target) -> np.ndarray:
+    """The forecast quantity at every bar, float64 ``(n,)``: ``log(close_t / close_{t-1})`` (NaN at
+    the first bar) or ``close_t``. A window ending at bar ``t`` predicts its values at ``t+1 .. t+F``."""
+    c = bars["close"].to_numpy(np.float64)
+    if target == "log_return":
+        return np.concatenate([[np.nan], np.diff(np.log(c))])
+    if target == "close":
+        return c.copy()
+    raise ValueError(f"target must be 'log_return' or 'close', got {target!r}")

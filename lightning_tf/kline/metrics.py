@@ -1,0 +1,141 @@
+"""Forecast metrics: errors, error relative to persistence, direction and information coefficient.
+
+Every metric compares a forecast ``pred`` with the realised ``target`` (both ``(B, F, K)``) and, where
+a reference is needed, with the persistence forecast ``naive`` of the same windows (the last value
+for level targets, a zero return for return targets):
+
+* ``mse``, ``mae``, ``rmse``: torchmetrics' regression metrics over every window, horizon and target.
+* ``mase``: mean absolute error divided by the persistence forecast's mean absolute error on the
+  same windows (Hyndman and Koehler 2006 scale by the in-sample naive error; scaling by the naive
+  error on the evaluated windows is the out-of-sample variant): below 1 beats persistence.
+* ``dir_acc``: share of forecasts whose predicted change ``pred - naive`` has the sign of the realised
+  change ``target - naive`` (for returns: the sign of the return). Flat realised moves (change exactly
+  0) are left out; a predicted change of exactly 0 counts as a "not up" call, so persistence scores
+  ``1 - up_share``. Read it beside ``up_share``, the share of realised up moves among the same cases:
+  always guessing "up" scores ``up_share``.
+* ``ic``, ``rank_ic``: Pearson and Spearman correlation between predicted and realised changes (for
+  returns: predicted and realised returns), pooled over windows, horizons and targets. A constant
+  forecast (persistence) has no defined correlation: NaN.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+from torch import Tensor, nn
+from torchmetrics import MeanAbsoluteError, MeanSquaredError, Metric, PearsonCorrCoef, SpearmanCorrCoef
+
+__all__ = ["METRIC_NAMES", "DirectionalAccuracy", "ForecastMetrics", "MeanAbsoluteScaledError"]
+
+METRIC_NAMES = ("mse", "mae", "rmse", "mase", "dir_acc", "up_share", "ic", "rank_ic")
+
+
+class MeanAbsoluteScaledError(Metric):
+    """``sum |pred - target| / sum |naive - target|`` over all elements seen."""
+
+    full_state_update = False
+    higher_is_better = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.add_state("abs_error", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("naive_abs_error", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+
+    def update(self, pred: Tensor, target: Tensor, naive: Tensor) -> None:
+        self.abs_error += (pred - target).abs().sum().double()
+        self.naive_abs_error += (naive - target).abs().sum().double()
+
+    def compute(self) -> Tensor:
+        return (self.abs_error / self.naive_abs_error).float()
+
+
+class DirectionalAccuracy(Metric):
+    """Share of non-flat realised changes whose sign the predicted change gets right; ``up_share``
+    gives the share of those realised changes that went up."""
+
+    full_state_update = False
+    higher_is_better = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.add_state("correct", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+        self.add_state("up", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+        self.add_state("total", torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+
+    def update(self, pred_change: Tensor, true_change: Tensor) -> None:
+        moved = true_change != 0
+        true_up = true_change > 0
+        self.correct += ((pred_change > 0) == true_up)[moved].sum()
+        self.up += true_up[moved].sum()
+        self.total += moved.sum()
+
+    def compute(self) -> Tensor:
+        return self.correct.float() / self.total
+
+    def up_share(self) -> Tensor:
+        """Share of realised up moves among the scored (non-flat) changes."""
+        return self.up.float() / self.total
+
+
+class ForecastMetrics(nn.Module):
+    """All the metrics of this module for one stage and one scale.
+
+    Args:
+        full: also compute MASE, direction and IC, from the updates that pass the persistence
+            forecast ``naive``; otherwise only MSE, MAE, RMSE (cheap enough for every training step).
+    """
+
+    def __init__(self, full: bool = True) -> None:
+        super().__init__()
+        self.full = full
+        self.mse = MeanSquaredError()
+        self.mae = MeanAbsoluteError()
+        if full:
+            self.mase = MeanAbsoluteScaledError()
+            self.direction = DirectionalAccuracy()
+            self.ic = PearsonCorrCoef()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # "will save all targets and predictions": that is intended
+                self.rank_ic = SpearmanCorrCoef()
+
+    @torch.no_grad()
+    def update(self, pred: Tensor, target: Tensor, naive: Tensor | None = None) -> None:
+        """Add windows ``pred``, ``target`` and the persistence forecast ``naive`` (None: errors
+        only), all of the same shape ``(B, F, K)``."""
+        pred, target = pred.detach().double().reshape(-1), target.detach().double().reshape(-1)  # (B*F*K,)
+        self.mse.update(pred, target)
+        self.mae.update(pred, target)
+        if self.full and naive is not None:
+            naive = naive.detach().double().reshape(-1)  # (B*F*K,)
+            self.mase.update(pred, target, naive)
+            pred_change, true_change = (pred - naive).float(), (target - naive).float()
+            self.direction.update(pred_change, true_change)
+            self.ic.update(pred_change, true_change)
+            self.rank_ic.update(pred_change, true_change)
+
+    def compute(self) -> dict[str, float]:
+        """The metric values as plain floats (NaN where undefined)."""
+        mse = float(self.mse.compute())
+        out = {"mse": mse, "mae": float(self.mae.compute()), "rmse": mse**0.5}
+        if self.full and self.mase.update_called:
+            with warnings.catch_warnings():
+                # a constant forecast has zero variance: the correlation is NaN, which is the answer
+                warnings.simplefilter("ignore")
+                out["mase"] = float(self.mase.compute())
+                out["dir_acc"] = float(self.direction.compute())
+                out["up_share"] = float(self.direction.up_share())
+                out["ic"] = _correlation(self.ic)
+                out["rank_ic"] = _correlation(self.rank_ic)
+        return out
+
+    def reset(self) -> None:
+        for m in self.children():
+            if isinstance(m, Metric):
+                m.reset()
+
+
+def _correlation(metric: Metric) -> float:
+    if isinstance(metric, SpearmanCorrCoef) and metric.preds and float(torch.cat(metric.preds).double().var()) == 0:
+        return float("nan")  # torchmetrics answers 0 for a constant input; the correlation is undefined
+    return float(metric.compute())  # Pearson already answers NaN for a constant input

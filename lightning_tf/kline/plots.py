@@ -1,0 +1,111 @@
+"""Figures: a candlestick chart with the forecast overlaid, and attention over patches.
+
+Both return a ``matplotlib.figure.Figure`` made without pyplot: no display, no global figure
+registry to close, and the user's matplotlib backend is left alone. The caller saves it
+(``fig.savefig``) or hands it to a logger.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+from matplotlib.ticker import MaxNLocator
+
+__all__ = ["attention_figure", "candlestick_figure"]
+
+UP, DOWN, FORECAST = "#26a69a", "#ef5350", "#1f4e9c"
+
+
+def candlestick_figure(
+    bars: pd.DataFrame,
+    forecast_time: Sequence | pd.DatetimeIndex,
+    forecast_close: np.ndarray,
+    title: str = "",
+    forecast_band: tuple[np.ndarray, np.ndarray] | None = None,
+) -> Figure:
+    """Candlesticks of ``bars`` (columns open, high, low, close; a datetime index or a ``timestamp``
+    column) with the forecast closes drawn after the last bar.
+
+    Bars are drawn at consecutive integer positions (no gaps for weekends or nights) and labelled
+    with their dates; the forecast continues the positions from the last close.
+
+    Args:
+        bars: the recent history to draw.
+        forecast_time: timestamps of the F forecast bars.
+        forecast_close: forecast closes, ``(F,)``.
+        title: figure title.
+        forecast_band: optional lower and upper closes ``(F,)`` each, shaded.
+    """
+    if "timestamp" in bars.columns:
+        bars = bars.set_index("timestamp")
+    o, h, lo, c = (bars[k].to_numpy(dtype=float) for k in ("open", "high", "low", "close"))
+    n, f = len(bars), len(forecast_close)
+    fig = Figure(figsize=(10, 4.5), dpi=100)
+    ax = fig.subplots()
+    width = 0.6
+    for i in range(n):
+        color = UP if c[i] >= o[i] else DOWN
+        ax.vlines(i, lo[i], h[i], color=color, linewidth=0.8)
+        bottom, height = min(o[i], c[i]), abs(c[i] - o[i])
+        ax.add_patch(Rectangle((i - width / 2, bottom), width, max(height, 1e-12), color=color))
+    xs = np.arange(n - 1, n + f)
+    ys = np.concatenate(([c[-1]], np.asarray(forecast_close, dtype=float)))
+    if forecast_band is not None:
+        low_band = np.concatenate(([c[-1]], forecast_band[0]))
+        high_band = np.concatenate(([c[-1]], forecast_band[1]))
+        ax.fill_between(xs, low_band, high_band, color=FORECAST, alpha=0.15, linewidth=0)
+    ax.plot(xs, ys, color=FORECAST, marker="o", markersize=3, linewidth=1.5, label=f"forecast ({f} bars)")
+    ax.axvline(n - 0.5, color="grey", linestyle=":", linewidth=1)
+    labels = [pd.Timestamp(t) for t in list(bars.index) + list(forecast_time)]
+    ticks = np.linspace(0, n + f - 1, num=min(8, n + f)).round().astype(int)
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([labels[t].strftime("%Y-%m-%d\n%H:%M") if _intraday(labels) else labels[t].strftime("%Y-%m-%d") for t in ticks], fontsize=8)
+    ax.set_xlim(-1, n + f)
+    ax.set_ylabel("price")
+    ax.set_title(title)
+    ax.legend(loc="upper left")
+    ax.grid(alpha=0.2)
+    fig.tight_layout()
+    return fig
+
+
+def _intraday(stamps: list[pd.Timestamp]) -> bool:
+    return any(t.hour or t.minute for t in stamps)
+
+
+def attention_figure(weights: np.ndarray, channel_names: Sequence[str], title: str = "") -> Figure:
+    """Attention over patches of one window.
+
+    Args:
+        weights: ``(C, N, N)`` attention of each channel's patches (query x key), averaged over heads.
+        channel_names: the C channel names.
+        title: figure title.
+
+    Left: the map averaged over channels; right: the attention each key patch receives (mean over
+    queries), one row per channel. Patch 0 is the oldest.
+    """
+    weights = np.asarray(weights, dtype=float)
+    C, _N, _ = weights.shape
+    fig = Figure(figsize=(11, 4.2), dpi=100)
+    ax1, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.4]})
+    im = ax1.imshow(weights.mean(0), cmap="viridis", aspect="auto")
+    ax1.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax1.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax1.set_xlabel("key patch")
+    ax1.set_ylabel("query patch")
+    ax1.set_title("mean over channels")
+    fig.colorbar(im, ax=ax1, fraction=0.046)
+    received = weights.mean(1)  # (C, N)
+    im2 = ax2.imshow(received, cmap="magma", aspect="auto")
+    ax2.set_yticks(range(C))
+    ax2.set_yticklabels(list(channel_names), fontsize=8)
+    ax2.set_xlabel("key patch (oldest to newest)")
+    ax2.set_title("attention received, per channel")
+    fig.colorbar(im2, ax=ax2, fraction=0.046)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig

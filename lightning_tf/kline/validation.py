@@ -1,0 +1,245 @@
+"""Validation of OHLCV bars: find every bad cell, then raise, drop or repair by one policy.
+
+Checks, each reported with the file, the row (the line number for CSV files) and the column:
+
+- unparsable (or missing) dates;
+- duplicate timestamps (the first occurrence in the file is kept);
+- non-numeric values and missing values (NaN, empty cells, ``--``);
+- non-positive prices and negative volume;
+- ``high < max(open, close)`` and ``low > min(open, close)``;
+- gaps between bars longer than ``max_gap`` (only when it is set; the largest gap is always logged).
+
+Policies (``on_error``):
+
+- ``"error"``: one ``ValueError`` listing the count of each problem and the first rows;
+- ``"drop"``: rows with any problem are removed;
+- ``"ffill"``: bad or missing cells are replaced by the previous bar's value (rows with nothing
+  before them are dropped), high / low are widened to cover open and close; rows with a bad date
+  and duplicate rows are dropped, as there is nothing to fill them with.
+
+``drop`` and ``ffill`` log a warning with the count of every repair. Gaps longer than ``max_gap``
+are not filled: the data module forms no window across them.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["OnError", "ValidationReport", "validate_bars"]
+
+log = logging.getLogger(__name__)
+
+OnError = Literal["error", "drop", "ffill"]
+ON_ERROR_CHOICES = ("error", "drop", "ffill")
+_PRICES = ("open", "high", "low", "close")
+_MAX_EXAMPLES = 8
+
+
+class ValidationReport:
+    """Problems found in one file (or one ticker of it): ``(kind, row label, column, detail)``."""
+
+    def __init__(self, source: str, row_label: str) -> None:
+        self.source, self.row_label = source, row_label
+        self.counts: dict[str, int] = {}
+        self.examples: list[tuple[int, str]] = []
+
+    def add(self, kind: str, rows: np.ndarray, column: str, details: list[str]) -> None:
+        if len(rows) == 0:
+            return
+        self.counts[kind] = self.counts.get(kind, 0) + len(rows)
+        for r, d in zip(rows[:_MAX_EXAMPLES], details[:_MAX_EXAMPLES], strict=False):
+            self.examples.append((int(r), f"{self.row_label} {int(r)}, column {column!r}: {d}"))
+
+    def __bool__(self) -> bool:
+        return bool(self.counts)
+
+    def summary(self) -> str:
+        return ", ".join(f"{n} {kind}" for kind, n in self.counts.items())
+
+    def message(self) -> str:
+        lines = [f"{self.source}: {self.summary()}"]
+        lines += [f"  {text}" for _, text in sorted(self.examples)[:_MAX_EXAMPLES]]
+        if len(self.examples) > _MAX_EXAMPLES:
+            lines.append(f"  ... ({len(self.examples) - _MAX_EXAMPLES} more shown only as counts)")
+        lines.append("Fix the file, or pass on_error='drop' or on_error='ffill' to repair it.")
+        return "\n".join(lines)
+
+
+def _fmt(x: object) -> str:
+    return repr(x) if isinstance(x, str) else f"{x:g}" if isinstance(x, float) else str(x)
+
+
+def validate_bars(
+    frame: pd.DataFrame,
+    raw: pd.DataFrame | None = None,
+    *,
+    source: str = "<frame>",
+    on_error: OnError = "error",
+    max_gap: str | None = None,
+    row_label: str = "row",
+) -> pd.DataFrame:
+    """Check one ticker's bars and apply the ``on_error`` policy.
+
+    Args:
+        frame: canonical columns (``timestamp``, ``open`` ... ``volume``, optional ``amount``,
+            ``adj_close``), unparsable cells already NaN / NaT, plus ``_row``: the row number to
+            report (the file line for CSV). Without ``_row`` the position + 1 is reported.
+        raw: the same rows as text, for the messages: ``timestamp``, and ``<column>__bad`` masks of
+            cells that held something that is not a number. None: every NaN counts as missing.
+        source: file name for the messages.
+        on_error: ``"error"``, ``"drop"`` or ``"ffill"`` (see the module docstring).
+        max_gap: largest allowed spacing between consecutive bars (pandas Timedelta string).
+        row_label: how rows are named in messages (``"line"`` for CSV files).
+
+    Returns:
+        The bars sorted by timestamp with unique timestamps, without ``_row``, fresh RangeIndex.
+    """
+    if on_error not in ON_ERROR_CHOICES:
+        raise ValueError(f"on_error must be one of {ON_ERROR_CHOICES}, got {on_error!r}")
+    gap_limit = None if max_gap is None else pd.Timedelta(max_gap)
+    df = frame.copy()
+    if "_row" not in df.columns:
+        df["_row"] = np.arange(1, len(df) + 1)
+    report = ValidationReport(source, row_label)
+    rows = df["_row"].to_numpy()
+    numeric = [c for c in ("open", "high", "low", "close", "volume", "amount", "adj_close") if c in df.columns]
+
+    # Dates: rows without a usable timestamp can only be dropped.
+    bad_date = df["timestamp"].isna().to_numpy()
+    if bad_date.any():
+        texts = raw["timestamp"].astype(str).to_numpy() if raw is not None else np.full(len(df), "NaT")
+        report.add(
+            "unparsable dates", rows[bad_date], "timestamp", [f"cannot parse {t!r} as a date" for t in texts[bad_date]]
+        )
+
+    # Cells: non-numeric, missing, non-positive price, negative volume -> marked bad.
+    bad_cell = pd.DataFrame(False, index=df.index, columns=numeric)
+    for col in numeric:
+        values = df[col].to_numpy()
+        nan = np.isnan(values)
+        not_number = (
+            raw[f"{col}__bad"].to_numpy() if raw is not None and f"{col}__bad" in raw else np.zeros(len(df), bool)
+        )
+        if not_number.any():
+            report.add(
+                "non-numeric values",
+                rows[not_number],
+                col,
+                [f"{v!r} is not a number" for v in raw[col].to_numpy()[not_number]],
+            )
+        missing = nan & ~not_number
+        if missing.any():
+            report.add("missing values", rows[missing], col, ["missing value"] * int(missing.sum()))
+        if col in _PRICES or col == "adj_close":
+            bad = ~nan & (values <= 0)
+            kind, what = "non-positive prices", "price {} is not positive"
+        elif col == "volume":
+            bad = ~nan & (values < 0)
+            kind, what = "negative volumes", "negative volume {}"
+        else:
+            bad = ~nan & (values < 0)
+            kind, what = "negative amounts", "negative amount {}"
+        report.add(kind, rows[bad], col, [what.format(_fmt(v)) for v in values[bad]])
+        bad_cell[col] = nan | bad
+
+    # Duplicates, judged after sorting by time (stable: the first occurrence in the file is kept).
+    df = df.assign(_bad_date=bad_date)
+    df = df.sort_values(["timestamp", "_row"], kind="stable", na_position="last")
+    bad_cell = bad_cell.loc[df.index]
+    dup = (df["timestamp"].duplicated(keep="first") & df["timestamp"].notna()).to_numpy()
+    if dup.any():
+        report.add(
+            "duplicate timestamps",
+            df["_row"].to_numpy()[dup],
+            "timestamp",
+            [f"duplicate timestamp {t}" for t in df["timestamp"].to_numpy()[dup]],
+        )
+
+    # OHLC consistency, on rows whose four prices are usable.
+    o, h, lo, c = (df[k].to_numpy() for k in _PRICES)
+    usable = ~bad_cell[list(_PRICES)].any(axis=1).to_numpy()
+    top, bottom = np.fmax(o, c), np.fmin(o, c)
+    high_bad = usable & (h < top)
+    low_bad = usable & (lo > bottom)
+    srows = df["_row"].to_numpy()
+    report.add(
+        "high below max(open, close)",
+        srows[high_bad],
+        "high",
+        [f"high {_fmt(a)} < max(open, close) {_fmt(b)}" for a, b in zip(h[high_bad], top[high_bad], strict=True)],
+    )
+    report.add(
+        "low above min(open, close)",
+        srows[low_bad],
+        "low",
+        [f"low {_fmt(a)} > min(open, close) {_fmt(b)}" for a, b in zip(lo[low_bad], bottom[low_bad], strict=True)],
+    )
+
+    if report and on_error == "error":
+        raise ValueError(report.message())
+
+    drop = df["_bad_date"].to_numpy() | dup
+    if on_error == "drop":
+        drop |= bad_cell.any(axis=1).to_numpy() | high_bad | low_bad
+        df = df[~drop]
+    elif on_error == "ffill":
+        df = df[~drop].copy()
+        cells = bad_cell[~drop]
+        for col in numeric:
+            df.loc[cells[col].to_numpy(), col] = np.nan
+        df[numeric] = df[numeric].ffill()
+        leading = df[numeric].isna().any(axis=1).to_numpy()
+        df = df[~leading].copy()
+        top, bottom = np.fmax(df["open"], df["close"]), np.fmin(df["open"], df["close"])
+        df["high"] = np.fmax(df["high"], top)
+        df["low"] = np.fmin(df["low"], bottom)
+        if leading.any():
+            report.counts["leading rows without a value to fill from"] = int(leading.sum())
+    if report:
+        action = "dropped the rows" if on_error == "drop" else "forward-filled / widened the cells"
+        log.warning("%s: %s; %s (on_error=%r); %d rows remain", source, report.summary(), action, on_error, len(df))
+    if df.empty:
+        raise ValueError(f"{source}: no valid rows left after on_error={on_error!r}")
+
+    _check_gaps(df, report.source, row_label, gap_limit, on_error)
+    return df.drop(columns=["_row", "_bad_date"]).reset_index(drop=True)
+
+
+def _check_gaps(df: pd.DataFrame, source: str, row_label: str, limit: pd.Timedelta | None, on_error: OnError) -> None:
+    if len(df) < 2:
+        return
+    step = df["timestamp"].diff().iloc[1:]
+    spacing, largest = step.median(), step.max()
+    where = int(step.to_numpy().argmax()) + 1
+    log.info(
+        "%s: %d bars, typical spacing %s, largest gap %s before %s %d (%s)",
+        source,
+        len(df),
+        spacing,
+        largest,
+        row_label,
+        df["_row"].iloc[where],
+        df["timestamp"].iloc[where],
+    )
+    if limit is None:
+        return
+    over = (step > limit).to_numpy()
+    if not over.any():
+        return
+    at = np.flatnonzero(over) + 1
+    details = [
+        f"{row_label} {df['_row'].iloc[i]}, column 'timestamp': gap of {step.iloc[i - 1]} after "
+        f"{df['timestamp'].iloc[i - 1]}"
+        for i in at[:_MAX_EXAMPLES]
+    ]
+    if on_error == "error":
+        raise ValueError(
+            f"{source}: {len(at)} gaps longer than max_gap={limit}\n  "
+            + "\n  ".join(details)
+            + "\nPass on_error='drop' or 'ffill' to split the series at the gaps instead."
+        )
+    log.warning("%s: %d gaps longer than max_gap=%s; no window will span them", source, len(at), limit)

@@ -1,0 +1,80 @@
+"""Each baseline computes what it claims, on series small enough to check by hand."""
+
+from __future__ import annotations
+
+import torch
+
+from lightning_tf.kline.baselines import DLinearBaseline, drift, mean_forecast, moving_average, persistence
+
+PAST = torch.tensor([1.0, 2.0, 3.0, 6.0]).view(1, 4, 1)  # (B=1, L=4, K=1)
+
+
+def test_persistence_repeats_the_last_value_or_predicts_no_change() -> None:
+    assert persistence(PAST, 3).flatten().tolist() == [6.0, 6.0, 6.0]
+    assert persistence(PAST, 3, returns=True).flatten().tolist() == [0.0, 0.0, 0.0]
+
+
+def test_mean_and_drift() -> None:
+    assert mean_forecast(PAST, 2).flatten().tolist() == [3.0, 3.0]
+    # one-bar returns: the drift is the mean return at every step, accumulated for cumulative targets
+    assert mean_forecast(PAST, 2, returns=True, cumulative=False).flatten().tolist() == [3.0, 3.0]
+    assert mean_forecast(PAST, 3, returns=True, cumulative=True).flatten().tolist() == [3.0, 6.0, 9.0]
+    # the line through the first (1) and last (6) values: slope 5/3 per bar
+    torch.testing.assert_close(drift(PAST, 3).flatten(), torch.tensor([6 + 5 / 3, 6 + 10 / 3, 11.0]))
+
+
+def test_moving_average_pads_with_the_end_values() -> None:
+    x = torch.tensor([1.0, 2.0, 3.0, 4.0, 8.0]).view(1, 5, 1)
+    torch.testing.assert_close(
+        moving_average(x, 3).flatten(), torch.tensor([4 / 3, 2.0, 3.0, 5.0, 20 / 3])
+    )
+
+
+def _windows(series: torch.Tensor, L: int, F: int) -> tuple[torch.Tensor, torch.Tensor]:
+    idx = torch.arange(len(series) - L - F + 1)
+    x = torch.stack([series[i : i + L] for i in idx])  # (B, L, C)
+    y = torch.stack([series[i + L : i + L + F] for i in idx])  # (B, F, C)
+    return x, y
+
+
+def test_dlinear_recovers_an_exactly_linear_rule() -> None:
+    # an AR(2) with no noise: every future value is a fixed linear function of the context
+    T, L, F = 300, 12, 4
+    s = torch.zeros(T, 2, dtype=torch.float64)
+    s[:2] = torch.tensor([[1.0, -0.5], [0.3, 0.8]], dtype=torch.float64)
+    for t in range(2, T):
+        s[t] = 1.6 * s[t - 1] - 0.8 * s[t - 2] + 0.1
+    x, y = _windows(s, L, F)
+    for channels in ([0, 1], None):
+        base = DLinearBaseline(L, F, kernel_size=5, target_channels=channels, n_targets=2)
+        base.fit([(x[:150], y[:150]), (x[150:200], y[150:200])], ridges=(0.0,))
+        torch.testing.assert_close(base(x[200:]), y[200:], atol=1e-6, rtol=1e-6)
+
+
+def test_dlinear_is_the_dlinear_architecture() -> None:
+    """The fitted weights, read as DLinear's two linear layers over remainder and trend, give the
+    same forecast as the closed form."""
+    L, F, k = 16, 3, 5
+    x = torch.randn(64, L, 1, dtype=torch.float64)
+    y = torch.randn(64, F, 1, dtype=torch.float64)
+    base = DLinearBaseline(L, F, kernel_size=k, target_channels=[0]).fit([(x, y)], ridges=(0.1,))
+    w = base.weight  # (2L + 1, F)
+    trend = moving_average(x, k)[..., 0]  # (B, L)
+    seasonal = x[..., 0] - trend
+    expected = seasonal @ w[:L] + trend @ w[L : 2 * L] + w[-1]  # (B, F)
+    torch.testing.assert_close(base(x)[..., 0], expected)
+
+
+def test_dlinear_chooses_the_ridge_on_validation() -> None:
+    # few noisy training windows and many features: an unpenalised fit overfits, a ridge does better
+    g = torch.Generator().manual_seed(0)
+    L, F = 48, 2
+    x = torch.randn(60, L, 1, generator=g, dtype=torch.float64)
+    y = x[:, -1:, :].expand(-1, F, -1) + torch.randn(60, F, 1, generator=g, dtype=torch.float64)
+    xv = torch.randn(200, L, 1, generator=g, dtype=torch.float64)
+    yv = xv[:, -1:, :].expand(-1, F, -1) + torch.randn(200, F, 1, generator=g, dtype=torch.float64)
+    chosen = DLinearBaseline(L, F, 5, target_channels=[0]).fit([(x, y)], [(xv, yv)])
+    plain = DLinearBaseline(L, F, 5, target_channels=[0]).fit([(x, y)], ridges=(0.0,))
+    assert chosen.ridge is not None and chosen.ridge > 0
+    mse = lambda b: float(((b(xv) - yv) ** 2).mean())
+    assert mse(chosen) < mse(plain)
