@@ -1,0 +1,542 @@
+"""Seq2SeqTransformer: the encoder-decoder of Vaswani et al. 2017 ("Attention Is All You Need") for
+machine translation, as a LightningModule.
+
+Training follows the paper: label-smoothed cross-entropy (sec. 5.4), Adam with beta2 = 0.98 and
+eps = 1e-9 and the inverse-square-root warmup schedule (sec. 5.3), shared and tied embeddings
+(sec. 3.4, Press & Wolf 2017). Evaluation decodes with beam search (GNMT length penalty, see
+:mod:`.decoding`) and scores detokenised text with sacreBLEU (Post 2018) and chrF (Popovic 2015).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from lightning.pytorch import LightningModule
+from lightning.pytorch.loggers import WandbLogger
+from sacrebleu.metrics import BLEU, CHRF
+from torch import Tensor, nn
+from torchmetrics.classification import MulticlassAccuracy
+from torchmetrics.text import Perplexity
+
+from lightning_tf.core import (
+    Activation,
+    Decoder,
+    DecoderCache,
+    Encoder,
+    OutputProjection,
+    PositionalName,
+    TokenEmbedding,
+    padding_mask,
+)
+
+from .decoding import beam_search, greedy_search
+from .tokenizer import BOS_ID, EOS_ID, PAD_ID, BPETokenizer
+
+__all__ = ["PRESETS", "Preset", "Seq2SeqTransformer", "cosine_factor", "noam_factor"]
+
+log = logging.getLogger(__name__)
+
+Preset = Literal["base", "small", "tiny"]
+Schedule = Literal["noam", "cosine", "constant"]
+
+#: Model sizes by name. ``base`` is the paper's base model (Table 3); ``small`` and ``tiny`` train on a CPU.
+PRESETS: dict[str, dict[str, Any]] = {
+    "base": dict(d_model=512, n_heads=8, n_layers=6, d_ff=2048, dropout=0.1, norm_first=False),
+    "small": dict(d_model=256, n_heads=4, n_layers=3, d_ff=1024, dropout=0.1, norm_first=True),
+    "tiny": dict(d_model=128, n_heads=4, n_layers=2, d_ff=512, dropout=0.1, norm_first=True),
+}
+
+_ABSOLUTE_PE = ("sinusoidal", "learned")
+
+
+def noam_factor(step: int, warmup_steps: int) -> float:
+    """Inverse-square-root schedule with linear warmup, as a multiple of the peak rate:
+    ``min((step + 1) / warmup, sqrt(warmup / (step + 1)))``; the peak (1.0) is reached at
+    ``step = warmup - 1``. With peak ``d_model^-0.5 * warmup^-0.5`` it is the paper's eq. (3)."""
+    s = step + 1
+    return min(s / warmup_steps, math.sqrt(warmup_steps / s))
+
+
+def cosine_factor(step: int, warmup_steps: int, total_steps: int) -> float:
+    """Linear warmup to 1.0, then cosine decay to 0 at ``total_steps``."""
+    s = step + 1
+    if s <= warmup_steps:
+        return s / warmup_steps
+    progress = min((s - warmup_steps) / max(total_steps - warmup_steps, 1), 1.0)
+    return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+class Seq2SeqTransformer(LightningModule):
+    """Encoder-decoder Transformer for translation with greedy/beam decoding on the KV cache.
+
+    Size arguments left at ``None`` come from ``preset``; any given explicitly overrides it.
+
+    Args:
+        vocab_size: id capacity V of the tokenizer; must equal the DataModule's ``vocab_size``.
+        preset: ``base`` (6+6 layers, d_model 512, 8 heads, d_ff 2048, Post-LN, dropout 0.1: the
+            paper's base model), ``small`` (3+3, 256, 4, 1024, Pre-LN) or ``tiny`` (2+2, 128, 4, 512, Pre-LN).
+        d_model: model width D.
+        n_heads: attention heads H.
+        n_layers: encoder layers (and decoder layers unless ``n_decoder_layers`` is set).
+        n_decoder_layers: decoder layers; defaults to ``n_layers``.
+        d_ff: feed-forward width.
+        dropout: dropout on embeddings, sublayer outputs and feed-forward hidden units.
+        attn_dropout: dropout on attention weights.
+        norm_first: Pre-LN (True) or Post-LN (False, the paper's).
+        activation: feed-forward activation.
+        pos_encoding: positional encoding of both stacks.
+        max_len: positions covered by absolute encodings (``sinusoidal``/``learned``): the longest
+            source, and the longest output of decoding.
+        share_embeddings: one embedding table for source and target (needs a joint vocabulary to be
+            meaningful).
+        tie_output: the output projection reuses the target embedding matrix.
+        label_smoothing: label smoothing of the cross-entropy (PAD targets are ignored).
+        lr: peak learning rate.
+        schedule: ``noam`` (linear warmup, then inverse square root), ``cosine`` (linear warmup, cosine
+            decay to 0 at the end of training) or ``constant`` (linear warmup, then flat).
+        warmup_steps: optimizer steps of linear warmup.
+        total_steps: length of the cosine schedule; defaults to the Trainer's estimated steps.
+        adam_betas: Adam's betas.
+        adam_eps: Adam's epsilon.
+        weight_decay: decoupled weight decay on matrices (0: plain Adam).
+        beam_size: beam width of validation, test, predict and :meth:`translate` (1: greedy).
+        alpha: length-penalty exponent of beam search, ``((5 + len) / 6) ** alpha``.
+        extra_len: decoding stops after ``source length + extra_len`` tokens.
+        no_repeat_ngram_size: block repeated n-grams of this size in decoding (0: off).
+        bleu_every_n_epochs: decode the validation set and log BLEU/chrF every this many epochs.
+        bleu_max_batches: decode at most this many validation batches (None: all); test decodes all.
+        n_logged_samples: translations shown in the logged sample table (wandb only).
+    """
+
+    def __init__(
+        self,
+        vocab_size: int = 8000,
+        preset: Preset = "small",
+        d_model: int | None = None,
+        n_heads: int | None = None,
+        n_layers: int | None = None,
+        n_decoder_layers: int | None = None,
+        d_ff: int | None = None,
+        dropout: float | None = None,
+        attn_dropout: float = 0.0,
+        norm_first: bool | None = None,
+        activation: Activation = "relu",
+        pos_encoding: PositionalName = "sinusoidal",
+        max_len: int = 256,
+        share_embeddings: bool = True,
+        tie_output: bool = True,
+        label_smoothing: float = 0.1,
+        lr: float = 7e-4,
+        schedule: Schedule = "noam",
+        warmup_steps: int = 4000,
+        total_steps: int | None = None,
+        adam_betas: tuple[float, float] = (0.9, 0.98),
+        adam_eps: float = 1e-9,
+        weight_decay: float = 0.0,
+        beam_size: int = 4,
+        alpha: float = 0.6,
+        extra_len: int = 50,
+        no_repeat_ngram_size: int = 0,
+        bleu_every_n_epochs: int = 1,
+        bleu_max_batches: int | None = None,
+        n_logged_samples: int = 10,
+    ) -> None:
+        super().__init__()
+        if preset not in PRESETS:
+            raise ValueError(f"unknown preset {preset!r}; expected one of {list(PRESETS)}")
+        if vocab_size <= EOS_ID:
+            raise ValueError(f"vocab_size ({vocab_size}) must exceed the special ids (pad, unk, bos, eos)")
+        for name, value in (
+            ("warmup_steps", warmup_steps),
+            ("beam_size", beam_size),
+            ("bleu_every_n_epochs", bleu_every_n_epochs),
+        ):
+            if value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}")
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing must lie in [0, 1), got {label_smoothing}")
+        self.save_hyperparameters()
+        given = dict(
+            d_model=d_model, n_heads=n_heads, n_layers=n_layers, d_ff=d_ff, dropout=dropout, norm_first=norm_first
+        )
+        size = {k: PRESETS[preset][k] if v is None else v for k, v in given.items()}
+        #: the resolved sizes (preset plus overrides)
+        self.size = size | {"n_decoder_layers": size["n_layers"] if n_decoder_layers is None else n_decoder_layers}
+        stack = dict(
+            d_model=size["d_model"],
+            n_heads=size["n_heads"],
+            d_ff=size["d_ff"],
+            dropout=size["dropout"],
+            attn_dropout=attn_dropout,
+            activation=activation,
+            norm_first=size["norm_first"],
+            pos_encoding=pos_encoding,
+            max_len=max_len,
+        )
+        D = size["d_model"]
+        self.tgt_embed = TokenEmbedding(vocab_size, D, padding_idx=PAD_ID)
+        self.src_embed = None if share_embeddings else TokenEmbedding(vocab_size, D, padding_idx=PAD_ID)
+        self.encoder = Encoder(n_layers=size["n_layers"], **stack)
+        self.decoder = Decoder(n_layers=self.size["n_decoder_layers"], **stack)
+        self.head = OutputProjection(D, vocab_size, tie_to=self.tgt_embed if tie_output else None)
+
+        self.tokenizer: BPETokenizer | None = None
+        self.metrics = nn.ModuleDict(
+            {
+                f"{stage}_{name}": metric
+                for stage in ("train", "val", "test")
+                for name, metric in (
+                    ("token_acc", MulticlassAccuracy(vocab_size, average="micro", ignore_index=PAD_ID)),
+                    ("perplexity", Perplexity(ignore_index=PAD_ID)),
+                )
+            }
+        )
+        self._decoded: dict[str, tuple[list[str], list[str]]] = {}
+        self._samples: dict[str, list[list[str]]] = {}
+        self._attention_logged: set[str] = set()
+        self._signature_logged = False
+
+    # ------------------------------------------------------------------ model
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
+        """Source ids ``(B, S)`` -> memory ``(B, S, D)`` and the source key mask ``(B, 1, 1, S)``."""
+        src_mask = padding_mask(src, PAD_ID)  # (B, 1, 1, S)
+        embed = self.tgt_embed if self.src_embed is None else self.src_embed
+        return self.encoder(embed(src), src_mask), src_mask  # (B, S, D)
+
+    def decode(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, cache: DecoderCache | None = None) -> Tensor:
+        """Target ids ``(B, T)`` -> next-token logits ``(B, T, V)``; with a cache, ``tgt`` holds only the
+        positions not decoded yet. Target padding needs no mask: it follows every real token, and
+        causality already hides later positions."""
+        h = self.decoder(self.tgt_embed(tgt), memory, memory_mask=src_mask, cache=cache)  # (B, T, D)
+        return self.head(h)  # (B, T, V)
+
+    def decode_step(self, tgt: Tensor, memory: Tensor, src_mask: Tensor, cache: DecoderCache | None = None) -> Tensor:
+        """Next-token logits ``(B, V)`` after ``tgt (B, T)`` (with a cache: only the new positions); the
+        output projection runs on the last position only."""
+        h = self.decoder(self.tgt_embed(tgt), memory, memory_mask=src_mask, cache=cache)  # (B, T, D)
+        return self.head(h[:, -1])  # (B, V)
+
+    def init_cache(self, capacity: int) -> DecoderCache:
+        """An empty decoder cache for ``capacity`` target positions."""
+        return self.decoder.init_cache(capacity)
+
+    def forward(self, src_ids: Tensor, tgt_ids: Tensor) -> Tensor:
+        """Teacher-forced logits: ``src_ids (B, S)`` and ``tgt_ids (B, T)`` (BOS first) -> ``(B, T, V)``;
+        position t predicts target token t + 1."""
+        memory, src_mask = self.encode(src_ids)  # (B, S, D)
+        return self.decode(tgt_ids, memory, src_mask)  # (B, T, V)
+
+    @torch.no_grad()
+    def cross_attention(self, src_ids: Tensor, tgt_ids: Tensor) -> list[Tensor]:
+        """Per decoder layer, the cross-attention weights ``(B, H, T, S)`` of a teacher-forced pass."""
+        memory, src_mask = self.encode(src_ids)  # (B, S, D)
+        _, _, cross = self.decoder(self.tgt_embed(tgt_ids), memory, memory_mask=src_mask, need_weights=True)
+        return cross
+
+    # --------------------------------------------------------------- decoding
+    def max_new_tokens(self, src_ids: Tensor, extra_len: int | None = None) -> Tensor:
+        """Per-sentence output limit ``(B,)``: source length (EOS included) + ``extra_len``, capped so
+        absolute positional encodings cover every decoder position."""
+        extra = self.hparams.extra_len if extra_len is None else extra_len
+        limit = (src_ids != PAD_ID).sum(1) + extra  # (B,)
+        if self.hparams.pos_encoding in _ABSOLUTE_PE:
+            limit = limit.clamp(max=self.hparams.max_len - 1)  # BOS takes position 0
+        return limit.clamp(min=1)
+
+    @torch.no_grad()
+    def generate(
+        self,
+        src_ids: Tensor,
+        beam_size: int | None = None,
+        alpha: float | None = None,
+        extra_len: int | None = None,
+        no_repeat_ngram_size: int | None = None,
+        use_cache: bool = True,
+    ) -> Tensor:
+        """Decode ``src_ids (B, S)`` into ids ``(B, T)`` (each row ends with EOS, then PAD); arguments left
+        at None take the module's hyperparameters."""
+        hp = self.hparams
+        beam_size = hp.beam_size if beam_size is None else beam_size
+        ngram = hp.no_repeat_ngram_size if no_repeat_ngram_size is None else no_repeat_ngram_size
+        limit = self.max_new_tokens(src_ids, extra_len)
+        ids = dict(pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID, no_repeat_ngram_size=ngram, use_cache=use_cache)
+        if beam_size == 1:
+            return greedy_search(self, src_ids, limit, **ids)
+        out, _ = beam_search(
+            self, src_ids, limit, beam_size=beam_size, alpha=hp.alpha if alpha is None else alpha, **ids
+        )
+        return out
+
+    def _require_tokenizer(self) -> BPETokenizer:
+        if self.tokenizer is None:
+            raise RuntimeError(
+                "this Seq2SeqTransformer has no tokenizer: train it with a TranslationDataModule, load it from a "
+                "checkpoint of such a run, or assign model.tokenizer = BPETokenizer(...)"
+            )
+        return self.tokenizer
+
+    def encode_texts(self, texts: Sequence[str]) -> Tensor:
+        """Tokenise raw source sentences into ids ``(B, S)``: tokens + EOS, right-padded with PAD."""
+        tok = self._require_tokenizer()
+        rows = [ids + [EOS_ID] for ids in tok.encode(list(texts), side="src")]
+        longest = max((len(r) for r in rows), default=0)
+        if self.hparams.pos_encoding in _ABSOLUTE_PE and longest > self.hparams.max_len:
+            i = max(range(len(rows)), key=lambda j: len(rows[j]))
+            raise ValueError(
+                f"sentence {i} has {len(rows[i])} tokens (EOS included), more than max_len ({self.hparams.max_len}) "
+                f"of the {self.hparams.pos_encoding} positional encoding"
+            )
+        src = torch.full((len(rows), longest), PAD_ID, dtype=torch.long)
+        for b, r in enumerate(rows):
+            src[b, : len(r)] = torch.tensor(r)
+        return src.to(self.device)
+
+    @torch.no_grad()
+    def translate(
+        self,
+        texts: Sequence[str],
+        beam_size: int | None = None,
+        alpha: float | None = None,
+        extra_len: int | None = None,
+        no_repeat_ngram_size: int | None = None,
+        batch_size: int = 64,
+    ) -> list[str]:
+        """Translate raw sentences with the tokenizer stored in the model (or its checkpoint).
+
+        Args:
+            texts: source sentences.
+            beam_size: beam width (1: greedy); defaults to the hyperparameter.
+            alpha: length-penalty exponent; defaults to the hyperparameter.
+            extra_len: output limit beyond the source length; defaults to the hyperparameter.
+            no_repeat_ngram_size: n-gram blocking (0: off); defaults to the hyperparameter.
+            batch_size: sentences decoded together (sorted by length to limit padding).
+
+        Returns:
+            One translation per input, in input order.
+        """
+        if isinstance(texts, str):
+            raise TypeError("translate expects a list of sentences, got one str; wrap it in a list")
+        tok = self._require_tokenizer()
+        was_training = self.training
+        self.eval()
+        try:
+            lengths = [len(ids) for ids in tok.encode(list(texts), side="src")]
+            order = sorted(range(len(texts)), key=lambda i: lengths[i])
+            out: list[str] = [""] * len(texts)
+            for start in range(0, len(order), batch_size):
+                chunk = order[start : start + batch_size]
+                src = self.encode_texts([texts[i] for i in chunk])  # (b, S)
+                hyp = self.generate(src, beam_size, alpha, extra_len, no_repeat_ngram_size)  # (b, T)
+                for i, text in zip(chunk, tok.decode(hyp, side="tgt"), strict=True):
+                    out[i] = text
+        finally:
+            self.train(was_training)
+        return out
+
+    # --------------------------------------------------------------- training
+    def setup(self, stage: str) -> None:
+        dm = getattr(self.trainer, "datamodule", None)
+        if dm is None:
+            return
+        data_vocab = getattr(dm, "vocab_size", None)
+        if data_vocab is not None and data_vocab != self.hparams.vocab_size:
+            raise ValueError(
+                f"model vocab_size ({self.hparams.vocab_size}) differs from the data's vocab_size ({data_vocab}); "
+                f"set model.vocab_size to {data_vocab}"
+            )
+        tokenizer = getattr(dm, "tokenizer", None)
+        if tokenizer is not None:
+            if self.tokenizer is not None and stage != "fit" and self.tokenizer.to_dict() != tokenizer.to_dict():
+                log.warning("the DataModule's tokenizer differs from the model's; decoding with the DataModule's")
+            self.tokenizer = tokenizer
+            if self.hparams.share_embeddings and not tokenizer.joint:
+                log.warning("share_embeddings=True with separate source/target vocabularies: ids collide in one table")
+
+    def loss(self, batch: dict[str, Any]) -> tuple[Tensor, Tensor, Tensor]:
+        """Teacher-forced label-smoothed cross-entropy of a batch (PAD targets ignored); returns the
+        loss, the logits ``(B, T, V)`` and the targets ``(B, T)``."""
+        src, tgt = batch["src"], batch["tgt"]  # (B, S), (B, 1 + T)
+        logits = self(src, tgt[:, :-1])  # (B, T, V): position t predicts token t + 1
+        target = tgt[:, 1:]  # (B, T)
+        loss = F.cross_entropy(
+            logits.flatten(0, 1).float(),
+            target.flatten(),
+            ignore_index=PAD_ID,
+            label_smoothing=self.hparams.label_smoothing,
+        )
+        return loss, logits, target
+
+    def _shared_step(self, batch: dict[str, Any], stage: str) -> Tensor:
+        loss, logits, target = self.loss(batch)
+        src = batch["src"]
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"{stage} loss is {loss.item()} at step {self.global_step}")
+        B = src.shape[0]
+        acc, ppl = self.metrics[f"{stage}_token_acc"], self.metrics[f"{stage}_perplexity"]
+        acc(logits.detach().argmax(-1), target)
+        ppl(logits.detach().float(), target)
+        self.log(f"{stage}/loss", loss, prog_bar=True, batch_size=B, sync_dist=stage != "train")
+        self.log(f"{stage}/token_acc", acc, prog_bar=stage != "train", batch_size=B)
+        self.log(f"{stage}/perplexity", ppl, batch_size=B)
+        return loss
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
+        return self._shared_step(batch, "train")
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._shared_step(batch, "val")
+        limit = self.hparams.bleu_max_batches
+        if self._decoding_epoch("val") and (limit is None or batch_idx < limit):
+            self._decode_batch(batch, "val")
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._shared_step(batch, "test")
+        self._decode_batch(batch, "test")
+
+    def _decoding_epoch(self, stage: str) -> bool:
+        if stage == "test":
+            return True
+        if self.trainer.sanity_checking:
+            return False
+        return (self.current_epoch + 1) % self.hparams.bleu_every_n_epochs == 0
+
+    def _texts(self, ids: Tensor) -> list[str]:
+        """Target ids -> text; without a tokenizer, the ids themselves joined by spaces (so BLEU still
+        measures id sequences)."""
+        if self.tokenizer is not None:
+            return self.tokenizer.decode(ids, side="tgt")
+        rows = []
+        for row in ids.tolist():
+            row = row[: row.index(EOS_ID)] if EOS_ID in row else row
+            rows.append(" ".join(str(i) for i in row if i not in (PAD_ID, BOS_ID)))
+        return rows
+
+    def _decode_batch(self, batch: dict[str, Any], stage: str) -> None:
+        hyps = self._texts(self.generate(batch["src"]))
+        refs = batch["tgt_text"] if "tgt_text" in batch else self._texts(batch["tgt"])
+        got_h, got_r = self._decoded.setdefault(stage, ([], []))
+        got_h.extend(hyps)
+        got_r.extend(refs)
+        samples = self._samples.setdefault(stage, [])
+        srcs = batch["src_text"] if "src_text" in batch else [" ".join(map(str, r)) for r in batch["src"].tolist()]
+        for s, r, h in zip(srcs, refs, hyps, strict=True):
+            if len(samples) < self.hparams.n_logged_samples:
+                samples.append([s, r, h])
+        if isinstance(self.logger, WandbLogger) and stage not in self._attention_logged:
+            self._attention_logged.add(stage)  # one heatmap per decoding epoch: the first sentence decoded
+            self._log_attention(batch["src"][:1], stage)
+
+    def _gather(self, items: list[str]) -> list[str]:
+        if self.trainer.world_size <= 1:
+            return items
+        parts: list[list[str] | None] = [None] * self.trainer.world_size
+        torch.distributed.all_gather_object(parts, items)
+        return [x for part in parts for x in (part or [])]
+
+    def _end_decoding_epoch(self, stage: str) -> None:
+        hyps, refs = self._decoded.pop(stage, ([], []))
+        samples = self._samples.pop(stage, [])
+        self._attention_logged.discard(stage)
+        if not self._decoding_epoch(stage):
+            return
+        hyps, refs = self._gather(hyps), self._gather(refs)
+        if not hyps:
+            return
+        bleu, chrf = BLEU(), CHRF()
+        bleu_score = bleu.corpus_score(hyps, [refs])
+        chrf_score = chrf.corpus_score(hyps, [refs])
+        self.log(f"{stage}/bleu", bleu_score.score, prog_bar=True, rank_zero_only=True)
+        self.log(f"{stage}/chrf", chrf_score.score, rank_zero_only=True)
+        log.info("%s: %s | %s (%d sentences)", stage, bleu_score, chrf_score, len(hyps))
+        if not self._signature_logged:
+            signature = {
+                "sacrebleu_bleu_signature": str(bleu.get_signature()),
+                "sacrebleu_chrf_signature": str(chrf.get_signature()),
+            }
+            log.info("sacreBLEU signatures: %s", signature)
+            if self.logger is not None:
+                self.logger.log_hyperparams(signature)
+            self._signature_logged = True
+        if isinstance(self.logger, WandbLogger) and samples:
+            self.logger.log_table(key=f"{stage}/samples", columns=["source", "reference", "translation"], data=samples)
+
+    def on_validation_epoch_end(self) -> None:
+        self._end_decoding_epoch("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._end_decoding_epoch("test")
+
+    def _log_attention(self, src: Tensor, stage: str) -> None:
+        """Log the cross-attention of the model's own translation of ``src (1, S)`` as a layer x head grid."""
+        from .plots import cross_attention_figure, figure_to_array
+
+        hyp = self.generate(src, beam_size=1)  # (1, T)
+        tgt = torch.cat((torch.full_like(hyp[:, :1], BOS_ID), hyp), dim=1)[:, :-1]  # (1, T): input predicting hyp
+        weights = [w[0] for w in self.cross_attention(src, tgt)]  # L x (H, T, S)
+        src_tokens, tgt_tokens = self._token_strings(src[0]), self._token_strings(hyp[0])
+        fig = cross_attention_figure(weights, src_tokens, tgt_tokens, title=f"{stage} epoch {self.current_epoch}")
+        assert isinstance(self.logger, WandbLogger)
+        self.logger.log_image(key=f"{stage}/cross_attention", images=[figure_to_array(fig)], step=self.global_step)
+
+    def _token_strings(self, ids: Tensor) -> list[str]:
+        if self.tokenizer is None:
+            return [str(i) for i in ids.tolist()]
+        specials = {PAD_ID: "<pad>", BOS_ID: "<s>", EOS_ID: "</s>"}
+        vocab = self.tokenizer.tgt
+        return [specials.get(i) or vocab.id_to_token(i) or str(i) for i in ids.tolist()]
+
+    # ---------------------------------------------------------------- predict
+    def predict_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Any]:
+        """Translate a batch; returns ``{"index": [...], "translation": [...]}`` (index = input line), which
+        :class:`~lightning_tf.text.TranslationWriter` writes to a file in input order."""
+        hyps = self._texts(self.generate(batch["src"]))
+        index = batch["index"].tolist() if "index" in batch else list(range(len(hyps)))
+        return {"index": index, "translation": hyps}
+
+    # ------------------------------------------------------- checkpoint, optim
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if self.tokenizer is not None:
+            checkpoint["tokenizer"] = self.tokenizer.to_dict()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if "tokenizer" in checkpoint:
+            self.tokenizer = BPETokenizer.from_dict(checkpoint["tokenizer"])
+
+    def lr_factor(self) -> Callable[[int], float]:
+        """The schedule as a function of the optimizer step (a multiple of ``lr``)."""
+        hp = self.hparams
+        warmup = hp.warmup_steps
+        if hp.schedule == "noam":
+            return lambda step: noam_factor(step, warmup)
+        if hp.schedule == "constant":
+            return lambda step: min((step + 1) / warmup, 1.0)
+        total = hp.total_steps
+        if total is None:
+            estimated = self.trainer.estimated_stepping_batches
+            if not math.isfinite(estimated):
+                raise ValueError(
+                    "schedule 'cosine' needs a length: set model.total_steps, or trainer.max_steps / max_epochs"
+                )
+            total = int(estimated)
+        return lambda step: cosine_factor(step, warmup, total)
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        hp = self.hparams
+        params = [p for p in self.parameters() if p.requires_grad]
+        decay = [p for p in params if p.dim() >= 2]
+        no_decay = [p for p in params if p.dim() < 2]
+        optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": hp.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=hp.lr,
+            betas=tuple(hp.adam_betas),
+            eps=hp.adam_eps,
+        )
+        # stepped every optimizer step; its step count is checkpointed, so a resumed run continues the
+        # schedule where it stopped instead of warming up again
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, self.lr_factor())
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1}}
