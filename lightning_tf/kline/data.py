@@ -37,7 +37,14 @@ from .features import DEFAULT_FEATURES, Target, check_feature_names, compute_fea
 from .io import parse_timestamps, read_bars
 from .validation import ON_ERROR_CHOICES, OnError
 
-__all__ = ["KLineDataModule", "MultivariateDataModule", "WindowDataset", "chronological_borders", "ett_borders"]
+__all__ = [
+    "KLineDataModule",
+    "MultivariateDataModule",
+    "WindowDataset",
+    "chronological_borders",
+    "ett_borders",
+    "next_timestamps",
+]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +58,14 @@ def _resolve(path: str) -> Path:
     if not p.exists() and not p.is_absolute() and (_REPO_ROOT / p).exists():
         return _REPO_ROOT / p
     return p
+
+
+def _parse_date(name: str, value: str) -> pd.Timestamp:
+    """``value`` as a timestamp, or a ValueError naming the argument ``name``."""
+    try:
+        return pd.Timestamp(value)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"{name} {value!r} is not a date such as '2011-07-13' ({e})") from None
 
 
 def _batched(batch: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -152,6 +167,36 @@ def _split_ends(
     return {k: np.arange(a, b + 1, dtype=np.int64) for k, (a, b) in spans.items()}
 
 
+def next_timestamps(ts: pd.DatetimeIndex, n: int, session_days: int = 20) -> pd.DatetimeIndex:
+    """Timestamps of the ``n`` bars after ``ts`` (ascending), following the series' own calendar.
+
+    Daily bars without weekend rows continue on business days. Intraday bars continue on the
+    trading session seen in the data: the times of day that bars had on the last ``session_days``
+    days before the last one (so an exchange's lunch break and close are skipped: after 11:30 come
+    13:05 ... on an A-share 5-minute series, after the close the next business day's open), moving
+    on by business days, or calendar days where the series has weekend bars. Holidays are not
+    known. Other spacings, and intraday data of a single day, continue at the median spacing.
+    """
+    step = pd.Series(ts).diff().median()
+    last = ts[-1]
+    weekends = bool((ts.day_of_week >= 5).any())
+    if step == pd.Timedelta(days=1) and not weekends:
+        return pd.bdate_range(last + pd.offsets.BDay(1), periods=n, freq="B") + (last - last.normalize())
+    days = ts.normalize()
+    earlier = days.unique()[:-1][-session_days:]  # whole days before the (possibly partial) last one
+    if step < pd.Timedelta(days=1) and len(earlier):
+        seen = ts[days.isin(earlier) | (days == days[-1])]
+        slots = np.unique((seen - seen.normalize()).to_numpy())  # times of day with bars, ascending
+        day, out = last.normalize(), []
+        later = slots[slots > (last - day).to_timedelta64()]
+        while len(out) < n:
+            out.extend(day + pd.Timedelta(s) for s in later[: n - len(out)])
+            day = day + (pd.Timedelta(days=1) if weekends else pd.offsets.BDay(1))
+            later = slots
+        return pd.DatetimeIndex(out)
+    return pd.DatetimeIndex([last + step * (i + 1) for i in range(n)])
+
+
 class _WindowDataModule(LightningDataModule):
     """Loaders shared by both data modules: shuffled training windows, every evaluation window."""
 
@@ -160,6 +205,12 @@ class _WindowDataModule(LightningDataModule):
     def _loader(self, split: str) -> DataLoader:
         if split not in getattr(self, "datasets", {}):
             raise RuntimeError(f"no {split} windows: call setup() first")
+        if split == "test" and len(self.datasets[split]) == 0:
+            # an empty test would "pass" without scoring anything
+            raise ValueError(
+                f"{self.hparams.path}: no test windows; the test split has fewer than horizon "
+                f"({self.horizon}) bars after its border (check test_start / the split fractions)"
+            )
         train = split == "train"
         generator = torch.Generator().manual_seed(self.hparams.seed) if train else None
         return DataLoader(
@@ -208,18 +259,11 @@ class _WindowDataModule(LightningDataModule):
     def future_timestamps(self, n: int | None = None, ticker: int = 0) -> pd.DatetimeIndex:
         """Timestamps of the ``n`` (default ``horizon``) bars after the end of the predict data.
 
-        Daily bars without weekend rows continue on business days (holidays are not known); other
-        spacings continue at the median spacing of the series.
+        See :func:`next_timestamps`.
         """
         if "predict" not in self.datasets:
             self.setup("predict")
-        n = self.horizon if n is None else n
-        ts = self._predict_times[ticker]
-        step = pd.Series(ts).diff().median()
-        last = ts[-1]
-        if step == pd.Timedelta(days=1) and not (ts.day_of_week >= 5).any():
-            return pd.bdate_range(last + pd.offsets.BDay(1), periods=n, freq="B") + (last - last.normalize())
-        return pd.DatetimeIndex([last + step * (i + 1) for i in range(n)])
+        return next_timestamps(self._predict_times[ticker], self.horizon if n is None else n)
 
 
 class KLineDataModule(_WindowDataModule):
@@ -228,7 +272,8 @@ class KLineDataModule(_WindowDataModule):
     Reads one file, a folder with one file per ticker or a long table (see
     :func:`lightning_tf.kline.io.read_bars`), builds per-bar features (see
     :mod:`lightning_tf.kline.features`), splits every ticker chronologically and scales it with
-    statistics of its own training rows. A panel of tickers trains one model.
+    statistics of its own training rows. A panel of tickers trains one model. ``target_kind`` tells
+    the model how to read the target: ``"return"`` for ``log_return``, ``"level"`` for ``close``.
 
     Args:
         path: CSV/Parquet file or folder of bars; relative paths not found from the working
@@ -291,18 +336,26 @@ class KLineDataModule(_WindowDataModule):
             )
         if (val_start is None) != (test_start is None):
             raise ValueError(f"give both val_start ({val_start!r}) and test_start ({test_start!r}) or neither")
-        if val_start is not None and pd.Timestamp(val_start) >= pd.Timestamp(test_start):
+        if val_start is not None and _parse_date("val_start", val_start) >= _parse_date("test_start", test_start):
             raise ValueError(f"val_start ({val_start}) must come before test_start ({test_start})")
         if on_error not in ON_ERROR_CHOICES:
             raise ValueError(f"on_error must be one of {ON_ERROR_CHOICES}, got {on_error!r}")
         if max_gap is not None:
-            pd.Timedelta(max_gap)  # fail here, not in setup, on a malformed string
+            try:  # fail here, not in setup, on a malformed string
+                pd.Timedelta(max_gap)
+            except ValueError as e:
+                raise ValueError(f"max_gap {max_gap!r} is not a duration such as '10D' or '2h' ({e})") from None
+        for name, window in (("volatility_window", volatility_window), ("volume_window", volume_window)):
+            if window < 2:  # a rolling std of one bar is NaN everywhere
+                raise ValueError(f"{name} ({window}) must be at least 2 bars")
         if batch_size < 1:
             raise ValueError(f"batch_size ({batch_size}) must be >= 1")
         self.save_hyperparameters()
         self.context_len, self.horizon = context_len, horizon
         self.feature_names: list[str] = features
         self.target_names: list[str] = [target]
+        # Returns are forecast against a zero return and rebuilt into prices; levels against the last value.
+        self.target_kind: Literal["return", "level"] = "return" if target == "log_return" else "level"
         self.n_features, self.n_targets = len(features), 1
         # Where the target is itself an input channel, the model may read its scaled history there.
         self.target_channels: list[int] | None = [features.index(target)] if target in features else None
@@ -407,6 +460,7 @@ class KLineDataModule(_WindowDataModule):
             offset += n
         if not self.ticker_names:
             raise ValueError(f"{h.path}: no ticker has training rows before the validation border")
+        self._warn_overlapping_fraction_splits()
         f_mean, f_std, t_mean, t_std = (torch.tensor(np.stack(s)) for s in zip(*stats, strict=True))
         self.feature_mean, self.feature_std = f_mean, f_std  # (n_tickers, C)
         self.target_mean, self.target_std = t_mean, t_std  # (n_tickers, K)
@@ -432,6 +486,27 @@ class KLineDataModule(_WindowDataModule):
             len(self.ticker_names),
             *(len(self.datasets[s]) for s in ("train", "val", "test")),
         )
+
+    def _warn_overlapping_fraction_splits(self) -> None:
+        """Fraction splits are per ticker: in a panel whose tickers cover different years, one
+        ticker may train on days that are another's test days, and the model then learns market
+        moves of the test period from the other ticker. Say so; date borders cannot overlap."""
+        if self.hparams.val_start is not None or len(self.ticker_names) < 2:
+            return
+        starts = [(b["val_start"], b["test_start"], name) for name, b in self.borders.items()]
+        latest_train = max((s for s in starts if s[0] is not None), key=lambda s: s[0], default=None)
+        earliest_test = min((s for s in starts if s[1] is not None), key=lambda s: s[1], default=None)
+        if latest_train is not None and earliest_test is not None and latest_train[0] > earliest_test[1]:
+            log.warning(
+                "%s: fraction splits are per ticker and overlap in time: ticker %r trains on bars until %s, "
+                "after the test split of ticker %r starts (%s); the model may learn test-period market moves. "
+                "Set val_start and test_start for one calendar border across the panel.",
+                self.hparams.path,
+                latest_train[2],
+                latest_train[0],
+                earliest_test[2],
+                earliest_test[1],
+            )
 
     def _build_predict(self) -> None:
         h = self.hparams
@@ -562,7 +637,8 @@ class MultivariateDataModule(_WindowDataModule):
 
     Columns are ordered as in the file with ``target`` moved last. ``M``: all columns in, all out;
     ``S``: the target in and out; ``MS``: all in, the target out. One StandardScaler is fit on the
-    training rows and metrics are meant on that normalised scale.
+    training rows and metrics are meant on that normalised scale. The targets are levels
+    (``target_kind="level"``: persistence repeats the last value) unless said otherwise.
 
     Args:
         path: CSV file (e.g. ``ETTh1.csv``).
@@ -577,6 +653,9 @@ class MultivariateDataModule(_WindowDataModule):
         test_fraction: test share for ``fraction`` borders.
         date_column: the date column; None: ``date`` or the first column.
         scale: standardise with the training statistics (the benchmarks do).
+        target_kind: ``level`` (persistence repeats the last value: loads, prices, temperatures) or
+            ``return`` (persistence is a zero change); None: ``return`` when every target column is
+            named ``log_return``, else ``level``.
         batch_size: windows per batch.
         num_workers: DataLoader worker processes.
         seed: seed of the training-window shuffle.
@@ -594,6 +673,7 @@ class MultivariateDataModule(_WindowDataModule):
         test_fraction: float = 0.2,
         date_column: str | None = None,
         scale: bool = True,
+        target_kind: Literal["return", "level"] | None = None,
         batch_size: int = 128,
         num_workers: int = 0,
         seed: int = 0,
@@ -607,6 +687,8 @@ class MultivariateDataModule(_WindowDataModule):
             raise ValueError(f"context_len ({context_len}) and horizon ({horizon}) must be >= 1")
         if not (0 < train_fraction < 1 and 0 < test_fraction < 1 and train_fraction + test_fraction < 1):
             raise ValueError(f"need train_fraction ({train_fraction}) + test_fraction ({test_fraction}) < 1")
+        if target_kind not in (None, "return", "level"):
+            raise ValueError(f"target_kind must be 'return' or 'level' (or None), got {target_kind!r}")
         self.save_hyperparameters()
         self.context_len, self.horizon = context_len, horizon
         self.path = _resolve(path)
@@ -624,6 +706,9 @@ class MultivariateDataModule(_WindowDataModule):
         self.feature_names = [target] if features == "S" else list(self.columns)
         self.target_names = [target] if features in ("S", "MS") else list(self.columns)
         self.target_channels = [self.feature_names.index(t) for t in self.target_names]
+        if target_kind is None:
+            target_kind = "return" if all(t == "log_return" for t in self.target_names) else "level"
+        self.target_kind: Literal["return", "level"] = target_kind
         self.n_features, self.n_targets = len(self.feature_names), len(self.target_names)
         self.ticker_names = [self.path.stem]
         self.datasets = {}
@@ -657,6 +742,25 @@ class MultivariateDataModule(_WindowDataModule):
             raise ValueError(
                 f"{self.path}: line {r + 2}, column {col!r}: {str(df[col].iloc[r])!r} is not a finite number"
             )
+        stamps = parse_timestamps(df[self._date_column])
+        if stamps.isna().any():
+            r = int(np.flatnonzero(stamps.isna())[0])
+            raise ValueError(
+                f"{self.path}: line {r + 2}, column {self._date_column!r}: cannot parse "
+                f"{df[self._date_column].iloc[r]!r} as a date"
+            )
+        # Chronological splits need rows in time order: newest-first exports are reversed, anything
+        # else (shuffled rows, repeated dates) would put future rows in the training split.
+        step = np.diff(stamps.to_numpy())
+        if len(step) and (step < np.timedelta64(0)).all():
+            log.info("%s: rows are newest first; reversed to time order", self.path)
+            values, stamps = values[::-1].copy(), stamps.iloc[::-1].reset_index(drop=True)
+        elif (step <= np.timedelta64(0)).any():
+            r = int(np.flatnonzero(step <= np.timedelta64(0))[0]) + 1
+            raise ValueError(
+                f"{self.path}: line {r + 2}, column {self._date_column!r}: {stamps.iloc[r]} does not come after "
+                f"{stamps.iloc[r - 1]}; rows must be in time order without repeated dates"
+            )
         train_end, val_end, test_end = self.resolved_borders(len(df))
         self.borders = {"train_end": train_end, "val_end": val_end, "test_end": test_end}
         scaler = StandardScaler()
@@ -669,13 +773,6 @@ class MultivariateDataModule(_WindowDataModule):
         self.feature_mean = torch.tensor(scaler.mean_)[None]  # (1, C)
         self.feature_std = torch.tensor(scaler.scale_)[None]  # (1, C)
         self.target_mean, self.target_std = self.feature_mean[:, idx], self.feature_std[:, idx]  # (1, K)
-        stamps = parse_timestamps(df[self._date_column])
-        if stamps.isna().any():
-            r = int(np.flatnonzero(stamps.isna())[0])
-            raise ValueError(
-                f"{self.path}: line {r + 2}, column {self._date_column!r}: cannot parse "
-                f"{df[self._date_column].iloc[r]!r} as a date"
-            )
         self._predict_times = {0: pd.DatetimeIndex(stamps)}
         time = stamps.to_numpy().astype("datetime64[ns]").astype(np.int64)
         rows = {
@@ -689,6 +786,11 @@ class MultivariateDataModule(_WindowDataModule):
         # Rows past test_end (ETT files hold 20 months of 30 days and a few days more) are unused.
         for split, e in _split_ends(train_end, val_end, test_end, 0, L, F).items():
             self.datasets[split] = WindowDataset(ends=torch.tensor(e), context_len=L, horizon=F, **rows)
+        if len(self.datasets["train"]) == 0:
+            raise ValueError(
+                f"{self.path}: no training windows; context_len + horizon ({L + F}) exceeds the "
+                f"{train_end} training rows"
+            )
         last = torch.tensor([len(df) - 1])
         self.datasets["predict"] = WindowDataset(ends=last, context_len=L, horizon=F, **{**rows, "y": None})
         log.info(

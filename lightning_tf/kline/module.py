@@ -262,6 +262,8 @@ class KLineForecaster(LightningModule):
         dm = self._dm()
         kind = getattr(dm, "target_kind", None)
         if kind is not None:
+            if kind not in ("return", "level"):
+                raise ValueError(f"the data's target_kind must be 'return' or 'level', got {kind!r}")
             return kind == "return"
         names = getattr(dm, "target_names", None)
         if names:

@@ -10,7 +10,13 @@ import pytest
 import torch
 from sklearn.preprocessing import StandardScaler
 
-from lightning_tf.kline.data import KLineDataModule, MultivariateDataModule, chronological_borders, ett_borders
+from lightning_tf.kline.data import (
+    KLineDataModule,
+    MultivariateDataModule,
+    chronological_borders,
+    ett_borders,
+    next_timestamps,
+)
 from lightning_tf.kline.io import read_bars
 
 from .synthetic_bars import make_bars
@@ -130,6 +136,19 @@ def test_panel_of_tickers_trains_one_model() -> None:
     assert anchors[1] == pytest.approx(2 * anchors[0])
 
 
+def test_panel_fraction_splits_overlapping_in_time_warn(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Per-ticker fractions over tickers of different years let one ticker train on another's test days."""
+    old, late = make_bars(300, seed=1), make_bars(300, seed=2, start="2000-06-01")
+    pd.concat([old.assign(ticker="OLD"), late.assign(ticker="NEW")]).to_csv(tmp_path / "p.csv", index=False)
+    KLineDataModule(str(tmp_path / "p.csv"), context_len=8, horizon=2).setup("fit")
+    assert "ticker 'NEW' trains on bars until" in caplog.text and "the test split of ticker 'OLD' starts" in caplog.text
+    caplog.clear()
+    aligned = pd.concat([old.assign(ticker="A"), make_bars(300, seed=2).assign(ticker="B")])
+    aligned.to_csv(tmp_path / "q.csv", index=False)
+    KLineDataModule(str(tmp_path / "q.csv"), context_len=8, horizon=2).setup("fit")
+    assert "overlap in time" not in caplog.text
+
+
 def test_panel_ticker_without_training_rows_is_left_out(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     old, late = make_bars(300, seed=1), make_bars(100, seed=2, start="2001-01-01")
     pd.concat([old.assign(ticker="OLD"), late.assign(ticker="IPO")]).to_csv(tmp_path / "p.csv", index=False)
@@ -220,6 +239,16 @@ def test_argument_errors(tmp_path: Path) -> None:
         KLineDataModule(val_start="2012-01-01", test_start="2011-01-01")
     with pytest.raises(ValueError, match=r"on_error must be one of"):
         KLineDataModule(on_error="skip")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"val_start '2010-13-45' is not a date"):
+        KLineDataModule(val_start="2010-13-45", test_start="2012-01-01")
+    with pytest.raises(ValueError, match=r"test_start 'soon' is not a date"):
+        KLineDataModule(val_start="2010-01-01", test_start="soon")
+    with pytest.raises(ValueError, match=r"max_gap 'ten days' is not a duration"):
+        KLineDataModule(max_gap="ten days")
+    with pytest.raises(ValueError, match=r"volatility_window \(1\) must be at least 2 bars"):
+        KLineDataModule(volatility_window=1)
+    with pytest.raises(ValueError, match=r"volume_window \(0\) must be at least 2 bars"):
+        KLineDataModule(volume_window=0)
     short = KLineDataModule(str(FIXTURES / "english.csv"), context_len=8, horizon=2)
     with pytest.raises(ValueError, match=r"english.csv: ticker 'english' has \d usable training rows"):
         short.setup("fit")
@@ -324,3 +353,73 @@ def test_etth1_window_counts_match_the_published_loader(L: int, F: int) -> None:
     last = dm.datasets["test"][len(dm.datasets["test"]) - 1]
     expected = (values[14400 - F : 14400] - values[:8640].mean(0)) / values[:8640].std(0)
     np.testing.assert_allclose(last["y"].numpy(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_target_kind_says_returns_or_levels(tmp_path: Path) -> None:
+    assert KLineDataModule().target_kind == "return"
+    assert KLineDataModule(target="close").target_kind == "level"
+    path = _csv(tmp_path, 50)
+    assert MultivariateDataModule(str(path), context_len=8, horizon=2).target_kind == "level"
+    assert MultivariateDataModule(str(path), context_len=8, horizon=2, target_kind="return").target_kind == "return"
+    with pytest.raises(ValueError, match=r"target_kind must be 'return' or 'level' \(or None\), got 'price'"):
+        MultivariateDataModule(str(path), target_kind="price")  # type: ignore[arg-type]
+    pd.read_csv(path).rename(columns={"OT": "log_return"}).to_csv(tmp_path / "r.csv", index=False)
+    returns = MultivariateDataModule(
+        str(tmp_path / "r.csv"), context_len=8, horizon=2, features="S", target="log_return"
+    )
+    assert returns.target_kind == "return"  # as the model read a target named log_return before target_kind
+
+
+def test_intraday_forecast_timestamps_follow_the_trading_session() -> None:
+    """5-minute bars of an exchange with a lunch break (09:35-11:30, 13:05-15:00, Monday-Friday):
+    the forecast continues after the break and on the next business day's open, not at 11:35."""
+    day = lambda d: [
+        pd.Timestamp(d) + pd.Timedelta(m, "min")
+        for m in [*range(9 * 60 + 35, 11 * 60 + 31, 5), *range(13 * 60 + 5, 15 * 60 + 1, 5)]
+    ]
+    stamps = [t for d in ("2024-08-28", "2024-08-29", "2024-08-30") for t in day(d)]  # Wednesday .. Friday
+    morning = pd.DatetimeIndex(stamps[: stamps.index(pd.Timestamp("2024-08-30 11:30")) + 1])
+    assert next_timestamps(morning, 3).tolist() == [pd.Timestamp(f"2024-08-30 13:{m}") for m in ("05", "10", "15")]
+    closed = pd.DatetimeIndex(stamps)  # ends Friday 15:00: Monday's open comes next
+    assert next_timestamps(closed, 2).tolist() == [pd.Timestamp("2024-09-02 09:35"), pd.Timestamp("2024-09-02 09:40")]
+    # round-the-clock hourly bars (weekends included) and a single partial day keep the plain spacing
+    hourly = pd.date_range("2024-08-30 00:00", periods=60, freq="h")
+    assert next_timestamps(hourly, 3).tolist() == list(pd.date_range(hourly[-1], periods=4, freq="h")[1:])
+    one_day = pd.DatetimeIndex(stamps[:10])
+    assert next_timestamps(one_day, 2)[0] == one_day[-1] + pd.Timedelta("5min")
+
+
+def test_multivariate_rows_must_be_in_time_order(tmp_path: Path) -> None:
+    """A newest-first CSV gives the same windows as the file in time order; shuffled rows raise."""
+    path = _csv(tmp_path, 200)
+    df = pd.read_csv(path)
+    df.iloc[::-1].to_csv(tmp_path / "newest_first.csv", index=False)
+    kw = {"context_len": 16, "horizon": 4, "borders": "fraction"}
+    a, b = MultivariateDataModule(str(path), **kw), MultivariateDataModule(str(tmp_path / "newest_first.csv"), **kw)
+    a.setup("fit"), b.setup("fit")
+    torch.testing.assert_close(b.feature_mean, a.feature_mean)
+    xa, xb = (next(iter(dm.test_dataloader())) for dm in (a, b))
+    torch.testing.assert_close(xb["x"], xa["x"])
+    torch.testing.assert_close(xb["y"], xa["y"])
+    assert b.future_timestamps(1)[0] == pd.Timestamp(df["date"].iloc[-1]) + pd.Timedelta("1h")
+    df.iloc[[0, 2, 1, *range(3, 200)]].to_csv(tmp_path / "shuffled.csv", index=False)
+    with pytest.raises(
+        ValueError, match=r"shuffled.csv: line 4, column 'date': 2020-01-01 01:00:00 does not come after"
+    ):
+        MultivariateDataModule(str(tmp_path / "shuffled.csv"), **kw).setup("fit")
+
+
+def test_multivariate_too_short_for_the_window_is_refused(tmp_path: Path) -> None:
+    """Too few rows for one window would otherwise index rows before the start (wrapping around)."""
+    with pytest.raises(
+        ValueError, match=r"custom.csv: no training windows; context_len \+ horizon \(432\) exceeds the 70"
+    ):
+        MultivariateDataModule(str(_csv(tmp_path, 100)), context_len=336, horizon=96, borders="fraction").setup("fit")
+
+
+def test_an_empty_test_split_is_refused_rather_than_scored_as_nothing(bars_csv: Path) -> None:
+    dm = KLineDataModule(str(bars_csv), context_len=16, horizon=3, val_start="2000-06-01", test_start="2030-01-01")
+    dm.setup("fit")
+    assert len(dm.datasets["train"]) > 0 and len(dm.datasets["test"]) == 0
+    with pytest.raises(ValueError, match=r"rw.csv: no test windows; the test split has fewer than horizon \(3\)"):
+        dm.test_dataloader()

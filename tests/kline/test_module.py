@@ -246,3 +246,19 @@ def test_attention_image_is_logged_to_wandb_only_under_a_wandb_logger(tmp_path: 
                    enable_progress_bar=False, enable_model_summary=False)
     t2.test(model, dm, verbose=False)
     assert not list((tmp_path / "csv").rglob("*.png"))
+
+
+def test_returns_target_follows_the_data_target_kind() -> None:
+    """``target_kind`` decides returns vs levels; without it, targets named log_return are returns."""
+    from types import SimpleNamespace
+
+    model = tiny(n_features=1, n_targets=1, target_channels=[0])
+    model._trainer = SimpleNamespace(datamodule=SimpleNamespace(target_names=["log_return"]))
+    assert model.returns_target  # the older inference from the name
+    model._trainer.datamodule.target_kind = "level"
+    assert not model.returns_target  # the explicit kind wins over the name
+    model._trainer.datamodule = SimpleNamespace(target_names=["spread"], target_kind="return")
+    assert model.returns_target
+    model._trainer.datamodule.target_kind = "price"
+    with pytest.raises(ValueError, match=r"target_kind must be 'return' or 'level', got 'price'"):
+        _ = model.returns_target

@@ -72,3 +72,40 @@ def test_predict_level_target_writes_prices_directly(tmp_path: Path, target: str
     table = pd.read_csv(out / "forecast.csv")
     assert list(table.columns) == ["ticker", "timestamp", "step", "pred_close"] and len(table) == 3
     assert (out / f"forecast_{table['ticker'].iloc[0]}.png").is_file()
+
+
+def test_predict_through_the_cli_from_a_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``lightning-tf fit`` then ``lightning-tf predict --ckpt_path``: a fresh model adopts the data's
+    target channel, the CSV and chart land under ``<default_root_dir>/predictions`` (nothing in the
+    working directory), and the CSV holds the checkpoint's forecast of the file's last window."""
+    from lightning_tf.cli import main
+
+    df = write_bars(tmp_path / "bars.csv", n=300)
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setattr("sys.argv", ["lightning-tf"])  # the CLI reads args=, not pytest's own arguments
+    model = ["--model", "KLineForecaster", "--model.n_features", "6", "--model.context_len", "32",
+             "--model.horizon", "4", *(f"--model.{k}={v}" for k, v in TINY.items())]
+    data = ["--data", "KLineDataModule", "--data.path", str(tmp_path / "bars.csv"), "--data.context_len", "32",
+            "--data.horizon", "4"]
+    trainer = ["--trainer.logger", "false", "--trainer.enable_progress_bar", "false",
+               "--trainer.default_root_dir", str(tmp_path / "run")]
+    main(["fit", *model, *data, *trainer, "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2",
+          "--trainer.limit_val_batches", "1"])
+    ckpt = next((tmp_path / "run").rglob("*.ckpt"))
+    main(["predict", *model, *data, *trainer, "--ckpt_path", str(ckpt)])
+    assert not any(work.iterdir())
+    out = tmp_path / "run" / "predictions"
+    table = pd.read_csv(out / "forecast.csv", parse_dates=["timestamp"])
+    assert table["timestamp"].tolist() == list(pd.bdate_range(pd.Timestamp(df["Date"].iloc[-1]) + pd.offsets.BDay(1),
+                                                              periods=4))
+    loaded = KLineForecaster.load_from_checkpoint(ckpt, map_location="cpu").eval()
+    dm = KLineDataModule(str(tmp_path / "bars.csv"), context_len=32, horizon=4)
+    dm.setup("predict")
+    batch = next(iter(dm.predict_dataloader()))
+    with torch.no_grad():
+        returns = dm.inverse_targets(loaded(batch["x"]), batch["ticker"])[0, :, 0].double().numpy()  # (F,)
+    np.testing.assert_allclose(table["pred_log_return"].to_numpy(), returns, rtol=1e-5, atol=1e-9)
+    np.testing.assert_allclose(table["close"].to_numpy(), df["Close"].iloc[-1] * np.exp(np.cumsum(returns)), rtol=1e-6)
+    assert (out / f"forecast_{table['ticker'].iloc[0]}.png").stat().st_size > 10_000
