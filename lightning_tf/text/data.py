@@ -817,3 +817,6 @@ class TranslationDataModule(LightningDataModule):
             self._encode()
         if self.predict_set is not None:
             self._encode_predict()
+        if self._tokenizer_saved:  # setup() saved the tokenizer it had before the restore: replace it
+            self._tokenizer_saved = False
+            self._save_tokenizer()

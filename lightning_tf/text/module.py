@@ -34,6 +34,7 @@ from lightning_tf.core import (
     padding_mask,
 )
 
+from .data import TranslationDataModule
 from .decoding import beam_search, greedy_search
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, BPETokenizer
 
@@ -317,7 +318,7 @@ class Seq2SeqTransformer(LightningModule):
             batch_size: sentences decoded together (sorted by length to limit padding).
 
         Returns:
-            One translation per input, in input order.
+            One translation per input, in input order; an empty or blank input gives "" (no decoding guess).
         """
         if isinstance(texts, str):
             raise TypeError("translate expects a list of sentences, got one str; wrap it in a list")
@@ -333,7 +334,7 @@ class Seq2SeqTransformer(LightningModule):
                 src = self.encode_texts([texts[i] for i in chunk])  # (b, S)
                 hyp = self.generate(src, beam_size, alpha, extra_len, no_repeat_ngram_size)  # (b, T)
                 for i, text in zip(chunk, tok.decode(hyp, side="tgt"), strict=True):
-                    out[i] = text
+                    out[i] = text if texts[i].strip() else ""  # an empty line stays empty, not a guess
         finally:
             self.train(was_training)
         return out
@@ -351,7 +352,12 @@ class Seq2SeqTransformer(LightningModule):
             )
         tokenizer = getattr(dm, "tokenizer", None)
         if tokenizer is not None:
-            if self.tokenizer is not None and stage != "fit" and self.tokenizer.to_dict() != tokenizer.to_dict():
+            if self.tokenizer is not None and stage != "fit" and self.tokenizer != tokenizer:
+                # the weights were trained on the model's ids: the data must be encoded the model's way
+                if isinstance(dm, TranslationDataModule):
+                    log.warning("the DataModule's tokenizer differs from the model's; re-encoding it with the model's")
+                    dm.load_state_dict({"tokenizer": self.tokenizer.to_dict()})
+                    return
                 log.warning("the DataModule's tokenizer differs from the model's; decoding with the DataModule's")
             self.tokenizer = tokenizer
             if self.hparams.share_embeddings and not tokenizer.joint:
@@ -495,6 +501,8 @@ class Seq2SeqTransformer(LightningModule):
         """Translate a batch; returns ``{"index": [...], "translation": [...]}`` (index = input line), which
         :class:`~lightning_tf.text.TranslationWriter` writes to a file in input order."""
         hyps = self._texts(self.generate(batch["src"]))
+        if "src_text" in batch:  # an empty input line stays an empty output line, not a guess
+            hyps = [h if s.strip() else "" for h, s in zip(hyps, batch["src_text"], strict=True)]
         index = batch["index"].tolist() if "index" in batch else list(range(len(hyps)))
         return {"index": index, "translation": hyps}
 

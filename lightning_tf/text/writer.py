@@ -24,7 +24,7 @@ class TranslationWriter(BasePredictionWriter):
     hyperparameters come from ``--ckpt_path``::
 
         lightning-tf predict --config configs/text/synthetic.yaml --ckpt_path last.ckpt \\
-            --data.predict_file in.txt \\
+            --data.predict_file in.txt --trainer.default_root_dir runs \\
             --trainer.callbacks+=lightning_tf.text.TranslationWriter --trainer.callbacks.output_file out.txt
 
     Args:

@@ -120,3 +120,47 @@ def test_predict_writes_the_file_in_input_order(
         model, datamodule=dm, ckpt_path=path
     )
     assert (tmp_path / "out.txt").read_text().splitlines() == model.translate(lines)
+
+
+def test_empty_lines_translate_to_empty_lines(
+    checkpoint: tuple[Path, list[str], TranslationDataModule], tmp_path: Path
+) -> None:
+    """A blank input line is no sentence: ``translate`` and ``predict`` give "" for it instead of whatever the
+    decoder guesses from a lone </s>, and keep the other lines in place."""
+    path, _, _ = checkpoint
+    model = Seq2SeqTransformer.load_from_checkpoint(path, map_location="cpu")
+    assert model.translate(["", "   "], beam_size=1) == ["", ""]
+    assert model.translate(["", "   "], beam_size=3) == ["", ""]
+    lines = ["a b c", "", "c d", "  "]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    dm = TranslationDataModule(
+        dataset="copy", n_train=256, n_val=8, n_test=8, vocab_size=64, predict_file=str(tmp_path / "in.txt")
+    )
+    writer = TranslationWriter(str(tmp_path / "out.txt"))
+    Trainer(logger=False, enable_progress_bar=False, default_root_dir=tmp_path, callbacks=[writer]).predict(
+        model, datamodule=dm, ckpt_path=path
+    )
+    out = (tmp_path / "out.txt").read_text().split("\n")
+    assert out == [*model.translate(lines), ""]  # one line per input line, then the final newline
+    assert out[1] == out[3] == "" and out[0] == model.translate(["a b c"])[0]
+
+
+def test_a_loaded_model_predicts_with_its_own_tokenizer(
+    checkpoint: tuple[Path, list[str], TranslationDataModule], tmp_path: Path
+) -> None:
+    """``trainer.predict(model, datamodule=dm)`` without ``ckpt_path``: the DataModule learnt another tokenizer
+    (other seed); its ids mean nothing to the model's embeddings, so the data is re-encoded with the model's."""
+    path, _, _ = checkpoint
+    model = Seq2SeqTransformer.load_from_checkpoint(path, map_location="cpu")
+    own = model.tokenizer
+    lines = ["a b c d e f g h", "c", "b a", "t s r q p"]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    dm = TranslationDataModule(
+        dataset="copy", n_train=200, n_val=8, n_test=8, vocab_size=64, seed=7, predict_file=str(tmp_path / "in.txt")
+    )
+    writer = TranslationWriter(str(tmp_path / "out.txt"))
+    Trainer(logger=False, enable_progress_bar=False, default_root_dir=tmp_path, callbacks=[writer]).predict(
+        model, datamodule=dm
+    )
+    assert model.tokenizer == own and dm.tokenizer == own
+    assert (tmp_path / "out.txt").read_text().splitlines() == model.translate(lines)

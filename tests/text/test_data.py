@@ -614,3 +614,17 @@ def test_tatoeba_de_en(caplog: pytest.LogCaptureFixture) -> None:
     # Tatoeba is German->English here: the target side reads as English
     assert sum(t.split()[0] in {"I", "Tom", "You", "We", "He", "It"} for t in test.tgt_text) > 300
     assert dm.train_dataloader() is not None and dm.padding_fraction is not None and dm.padding_fraction < 0.1
+
+
+def test_a_restored_tokenizer_replaces_the_one_saved_at_setup(tmp_path: Path) -> None:
+    """``--ckpt_path`` restores the DataModule after ``setup``: the run folder must then hold the checkpoint's
+    tokenizer, not the one ``setup`` learnt (which the model never used)."""
+    trained = TranslationDataModule(n_train=300, n_val=20, n_test=20, vocab_size=500, seed=1)
+    trained.setup("fit")
+    dm = TranslationDataModule(n_train=300, n_val=20, n_test=20, vocab_size=500, seed=2)
+    dm.trainer = pl.Trainer(default_root_dir=tmp_path, logger=CSVLogger(tmp_path), enable_progress_bar=False)
+    dm.setup("predict")
+    saved = tmp_path / "lightning_logs" / "version_0" / "tokenizer"
+    assert BPETokenizer.load(saved) == dm.tokenizer != trained.tokenizer
+    dm.load_state_dict(trained.state_dict())
+    assert BPETokenizer.load(saved) == trained.tokenizer

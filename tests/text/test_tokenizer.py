@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import unicodedata
+from pathlib import Path
 
 import pytest
 import torch
 from tokenizers import Tokenizer
 
+import lightning_tf.text.tokenizer as tokenizer_module
 from lightning_tf.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, BPETokenizer
 
 SRC = [
@@ -141,3 +146,45 @@ def test_bad_arguments_are_named(tok: BPETokenizer, tmp_path) -> None:
         BPETokenizer.load(tmp_path / "nothing")
     with pytest.raises(ValueError, match=r"over vocab_size \(50\)"):
         BPETokenizer(tok.src, tok.tgt, vocab_size=50)
+
+
+# Loads the two modules by path: importing the package would import Lightning, several seconds per process.
+_REPRO = """
+import importlib.util, sys
+def load(name):
+    spec = importlib.util.spec_from_file_location(name, sys.argv[1] + "/" + name + ".py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+pairs = load("synthetic").synthetic_pairs("synthetic", n=3000, seed=0, max_words=15)
+BPETokenizer = load("tokenizer").BPETokenizer
+print(repr(pairs))
+for joint in (True, False):
+    tok = BPETokenizer.train([p[0] for p in pairs], [p[1] for p in pairs], vocab_size=600, joint=joint)
+    print(tok.src.to_str())
+    print(tok.tgt.to_str())
+"""
+
+
+def test_corpus_and_tokenizer_are_identical_across_processes() -> None:
+    """Python's string hashing (PYTHONHASHSEED) and the Rust thread count (RAYON_NUM_THREADS) change between
+    processes; neither may change the generated corpus or the learnt merges (joint and separate)."""
+    outputs = []
+    for hashseed, threads in (("1", "1"), ("2", "2"), ("3", "4")):
+        env = {**os.environ, "PYTHONHASHSEED": hashseed, "RAYON_NUM_THREADS": threads, "OMP_NUM_THREADS": "1"}
+        env.pop("TOKENIZERS_PARALLELISM", None)
+        proc = subprocess.run(
+            [sys.executable, "-c", _REPRO, str(Path(tokenizer_module.__file__).parent)],
+            check=False,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        outputs.append(proc.stdout.splitlines())
+    assert len(outputs[0]) == 5
+    assert all(json.loads(line)["model"]["merges"] for line in outputs[0][1:])  # something was learnt
+    assert outputs[1] == outputs[0]
+    assert outputs[2] == outputs[0]
