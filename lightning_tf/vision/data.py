@@ -1,0 +1,363 @@
+"""``ImageDataModule``: image classification data by name, with a seeded stratified validation
+split, torchvision v2 transforms and timm's Mixup/CutMix on training batches.
+
+Batches:
+
+- train / val / test: ``(images, targets)``, images ``(B, C, H, W)`` float32 normalised with
+  ``mean``/``std``, targets ``(B,)`` long. When ``mixup_alpha`` or ``cutmix_alpha`` is set,
+  training batches (and only they) are mixed on the device after transfer and their targets are
+  soft: ``(B, num_classes)`` float rows that sum to 1. Validation and test keep hard labels.
+- predict: a dict ``{"image": (B, C, H, W), "index": (B,) long, "path": list[str], "target": (B,)
+  long}``; ``path`` is the image file (``predict_path``) or ``"<dataset>/test/<i>"`` for the test
+  split (the default when no ``predict_path`` is given), ``index`` its position in
+  ``predict_paths`` (every path in prediction order, set by ``setup("predict")``), ``target`` the
+  label or -1 for unlabelled files.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from lightning.pytorch import LightningDataModule
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset, default_collate
+
+from .datasets import (
+    DATASETS,
+    SPECS,
+    ArrayImages,
+    DatasetName,
+    ImageFiles,
+    find_images,
+    load_arrays,
+    load_image,
+    prepare_arrays,
+    scan_image_folder,
+    stratified_split,
+)
+from .transforms import AUGMENTS, IMAGENET_MEAN, IMAGENET_STD, AugmentName, build_mixup, build_transform
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ImageDataModule"]
+
+# Default image size per dataset: native, except digits, whose 8x8 images are upsampled so that a
+# patch-4 ViT sees a 4x4 grid of 16 patches (each covering 2x2 original pixels), and image folders,
+# which get the ViT standard.
+DEFAULT_SIZE = {"digits": 16, "image_folder": 224}
+
+
+class _Predict(Dataset):
+    """Wraps a split for prediction: each item is ``{"image", "index", "path", "target"}``."""
+
+    def __init__(self, dataset: ArrayImages | ImageFiles) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitems__(self, indices: list[int]) -> list[dict[str, Any]]:
+        fetch = getattr(self.dataset, "__getitems__", None)
+        items = fetch(indices) if fetch else [self.dataset[i] for i in indices]
+        return [
+            {"image": image, "index": i, "path": self.dataset.names[i], "target": target}
+            for i, (image, target) in zip(indices, items, strict=True)
+        ]
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return self.__getitems__([i])[0]
+
+
+class ImageDataModule(LightningDataModule):
+    """Image classification data: built-in datasets by name or a folder of class folders.
+
+    ``num_classes``, ``image_size``, ``in_chans``, ``class_names``, ``mean`` and ``std`` are set
+    by ``__init__`` (an image folder's class folders are listed there), so a model can check them
+    before any data is read; call :meth:`check_patch_size` with the model's patch size.
+
+    Splits: ``digits`` and a single image folder are split class by class into test
+    (``test_fraction``), validation (``val_fraction`` of the rest) and training; the other
+    datasets keep their official test set and hold ``val_fraction`` of the official training set
+    out for validation. Splits depend only on ``seed``, not on the global RNG.
+
+    Args:
+        dataset: ``digits`` (scikit-learn's 8x8 digits, bundled), ``mnist``, ``fashion_mnist``,
+            ``cifar10``, ``cifar100`` (torchvision) or ``image_folder``.
+        root: where the torchvision datasets live (and are downloaded to); for ``image_folder``,
+            the folder: ``root/<class>/<image>``, or ``root/train/<class>/...`` with optional
+            ``root/val/`` and ``root/test/``.
+        image_size: side of the square images fed to the model; default: the native size
+            (28 for MNIST, 32 for CIFAR), 16 for digits (8x8 upsampled), 224 for image folders.
+        in_chans: channels fed to the model; default: the dataset's (1 for digits and MNIST, 3 for
+            CIFAR and image folders). 3 on a greyscale dataset replicates the channel; colour
+            images are never turned grey (an error names the file).
+        batch_size: images per batch (even when Mixup/CutMix is on).
+        val_fraction: share of the training pool held out for validation, stratified.
+        test_fraction: share held out for test where no test set exists (digits, an image folder
+            without ``test/``), stratified.
+        seed: seed of the splits.
+        augment: training augmentation preset: ``none``, ``flip_crop`` (pad-and-crop or random
+            resized crop, plus flip), ``randaugment`` or ``trivialaugment`` (each after flip_crop).
+        hflip: whether flip_crop flips horizontally; default: yes, except for handwritten digits
+            (``digits``, ``mnist``), which a mirror turns into non-digits.
+        random_erasing: probability of erasing a random box of each training image.
+        mixup_alpha: Mixup's Beta(alpha, alpha); 0 is off.
+        cutmix_alpha: CutMix's Beta(alpha, alpha); 0 is off.
+        mixup_prob: probability that a training batch is mixed (when either alpha is > 0).
+        mixup_switch_prob: with both on, probability of CutMix instead of Mixup.
+        mixup_mode: one mixing weight per ``batch``, ``pair`` or ``elem``.
+        label_smoothing: smoothing of the soft Mixup/CutMix targets only (hard targets are left
+            to the model's loss).
+        mean: per-channel mean of the [0, 1] images for normalisation; default: the dataset's
+            (ImageNet's for image folders, the training split's for digits).
+        std: per-channel standard deviation, likewise.
+        num_workers: DataLoader worker processes.
+        download: let torchvision download missing files (needs internet).
+        predict_path: an image file or a folder of images to predict; default: the test split.
+    """
+
+    def __init__(
+        self,
+        dataset: DatasetName = "digits",
+        root: str = "data/downloads",
+        image_size: int | None = None,
+        in_chans: int | None = None,
+        batch_size: int = 128,
+        val_fraction: float = 0.1,
+        test_fraction: float = 0.2,
+        seed: int = 0,
+        augment: AugmentName = "flip_crop",
+        hflip: bool | None = None,
+        random_erasing: float = 0.0,
+        mixup_alpha: float = 0.0,
+        cutmix_alpha: float = 0.0,
+        mixup_prob: float = 1.0,
+        mixup_switch_prob: float = 0.5,
+        mixup_mode: Literal["batch", "pair", "elem"] = "batch",
+        label_smoothing: float = 0.0,
+        mean: list[float] | None = None,
+        std: list[float] | None = None,
+        num_workers: int = 0,
+        download: bool = True,
+        predict_path: str | None = None,
+    ) -> None:
+        super().__init__()
+        if dataset not in DATASETS:
+            raise ValueError(f"unknown dataset '{dataset}'; choose one of {list(DATASETS)}")
+        if augment not in AUGMENTS:
+            raise ValueError(f"augment '{augment}' is not one of {list(AUGMENTS)}")
+        if image_size is not None and image_size < 1:
+            raise ValueError(f"image_size ({image_size}) must be a positive number of pixels")
+        if batch_size < 1:
+            raise ValueError(f"batch_size ({batch_size}) must be >= 1")
+        for name, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
+            if not 0 < value < 1:
+                raise ValueError(f"{name} ({value}) must be in (0, 1)")
+        if not 0 <= random_erasing <= 1:
+            raise ValueError(f"random_erasing ({random_erasing}) must be a probability in [0, 1]")
+        if in_chans is not None and in_chans not in (1, 3):
+            raise ValueError(f"in_chans ({in_chans}) must be 1 (greyscale) or 3 (RGB)")
+        self.save_hyperparameters()
+
+        spec = SPECS.get(dataset)
+        self.image_size: int = image_size or DEFAULT_SIZE.get(dataset) or spec.size
+        # image files are read straight into in_chans channels (see datasets.load_image)
+        native_chans = spec.in_chans if spec else in_chans or 3
+        self.in_chans: int = in_chans or native_chans
+        if self.in_chans < native_chans:
+            raise ValueError(f"{dataset} images are RGB; in_chans ({in_chans}) must be 3")
+        self.hflip: bool = hflip if hflip is not None else (spec.hflip if spec else True)
+        if dataset == "image_folder":
+            self.class_names: list[str] = scan_image_folder(root, scan_files=False).class_names
+        else:
+            self.class_names = list(spec.class_names)
+        self.num_classes: int = len(self.class_names)
+
+        self._arrays: tuple[Tensor, Tensor] | None = None  # digits, loaded once
+        self.split_indices: dict[str, Tensor] = {}  # after setup: positions in the pool each split came from
+        if mean is None or std is None:
+            default_mean, default_std = self._default_stats()
+        self.mean: list[float] = [float(m) for m in (mean if mean is not None else default_mean)]
+        self.std: list[float] = [float(s) for s in (std if std is not None else default_std)]
+        for name, stats in (("mean", self.mean), ("std", self.std)):
+            if len(stats) != self.in_chans:
+                raise ValueError(f"{name} has {len(stats)} values ({stats}) but in_chans is {self.in_chans}")
+        if min(self.std) <= 0:
+            raise ValueError(f"std ({self.std}) must be positive")
+
+        self.mixup = build_mixup(
+            self.num_classes, mixup_alpha, cutmix_alpha, mixup_prob, mixup_switch_prob, mixup_mode, label_smoothing
+        )
+        if self.mixup is not None and batch_size % 2:
+            raise ValueError(f"batch_size ({batch_size}) must be even with Mixup/CutMix (pairs are mixed)")
+
+        source = "file" if dataset == "image_folder" else "array"
+        to_rgb = self.in_chans > native_chans
+        common = {"image_size": self.image_size, "mean": self.mean, "std": self.std, "to_rgb": to_rgb}
+        self.train_transform = build_transform(
+            train=True, augment=augment, hflip=self.hflip, random_erasing=random_erasing, source=source, **common
+        )
+        self.eval_transform = build_transform(train=False, source=source, **common)
+        # Files given for prediction can have any shape, whatever the dataset.
+        self.predict_transform = build_transform(train=False, source="file", **common)
+        self.train_set: ArrayImages | ImageFiles | None = None
+        self.val_set: ArrayImages | ImageFiles | None = None
+        self.test_set: ArrayImages | ImageFiles | None = None
+        self.predict_set: _Predict | None = None
+        self.predict_paths: list[str] = []
+
+    # ----------------------------------------------------------------------------------------------
+    # What the model checks
+
+    def check_patch_size(self, patch_size: int) -> None:
+        """Raise unless ``image_size`` is a multiple of the model's ``patch_size``."""
+        if patch_size < 1 or self.image_size % patch_size:
+            raise ValueError(
+                f"image_size ({self.image_size}) must be divisible by patch_size ({patch_size}); "
+                f"set data.image_size to a multiple of {patch_size}"
+            )
+
+    def load_image(self, path: str | Path) -> Tensor:
+        """One image file as the model sees it at evaluation: ``(in_chans, image_size, image_size)``."""
+        return self.predict_transform(load_image(path, self.in_chans)).as_subclass(Tensor)
+
+    # ----------------------------------------------------------------------------------------------
+    # Splits
+
+    def _digits(self) -> tuple[Tensor, Tensor]:
+        if self._arrays is None:
+            self._arrays = load_arrays("digits", self.hparams.root, train=True)
+        return self._arrays
+
+    def _holdout(self, targets: Tensor, with_test: bool, with_val: bool = True) -> dict[str, Tensor]:
+        """Indices into ``targets`` of train, val and test: test (``test_fraction`` of all) first,
+        then val (``val_fraction`` of the rest), each stratified and seeded; train keeps the rest."""
+        h = self.hparams
+        idx, pool = {}, torch.arange(len(targets))
+        if with_test:
+            idx["test"], pool = stratified_split(targets, [h.test_fraction], h.seed)
+        if with_val:
+            val, rest = stratified_split(targets[pool], [h.val_fraction], h.seed)
+            idx["val"], pool = pool[val], pool[rest]
+        idx["train"] = pool
+        return idx
+
+    def _default_stats(self) -> tuple[list[float], list[float]]:
+        h = self.hparams
+        if h.dataset == "image_folder":
+            if self.in_chans == 1:  # the luminance-free average, as timm adapts RGB stems to grey
+                return [sum(IMAGENET_MEAN) / 3], [sum(IMAGENET_STD) / 3]
+            return list(IMAGENET_MEAN), list(IMAGENET_STD)
+        spec = SPECS[h.dataset]
+        if spec.mean is not None:
+            mean, std = list(spec.mean), list(spec.std)
+        else:  # digits: measured on the training split at the model's image size (cheap: 1.3k tiny images)
+            from torchvision.transforms import v2
+
+            images, targets = self._digits()
+            train = images[self._holdout(targets, with_test=True)["train"]]  # (N, 1, 8, 8)
+            x = v2.functional.resize(train, [self.image_size], antialias=True).float() / 255  # (N, 1, S, S)
+            mean, std = [x.mean().item()], [x.std().item()]
+        return mean * (self.in_chans // len(mean)), std * (self.in_chans // len(std))
+
+    # ----------------------------------------------------------------------------------------------
+    # LightningDataModule hooks
+
+    def prepare_data(self) -> None:
+        """Download or unpack the files of a torchvision dataset (nothing for digits and folders)."""
+        if self.hparams.dataset in SPECS:
+            prepare_arrays(self.hparams.dataset, self.hparams.root, self.hparams.download)
+
+    def setup(self, stage: str | None = None) -> None:
+        h = self.hparams
+        if stage == "predict" and h.predict_path is not None:
+            paths = find_images(h.predict_path)
+            self.predict_set = _Predict(ImageFiles(paths, [-1] * len(paths), self.in_chans, self.predict_transform))
+            self.predict_paths = paths
+            return
+        if self.train_set is None:
+            self._build_splits()
+        if stage == "predict":
+            self.predict_set = _Predict(self.test_set)
+            self.predict_paths = list(self.test_set.names)
+
+    def _build_splits(self) -> None:
+        h = self.hparams
+        # `pool` is what the held-out parts come from; `given` holds the parts that exist on disk
+        given: dict[str, ArrayImages | ImageFiles] = {}
+        if h.dataset == "image_folder":
+            layout = scan_image_folder(h.root)
+            if layout.class_names != self.class_names:
+                raise ValueError(f"{h.root}: the class folders changed since __init__: {layout.class_names}")
+            files = {k: ImageFiles(paths, targets, self.in_chans) for k, (paths, targets) in layout.splits.items()}
+            pool = files.pop("train", None) or files.pop("all")
+            given = files  # val/ and test/ folders are used as they are
+        elif h.dataset == "digits":
+            images, targets = self._digits()
+            pool = ArrayImages(images, targets, names=[f"digits/{i}" for i in range(len(targets))])
+        else:
+            images, targets = load_arrays(h.dataset, h.root, train=True)
+            pool = ArrayImages(images, targets, names=[f"{h.dataset}/train/{i}" for i in range(len(targets))])
+            images, targets = load_arrays(h.dataset, h.root, train=False)
+            given["test"] = ArrayImages(images, targets, names=[f"{h.dataset}/test/{i}" for i in range(len(targets))])
+        self.split_indices = self._holdout(pool.targets, with_test="test" not in given, with_val="val" not in given)
+        parts = {split: pool.subset(idx) for split, idx in self.split_indices.items()} | given
+        self.train_set, self.val_set, self.test_set = parts["train"], parts["val"], parts["test"]
+        self.train_set.transform = self.train_transform
+        self.val_set.transform = self.test_set.transform = self.eval_transform
+        log.info(
+            "%s: train %d, val %d, test %d images of %dx%dx%d, %d classes",
+            h.dataset, len(self.train_set), len(self.val_set), len(self.test_set),
+            self.in_chans, self.image_size, self.image_size, self.num_classes,
+        )
+
+    def _loader(self, dataset: Dataset | None, train: bool = False) -> DataLoader:
+        if dataset is None:
+            raise RuntimeError("call setup() (or let the Trainer call it) before asking for a DataLoader")
+        h = self.hparams
+        return DataLoader(
+            dataset,
+            batch_size=h.batch_size,
+            shuffle=train,
+            drop_last=train and self.mixup is not None,  # Mixup pairs sample i with B - 1 - i: even batches
+            num_workers=h.num_workers,
+            persistent_workers=h.num_workers > 0,
+            pin_memory=torch.cuda.is_available(),
+            collate_fn=_collate,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(self.train_set, train=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader(self.val_set)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader(self.test_set)
+
+    def predict_dataloader(self) -> DataLoader:
+        return self._loader(self.predict_set)
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Mix training batches on the device (Mixup/CutMix): targets become ``(B, num_classes)``."""
+        trainer = self.trainer
+        if self.mixup is not None and trainer is not None and trainer.training:
+            images, targets = batch
+            if len(images) % 2:  # only a last batch can be odd; drop_last prevents it
+                images, targets = images[:-1], targets[:-1]
+            images, targets = self.mixup(images, targets)  # (B, C, H, W), (B, num_classes)
+            return images, targets
+        return batch
+
+
+def _collate(items: list[Any]) -> Any:
+    """Default collation, with tv_tensors turned into plain tensors."""
+    batch = default_collate(items)
+    if isinstance(batch, dict):
+        batch["image"] = batch["image"].as_subclass(Tensor)
+        return batch
+    images, targets = batch
+    return images.as_subclass(Tensor), targets
