@@ -4,7 +4,7 @@ Attention rollout (Abnar & Zuidema 2020, "Quantifying Attention Flow in Transfor
 attention through the residual stream: each layer's head-averaged attention ``A`` becomes
 ``0.5 * A + 0.5 * I`` (the skip connection carries half), and the layers multiply,
 ``R = A_L ... A_2 A_1``. The row of the class token (for mean pooling, the average of the patch
-rows) over the patches is the map. The last layer's class-token attention is the single-layer view
+rows, with or without a class token) over the patches is the map. The last layer's class-token attention is the single-layer view
 of DINO (Caron et al. 2021).
 """
 
@@ -42,17 +42,24 @@ def _fuse(weights: Tensor, head_fusion: HeadFusion) -> Tensor:
     raise ValueError(f"unknown head_fusion {head_fusion!r}; expected 'mean', 'max' or 'min'")
 
 
-def _readout(rows: Tensor, n_prefix: int, grid: tuple[int, int]) -> Tensor:
-    """The class-token row (or the mean patch row without one) over the patches, as ``(B, gh, gw)``."""
-    if n_prefix:
+def _readout(rows: Tensor, n_prefix: int, grid: tuple[int, int], pool: str = "cls") -> Tensor:
+    """What the head reads, over the patches, as ``(B, gh, gw)``: the class-token row for ``pool="cls"``,
+    the mean of the patch rows for ``pool="mean"`` (also when a class token is present)."""
+    if pool == "cls" and n_prefix:
         r = rows[:, 0, n_prefix:]  # (B, N)
+    elif pool in ("cls", "mean"):
+        r = rows[:, n_prefix:, n_prefix:].mean(dim=1)  # (B, N)
     else:
-        r = rows.mean(dim=1)  # (B, N)
+        raise ValueError(f"unknown pool {pool!r}; expected 'cls' or 'mean'")
     return r.reshape(r.shape[0], *grid)  # (B, gh, gw)
 
 
 def attention_rollout(
-    weights: Sequence[Tensor], n_prefix: int, grid: tuple[int, int], head_fusion: HeadFusion = "mean"
+    weights: Sequence[Tensor],
+    n_prefix: int,
+    grid: tuple[int, int],
+    head_fusion: HeadFusion = "mean",
+    pool: Literal["cls", "mean"] = "cls",
 ) -> Tensor:
     """Attention rollout over the layers' weights, each ``(B, H, S, S)``, -> ``(B, gh, gw)``, each map
     summing to at most 1 (the class token's own share is left out)."""
@@ -63,15 +70,19 @@ def attention_rollout(
         a = 0.5 * _fuse(w, head_fusion) + 0.5 * eye  # (B, S, S), rows sum to 1
         a = a / a.sum(dim=-1, keepdim=True)
         rollout = a @ rollout  # (B, S, S)
-    return _readout(rollout, n_prefix, grid)
+    return _readout(rollout, n_prefix, grid, pool)
 
 
 def last_layer_attention(
-    weights: Sequence[Tensor], n_prefix: int, grid: tuple[int, int], head_fusion: HeadFusion = "mean"
+    weights: Sequence[Tensor],
+    n_prefix: int,
+    grid: tuple[int, int],
+    head_fusion: HeadFusion = "mean",
+    pool: Literal["cls", "mean"] = "cls",
 ) -> Tensor:
     """The last layer's attention from the class token (or the mean patch row) to the patches,
     heads fused, ``(B, gh, gw)``."""
-    return _readout(_fuse(weights[-1], head_fusion), n_prefix, grid)
+    return _readout(_fuse(weights[-1], head_fusion), n_prefix, grid, pool)
 
 
 @torch.no_grad()
@@ -87,8 +98,8 @@ def attention_maps(model: VisionTransformer, images: Tensor, head_fusion: HeadFu
     grid = (images.shape[-2] // model.patch_size, images.shape[-1] // model.patch_size)
     return {
         "logits": logits,
-        "rollout": attention_rollout(weights, model.n_prefix, grid, head_fusion),
-        "last_layer": last_layer_attention(weights, model.n_prefix, grid, head_fusion),
+        "rollout": attention_rollout(weights, model.n_prefix, grid, head_fusion, model.pool),
+        "last_layer": last_layer_attention(weights, model.n_prefix, grid, head_fusion, model.pool),
     }
 
 

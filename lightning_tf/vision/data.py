@@ -109,8 +109,8 @@ class ImageDataModule(LightningDataModule):
         mixup_prob: probability that a training batch is mixed (when either alpha is > 0).
         mixup_switch_prob: with both on, probability of CutMix instead of Mixup.
         mixup_mode: one mixing weight per ``batch``, ``pair`` or ``elem``.
-        label_smoothing: smoothing of the soft Mixup/CutMix targets only (hard targets are left
-            to the model's loss).
+        mixup_label_smoothing: smoothing of the soft Mixup/CutMix targets only (hard labels are
+            smoothed by the model's ``label_smoothing``).
         mean: per-channel mean of the [0, 1] images for normalisation; default: the dataset's
             (ImageNet's for image folders, the training split's for digits).
         std: per-channel standard deviation, likewise.
@@ -137,7 +137,7 @@ class ImageDataModule(LightningDataModule):
         mixup_prob: float = 1.0,
         mixup_switch_prob: float = 0.5,
         mixup_mode: Literal["batch", "pair", "elem"] = "batch",
-        label_smoothing: float = 0.0,
+        mixup_label_smoothing: float = 0.0,
         mean: list[float] | None = None,
         std: list[float] | None = None,
         num_workers: int = 0,
@@ -158,17 +158,30 @@ class ImageDataModule(LightningDataModule):
                 raise ValueError(f"{name} ({value}) must be in (0, 1)")
         if not 0 <= random_erasing <= 1:
             raise ValueError(f"random_erasing ({random_erasing}) must be a probability in [0, 1]")
+        if not 0 <= mixup_label_smoothing < 1:
+            raise ValueError(f"mixup_label_smoothing ({mixup_label_smoothing}) must be in [0, 1)")
+        if mixup_label_smoothing and not (mixup_alpha or cutmix_alpha):
+            log.warning(
+                "mixup_label_smoothing (%s) only smooths Mixup/CutMix targets, which are off "
+                "(mixup_alpha = cutmix_alpha = 0); for hard labels set the model's label_smoothing",
+                mixup_label_smoothing,
+            )
         if in_chans is not None and in_chans not in (1, 3):
             raise ValueError(f"in_chans ({in_chans}) must be 1 (greyscale) or 3 (RGB)")
-        self.save_hyperparameters()
 
         spec = SPECS.get(dataset)
-        self.image_size: int = image_size or DEFAULT_SIZE.get(dataset) or spec.size
         # image files are read straight into in_chans channels (see datasets.load_image)
         native_chans = spec.in_chans if spec else in_chans or 3
-        self.in_chans: int = in_chans or native_chans
-        if self.in_chans < native_chans:
+        if in_chans is not None and in_chans < native_chans:
             raise ValueError(f"{dataset} images are RGB; in_chans ({in_chans}) must be 3")
+        # Resolved before saving: the hyperparameters hold the integers the model sees, so that they
+        # equal the model's `image_size` / `in_chans` when Lightning merges both for a logger.
+        image_size = image_size or DEFAULT_SIZE.get(dataset) or spec.size
+        in_chans = in_chans or native_chans
+        self.save_hyperparameters()
+        set_hparams(self, image_size=image_size, in_chans=in_chans)  # LightningCLI saves the config's None
+        self.image_size: int = image_size
+        self.in_chans: int = in_chans
         self.hflip: bool = hflip if hflip is not None else (spec.hflip if spec else True)
         if dataset == "image_folder":
             self.class_names: list[str] = scan_image_folder(root, scan_files=False).class_names
@@ -189,7 +202,7 @@ class ImageDataModule(LightningDataModule):
             raise ValueError(f"std ({self.std}) must be positive")
 
         self.mixup = build_mixup(
-            self.num_classes, mixup_alpha, cutmix_alpha, mixup_prob, mixup_switch_prob, mixup_mode, label_smoothing
+            self.num_classes, mixup_alpha, cutmix_alpha, mixup_prob, mixup_switch_prob, mixup_mode, mixup_label_smoothing
         )
         if self.mixup is not None and batch_size % 2:
             raise ValueError(f"batch_size ({batch_size}) must be even with Mixup/CutMix (pairs are mixed)")
@@ -351,6 +364,13 @@ class ImageDataModule(LightningDataModule):
             images, targets = self.mixup(images, targets)  # (B, C, H, W), (B, num_classes)
             return images, targets
         return batch
+
+
+def set_hparams(obj: Any, **values: Any) -> None:
+    """Update saved hyperparameters everywhere Lightning reads them: ``hparams`` (checkpoints) and the
+    initial copy that is merged for the loggers (``hparams_initial``)."""
+    obj.hparams.update(values)
+    obj._hparams_initial.update(values)
 
 
 def _collate(items: list[Any]) -> Any:

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
+from .data import set_hparams
 from .vit import PoolName, PosEmbedName, PresetName, VisionTransformer, preset_config
 
 __all__ = ["ViTClassifier"]
@@ -66,7 +67,10 @@ class ViTClassifier(LightningModule):
         label_smoothing: label smoothing of the cross-entropy on hard labels (soft Mixup/CutMix
             targets already carry the DataModule's smoothing).
         top_k: classes per image in the prediction CSV (not saved in checkpoints).
-        output_file: CSV written by ``predict``; empty: none (not saved in checkpoints).
+        output_file: CSV written by ``predict``; default: ``predictions.csv`` in the run directory
+            (``trainer.log_dir``: the logger's directory, else ``trainer.default_root_dir``); a path you
+            give is used as given (relative to the working directory); empty: none (not saved in
+            checkpoints).
         attention_images: validation images whose attention maps are logged to wandb (only with a
             WandbLogger; 0 disables).
         attention_every_n_epochs: log the attention maps every this many epochs (and after the last).
@@ -98,15 +102,11 @@ class ViTClassifier(LightningModule):
         min_lr: float = 1e-6,
         label_smoothing: float = 0.0,
         top_k: int = 5,
-        output_file: str = "predictions.csv",
+        output_file: str | None = None,
         attention_images: int = 4,
         attention_every_n_epochs: int = 5,
     ) -> None:
         super().__init__()
-        # what to write at prediction time is not part of the model: kept out of the checkpoint, so that
-        # `lightning-tf predict --ckpt_path ... --model.output_file ...` is not overridden by it
-        self.save_hyperparameters(ignore=["top_k", "output_file"])
-        self.top_k, self.output_file = top_k, output_file
         arch: dict[str, Any] = preset_config(preset) if preset is not None else {}
         given = dict(
             image_size=image_size, patch_size=patch_size, d_model=d_model, n_heads=n_heads, n_layers=n_layers, d_ff=d_ff
@@ -115,6 +115,13 @@ class ViTClassifier(LightningModule):
         missing = [k for k in ("image_size", "patch_size", "d_model", "n_heads", "n_layers") if k not in arch]
         if missing:
             raise ValueError(f"preset is None, so {', '.join(missing)} must be given")
+        # saved resolved, so that it equals the DataModule's `image_size` when Lightning merges both for a logger
+        image_size = arch["image_size"]
+        # what to write at prediction time is not part of the model: kept out of the checkpoint, so that
+        # `lightning-tf predict --ckpt_path ... --model.output_file ...` is not overridden by it
+        self.save_hyperparameters(ignore=["top_k", "output_file"])
+        set_hparams(self, image_size=image_size)  # LightningCLI saves the config's None
+        self.top_k, self.output_file = top_k, output_file
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
         if top_k < 1:
@@ -181,7 +188,7 @@ class ViTClassifier(LightningModule):
         assert not unexpected and all(k.startswith("head.") for k in missing), (missing, unexpected)
         if image_size is not None and image_size != config["image_size"]:
             resize_model(model.net, image_size)
-            model.hparams.image_size = image_size
+            set_hparams(model, image_size=image_size)
         return model
 
     def setup(self, stage: str) -> None:
@@ -203,6 +210,8 @@ class ViTClassifier(LightningModule):
             if isinstance(theirs, int) and theirs % patch:
                 raise ValueError(f"patch_size ({patch}) must divide the DataModule's image_size ({theirs})")
             log.info("evaluating at %s pixels, trained at %s: position embedding resampled", theirs, size)
+        # a logger receives the size this run uses (Lightning refuses to merge differing values)
+        self._hparams_initial["image_size"] = theirs if theirs is not None and stage != "fit" else size
         if hasattr(dm, "check_patch_size"):
             dm.check_patch_size(self.net.patch_size)
         if getattr(dm, "class_names", None):
@@ -269,8 +278,12 @@ class ViTClassifier(LightningModule):
     def _log_class_accuracy(self, stage: str) -> Tensor:
         metric = getattr(self, f"{stage}_class_acc")
         per_class = metric.compute()  # (K,)
+        support = (metric.tp + metric.fn).tolist()  # (K,) images of each class seen
         metric.reset()
-        self.log_dict({f"{stage}/acc_class/{name}": acc for name, acc in zip(self.class_names, per_class)})
+        # a class absent from the split has no accuracy (torchmetrics reports 0): not logged
+        self.log_dict(
+            {f"{stage}/acc_class/{name}": acc for name, acc, n in zip(self.class_names, per_class, support) if n > 0}
+        )
         return per_class
 
     def on_validation_epoch_end(self) -> None:
@@ -336,11 +349,19 @@ class ViTClassifier(LightningModule):
         self._predictions = []
 
     def on_predict_epoch_end(self) -> None:
-        if self.output_file:
-            out = Path(self.output_file)
+        out = self.prediction_file()
+        if out is not None:
             if self.trainer.world_size > 1:  # each process classified its share of the files
                 out = out.with_name(f"{out.stem}.rank{self.global_rank}{out.suffix}")
             self.write_predictions(out)
+
+    def prediction_file(self) -> Path | None:
+        """Where ``predict`` writes its CSV: ``output_file`` as given, by default ``predictions.csv`` in
+        the run directory (``trainer.log_dir``); None when ``output_file`` is empty."""
+        if self.output_file is not None:
+            return Path(self.output_file) if self.output_file else None
+        run_dir = self.trainer.log_dir if self._trainer is not None else None
+        return Path(run_dir or ".") / "predictions.csv"
 
     def write_predictions(self, output_file: str | Path) -> Path:
         """Write the collected predictions as CSV, one row per image in prediction order:
@@ -363,7 +384,7 @@ class ViTClassifier(LightningModule):
         out = Path(output_file)
         out.parent.mkdir(parents=True, exist_ok=True)
         pd.DataFrame(rows).to_csv(out, index=False)
-        log.info("wrote %d predictions to %s", len(classes), out)
+        print(f"wrote {len(classes)} predictions to {out}")
         return out
 
     # -------------------------------------------------------------------------- optimizer

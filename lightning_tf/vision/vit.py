@@ -244,6 +244,8 @@ class VisionTransformer(nn.Module):
 
     def tokens(self, images: Tensor) -> tuple[Tensor, tuple[int, int]]:
         """Embedded input of the encoder: ``(B, C, H, W)`` -> ``(B, n_prefix + N, D)`` and the grid."""
+        if images.ndim != 4:
+            raise ValueError(f"images must be (B, C, H, W), got shape {tuple(images.shape)}")
         B, C, H, W = images.shape
         p = self.patch_size
         if C != self.in_chans:

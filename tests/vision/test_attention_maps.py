@@ -99,3 +99,21 @@ def test_drawing_on_tensors_and_files(tmp_path: Path) -> None:
     assert len(fig.axes) == 3
     ax = draw_attention(torch.randn(1, 8, 8), torch.rand(2, 2))  # grey image, new figure
     assert len(ax.images) == 2  # the image and the map over it
+
+
+def test_mean_pooling_with_a_class_token_reads_the_patch_rows() -> None:
+    """With ``pool="mean"`` the head reads the average patch token even when a class token exists, so the
+    maps average the patch rows instead of reading the (unused) class-token row."""
+    model = VisionTransformer(
+        image_size=8, patch_size=4, in_chans=1, num_classes=3, d_model=16, n_heads=2, n_layers=2, pool="mean",
+        class_token=True,
+    )
+    x = torch.randn(2, 1, 8, 8)
+    maps = attention_maps(model, x)
+    with torch.no_grad():
+        _, weights = model.forward_with_attention(x.clone())
+    last = weights[-1].mean(1)  # (B, 5, 5)
+    torch.testing.assert_close(maps["last_layer"], last[:, 1:, 1:].mean(1).reshape(2, 2, 2))
+    assert not torch.allclose(maps["last_layer"], last[:, 0, 1:].reshape(2, 2, 2))
+    with pytest.raises(ValueError, match="unknown pool"):
+        last_layer_attention(weights, 1, (2, 2), pool="max")  # type: ignore[arg-type]

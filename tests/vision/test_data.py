@@ -72,6 +72,7 @@ def test_check_patch_size_names_both_numbers() -> None:
         ({"augment": "autoaugment"}, r"augment 'autoaugment' is not one of \['none', 'flip_crop'"),
         ({"image_size": 0}, r"image_size \(0\) must be a positive"),
         ({"random_erasing": 2.0}, r"random_erasing \(2.0\) must be a probability"),
+        ({"mixup_alpha": 0.8, "mixup_label_smoothing": 1.5}, r"mixup_label_smoothing \(1.5\) must be in \[0, 1\)"),
     ],
 )
 def test_bad_arguments_are_named(kwargs: dict, message: str) -> None:
@@ -151,7 +152,7 @@ def test_predict_defaults_to_the_test_split() -> None:
 
 # --------------------------------------------------------------------------------------- Mixup
 def test_mixup_only_on_training_batches() -> None:
-    dm = ImageDataModule(mixup_alpha=0.8, cutmix_alpha=1.0, label_smoothing=0.1, batch_size=32)
+    dm = ImageDataModule(mixup_alpha=0.8, cutmix_alpha=1.0, mixup_label_smoothing=0.1, batch_size=32)
     dm.setup("fit")
     batch = next(iter(dm.train_dataloader()))
     dm.trainer = SimpleNamespace(training=False)  # validating, testing, predicting

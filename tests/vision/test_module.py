@@ -188,6 +188,33 @@ def test_predict_on_the_test_split_adds_the_label(tmp_path: Path) -> None:
     assert all(re.fullmatch(r"digits/\d+", f) for f in df["file"])
 
 
+def test_predict_writes_to_the_run_directory_by_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Without ``output_file`` the CSV goes to the run directory (the logger's, else default_root_dir),
+    never the working directory; a relative path given is honoured as given; the path is printed."""
+    from lightning.pytorch.loggers import CSVLogger
+
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    model = small()
+    logger = CSVLogger(tmp_path / "logs")
+    trainer(tmp_path / "root", logger=logger, limit_predict_batches=1).predict(model, ImageDataModule())
+    written = Path(logger.log_dir) / "predictions.csv"
+    assert written.is_file() and len(pd.read_csv(written)) == 128
+    assert f"to {written}" in capsys.readouterr().out
+    trainer(tmp_path / "root", limit_predict_batches=1).predict(model, ImageDataModule())
+    assert (tmp_path / "root" / "predictions.csv").is_file()
+    assert list(work.iterdir()) == []  # nothing in the working directory
+    model.output_file = "sub/mine.csv"
+    trainer(tmp_path / "root", limit_predict_batches=1).predict(model, ImageDataModule())
+    assert (work / "sub" / "mine.csv").is_file() and "to sub/mine.csv" in capsys.readouterr().out
+    model.output_file = ""
+    trainer(tmp_path / "other", limit_predict_batches=1).predict(model, ImageDataModule())
+    assert not (tmp_path / "other").exists() or not list((tmp_path / "other").rglob("*.csv"))
+
+
 @pytest.mark.slow
 def test_cli_fit_then_predict_a_folder(tmp_path: Path) -> None:
     """The user's path: fit with the default config for a few steps, then ``lightning-tf predict`` on a
@@ -212,6 +239,18 @@ def test_cli_fit_then_predict_a_folder(tmp_path: Path) -> None:
     assert ((df["top1_prob"] >= df["top2_prob"]) & (df["top1_prob"] <= 1)).all()
 
 
+def test_per_class_accuracy_skips_absent_classes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A class with no image in the split has no accuracy: it is not logged as 0."""
+    model = small(num_classes=3)
+    model.class_names = ["a", "b", "c"]
+    logged: dict = {}
+    monkeypatch.setattr(model, "log_dict", lambda d, **kw: logged.update(d))
+    logits = torch.tensor([[9.0, 0, 0], [0, 9.0, 0], [9.0, 0, 0]])  # (3, 3)
+    model.val_class_acc.update(logits, torch.tensor([0, 1, 1]))  # no image of class c
+    model._log_class_accuracy("val")
+    assert {k: float(v) for k, v in logged.items()} == {"val/acc_class/a": 1.0, "val/acc_class/b": 0.5}
+
+
 # ------------------------------------------------------------------------------------ wandb media
 
 
@@ -221,13 +260,50 @@ def test_wandb_logger_gets_attention_maps_and_confusion_matrix(tmp_path: Path) -
     logger = WandbLogger(project="lightning-tf-test", save_dir=str(tmp_path), offline=True)
     model = small(attention_images=2)
     t = trainer(tmp_path, logger=logger, max_epochs=1, limit_train_batches=2, limit_val_batches=1, limit_test_batches=2)
-    dm = ImageDataModule(in_chans=1)  # equal hparams on both sides: Lightning merges them for the logger
+    dm = ImageDataModule()
     t.fit(model, dm)
     t.test(model, dm, verbose=False)
     logger.experiment.finish()
     media = {p.name.split("_")[0] + "/" + p.name for p in (tmp_path / "wandb").rglob("*.png")}
     assert any("attention" in m for m in media), media
     assert any("confusion" in m for m in media), media
+
+
+def test_hyperparameters_merge_for_a_logger(tmp_path: Path) -> None:
+    """Lightning merges the model's and the DataModule's hyperparameters for a logger and refuses keys
+    that differ: the DataModule saves its resolved image_size / in_chans, and its Mixup smoothing has its
+    own name, so the defaults and different smoothings on both sides fit with a logger."""
+    from lightning.pytorch.loggers import CSVLogger
+
+    dm = ImageDataModule(mixup_alpha=0.2, mixup_label_smoothing=0.2, batch_size=32)
+    assert (dm.hparams.image_size, dm.hparams.in_chans) == (16, 1) and "label_smoothing" not in dm.hparams
+    model = small(label_smoothing=0.1)
+    assert model.hparams.image_size == 16
+    logger = CSVLogger(tmp_path)
+    trainer(tmp_path, logger=logger, max_steps=1, limit_val_batches=1).fit(model, dm)
+    logged = (Path(logger.log_dir) / "hparams.yaml").read_text()
+    assert "mixup_label_smoothing: 0.2" in logged and "label_smoothing: 0.1" in logged
+
+
+def test_evaluating_at_another_size_with_a_logger(tmp_path: Path) -> None:
+    from lightning.pytorch.loggers import CSVLogger
+
+    model = small()
+    t = trainer(tmp_path, logger=CSVLogger(tmp_path), limit_test_batches=1)
+    t.test(model, ImageDataModule(image_size=24), verbose=False)  # 6x6 grid, the hparams merge
+    assert model.hparams.image_size == 16 and model.net.image_size == 16  # the checkpoint keeps the training size
+
+
+@pytest.mark.parametrize("config", sorted((ROOT / "configs" / "vision").glob("*.yaml")), ids=lambda p: p.stem)
+def test_configs_run_with_a_logger(config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every vision config under the default trainer config (a logger: the hyperparameters are merged)."""
+    from lightning_tf.cli import main
+
+    monkeypatch.setattr("sys.argv", ["lightning-tf"])
+    main(["fit", "--config", str(ROOT / "configs/trainer/default.yaml"), "--config", str(config),
+          "--trainer.fast_dev_run", "true",
+          "--trainer.default_root_dir", str(tmp_path), "--trainer.logger.init_args.save_dir", str(tmp_path),
+          "--data.mixup_label_smoothing", "0.05"])
 
 
 # ---------------------------------------------------------------------------------- digits target

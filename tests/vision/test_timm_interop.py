@@ -69,7 +69,7 @@ def test_dynamic_image_size_matches_timm() -> None:
     ours = ViTClassifier.from_timm(theirs).eval()
     assert max_diff(ours, theirs, torch.randn(2, 3, 48, 40)) <= ATOL
     resized = ViTClassifier.from_timm(theirs, image_size=48).eval()  # the table resampled once, stored
-    assert resized.net.grid == (6, 6) and resized.hparams.image_size == 48
+    assert resized.net.grid == (6, 6) and resized.hparams.image_size == resized.hparams_initial.image_size == 48
     assert max_diff(resized, theirs, torch.randn(2, 3, 48, 48)) <= 1e-4
 
 

@@ -162,3 +162,5 @@ def test_bad_configuration_messages() -> None:
         model(torch.randn(1, 1, 16, 16))
     with pytest.raises(ValueError, match=r"patch_size \(4\) must divide the image size \(18x16\)"):
         model(torch.randn(1, 3, 18, 16))
+    with pytest.raises(ValueError, match=r"images must be \(B, C, H, W\), got shape \(3, 16, 16\)"):
+        model(torch.randn(3, 16, 16))  # one image without the batch dimension
