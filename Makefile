@@ -1,5 +1,5 @@
 # The two commands of the README, plus helpers. Each creates and fills .venv on first use.
-#   make run    the main job on its embedded default data
+#   make run    the main job: the three tasks on their embedded default data, each tested after fit
 #   make test   the test suite (slow tests: make test-slow)
 
 VENV   := .venv
@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 TORCH  := torch==2.14.1 torchvision==0.29.1
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test test-slow bench clean
+.PHONY: install run run-text run-vision run-kline test test-slow bench clean
 
 install: $(STAMP)
 
@@ -19,8 +19,18 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]' $(TORCH)
 	touch $(STAMP)
 
-run: $(STAMP)
-	$(VENV)/bin/lightning-tf fit --config configs/trainer/default.yaml --config configs/toy/reverse.yaml --test_after_fit true
+FIT    := $(VENV)/bin/lightning-tf fit --config configs/trainer/default.yaml --test_after_fit true
+
+run: run-text run-vision run-kline
+
+run-text: $(STAMP)
+	$(FIT) --config configs/text/synthetic.yaml
+
+run-vision: $(STAMP)
+	$(FIT) --config configs/vision/digits.yaml
+
+run-kline: $(STAMP)
+	$(FIT) --config configs/kline/msft_daily.yaml
 
 test: $(STAMP)
 	$(PY) -m pytest -q
