@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Iterator
 
 # Never reach a network service from a test: wandb writes offline runs, hubs are not asked.
 os.environ.setdefault("WANDB_MODE", "offline")
@@ -35,3 +37,13 @@ torch.set_num_threads(1)
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _finish_wandb_run() -> Iterator[None]:
+    """A WandbLogger that a test leaves open stays the process's active run, and the next
+    WandbLogger would silently reuse it (and its directory): close it after every test."""
+    yield
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and getattr(wandb, "run", None) is not None:
+        wandb.finish()
