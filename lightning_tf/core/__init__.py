@@ -39,6 +39,7 @@ from .positional import (
     sincos_2d,
     sinusoidal_table,
 )
+from .schedules import warmup_cosine
 from .transformer import Decoder, DecoderCache, Encoder
 
 __all__ = [
@@ -68,4 +69,5 @@ __all__ = [
     "padding_mask",
     "sincos_2d",
     "sinusoidal_table",
+    "warmup_cosine",
 ]

@@ -24,7 +24,7 @@ windows and summarises, in plain words, whether the model beats each.
 from __future__ import annotations
 
 import logging
-import math
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,7 +38,7 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
-from lightning_tf.core import Encoder, PositionalName
+from lightning_tf.core import Encoder, PositionalName, warmup_cosine
 
 from .baselines import DLinearBaseline, drift, mean_forecast, persistence
 from .layers import RevIN, n_patches, patchify
@@ -522,13 +522,7 @@ class KLineForecaster(LightningModule):
                                                             pct_start=0.3)
         else:
             warmup = min(self.hparams.warmup_steps, total // 2)
-
-            def schedule(step: int) -> float:
-                if step < warmup:
-                    return (step + 1) / warmup
-                progress = (step - warmup) / max(total - warmup, 1)
-                return 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
-
+            schedule = partial(warmup_cosine, warmup_steps=warmup, total_steps=total)
             scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 

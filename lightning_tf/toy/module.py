@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import math
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -11,7 +11,15 @@ from torch import Tensor
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
-from lightning_tf.core import Decoder, Encoder, OutputProjection, PositionalName, TokenEmbedding, padding_mask
+from lightning_tf.core import (
+    Decoder,
+    Encoder,
+    OutputProjection,
+    PositionalName,
+    TokenEmbedding,
+    padding_mask,
+    warmup_cosine,
+)
 
 from .data import BOS_ID, EOS_ID, PAD_ID
 
@@ -149,12 +157,6 @@ class ReverseSeq2Seq(LightningModule):
         )
         total = max(int(self.trainer.estimated_stepping_batches), 1)
         warmup = min(self.hparams.warmup_steps, total)
-
-        def schedule(step: int) -> float:
-            if step < warmup:
-                return (step + 1) / warmup
-            progress = (step - warmup) / max(total - warmup, 1)
-            return 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
-
+        schedule = partial(warmup_cosine, warmup_steps=warmup, total_steps=total)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

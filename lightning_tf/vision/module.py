@@ -8,7 +8,7 @@ stochastic depth.
 from __future__ import annotations
 
 import logging
-import math
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,8 @@ from lightning.pytorch.loggers import WandbLogger
 from torch import Tensor, nn
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
+
+from lightning_tf.core import warmup_cosine
 
 from .data import set_hparams
 from .vit import PoolName, PosEmbedName, PresetName, VisionTransformer, preset_config
@@ -417,11 +419,6 @@ class ViTClassifier(LightningModule):
         warmup = min(hp.warmup_steps, total // 2)
         floor = min(hp.min_lr / hp.lr, 1.0) if hp.lr > 0 else 0.0
 
-        def schedule(step: int) -> float:
-            if step < warmup:
-                return (step + 1) / warmup
-            progress = min((step - warmup) / max(total - warmup, 1), 1.0)
-            return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, partial(warmup_cosine, warmup_steps=warmup,
+                                                                          total_steps=total, floor=floor))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
