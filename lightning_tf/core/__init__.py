@@ -23,7 +23,7 @@ Masks are bool and True means "may attend", broadcastable to ``(B, H, T, S)``.
 """
 
 from .attention import KVCache, MultiHeadAttention
-from .blocks import DecoderLayer, DropPath, EncoderLayer, LayerScale
+from .blocks import DecoderLayer, DropPath, EncoderLayer, LayerScale, NormName, TokenBatchNorm, make_norm
 from .embedding import OutputProjection, TokenEmbedding
 from .feedforward import Activation, FeedForward
 from .masks import causal_mask, combine_masks, padding_mask
@@ -56,16 +56,19 @@ __all__ = [
     "LayerScale",
     "LearnedPositionalEncoding",
     "MultiHeadAttention",
+    "NormName",
     "OutputProjection",
     "PositionalEncoding",
     "PositionalName",
     "RotaryEmbedding",
     "SinusoidalPositionalEncoding",
+    "TokenBatchNorm",
     "TokenEmbedding",
     "alibi_slopes",
     "apply_rotary",
     "causal_mask",
     "combine_masks",
+    "make_norm",
     "padding_mask",
     "sincos_2d",
     "sinusoidal_table",

@@ -9,6 +9,8 @@ without a long warmup; a Pre-LN stack ends with a final norm. Submodule names ma
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 from torch import Tensor, nn
 
@@ -59,6 +61,31 @@ class LayerScale(nn.Module):
         return x * self.gamma  # (..., D) * (D,)
 
 
+NormName = Literal["layer", "batch"]
+
+
+class TokenBatchNorm(nn.Module):
+    """BatchNorm over the feature axis of ``(B, T, D)`` tokens: statistics over every token of the
+    batch (``B * T`` values per feature), as PatchTST normalises patch tokens (Zerveas et al. 2021).
+    Unlike LayerNorm it mixes tokens of different sequences, so it is for unpadded inputs."""
+
+    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.bn = nn.BatchNorm1d(d_model, eps=eps)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.bn(x.transpose(1, 2)).transpose(1, 2)  # (B, T, D) -> (B, D, T) -> (B, T, D)
+
+
+def make_norm(norm: NormName, d_model: int, eps: float = 1e-5) -> nn.Module:
+    """``layer`` -> :class:`torch.nn.LayerNorm`, ``batch`` -> :class:`TokenBatchNorm`."""
+    if norm == "layer":
+        return nn.LayerNorm(d_model, eps=eps)
+    if norm == "batch":
+        return TokenBatchNorm(d_model, eps=eps)
+    raise ValueError(f"norm must be 'layer' or 'batch', got {norm!r}")
+
+
 def _branch_regularizers(d_model: int, drop_path: float, layer_scale: float | None) -> tuple[nn.Module, nn.Module]:
     """(LayerScale or Identity, DropPath or Identity) for one residual branch."""
     ls = LayerScale(d_model, layer_scale) if layer_scale is not None else nn.Identity()
@@ -78,10 +105,12 @@ class EncoderLayer(nn.Module):
         activation: feed-forward activation, ``relu``, ``gelu`` or ``swiglu``.
         norm_first: Pre-LN (True) or Post-LN (False).
         bias: whether linear layers have biases.
-        layer_norm_eps: epsilon of the layer norms.
+        layer_norm_eps: epsilon of the norms.
         drop_path: stochastic-depth rate of both residual branches (0 = off).
         layer_scale: initial value of a per-channel scale on both branches (``ls1``, ``ls2``);
             None = no layer scale.
+        norm: ``layer`` (LayerNorm) or ``batch`` (:class:`TokenBatchNorm`, PatchTST's choice for
+            time series; unpadded inputs only).
     """
 
     def __init__(
@@ -98,6 +127,7 @@ class EncoderLayer(nn.Module):
         layer_norm_eps: float = 1e-5,
         drop_path: float = 0.0,
         layer_scale: float | None = None,
+        norm: NormName = "layer",
     ) -> None:
         super().__init__()
         if (drop_path > 0 or layer_scale is not None) and not norm_first:
@@ -105,8 +135,8 @@ class EncoderLayer(nn.Module):
         self.norm_first = norm_first
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=attn_dropout, bias=bias)
         self.ff = FeedForward(d_model, d_ff, activation, dropout, bias)
-        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps)
-        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps)
+        self.norm1 = make_norm(norm, d_model, layer_norm_eps)
+        self.norm2 = make_norm(norm, d_model, layer_norm_eps)
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
         self.ls1, self.drop_path1 = _branch_regularizers(d_model, drop_path, layer_scale)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from .attention import KVCache
-from .blocks import DecoderLayer, EncoderLayer
+from .blocks import DecoderLayer, EncoderLayer, NormName, make_norm
 from .feedforward import Activation
 from .masks import causal_mask, combine_masks
 from .positional import PositionalEncoding, PositionalName
@@ -81,6 +81,9 @@ class Encoder(nn.Module):
         drop_path: stochastic-depth rate of the last layer; layer ``i`` of ``n`` uses
             ``drop_path * i / (n - 1)`` (0 for the first). Pre-LN only.
         layer_scale: initial value of LayerScale on every residual branch; None = off. Pre-LN only.
+        norm: ``layer`` (LayerNorm) or ``batch`` (BatchNorm over all tokens of the batch, PatchTST's
+            choice for time series; refuses a padding mask, since padded tokens would enter its
+            statistics).
     """
 
     def __init__(
@@ -101,9 +104,11 @@ class Encoder(nn.Module):
         layer_norm_eps: float = 1e-5,
         drop_path: float = 0.0,
         layer_scale: float | None = None,
+        norm: NormName = "layer",
     ) -> None:
         super().__init__()
         _check_sizes(d_model, n_heads, n_layers)
+        self.norm_kind = norm
         if not 0.0 <= drop_path < 1.0:
             raise ValueError(f"drop_path must be in [0, 1), got {drop_path}")
         self.pos = PositionalEncoding(pos_encoding, d_model, n_heads, max_len)
@@ -113,12 +118,12 @@ class Encoder(nn.Module):
             EncoderLayer(
                 d_model, n_heads, d_ff, dropout=dropout, attn_dropout=attn_dropout, activation=activation,
                 norm_first=norm_first, bias=bias, layer_norm_eps=layer_norm_eps, drop_path=rate,
-                layer_scale=layer_scale,
+                layer_scale=layer_scale, norm=norm,
             )
             for rate in rates
         )
         use_final_norm = norm_first if final_norm is None else final_norm
-        self.norm = nn.LayerNorm(d_model, eps=layer_norm_eps) if use_final_norm else None
+        self.norm = make_norm(norm, d_model, layer_norm_eps) if use_final_norm else None
         _init_linear(self.layers)
 
     def forward(
@@ -132,6 +137,9 @@ class Encoder(nn.Module):
                 (usually :func:`.masks.padding_mask`, ``(B, 1, 1, S)``).
             need_weights: also return each layer's attention weights ``(B, H, S, S)``.
         """
+        if mask is not None and self.norm_kind == "batch":
+            raise ValueError("Encoder(norm='batch') cannot take a padding mask: padded tokens would enter the "
+                             "BatchNorm statistics; use norm='layer' for padded inputs")
         S = x.shape[1]
         x = self.dropout(self.pos(x))  # (B, S, D)
         rotary, bias = self.pos.rotary(S, 0, x.device), self.pos.bias(S, S, None, x.device)

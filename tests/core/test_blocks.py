@@ -261,3 +261,34 @@ def test_feedforward_default_width_is_four_d_model(activation: str) -> None:
 def test_feedforward_unknown_activation() -> None:
     with pytest.raises(ValueError, match="unknown activation 'tanh'"):
         FeedForward(D, activation="tanh")  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------------ BatchNorm option
+def test_token_batch_norm_is_batch_norm_over_every_token() -> None:
+    from lightning_tf.core import TokenBatchNorm
+
+    torch.manual_seed(0)
+    x = torch.randn(4, 7, 16) * 3 + 1  # (B, T, D)
+    ours, ref = TokenBatchNorm(16), torch.nn.BatchNorm1d(16)
+    ref.load_state_dict(ours.bn.state_dict())
+    expected = ref(x.reshape(-1, 16)).reshape(4, 7, 16)  # statistics over all B*T tokens
+    torch.testing.assert_close(ours(x), expected)
+    torch.testing.assert_close(ours.bn.running_mean, ref.running_mean)
+    # a token's output depends on the other sequences of the batch (unlike LayerNorm)
+    y = x.clone()
+    y[1:] += 5
+    assert not torch.allclose(ours(y)[0], ours(x)[0])
+
+
+def test_encoder_with_batch_norm_uses_it_everywhere_and_refuses_a_padding_mask() -> None:
+    from lightning_tf.core import Encoder, TokenBatchNorm
+
+    enc = Encoder(16, 4, 2, norm="batch", norm_first=False)
+    norms = [m for m in enc.modules() if isinstance(m, (TokenBatchNorm, torch.nn.LayerNorm))]
+    assert len(norms) == 4 and all(isinstance(m, TokenBatchNorm) for m in norms)
+    x = torch.randn(3, 5, 16)
+    assert enc(x).shape == (3, 5, 16)
+    with pytest.raises(ValueError, match=r"Encoder\(norm='batch'\) cannot take a padding mask"):
+        enc(x, torch.ones(3, 1, 1, 5, dtype=torch.bool))
+    with pytest.raises(ValueError, match="norm must be 'layer' or 'batch', got 'group'"):
+        Encoder(16, 4, 1, norm="group")  # type: ignore[arg-type]
