@@ -22,6 +22,7 @@ Batches are dicts:
 from __future__ import annotations
 
 import logging
+from collections.abc import Sized
 from pathlib import Path
 from typing import Literal
 
@@ -31,13 +32,16 @@ import torch
 from lightning.pytorch import LightningDataModule
 from sklearn.preprocessing import StandardScaler
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, RandomSampler
+
+from lightning_tf.distributed import eval_sampler
 
 from .features import DEFAULT_FEATURES, Target, check_feature_names, compute_features, compute_target
 from .io import parse_timestamps, read_bars
 from .validation import ON_ERROR_CHOICES, OnError
 
 __all__ = [
+    "EpochShuffleSampler",
     "KLineDataModule",
     "MultivariateDataModule",
     "WindowDataset",
@@ -197,6 +201,26 @@ def next_timestamps(ts: pd.DatetimeIndex, n: int, session_days: int = 20) -> pd.
     return pd.DatetimeIndex([last + step * (i + 1) for i in range(n)])
 
 
+class EpochShuffleSampler(RandomSampler):
+    """A random order that depends only on ``seed`` and the epoch (Lightning calls :meth:`set_epoch`
+    before each one), not on how many epochs this process has run: a run resumed from a checkpoint
+    shuffles its next epoch exactly as the uninterrupted run does. Under DDP Lightning replaces it
+    with a ``DistributedSampler``, which is epoch-seeded likewise.
+
+    Args:
+        data_source: the dataset.
+        seed: base seed of the order.
+    """
+
+    def __init__(self, data_source: Sized, seed: int = 0) -> None:
+        super().__init__(data_source, generator=torch.Generator())  # type: ignore[arg-type]
+        self.seed = seed
+        self.set_epoch(0)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.generator.manual_seed(int(np.random.SeedSequence([self.seed, epoch]).generate_state(1)[0]))
+
+
 class _WindowDataModule(LightningDataModule):
     """Loaders shared by both data modules: shuffled training windows, every evaluation window."""
 
@@ -212,14 +236,19 @@ class _WindowDataModule(LightningDataModule):
                 f"({self.horizon}) bars after its border (check test_start / the split fractions)"
             )
         train = split == "train"
-        generator = torch.Generator().manual_seed(self.hparams.seed) if train else None
+        # training: an order set by seed and epoch alone, so a resumed run shuffles as the uninterrupted one;
+        # under DDP: every evaluation window on exactly one process (Lightning's sampler would repeat some)
+        sampler = (
+            EpochShuffleSampler(self.datasets[split], self.hparams.seed)
+            if train
+            else eval_sampler(self.datasets[split], predict=split == "predict")
+        )
         return DataLoader(
             self.datasets[split],
             batch_size=self.hparams.batch_size,
-            shuffle=train,
+            sampler=sampler,
             drop_last=False,  # every evaluation window is scored; a short last training batch is fine
             collate_fn=_batched,
-            generator=generator,
             num_workers=self.hparams.num_workers,
             persistent_workers=self.hparams.num_workers > 0,
         )

@@ -74,8 +74,9 @@ class DirectionalAccuracy(Metric):
         return self.correct.float() / self.total
 
     def up_share(self) -> Tensor:
-        """Share of realised up moves among the scored (non-flat) changes."""
-        return self.up.float() / self.total
+        """Share of realised up moves among the scored (non-flat) changes, over every process."""
+        with self.sync_context():  # compute() syncs only for itself, then puts back this process's counts
+            return self.up.float() / self.total
 
 
 class ForecastMetrics(nn.Module):

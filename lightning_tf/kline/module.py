@@ -37,8 +37,10 @@ from lightning.pytorch import LightningModule
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
+from torch.utils.data import DataLoader, DistributedSampler
 
-from lightning_tf.core import Encoder, PositionalName, warmup_cosine
+from lightning_tf.core import Encoder, NormName, PositionalName, warmup_cosine
+from lightning_tf.distributed import gather_objects, interleave, predict_size
 
 from .baselines import DLinearBaseline, drift, mean_forecast, persistence
 from .layers import RevIN, n_patches, patchify
@@ -77,6 +79,8 @@ class KLineForecaster(LightningModule):
         attn_dropout: dropout on the attention weights.
         head_dropout: dropout before the flatten head.
         norm_first: Pre-LN (True) or Post-LN (False).
+        norm: normalisation in the encoder: ``layer`` (LayerNorm) or ``batch`` (BatchNorm over the
+            patch tokens of the batch, PatchTST's choice).
         pos_encoding: positional encoding of the patches.
         revin: normalise each window per channel and map the forecast back (RevIN).
         revin_affine: learn RevIN's per-channel scale and shift.
@@ -84,8 +88,9 @@ class KLineForecaster(LightningModule):
         huber_delta: threshold of the Huber loss.
         lr: peak learning rate of AdamW.
         weight_decay: AdamW weight decay (matrices only).
-        scheduler: ``cosine`` (linear warmup, cosine decay to 0), ``onecycle`` (PatchTST's
-            OneCycleLR, 30% rise) or ``constant``.
+        scheduler: ``cosine`` (linear warmup, cosine decay to 0), ``onecycle`` (OneCycleLR, 30%
+            rise), ``decay`` (PatchTST's default: ``lr`` for 3 epochs, then x0.9 per epoch) or
+            ``constant``.
         warmup_steps: warmup steps of the cosine schedule.
         baselines: score the baselines on the test windows and print the comparison.
         dlinear_kernel: moving-average window of the DLinear baseline's trend.
@@ -113,6 +118,7 @@ class KLineForecaster(LightningModule):
         attn_dropout: float = 0.0,
         head_dropout: float = 0.2,
         norm_first: bool = True,
+        norm: NormName = "layer",
         pos_encoding: PositionalName = "learned",
         revin: bool = True,
         revin_affine: bool = True,
@@ -120,7 +126,7 @@ class KLineForecaster(LightningModule):
         huber_delta: float = 1.0,
         lr: float = 1e-3,
         weight_decay: float = 0.05,
-        scheduler: Literal["cosine", "onecycle", "constant"] = "cosine",
+        scheduler: Literal["cosine", "onecycle", "decay", "constant"] = "cosine",
         warmup_steps: int = 50,
         baselines: bool = True,
         dlinear_kernel: int = 25,
@@ -147,7 +153,7 @@ class KLineForecaster(LightningModule):
         self.patch_embed = nn.Linear(patch_len, d_model)  # PatchTST's W_P
         self.encoder = Encoder(
             d_model, n_heads, n_layers, d_ff, dropout=dropout, attn_dropout=attn_dropout,
-            norm_first=norm_first, pos_encoding=pos_encoding, max_len=self.n_patches,
+            norm_first=norm_first, norm=norm, pos_encoding=pos_encoding, max_len=self.n_patches,
         )
         self.head_dropout = nn.Dropout(head_dropout)
         flat = self.n_patches * d_model
@@ -168,6 +174,7 @@ class KLineForecaster(LightningModule):
         self.dlinear: DLinearBaseline | None = None
         self.test_summary: dict[str, Any] = {}
         self._attention_window: Tensor | None = None
+        self._forecast_windows: tuple[Tensor, Tensor, Tensor] | None = None  # x, y, pred of a few test windows
         self._predictions: list[dict[str, Tensor]] = []
         self._first_batch = True
 
@@ -304,7 +311,9 @@ class KLineForecaster(LightningModule):
         loss = self._loss(pred, y)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"{stage} loss is {loss.item()} at step {self.global_step}")
-        self.log(f"{stage}/loss", loss, prog_bar=True, batch_size=x.shape[0])
+        # a float batch size: Lightning averages the summed count over processes in its dtype, and an integer
+        # count truncates (73.5 -> 73) when the processes scored different numbers of windows (Lightning #21859)
+        self.log(f"{stage}/loss", loss, prog_bar=True, batch_size=float(x.shape[0]), sync_dist=stage != "train")
         naive = self._naive_model(x)
         self.metrics[f"{stage}_model"].update(pred, y, naive)
         if stage != "train":
@@ -312,6 +321,9 @@ class KLineForecaster(LightningModule):
         if stage == "test":
             if self._attention_window is None:
                 self._attention_window = x[:1].detach()  # the first test window, for the attention image
+            if self._forecast_windows is None and isinstance(self.logger, WandbLogger):
+                pick = torch.linspace(0, x.shape[0] - 1, min(4, x.shape[0]), device=x.device).long()  # (W,)
+                self._forecast_windows = (x[pick].detach(), y[pick].detach(), pred[pick].detach())
             if self.hparams.baselines:
                 self._update_baselines(batch, naive)
         return loss
@@ -409,7 +421,7 @@ class KLineForecaster(LightningModule):
         values = metric.compute()
         metric.reset()
         for name, value in values.items():
-            self.log(f"{prefix}{name}", value, sync_dist=False)
+            self.log(f"{prefix}{name}", value, sync_dist=True)  # already synced by torchmetrics: exact, and silent
         return values
 
     def on_train_epoch_end(self) -> None:
@@ -423,6 +435,7 @@ class KLineForecaster(LightningModule):
     def on_test_start(self) -> None:
         self.dlinear = None
         self._attention_window = None
+        self._forecast_windows = None
         dm = self._dm()
         if not self.hparams.baselines or dm is None or not hasattr(dm, "train_dataloader"):
             return
@@ -439,6 +452,9 @@ class KLineForecaster(LightningModule):
         except (RuntimeError, NotImplementedError, MisconfigurationException):
             # a DataModule without validation windows: fit without choosing the ridge
             val = None
+        if isinstance(getattr(val, "sampler", None), DistributedSampler):
+            # under DDP every process fits the same baseline, on all validation windows (not its share)
+            val = DataLoader(val.dataset, batch_size=val.batch_size, collate_fn=val.collate_fn)
         self.dlinear = baseline.fit(pairs(dm.train_dataloader()), None if val is None else pairs(val))
         log.info("DLinear baseline fit on the training windows (%s mode, ridge %s)", baseline.mode, baseline.ridge)
 
@@ -459,6 +475,7 @@ class KLineForecaster(LightningModule):
                 if scale in summary.get("model", {}):
                     rank_zero_info(summary_text(summary, scale))
         self._log_attention()
+        self._log_forecasts()
 
     def _log_attention(self) -> None:
         if self._attention_window is None or not isinstance(self.logger, WandbLogger):
@@ -469,6 +486,19 @@ class KLineForecaster(LightningModule):
         names = getattr(self._dm(), "feature_names", None) or [f"ch{i}" for i in range(maps.shape[0])]
         fig = attention_figure(maps, names, "attention over patches, last layer, first test window")
         self.logger.log_image(key="test/attention", images=[fig])
+
+    def _log_forecasts(self) -> None:
+        """Log the forecast of the first target against what happened, for a few windows of the first
+        test batch, on the model's scale (the target's context drawn when it is an input channel)."""
+        if self._forecast_windows is None or not isinstance(self.logger, WandbLogger):
+            return
+        from .plots import forecast_figure
+
+        x, y, pred = (t.float().cpu().numpy() for t in self._forecast_windows)  # (W, L, C), (W, F, K), (W, F, K)
+        past = x[..., self.target_channels[0]] if self.target_channels else None  # (W, L)
+        names = getattr(self._dm(), "target_names", None) or ["target"]
+        fig = forecast_figure(past, y[..., 0], pred[..., 0], names[0], "test forecasts (first test batch, model scale)")
+        self.logger.log_image(key="test/forecast", images=[fig])
 
     # ------------------------------------------------------------------ predict
 
@@ -496,7 +526,9 @@ class KLineForecaster(LightningModule):
         return out
 
     def on_predict_epoch_end(self) -> None:
-        if self._predictions and self._dm() is not None:
+        if self.trainer.world_size > 1:  # each process forecast its share of the windows: one file, in order
+            self._predictions = _merge_windows(gather_objects(self._predictions), predict_size(self.trainer))
+        if self._predictions and self._dm() is not None and self.trainer.is_global_zero:
             write_forecast(self, self._dm(), self._predictions, self._output_dir())
 
     def _output_dir(self) -> Path:
@@ -504,6 +536,31 @@ class KLineForecaster(LightningModule):
             return Path(self.hparams.output_dir)
         root = self.trainer.default_root_dir if self._trainer is not None else "."
         return Path(root) / "predictions"
+
+    # ------------------------------------------------------------------ checkpoint
+
+    #: The data's scaling, kept in checkpoints and exports so that forecasts can be mapped back to
+    #: original units without the DataModule: feature/target names, target kind, ticker names and the
+    #: training statistics ``feature_mean``/``feature_std`` (n_tickers, C), ``target_mean``/``target_std``
+    #: (n_tickers, K) as nested lists: original = model scale * std[ticker] + mean[ticker].
+    data_scale: dict[str, Any] | None = None
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        dm = self._dm()
+        if dm is not None and getattr(dm, "target_mean", None) is not None:
+            self.data_scale = {
+                "feature_names": list(getattr(dm, "feature_names", None) or []),
+                "target_names": list(getattr(dm, "target_names", None) or []),
+                "target_kind": getattr(dm, "target_kind", None),
+                "ticker_names": [str(t) for t in getattr(dm, "ticker_names", None) or []],
+                **{k: torch.as_tensor(getattr(dm, k)).double().tolist()
+                   for k in ("feature_mean", "feature_std", "target_mean", "target_std") if hasattr(dm, k)},
+            }  # plain lists and strings: loads with weights_only=True
+        if self.data_scale is not None:
+            checkpoint["data_scale"] = self.data_scale
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.data_scale = checkpoint.get("data_scale")
 
     # ------------------------------------------------------------------ optimisation
 
@@ -516,6 +573,9 @@ class KLineForecaster(LightningModule):
         )
         if self.hparams.scheduler == "constant":
             return optimizer
+        if self.hparams.scheduler == "decay":  # PatchTST's "type3": the peak for 3 epochs, then x0.9 per epoch
+            scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda epoch: 0.9 ** max(epoch - 2, 0))
+            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "epoch"}}
         total = max(int(self.trainer.estimated_stepping_batches), 1)
         if self.hparams.scheduler == "onecycle":
             scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=self.hparams.lr, total_steps=total,
@@ -595,6 +655,17 @@ def write_forecast(model: KLineForecaster, dm: Any, predictions: list[dict[str, 
     if isinstance(model.logger, WandbLogger) and figures:
         model.logger.log_image(key="predict/forecast", images=[f for _, f in figures], caption=[t for t, _ in figures])
     return csv
+
+
+def _merge_windows(parts: list[list[dict[str, Tensor]]], n: int | None = None) -> list[dict[str, Tensor]]:
+    """Every process's prediction batches (``parts[rank]``) as one batch of the ``n`` windows in input
+    order: process r forecast windows r, r + R, ... (the strided, unrepeated prediction sampler)."""
+    shares = [[{k: v[b] for k, v in batch.items()} for batch in batches for b in range(len(batch["pred"]))]
+              for batches in parts]
+    windows = interleave(shares, n)
+    if not windows:
+        return []
+    return [{k: torch.stack([w[k] for w in windows]) for k in windows[0]}]  # (W, ...) per key
 
 
 def _safe(name: str) -> str:

@@ -1,6 +1,7 @@
-"""Figures: a candlestick chart with the forecast overlaid, and attention over patches.
+"""Figures: a candlestick chart with the forecast overlaid, attention over patches, and test
+forecasts against what happened.
 
-Both return a ``matplotlib.figure.Figure`` made without pyplot: no display, no global figure
+Each returns a ``matplotlib.figure.Figure`` made without pyplot: no display, no global figure
 registry to close, and the user's matplotlib backend is left alone. The caller saves it
 (``fig.savefig``) or hands it to a logger.
 """
@@ -15,7 +16,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
 
-__all__ = ["attention_figure", "candlestick_figure"]
+__all__ = ["attention_figure", "candlestick_figure", "forecast_figure"]
 
 UP, DOWN, FORECAST = "#26a69a", "#ef5350", "#1f4e9c"
 
@@ -106,6 +107,41 @@ def attention_figure(weights: np.ndarray, channel_names: Sequence[str], title: s
     ax2.set_xlabel("key patch (oldest to newest)")
     ax2.set_title("attention received, per channel")
     fig.colorbar(im2, ax=ax2, fraction=0.046)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def forecast_figure(
+    past: np.ndarray | None, true: np.ndarray, pred: np.ndarray, target_name: str = "target", title: str = ""
+) -> Figure:
+    """Forecast against what happened, for a few windows (one panel each).
+
+    Args:
+        past: ``(W, L)`` the target over each window's context, or None when the target is not an
+            input channel.
+        true: ``(W, F)`` the target over the horizon.
+        pred: ``(W, F)`` the forecast.
+        target_name: the y-axis label.
+        title: figure title.
+
+    Step 0 is the first forecast bar; the context is drawn at negative steps.
+    """
+    true, pred = np.asarray(true, dtype=float), np.asarray(pred, dtype=float)
+    W, F = true.shape
+    fig = Figure(figsize=(11, 2.4 * W), dpi=100)
+    axes = np.atleast_1d(fig.subplots(W, 1, sharex=True))
+    future = np.arange(F)
+    for w, ax in enumerate(axes):
+        if past is not None:
+            L = past.shape[1]
+            ax.plot(np.arange(-L, 0), past[w], color="0.45", lw=1, label="context")
+        ax.plot(future, true[w], color=UP, lw=1.6, marker="o", ms=3, label="actual")
+        ax.plot(future, pred[w], color=FORECAST, lw=1.6, marker="o", ms=3, ls="--", label="forecast")
+        ax.axvline(-0.5, color="0.7", lw=0.8)
+        ax.set_ylabel(target_name)
+    axes[0].legend(loc="upper left", fontsize=8, ncol=3)
+    axes[-1].set_xlabel("bar (0 = first forecast bar)")
     fig.suptitle(title)
     fig.tight_layout()
     return fig

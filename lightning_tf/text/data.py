@@ -22,12 +22,15 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from lightning_tf.distributed import eval_sampler
+
 from .synthetic import SyntheticName, algorithmic_pairs, english_german_pairs
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, BPETokenizer
 
 __all__ = [
     "BucketBatchSampler",
     "PredictDataset",
+    "ResumableDataLoader",
     "TranslationDataModule",
     "TranslationDataset",
     "collate_predict",
@@ -316,7 +319,7 @@ class _EpochSampler(Sampler[int]):
         self.parent.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[int]:
-        return (i for batch in self.parent for i in batch)
+        return (i for batch in self.parent._batches() for i in batch)  # not the parent's resumable iteration
 
     def __len__(self) -> int:
         return sum(len(b) for b in self.parent._batches())
@@ -331,7 +334,9 @@ class BucketBatchSampler(Sampler[list[int]]):
     shuffles the batches. Without ``shuffle`` all indices are sorted by length once (evaluation). Under
     ``num_replicas > 1`` the same batch list is built on every rank, the largest batches are halved
     until the count divides evenly, and rank ``r`` takes batches ``r, r + R, ...``: disjoint, covering,
-    and the same number of batches on every rank. Nothing is ever dropped.
+    and the same number of batches on every rank. Nothing is ever dropped. The order draws nothing from
+    the global random state; ``state_dict`` / ``load_state_dict`` save and restore the position inside
+    an epoch (see :class:`ResumableDataLoader`).
 
     Args:
         src_lengths: padded source length of every item.
@@ -381,6 +386,9 @@ class BucketBatchSampler(Sampler[list[int]]):
         self.epoch = 0
         self._cache: tuple[int, list[list[int]]] | None = None
         self.sampler = _EpochSampler(self)
+        self._resume: tuple[int, int] | None = None  # (epoch, batches to skip) from load_state_dict
+        self.start = 0  # batches skipped by the current iteration (a resumed epoch)
+        self.yielded = 0  # batches yielded by the current iteration, skipped ones included
 
     def set_epoch(self, epoch: int) -> None:
         """Lightning calls this before every training epoch."""
@@ -441,10 +449,66 @@ class BucketBatchSampler(Sampler[list[int]]):
         return self._cache[1]
 
     def __iter__(self) -> Iterator[list[int]]:
-        yield from self._batches()
+        batches = self._batches()
+        self.start = 0
+        if self._resume is not None:
+            epoch, done = self._resume
+            self._resume = None
+            if epoch == self.epoch:  # a checkpoint from inside this epoch: go on after its last batch
+                self.start = min(done, len(batches))
+        self.yielded = self.start
+        for batch in batches[self.start :]:
+            self.yielded += 1
+            yield batch
 
     def __len__(self) -> int:
         return len(self._batches())
+
+    def state_dict(self) -> dict[str, int]:
+        """Where the epoch stands: its number and the batches yielded so far (a DataLoader with workers
+        fetches ahead of training; :class:`ResumableDataLoader` counts what it returned instead)."""
+        return {"epoch": self.epoch, "batches_done": self.yielded, "num_replicas": self.num_replicas}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Resume mid-epoch: the next iteration over ``state["epoch"]`` skips its first ``batches_done``
+        batches (the batch list depends only on ``seed`` and the epoch, so it is the same list). An
+        iteration over another epoch (the checkpoint closed its epoch) starts at the first batch."""
+        if state["num_replicas"] != self.num_replicas:
+            rank_zero_warn(
+                f"the checkpoint's sampler state was saved with {state['num_replicas']} ranks, this run has "
+                f"{self.num_replicas}: the resumed epoch's batches differ from the interrupted one's"
+            )
+        self.set_epoch(int(state["epoch"]))
+        self._resume = (int(state["epoch"]), int(state["batches_done"]))
+
+
+class ResumableDataLoader(DataLoader):
+    """A DataLoader over a :class:`BucketBatchSampler` whose position Lightning saves in checkpoints
+    (Lightning calls ``state_dict`` / ``load_state_dict`` on training loaders that have them), so a run
+    resumed from a mid-epoch checkpoint trains on the rest of that epoch's batches, in order.
+
+    The position is the number of batches this loader has returned: workers and prefetching read the
+    sampler ahead of training, while Lightning fetches a sized loader's batches one at a time."""
+
+    def __iter__(self) -> Iterator[Any]:
+        iterator = super().__iter__()  # created now, as DataLoader does: it draws the base seed here
+        self._returned = 0
+        return self._counted(iterator)
+
+    def _counted(self, iterator: Iterator[Any]) -> Iterator[Any]:
+        for batch in iterator:
+            self._returned += 1
+            yield batch
+
+    def state_dict(self) -> dict[str, int]:
+        sampler = self.batch_sampler
+        assert isinstance(sampler, BucketBatchSampler)
+        return sampler.state_dict() | {"batches_done": sampler.start + getattr(self, "_returned", 0)}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        sampler = self.batch_sampler
+        assert isinstance(sampler, BucketBatchSampler)
+        sampler.load_state_dict(state)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -760,7 +824,8 @@ class TranslationDataModule(LightningDataModule):
         sampler = self._sampler(split, shuffle)
         if self.trainer is not None and shuffle:
             sampler.set_epoch(self.trainer.current_epoch)
-        return DataLoader(
+        # the training loader keeps its position in checkpoints, for exact mid-epoch resume
+        return (ResumableDataLoader if shuffle else DataLoader)(
             self.datasets[split],
             batch_sampler=sampler,
             collate_fn=collate_translation,
@@ -797,7 +862,9 @@ class TranslationDataModule(LightningDataModule):
         lengths = [len(r) + 1 for r in self.predict_set.src_ids]
         max_tokens = None if h.max_tokens is None else max(h.max_tokens, max(lengths, default=1))
         batches = BucketBatchSampler(lengths, None, h.batch_size, max_tokens, shuffle=False).all_batches()
-        return DataLoader(_BatchList(self.predict_set, batches, collate_predict), batch_size=None)
+        ds = _BatchList(self.predict_set, batches, collate_predict)
+        # under DDP each process decodes its share of the batches; TranslationWriter gathers them by line
+        return DataLoader(ds, batch_size=None, sampler=eval_sampler(ds, predict=True))
 
     # ---------------------------------------------------------------------------- checkpoint
 

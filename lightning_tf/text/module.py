@@ -386,7 +386,9 @@ class Seq2SeqTransformer(LightningModule):
         acc, ppl = self.metrics[f"{stage}_token_acc"], self.metrics[f"{stage}_perplexity"]
         acc(logits.detach().argmax(-1), target)
         ppl(logits.detach().float(), target)
-        self.log(f"{stage}/loss", loss, prog_bar=True, batch_size=B, sync_dist=stage != "train")
+        # a float batch size: Lightning averages the summed count over processes in its dtype, and an integer
+        # count truncates (10.5 -> 10) when the processes saw different numbers of sentences (Lightning #21859)
+        self.log(f"{stage}/loss", loss, prog_bar=True, batch_size=float(B), sync_dist=stage != "train")
         self.log(f"{stage}/token_acc", acc, prog_bar=stage != "train", batch_size=B)
         self.log(f"{stage}/perplexity", ppl, batch_size=B)
         return loss

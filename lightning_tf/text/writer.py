@@ -47,10 +47,13 @@ class TranslationWriter(BasePredictionWriter):
             pairs = [p for part in parts for p in part]
         if not trainer.is_global_zero:
             return
-        by_line = dict(pairs)  # a distributed sampler may repeat lines to even out ranks
-        if sorted(by_line) != list(range(len(by_line))):
-            missing = sorted(set(range(max(by_line, default=-1) + 1)) - set(by_line))
-            raise RuntimeError(f"{self.output_file}: predictions lack input lines {missing[:10]}")
+        by_line = dict(pairs)  # every process may decode every line (use_distributed_sampler=False): keep one
+        # the input's line count when the DataModule knows it, so that lost last lines are noticed too
+        predict_set = getattr(getattr(trainer, "datamodule", None), "predict_set", None)
+        n = len(predict_set) if predict_set is not None else max(by_line, default=-1) + 1
+        if sorted(by_line) != list(range(n)):
+            missing = sorted(set(range(n)) - set(by_line))
+            raise RuntimeError(f"{self.output_file}: predictions lack input lines {missing[:10]} (of {n} lines)")
         path = Path(self.output_file)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(by_line[i].replace("\n", " ") + "\n" for i in range(len(by_line))), encoding="utf-8")

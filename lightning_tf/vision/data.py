@@ -25,6 +25,8 @@ from lightning.pytorch import LightningDataModule
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, default_collate
 
+from lightning_tf.distributed import eval_sampler
+
 from .datasets import (
     DATASETS,
     SPECS,
@@ -174,12 +176,11 @@ class ImageDataModule(LightningDataModule):
         native_chans = spec.in_chans if spec else in_chans or 3
         if in_chans is not None and in_chans < native_chans:
             raise ValueError(f"{dataset} images are RGB; in_chans ({in_chans}) must be 3")
-        # Resolved before saving: the hyperparameters hold the integers the model sees, so that they
-        # equal the model's `image_size` / `in_chans` when Lightning merges both for a logger.
         image_size = image_size or DEFAULT_SIZE.get(dataset) or spec.size
         in_chans = in_chans or native_chans
-        self.save_hyperparameters()
-        set_hparams(self, image_size=image_size, in_chans=in_chans)  # LightningCLI saves the config's None
+        # the resolved values live on the model's hyperparameters (the CLI links them data -> model);
+        # kept out of these, so that a logger merging both never sees the config's None beside them
+        self.save_hyperparameters(ignore=["image_size", "in_chans"])
         self.image_size: int = image_size
         self.in_chans: int = in_chans
         self.hflip: bool = hflip if hflip is not None else (spec.hflip if spec else True)
@@ -331,10 +332,13 @@ class ImageDataModule(LightningDataModule):
         if dataset is None:
             raise RuntimeError("call setup() (or let the Trainer call it) before asking for a DataLoader")
         h = self.hparams
+        # under DDP: every evaluation image on exactly one process (Lightning's sampler would repeat some)
+        sampler = None if train else eval_sampler(dataset, predict=dataset is self.predict_set)  # type: ignore[arg-type]
         return DataLoader(
             dataset,
             batch_size=h.batch_size,
             shuffle=train,
+            sampler=sampler,
             drop_last=train and self.mixup is not None,  # Mixup pairs sample i with B - 1 - i: even batches
             num_workers=h.num_workers,
             persistent_workers=h.num_workers > 0,
@@ -364,13 +368,6 @@ class ImageDataModule(LightningDataModule):
             images, targets = self.mixup(images, targets)  # (B, C, H, W), (B, num_classes)
             return images, targets
         return batch
-
-
-def set_hparams(obj: Any, **values: Any) -> None:
-    """Update saved hyperparameters everywhere Lightning reads them: ``hparams`` (checkpoints) and the
-    initial copy that is merged for the loggers (``hparams_initial``)."""
-    obj.hparams.update(values)
-    obj._hparams_initial.update(values)
 
 
 def _collate(items: list[Any]) -> Any:

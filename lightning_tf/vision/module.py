@@ -21,8 +21,8 @@ from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
 from lightning_tf.core import warmup_cosine
+from lightning_tf.distributed import gather_objects, interleave, predict_size
 
-from .data import set_hparams
 from .vit import PoolName, PosEmbedName, PresetName, VisionTransformer, preset_config
 
 __all__ = ["ViTClassifier"]
@@ -117,12 +117,13 @@ class ViTClassifier(LightningModule):
         missing = [k for k in ("image_size", "patch_size", "d_model", "n_heads", "n_layers") if k not in arch]
         if missing:
             raise ValueError(f"preset is None, so {', '.join(missing)} must be given")
-        # saved resolved, so that it equals the DataModule's `image_size` when Lightning merges both for a logger
+        # saved resolved (the preset's size when None), so that a checkpoint rebuilds this model
         image_size = arch["image_size"]
         # what to write at prediction time is not part of the model: kept out of the checkpoint, so that
         # `lightning-tf predict --ckpt_path ... --model.output_file ...` is not overridden by it
         self.save_hyperparameters(ignore=["top_k", "output_file"])
-        set_hparams(self, image_size=image_size)  # LightningCLI saves the config's None
+        if self.hparams.get("image_size") is None:  # built by LightningCLI, which saves the given None
+            self.hparams["image_size"] = image_size
         self.top_k, self.output_file = top_k, output_file
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
@@ -182,15 +183,16 @@ class ViTClassifier(LightningModule):
             raise ValueError(f"timm model has layer norm eps {eps}; ViTClassifier uses 1e-6")
         source_classes = config["num_classes"]
         num_classes = source_classes if num_classes is None else num_classes
+        net = timm_to_ours(timm_model)[0]
+        if image_size is not None and image_size != config["image_size"]:
+            resize_model(net, image_size)  # the position table resampled to the new grid
+            config["image_size"] = image_size
         model = cls(**{**config, "num_classes": num_classes}, preset=None, **hparams)
-        state = timm_to_ours(timm_model)[0].state_dict()
+        state = net.state_dict()
         if num_classes != source_classes:  # head reset: the new head keeps its fresh initialisation
             state = {k: v for k, v in state.items() if not k.startswith("head.")}
         missing, unexpected = model.net.load_state_dict(state, strict=False)
         assert not unexpected and all(k.startswith("head.") for k in missing), (missing, unexpected)
-        if image_size is not None and image_size != config["image_size"]:
-            resize_model(model.net, image_size)
-            set_hparams(model, image_size=image_size)
         return model
 
     def setup(self, stage: str) -> None:
@@ -212,8 +214,6 @@ class ViTClassifier(LightningModule):
             if isinstance(theirs, int) and theirs % patch:
                 raise ValueError(f"patch_size ({patch}) must divide the DataModule's image_size ({theirs})")
             log.info("evaluating at %s pixels, trained at %s: position embedding resampled", theirs, size)
-        # a logger receives the size this run uses (Lightning refuses to merge differing values)
-        self._hparams_initial["image_size"] = theirs if theirs is not None and stage != "fit" else size
         if hasattr(dm, "check_patch_size"):
             dm.check_patch_size(self.net.patch_size)
         if getattr(dm, "class_names", None):
@@ -250,7 +250,9 @@ class ViTClassifier(LightningModule):
         B = images.shape[0]
         metrics = getattr(self, f"{stage}_metrics")
         metrics(logits, labels)
-        self.log(f"{stage}/loss", loss, prog_bar=stage != "test", batch_size=B)
+        # a float batch size: Lightning averages the summed count over processes in its dtype, and an integer
+        # count truncates (179.5 -> 179) when the processes saw different numbers of images (Lightning #21859)
+        self.log(f"{stage}/loss", loss, prog_bar=stage != "test", batch_size=float(B), sync_dist=stage != "train")
         self.log_dict({f"{stage}/{k}": m for k, m in metrics.items()}, prog_bar=True, batch_size=B)
         if stage != "train":
             getattr(self, f"{stage}_class_acc").update(logits, labels)
@@ -280,7 +282,8 @@ class ViTClassifier(LightningModule):
     def _log_class_accuracy(self, stage: str) -> Tensor:
         metric = getattr(self, f"{stage}_class_acc")
         per_class = metric.compute()  # (K,)
-        support = (metric.tp + metric.fn).tolist()  # (K,) images of each class seen
+        with metric.sync_context():  # every process's counts (compute() put back this process's own)
+            support = (metric.tp + metric.fn).tolist()  # (K,) images of each class seen
         metric.reset()
         # a class absent from the split has no accuracy (torchmetrics reports 0): not logged
         self.log_dict(
@@ -330,20 +333,26 @@ class ViTClassifier(LightningModule):
         ``{"image", "path", "target"}``, an ``(images, ...)`` tuple or an image tensor."""
         paths: list[str] | None = None
         target: Tensor | None = None
+        index: Any = None
         if isinstance(batch, dict):
             images, paths, target = batch["image"], batch.get("path"), batch.get("target")
+            index = batch.get("index")  # the dataset position: restores the input order across processes
         elif isinstance(batch, (tuple, list)):
             images = batch[0]
         else:
             images = batch
         probs = self(images).softmax(dim=-1)  # (B, K)
         top_p, top_i = probs.topk(min(self.top_k, probs.shape[-1]), dim=-1)  # (B, k) each
-        if paths is None:
+        out: dict[str, Any] = {"classes": top_i.cpu(), "probs": top_p.cpu()}
+        if paths is None:  # images without names are numbered in prediction order (renumbered after a gather)
             start = sum(len(p["file"]) for p in self._predictions)
             paths = [str(i) for i in range(start, start + len(images))]
-        out = {"file": list(paths), "classes": top_i.cpu(), "probs": top_p.cpu()}
+            out["numbered"] = True
+        out["file"] = list(paths)
         if target is not None:
             out["target"] = target.cpu()
+        if index is not None:
+            out["index"] = torch.as_tensor(index).cpu()
         self._predictions.append(out)
         return out
 
@@ -351,10 +360,10 @@ class ViTClassifier(LightningModule):
         self._predictions = []
 
     def on_predict_epoch_end(self) -> None:
+        if self.trainer.world_size > 1:  # each process classified its share of the images
+            self._predictions = _merge_predictions(gather_objects(self._predictions), predict_size(self.trainer))
         out = self.prediction_file()
-        if out is not None:
-            if self.trainer.world_size > 1:  # each process classified its share of the files
-                out = out.with_name(f"{out.stem}.rank{self.global_rank}{out.suffix}")
+        if out is not None and self.trainer.is_global_zero:  # one file, written once
             self.write_predictions(out)
 
     def prediction_file(self) -> Path | None:
@@ -422,3 +431,40 @@ class ViTClassifier(LightningModule):
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, partial(warmup_cosine, warmup_steps=warmup,
                                                                           total_steps=total, floor=floor))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+def _merge_predictions(parts: list[list[dict[str, Any]]], n: int | None = None) -> list[dict[str, Any]]:
+    """Every process's prediction batches (``parts[rank]``) as one batch in input order, each image once.
+
+    Batches that carry the dataset ``index`` (ImageDataModule's) are sorted by it, and an image that a
+    padding sampler gave to two processes is kept once; other batches are put back in order from the
+    strided shares of Lightning's prediction sampler (process r holds images r, r + R, ... of ``n``).
+    """
+    shares = [
+        [
+            (b["file"][i], b["classes"][i], b["probs"][i], b.get("target", [None] * len(b["file"]))[i],
+             int(b["index"][i]) if "index" in b else None, "numbered" in b)
+            for b in batches
+            for i in range(len(b["file"]))
+        ]
+        for batches in parts
+    ]
+    rows = [row for share in shares for row in share]
+    if rows and all(row[4] is not None for row in rows):
+        rows = list({row[4]: row for row in reversed(rows)}.values())  # one row per index
+        rows.sort(key=lambda row: row[4])
+    else:
+        rows = interleave(shares, n)
+        rows = [(str(n), *row[1:]) if row[5] else row for n, row in enumerate(rows)]
+    if not rows:
+        return []
+    merged: dict[str, Any] = {
+        "file": [row[0] for row in rows],
+        "classes": torch.stack([row[1] for row in rows]),  # (n, k)
+        "probs": torch.stack([row[2] for row in rows]),  # (n, k)
+    }
+    if all(row[3] is not None for row in rows):
+        merged["target"] = torch.stack([torch.as_tensor(row[3]) for row in rows])  # (n,)
+    if all(row[4] is not None for row in rows):
+        merged["index"] = torch.tensor([row[4] for row in rows])  # (n,)
+    return [merged]

@@ -262,3 +262,26 @@ def test_returns_target_follows_the_data_target_kind() -> None:
     model._trainer.datamodule.target_kind = "price"
     with pytest.raises(ValueError, match=r"target_kind must be 'return' or 'level', got 'price'"):
         _ = model.returns_target
+
+
+def test_decay_schedule_is_patchtsts_type3(tmp_path: Path) -> None:
+    """``scheduler: decay``: the peak for epochs 0-2, then x0.9 per epoch, stepped once per epoch."""
+    model = tiny(lr=1e-3, scheduler="decay", baselines=False)
+    dm = SineDataModule(n_features=3, context_len=32, horizon=6, n_bars=400)
+    lrs: list[float] = []
+
+    class Record(L.Callback):
+        def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+            lrs.append(trainer.optimizers[0].param_groups[0]["lr"])
+
+    trainer(max_epochs=6, limit_train_batches=2, limit_val_batches=1, callbacks=[Record()],
+            default_root_dir=tmp_path).fit(model, dm)
+    assert lrs == pytest.approx([1e-3, 1e-3, 1e-3, 9e-4, 8.1e-4, 7.29e-4])
+
+
+def test_batch_norm_encoder_option() -> None:
+    from lightning_tf.core import TokenBatchNorm
+
+    model = tiny(norm="batch", norm_first=False)
+    assert sum(isinstance(m, TokenBatchNorm) for m in model.modules()) == 2 * model.hparams.n_layers
+    assert not any(isinstance(m, torch.nn.LayerNorm) for m in model.encoder.modules())

@@ -1,0 +1,302 @@
+"""Exact resume: a run stopped after a checkpoint and resumed with ``ckpt_path="last"`` ends with
+bitwise the same weights, optimizer state, scheduler state and metrics as the run that was never
+stopped, for each task; and every checkpoint loads with ``torch.load(weights_only=True)``.
+
+The runs use dropout, shuffled data and (vision) random augmentation, so a missing RNG or sampler
+state shows: the same comparison without :class:`RNGState` differs.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from lightning.pytorch import Callback, LightningDataModule, LightningModule, Trainer, seed_everything
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from lightning_tf.callbacks import RNGState, get_rng_states, set_rng_states
+from lightning_tf.kline import KLineDataModule, KLineForecaster
+from lightning_tf.kline.data import EpochShuffleSampler
+from lightning_tf.text import Seq2SeqTransformer, TranslationDataModule
+from lightning_tf.text.data import BucketBatchSampler, ResumableDataLoader
+from lightning_tf.vision import ImageDataModule, ViTClassifier
+
+ROOT = Path(__file__).resolve().parents[1]
+Task = Callable[[], tuple[LightningModule, LightningDataModule]]
+
+
+def text_task() -> tuple[LightningModule, LightningDataModule]:
+    dm = TranslationDataModule(dataset="copy", n_train=160, n_val=8, n_test=8, vocab_size=64, batch_size=16)
+    model = Seq2SeqTransformer(
+        vocab_size=64, d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.2, beam_size=1, extra_len=4,
+        lr=3e-3, warmup_steps=4,
+    )  # fmt: skip
+    return model, dm
+
+
+def vision_task() -> tuple[LightningModule, LightningDataModule]:
+    dm = ImageDataModule(dataset="digits", batch_size=16, augment="flip_crop")
+    model = ViTClassifier(
+        preset="digits", d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.2, drop_path=0.1, warmup_steps=3,
+        attention_images=0,
+    )  # fmt: skip
+    return model, dm
+
+
+def kline_task() -> tuple[LightningModule, LightningDataModule]:
+    dm = KLineDataModule(str(ROOT / "data" / "msft.csv"), context_len=32, horizon=4, batch_size=32)
+    model = KLineForecaster(
+        n_features=6, n_targets=1, context_len=32, horizon=4, patch_len=8, stride=4, d_model=16, n_heads=2,
+        n_layers=1, d_ff=32, dropout=0.2, head_dropout=0.2, warmup_steps=3, baselines=False,
+    )  # fmt: skip
+    return model, dm
+
+
+TASKS: dict[str, Task] = {"text": text_task, "vision": vision_task, "kline": kline_task}
+
+
+class Killed(Exception):
+    """The stand-in for a killed process: raised at a batch start, so nothing is saved after it."""
+
+
+class Kill(Callback):
+    def __init__(self, at_step: int) -> None:
+        self.at_step = at_step
+
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
+        if trainer.global_step == self.at_step:
+            raise Killed(f"killed at step {self.at_step}")
+
+
+def fit(
+    task: Task,
+    root: Path,
+    max_epochs: int = 3,
+    ckpt_path: str | None = None,
+    rng: bool = True,
+    every_n_train_steps: int | None = None,
+    kill_at_step: int | None = None,
+    isolate_validation: bool = True,
+) -> tuple[LightningModule, Trainer]:
+    """One ``fit`` as a user runs it: seeded, deterministic, a ModelCheckpoint on val/loss writing
+    last.ckpt; with ``kill_at_step`` the process "dies" as that step starts (same config otherwise,
+    since e.g. a cosine schedule's length depends on ``max_epochs``)."""
+    seed_everything(0)
+    checkpoint = ModelCheckpoint(  # step checkpoints keep the latest: val/loss does not exist before validation
+        dirpath=root,
+        monitor=None if every_n_train_steps else "val/loss",
+        save_last=True,
+        save_top_k=1,
+        every_n_train_steps=every_n_train_steps,
+    )
+    callbacks: list[Any] = [checkpoint] + ([RNGState(isolate_validation)] if rng else [])
+    if kill_at_step is not None:
+        callbacks.append(Kill(kill_at_step))
+    model, dm = task()
+    trainer = Trainer(
+        max_epochs=max_epochs,
+        limit_train_batches=4,
+        limit_val_batches=1,
+        num_sanity_val_steps=1,
+        callbacks=callbacks,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        deterministic=True,
+        default_root_dir=root,
+        accelerator="cpu",
+        devices=1,
+    )
+    if kill_at_step is None:
+        trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
+        if ckpt_path is not None:  # it did resume (for "last", Lightning only warns when it finds nothing)
+            assert trainer.ckpt_path is not None and Path(trainer.ckpt_path).name == "last.ckpt"
+    else:
+        with pytest.raises(Killed):
+            trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
+    return model, trainer
+
+
+def differences(a: tuple[LightningModule, Trainer], b: tuple[LightningModule, Trainer]) -> list[str]:
+    """Names of the weights, optimizer and scheduler tensors and metrics that are not bitwise equal."""
+    (ma, ta), (mb, tb) = a, b
+    out = [k for k, v in ma.state_dict().items() if not torch.equal(v, mb.state_dict()[k])]
+    oa, ob = ta.optimizers[0].state_dict()["state"], tb.optimizers[0].state_dict()["state"]
+    out += [
+        f"optimizer {i}.{k}"
+        for i in oa
+        for k in oa[i]
+        if not torch.equal(torch.as_tensor(oa[i][k]), torch.as_tensor(ob[i][k]))
+    ]
+    sa, sb = ta.lr_scheduler_configs[0].scheduler.state_dict(), tb.lr_scheduler_configs[0].scheduler.state_dict()
+    out += [f"scheduler {k}" for k in ("last_epoch", "_last_lr") if sa[k] != sb[k]]
+    ca, cb = ta.callback_metrics, tb.callback_metrics
+    out += [
+        f"metric {k}" for k in sorted(set(ca) | set(cb)) if k not in ca or k not in cb or not torch.equal(ca[k], cb[k])
+    ]
+    return out
+
+
+@pytest.fixture(autouse=True)
+def _deterministic(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Leave no global trace: deterministic mode and seed_everything's environment variables."""
+    before = torch.are_deterministic_algorithms_enabled()
+    for name in ("PL_GLOBAL_SEED", "PL_SEED_WORKERS"):
+        monkeypatch.delenv(name, raising=False)  # restored after the test
+    yield
+    torch.use_deterministic_algorithms(before)
+
+
+# ---------------------------------------------------------------------------------- epoch boundary
+
+
+@pytest.mark.parametrize("name", list(TASKS))
+def test_resume_at_epoch_boundary_is_exact(name: str, tmp_path: Path) -> None:
+    """Killed as epoch 3 starts (last.ckpt written at the validation end of epoch 2), resumed from
+    last.ckpt: the same weights, optimizer moments, schedule and final metrics as the run never stopped."""
+    task = TASKS[name]
+    full = fit(task, tmp_path / "full")
+    fit(task, tmp_path / "cut", kill_at_step=8)
+    ckpt = torch.load(tmp_path / "cut" / "last.ckpt", weights_only=True)  # plain data, RNG states included
+    assert ckpt["global_step"] == 8 and ckpt["rng_states"]["restore_at"] == "load"
+    resumed = fit(task, tmp_path / "cut", ckpt_path=str(tmp_path / "cut" / "last.ckpt"))
+    assert resumed[1].global_step == full[1].global_step == 12
+    assert differences(full, resumed) == []
+
+
+@pytest.mark.parametrize("name", ["text", "vision"])
+def test_resume_without_rng_state_differs(name: str, tmp_path: Path) -> None:
+    """The same comparison without RNGState fails: the test above can see a lost random state
+    (text: dropout; vision: dropout, shuffling and augmentation)."""
+    task = TASKS[name]
+    full = fit(task, tmp_path / "full", rng=False)
+    fit(task, tmp_path / "cut", kill_at_step=8, rng=False)
+    resumed = fit(task, tmp_path / "cut", ckpt_path=str(tmp_path / "cut" / "last.ckpt"), rng=False)
+    assert len(differences(full, resumed)) > 0
+
+
+def test_resume_with_the_cli_spelling_last(tmp_path: Path) -> None:
+    """``ckpt_path="last"`` (``--ckpt_path last``) finds the run's last.ckpt and resumes exactly."""
+    full = fit(text_task, tmp_path / "full", max_epochs=2)
+    fit(text_task, tmp_path / "cut", max_epochs=2, kill_at_step=4)
+    resumed = fit(text_task, tmp_path / "cut", max_epochs=2, ckpt_path="last")
+    assert resumed[1].global_step == 8
+    assert differences(full, resumed) == []
+
+
+# ---------------------------------------------------------------------------------- mid-epoch
+
+
+def test_text_resume_mid_epoch_is_exact(tmp_path: Path) -> None:
+    """ModelCheckpoint(every_n_train_steps=3) saves inside epochs (steps 3, 9) and at an epoch's last
+    batch (step 12, before its validation). Killed at step 10, resumed from step 9 (batch 2 of epoch
+    3): the stateful BucketBatchSampler goes on with the epoch's 2nd batch and the RNG is restored
+    after the new iterator exists, so the result is bitwise the uninterrupted run."""
+    full = fit(text_task, tmp_path / "full", max_epochs=4, every_n_train_steps=3)
+    fit(text_task, tmp_path / "cut", max_epochs=4, every_n_train_steps=3, kill_at_step=10)
+    ckpt = torch.load(tmp_path / "cut" / "last.ckpt", weights_only=True)
+    assert ckpt["global_step"] == 9 and ckpt["rng_states"]["restore_at"] == "train_start"
+    assert ckpt["loops"]["fit_loop"]["state_dict"]["combined_loader"] == [
+        {"epoch": 2, "batches_done": 1, "num_replicas": 1}
+    ]
+    resumed = fit(text_task, tmp_path / "cut", max_epochs=4, every_n_train_steps=3, ckpt_path="last")
+    assert resumed[1].global_step == full[1].global_step == 16
+    assert differences(full, resumed) == []
+
+
+@pytest.mark.parametrize(("name", "isolate"), [("text", True), ("vision", True), ("kline", True), ("text", False)])
+def test_resume_from_a_step_checkpoint_at_an_epoch_end(name: str, isolate: bool, tmp_path: Path) -> None:
+    """every_n_train_steps=4 saves at the last batch of each epoch, before its validation, which the
+    resumed run does not repeat: exact for every task, and only because validation draws nothing from
+    the training stream (without ``isolate_validation`` the validation loader's seed draw is missing
+    from the resumed run)."""
+    task = TASKS[name]
+    full = fit(task, tmp_path / "full", every_n_train_steps=4, isolate_validation=isolate)
+    fit(task, tmp_path / "cut", every_n_train_steps=4, kill_at_step=6, isolate_validation=isolate)
+    ckpt = torch.load(tmp_path / "cut" / "last.ckpt", weights_only=True)
+    assert ckpt["global_step"] == 4 and ckpt["rng_states"]["restore_at"] == "train_start"
+    resumed = fit(task, tmp_path / "cut", every_n_train_steps=4, ckpt_path="last", isolate_validation=isolate)
+    assert (differences(full, resumed) == []) == isolate
+
+
+def test_plain_loader_mid_epoch_resume_is_not_exact(tmp_path: Path) -> None:
+    """The documented limit: a plain DataLoader (vision) cannot resume inside an epoch; Lightning
+    restarts that epoch's data, so the result differs (an epoch-boundary checkpoint is exact)."""
+    full = fit(vision_task, tmp_path / "full", every_n_train_steps=3)
+    fit(vision_task, tmp_path / "cut", every_n_train_steps=3, kill_at_step=10)
+    with pytest.warns(UserWarning, match="not resumable"):
+        resumed = fit(vision_task, tmp_path / "cut", every_n_train_steps=3, ckpt_path="last")
+    assert len(differences(full, resumed)) > 0
+
+
+# ---------------------------------------------------------------------------------- the pieces
+
+
+def test_kline_shuffle_depends_only_on_seed_and_epoch() -> None:
+    """A fresh sampler at epoch 2 gives the order an uninterrupted one gives at its 3rd epoch."""
+    running = EpochShuffleSampler(range(50), seed=7)
+    orders = []
+    for epoch in range(3):
+        running.set_epoch(epoch)
+        orders.append(list(running))
+    fresh = EpochShuffleSampler(range(50), seed=7)
+    fresh.set_epoch(2)
+    assert list(fresh) == orders[2] != orders[1]
+    assert sorted(orders[2]) == list(range(50))
+    other = EpochShuffleSampler(range(50), seed=8)
+    other.set_epoch(2)
+    assert list(other) != orders[2]
+
+
+def test_bucket_sampler_state_skips_the_batches_already_trained() -> None:
+    lengths = list(np.random.default_rng(0).integers(3, 20, size=200))
+    sampler = BucketBatchSampler(lengths, batch_size=8, seed=3)
+    sampler.set_epoch(2)
+    epoch = list(sampler)
+    it = iter(sampler)
+    for _ in range(5):
+        next(it)
+    state = sampler.state_dict()
+    assert state == {"epoch": 2, "batches_done": 5, "num_replicas": 1}
+    fresh = BucketBatchSampler(lengths, batch_size=8, seed=3)
+    fresh.load_state_dict(state)
+    assert list(fresh) == epoch[5:]  # the rest of epoch 2, in order
+    assert list(fresh) == epoch  # only the first iteration resumes
+    fresh.load_state_dict(state)
+    fresh.set_epoch(3)  # the checkpoint's epoch is over: the next epoch starts at its first batch
+    assert list(fresh) == sampler.all_batches(3)
+
+
+def test_resumable_loader_counts_returned_batches_not_prefetched_ones() -> None:
+    """With workers the sampler runs ahead of training; the loader's state counts what it returned."""
+    data = list(range(64))
+    sampler = BucketBatchSampler([5] * 64, batch_size=4, seed=0)
+    loader = ResumableDataLoader(data, batch_sampler=sampler, num_workers=1, prefetch_factor=4)
+    it = iter(loader)
+    seen = [next(it).tolist() for _ in range(3)]
+    assert sampler.yielded > 3  # the worker fetched ahead
+    assert loader.state_dict()["batches_done"] == 3
+    resumed = ResumableDataLoader(data, batch_sampler=BucketBatchSampler([5] * 64, batch_size=4, seed=0))
+    resumed.load_state_dict(loader.state_dict())
+    rest = [b.tolist() for b in resumed]
+    assert seen + rest == [b.tolist() for b in ResumableDataLoader(data, batch_sampler=sampler)]
+    del it
+
+
+def test_rng_states_round_trip_through_a_weights_only_file(tmp_path: Path) -> None:
+    """Python, NumPy and torch states survive ``torch.save`` / ``torch.load(weights_only=True)``."""
+    random.seed(1), np.random.seed(2), torch.manual_seed(3)
+    random.gauss(0, 1), np.random.normal()  # leave a cached Gaussian in both
+    torch.save({"rng": get_rng_states()}, tmp_path / "s.pt")
+    expected = (random.random(), random.gauss(0, 1), np.random.normal(), np.random.rand(3), torch.rand(3))
+    random.seed(9), np.random.seed(9), torch.manual_seed(9)
+    set_rng_states(torch.load(tmp_path / "s.pt", weights_only=True)["rng"])
+    got = (random.random(), random.gauss(0, 1), np.random.normal(), np.random.rand(3), torch.rand(3))
+    assert got[:3] == expected[:3]
+    np.testing.assert_array_equal(got[3], expected[3])
+    assert torch.equal(got[4], expected[4])
