@@ -1,5 +1,6 @@
 # The two commands of the README, plus helpers. Each creates and fills .venv on first use.
-#   make run    the main job: the three tasks on their embedded default data, each tested after fit
+#   make run    the main job: the three tasks on their embedded default data, each tested after fit,
+#               then one summary table (lightning-tf tour)
 #   make test   the test suite (slow tests: make test-slow)
 
 VENV   := .venv
@@ -21,7 +22,8 @@ $(STAMP): pyproject.toml
 
 FIT    := $(VENV)/bin/lightning-tf fit --config configs/trainer/default.yaml --test_after_fit true
 
-run: run-text run-vision run-kline
+run: $(STAMP)
+	$(VENV)/bin/lightning-tf tour
 
 run-text: $(STAMP)
 	$(FIT) --config configs/text/synthetic.yaml

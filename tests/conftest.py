@@ -7,7 +7,7 @@ import sys
 from collections.abc import Iterator
 
 # Never reach a network service from a test: wandb writes offline runs, hubs are not asked.
-os.environ.setdefault("WANDB_MODE", "offline")
+os.environ["WANDB_MODE"] = "offline"  # never online from a test, whatever the shell says
 os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -47,3 +47,15 @@ def _finish_wandb_run() -> Iterator[None]:
     wandb = sys.modules.get("wandb")
     if wandb is not None and getattr(wandb, "run", None) is not None:
         wandb.finish()
+
+
+@pytest.fixture(autouse=True)
+def _restore_environment() -> Iterator[None]:
+    """What a test's in-process run writes into ``os.environ`` stays in that test: wandb leaves
+    ``WANDB_SERVICE`` (a later subprocess would attach to this process's wandb service) and
+    ``WANDB_MODE=dryrun``, Lightning leaves ``PL_GLOBAL_SEED`` (a later subprocess would be seeded)."""
+    saved = dict(os.environ)
+    yield
+    for key in set(os.environ) - set(saved):
+        del os.environ[key]
+    os.environ.update(saved)

@@ -1,9 +1,18 @@
-"""Every YAML under configs/ parses, and each experiment config runs one batch through the CLI."""
+"""Every YAML under configs/ parses, and each experiment config runs one batch through the CLI.
+
+Configs that read files a user supplies (a WMT-style corpus, Tatoeba, CIFAR-10, Fashion-MNIST, ETTh1)
+run on small stand-ins written by the test, with the data paths (and nothing about the model) pointed
+at them: the paper-size models are built and take a training and a validation step as configured.
+"""
 
 from __future__ import annotations
 
+import random
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
@@ -13,12 +22,86 @@ CONFIGS = sorted((ROOT / "configs").rglob("*.yaml"))
 EXPERIMENTS = [p for p in CONFIGS if p.parent.name != "trainer"]
 
 
+def _name(path: Path) -> str:
+    return path.relative_to(ROOT / "configs").as_posix()
+
+
+# ------------------------------------------------------------------ stand-ins for the user's files
+WORDS_EN = ["the", "cat", "dog", "sees", "a", "red", "house", "today", "small", "man", "buys", "car"]
+WORDS_DE = ["die", "Katze", "Hund", "sieht", "ein", "rotes", "Haus", "heute", "klein", "Mann", "kauft", "Auto"]
+
+
+def _sentence_pair(rng: random.Random) -> tuple[str, str]:
+    idx = [rng.randrange(len(WORDS_EN)) for _ in range(rng.randint(3, 9))]
+    return " ".join(WORDS_EN[i] for i in idx), " ".join(WORDS_DE[i] for i in idx)
+
+
+def _aligned_corpus(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    rng = random.Random(0)
+    for split, n in (("train", 300), ("valid", 16), ("test", 16)):
+        pairs = [_sentence_pair(rng) for _ in range(n)]
+        (tmp / f"{split}.en").write_text("\n".join(p[0] for p in pairs) + "\n")
+        (tmp / f"{split}.de").write_text("\n".join(p[1] for p in pairs) + "\n")
+    return ["--data.init_args.train_file", str(tmp / "train"), "--data.init_args.val_file", str(tmp / "valid"),
+            "--data.init_args.test_file", str(tmp / "test"), "--data.init_args.vocab_size", "200",
+            "--data.init_args.max_tokens", "256", "--data.init_args.num_workers", "0"]
+
+
+def _tatoeba(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    rng = random.Random(1)
+    lines = [f"{en}\t{de}\tCC-BY 2.0 (France)" for en, de in (_sentence_pair(rng) for _ in range(300))]
+    (tmp / "deu.txt").write_text("\n".join(lines) + "\n")
+    return ["--data.init_args.train_file", str(tmp / "deu.txt"), "--data.init_args.n_val", "16",
+            "--data.init_args.n_test", "16", "--data.init_args.vocab_size", "200", "--data.init_args.max_tokens", "256"]
+
+
+def _cifar10(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    from tests.vision.test_datasets import _fake_cifar10
+
+    _fake_cifar10(tmp, monkeypatch)
+    return ["--data.init_args.root", str(tmp), "--data.init_args.download", "false",
+            "--data.init_args.batch_size", "4", "--data.init_args.num_workers", "0",
+            "--data.init_args.val_fraction", "0.4"]  # 20 stand-in training images: 2 per class held out
+
+
+def _fashion_mnist(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    from tests.vision.test_datasets import _fake_mnist
+
+    _fake_mnist(tmp)  # flat idx files in root: laid out for torchvision by the DataModule
+    return ["--data.init_args.root", str(tmp), "--data.init_args.download", "false", "--data.init_args.batch_size", "8"]
+
+
+def _etth1(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    rows = 20 * 30 * 24  # the 12/4/4-month ETT-hour borders
+    t = np.arange(rows)
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"date": pd.date_range("2016-07-01", periods=rows, freq="h").strftime("%Y-%m-%d %H:%M:%S")})
+    for k, name in enumerate(["HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT"]):
+        frame[name] = np.sin(2 * np.pi * t / 24 + k) + 0.1 * rng.standard_normal(rows)
+    frame.to_csv(tmp / "ETTh1.csv", index=False)
+    return ["--data.init_args.path", str(tmp / "ETTh1.csv")]
+
+
+USER_DATA: dict[str, Callable[[Path, pytest.MonkeyPatch], list[str]]] = {
+    "text/transformer_base.yaml": _aligned_corpus,
+    "text/tatoeba_de_en.yaml": _tatoeba,
+    "vision/vit_small_cifar10.yaml": _cifar10,
+    "vision/cifar10_cpu32.yaml": _cifar10,
+    "vision/fashion_mnist.yaml": _fashion_mnist,
+    "kline/patchtst_etth1.yaml": _etth1,
+    "kline/patchtst_etth1_paper.yaml": _etth1,
+}
+
+
+# ------------------------------------------------------------------------------------------ tests
 def test_configs_exist() -> None:
-    names = {p.relative_to(ROOT / "configs").as_posix() for p in CONFIGS}
-    assert {"trainer/default.yaml", "trainer/debug.yaml", "trainer/ddp.yaml", "trainer/bf16.yaml"} <= names
+    names = {_name(p) for p in CONFIGS}
+    assert {"trainer/default.yaml", "trainer/debug.yaml", "trainer/ddp.yaml", "trainer/bf16.yaml",
+            "trainer/gpu.yaml"} <= names
+    assert set(USER_DATA) <= names, set(USER_DATA) - names
 
 
-@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.relative_to(ROOT / "configs").as_posix())
+@pytest.mark.parametrize("path", CONFIGS, ids=_name)
 def test_config_starts_with_a_comment_and_parses(path: Path) -> None:
     text = path.read_text()
     assert text.startswith("#"), f"{path} must start with a comment saying what it does"
@@ -26,9 +109,24 @@ def test_config_starts_with_a_comment_and_parses(path: Path) -> None:
     assert isinstance(yaml.safe_load(text), dict)
 
 
-@pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.relative_to(ROOT / "configs").as_posix())
+@pytest.mark.parametrize("path", [p for p in EXPERIMENTS if _name(p) not in USER_DATA], ids=_name)
 def test_experiment_fast_dev_run(path: Path) -> None:
     cli("fit", "--config", str(path), "--config", "configs/trainer/debug.yaml")
+
+
+@pytest.mark.parametrize("name", sorted(USER_DATA))
+def test_experiment_on_user_data_fast_dev_run(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In-process (the CIFAR stand-in patches torchvision's checksums): build the config's model and
+    data, as configured, on the stand-in files, and take one training and one validation step."""
+    from lightning_tf.cli import main
+
+    args = USER_DATA[name](tmp_path, monkeypatch)
+    monkeypatch.setattr("sys.argv", ["lightning-tf"])
+    monkeypatch.chdir(tmp_path)
+    main(["fit", "--config", str(ROOT / "configs" / name), "--config", str(ROOT / "configs/trainer/debug.yaml"),
+          "--trainer.accelerator", "cpu", "--trainer.precision", "32-true", *args])
 
 
 TINY = ["--model", "tests.helpers.tiny.TinyRegressor", "--data", "tests.helpers.tiny.TinyDataModule"]
