@@ -23,12 +23,13 @@ def launch(devices: int, out: Path, timeout: float = 600) -> None:
         "WANDB_MODE": "offline",
         "HF_HUB_OFFLINE": "1",
         "PYTHONWARNINGS": "ignore",
+        "PYTHONPATH": str(ROOT),
     }
     env.pop("LOCAL_RANK", None)  # a rank variable from an outer launcher would make this run a child
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "--devices", str(devices), "--out", str(out)],
         check=False,
-        cwd=ROOT,
+        cwd=out,  # what a run writes beside itself (the tokenizer of a logger-less run) stays in the test's folder
         env=env,
         capture_output=True,
         text=True,
