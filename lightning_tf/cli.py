@@ -26,7 +26,7 @@ import lightning_tf.text  # noqa: F401
 import lightning_tf.toy  # noqa: F401
 import lightning_tf.vision  # noqa: F401
 
-__all__ = ["DATA_LINKS", "LightningTFCLI", "RunConfigCallback", "apply_wandb_run_defaults", "main", "run_name"]
+__all__ = ["DATA_LINKS", "LightningTFCLI", "make_cli", "RunConfigCallback", "apply_wandb_run_defaults", "main", "run_name"]
 
 # Arguments the DataModule knows once built and the model needs: linked data -> model, so a config
 # states them once (in `data:`). A link applies when the data has the attribute and the model class
@@ -295,6 +295,16 @@ def _explicit_model_links(config: Namespace) -> dict[str, Any]:
     return given
 
 
+def make_cli(args: list[str] | None = None, **kwargs: Any) -> LightningTFCLI:
+    """The ``lightning-tf`` CLI on ``args`` (None: the command line), as the console script builds it:
+    any LightningModule / LightningDataModule by class path or name, the run config saved beside the
+    checkpoints (and uploaded to wandb). ``kwargs`` go to LightningCLI (e.g. ``run=False``)."""
+    kwargs = {"save_config_callback": RunConfigCallback, "save_config_kwargs": {"overwrite": True}, **kwargs}
+    return LightningTFCLI(
+        LightningModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True, args=args, **kwargs
+    )
+
+
 # Errors that this package raises where input enters (a config value, a file, a column): shown as
 # one line, without a traceback, unless LIGHTNING_TF_DEBUG is set.
 INPUT_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError)
@@ -316,15 +326,7 @@ def main(args: list[str] | None = None) -> None:
 
             tour_main(argv[1:])
             return
-        LightningTFCLI(
-            LightningModule,
-            LightningDataModule,
-            subclass_mode_model=True,
-            subclass_mode_data=True,
-            save_config_callback=RunConfigCallback,
-            save_config_kwargs={"overwrite": True},
-            args=args,
-        )
+        make_cli(args)
     except INPUT_ERRORS as err:
         if os.environ.get("LIGHTNING_TF_DEBUG"):
             raise

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.loggers import WandbLogger
 
 __all__ = ["TASKS", "TaskResult", "run_task", "summary_table", "tour_main"]
@@ -57,16 +56,13 @@ def _configs_dir(root: Path | None) -> Path:
 
 def run_task(task: str, root: Path, extra: list[str]) -> TaskResult:
     """Fit and test one task through the CLI, in this process; collect its numbers and paths."""
-    from lightning_tf.cli import LightningTFCLI, RunConfigCallback
+    from lightning_tf.cli import make_cli
 
     config, what = TASKS[task]
     args = ["fit", "--config", str(root / "configs/trainer/default.yaml"), "--config", str(root / config),
             "--test_after_fit", "true", *extra]
     start = time.perf_counter()
-    cli = LightningTFCLI(
-        LightningModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
-        save_config_callback=RunConfigCallback, save_config_kwargs={"overwrite": True}, args=args,
-    )
+    cli = make_cli(args)
     result = TaskResult(task, what, minutes=(time.perf_counter() - start) / 60)
     trainer, model = cli.trainer, cli.model
     result.metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}

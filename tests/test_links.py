@@ -10,9 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning.pytorch import LightningDataModule, LightningModule
-
-from lightning_tf.cli import LightningTFCLI
+from lightning_tf.cli import LightningTFCLI, make_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,10 +22,8 @@ def _no_command_line(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def build(*args: str) -> LightningTFCLI:
     """The CLI's model and DataModule for ``args``, without running anything."""
-    return LightningTFCLI(
-        LightningModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True, run=False,
-        save_config_callback=None, args=[*args, "--trainer.logger", "false", "--trainer.enable_checkpointing", "false"],
-    )
+    return make_cli([*args, "--trainer.logger", "false", "--trainer.enable_checkpointing", "false"], run=False,
+                    save_config_callback=None)
 
 
 def test_kline_lengths_and_channels_flow_from_the_data() -> None:
