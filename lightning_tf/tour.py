@@ -45,13 +45,14 @@ class TaskResult:
 
 
 def _configs_dir(root: Path | None) -> Path:
-    for candidate in (root, Path.cwd(), ROOT):
-        if candidate is not None and (candidate / "configs" / "trainer" / "default.yaml").is_file():
+    """``root`` if given, else the working directory or the repository holding this package: the first
+    with ``configs/trainer/default.yaml``."""
+    candidates = [root] if root is not None else [Path.cwd(), ROOT]
+    for candidate in candidates:
+        if (candidate / "configs" / "trainer" / "default.yaml").is_file():
             return candidate
-    raise FileNotFoundError(
-        f"configs/trainer/default.yaml not found under {Path.cwd()} or {ROOT}; run from the repository "
-        "root or pass --root"
-    )
+    where = " or ".join(str(c) for c in candidates)
+    raise FileNotFoundError(f"configs/trainer/default.yaml not found under {where}; pass --root <repository>")
 
 
 def run_task(task: str, root: Path, extra: list[str]) -> TaskResult:

@@ -48,3 +48,10 @@ def test_tour_runs_all_three_tasks(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     _tour(tmp_path, monkeypatch, list(TASKS), capsys)
     table = (tmp_path / "runs" / "tour_summary.md").read_text()
     assert re.search(r"\| text \|.*test BLEU / chrF \| [0-9.]+ / [0-9.]+", table), table
+
+
+def test_a_root_without_configs_is_one_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["tour", "--root", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert f"configs/trainer/default.yaml not found under {tmp_path}; pass --root" in capsys.readouterr().err

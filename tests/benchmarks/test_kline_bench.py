@@ -38,3 +38,30 @@ def test_kline_benchmark_smoke(tmp_path: Path) -> None:
 def test_ett_benchmark_smoke(tmp_path: Path) -> None:
     proc = run("benchmarks/ett.py", "--quick", "--workdir", str(tmp_path / "ckpt"))
     assert "| look-back | horizon | ours MSE / MAE |" in proc.stdout and "| 96 | 24 |" in proc.stdout
+
+
+def test_published_protocol_scores_the_windows_the_published_loader_keeps(tmp_path: Path) -> None:
+    """``published_protocol`` = MSE/MAE over the first ``len // batch * batch`` test windows, in order;
+    with batches of 1 it is every window."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import torch
+    from ett import published_protocol
+
+    from lightning_tf.kline import KLineForecaster, MultivariateDataModule
+    from tests.test_configs import _etth1
+
+    _etth1(tmp_path, pytest.MonkeyPatch())
+    dm = MultivariateDataModule(str(tmp_path / "ETTh1.csv"), context_len=48, horizon=24, features="M", batch_size=50)
+    dm.setup("test")
+    torch.manual_seed(0)
+    model = KLineForecaster(n_features=7, n_targets=7, target_channels=list(range(7)), context_len=48, horizon=24,
+                            patch_len=8, stride=8, d_model=8, n_heads=2, n_layers=1, d_ff=16).eval()
+    with torch.no_grad():
+        errs = torch.cat([model(b["x"]) - b["y"] for b in dm.test_dataloader()])  # (N, F, C), every window in order
+    n = len(errs)
+    kept = errs[: n // 128 * 128]
+    assert 0 < len(kept) < n  # the last partial batch really is dropped
+    mse, mae = published_protocol(model, dm, batch_size=128)
+    assert mse == pytest.approx(float(kept.pow(2).mean()), rel=1e-5)
+    assert mae == pytest.approx(float(kept.abs().mean()), rel=1e-5)
+    assert published_protocol(model, dm, batch_size=1)[0] == pytest.approx(float(errs.pow(2).mean()), rel=1e-5)
