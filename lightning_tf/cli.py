@@ -23,7 +23,6 @@ from lightning.pytorch.loggers import WandbLogger
 # Importing the task packages registers their classes, so they resolve by short name.
 import lightning_tf.kline  # noqa: F401
 import lightning_tf.text  # noqa: F401
-import lightning_tf.toy  # noqa: F401
 import lightning_tf.vision  # noqa: F401
 
 __all__ = ["DATA_LINKS", "LightningTFCLI", "make_cli", "RunConfigCallback", "apply_wandb_run_defaults", "main", "run_name"]

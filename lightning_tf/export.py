@@ -70,10 +70,9 @@ Source = str | Path | LightningModule
 def _known_classes() -> list[type[LightningModule]]:
     from lightning_tf.kline import KLineForecaster
     from lightning_tf.text import Seq2SeqTransformer
-    from lightning_tf.toy import ReverseSeq2Seq
     from lightning_tf.vision import ViTClassifier
 
-    return [Seq2SeqTransformer, ViTClassifier, KLineForecaster, ReverseSeq2Seq]
+    return [Seq2SeqTransformer, ViTClassifier, KLineForecaster]
 
 
 def _class_path(cls: type) -> str:

@@ -85,10 +85,10 @@ def test_print_config_merges_config_files_in_order(tmp_path: Path) -> None:
 
 
 def test_short_class_names_resolve() -> None:
-    proc = cli("fit", "--model", "ReverseSeq2Seq", "--data", "ReverseDataModule", "--print_config")
+    proc = cli("fit", "--model", "Seq2SeqTransformer", "--data", "TranslationDataModule", "--print_config")
     config = yaml.safe_load(proc.stdout)
-    assert config["model"]["class_path"] == "lightning_tf.toy.ReverseSeq2Seq"
-    assert config["data"]["class_path"] == "lightning_tf.toy.ReverseDataModule"
+    assert config["model"]["class_path"] == "lightning_tf.text.Seq2SeqTransformer"
+    assert config["data"]["class_path"] == "lightning_tf.text.TranslationDataModule"
 
 
 def test_unknown_model_class_is_a_clear_error() -> None:

@@ -80,7 +80,7 @@ def test_ckpt_path_last_under_a_new_wandb_run_is_refused(
     monkeypatch.setattr("sys.argv", ["lightning-tf"])
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", "--config", str(ROOT / "configs/trainer/default.yaml"), "--config",
-              str(ROOT / "configs/toy/reverse.yaml"), "--ckpt_path", "last"])
+              str(ROOT / "configs/text/reverse.yaml"), "--ckpt_path", "last"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "--ckpt_path last" in err and "--trainer.logger.init_args.id <run id>" in err and "Traceback" not in err

@@ -24,7 +24,6 @@ Masks are bool and True means "may attend", broadcastable to ``(B, H, T, S)``.
 
 from .attention import KVCache, MultiHeadAttention
 from .blocks import DecoderLayer, DropPath, EncoderLayer, LayerScale, NormName, TokenBatchNorm, make_norm
-from .embedding import OutputProjection, TokenEmbedding
 from .feedforward import Activation, FeedForward
 from .masks import causal_mask, combine_masks, padding_mask
 from .positional import (
@@ -39,7 +38,6 @@ from .positional import (
     sincos_2d,
     sinusoidal_table,
 )
-from .schedules import warmup_cosine
 from .transformer import Decoder, DecoderCache, Encoder
 
 __all__ = [
@@ -57,13 +55,11 @@ __all__ = [
     "LearnedPositionalEncoding",
     "MultiHeadAttention",
     "NormName",
-    "OutputProjection",
     "PositionalEncoding",
     "PositionalName",
     "RotaryEmbedding",
     "SinusoidalPositionalEncoding",
     "TokenBatchNorm",
-    "TokenEmbedding",
     "alibi_slopes",
     "apply_rotary",
     "causal_mask",
@@ -72,5 +68,4 @@ __all__ = [
     "padding_mask",
     "sincos_2d",
     "sinusoidal_table",
-    "warmup_cosine",
 ]

@@ -39,7 +39,8 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, DistributedSampler
 
-from lightning_tf.core import Encoder, NormName, PositionalName, warmup_cosine
+from lightning_tf.core import Encoder, NormName, PositionalName
+from lightning_tf.training import warmup_cosine
 from lightning_tf.distributed import gather_objects, interleave, predict_size
 
 from .baselines import DLinearBaseline, drift, mean_forecast, persistence

@@ -28,13 +28,12 @@ from lightning_tf.core import (
     Decoder,
     DecoderCache,
     Encoder,
-    OutputProjection,
     PositionalName,
-    TokenEmbedding,
     padding_mask,
 )
 
 from .data import TranslationDataModule
+from .embedding import OutputProjection, TokenEmbedding
 from .decoding import beam_search, greedy_search
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, BPETokenizer
 

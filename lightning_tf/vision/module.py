@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
-from lightning_tf.core import warmup_cosine
+from lightning_tf.training import warmup_cosine
 from lightning_tf.distributed import gather_objects, interleave, predict_size
 
 from .vit import PoolName, PosEmbedName, PresetName, VisionTransformer, preset_config

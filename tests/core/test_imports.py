@@ -36,7 +36,7 @@ def test_core_import_leaves_task_libraries_out() -> None:
 def test_core_file_list_is_complete() -> None:
     # guards the parametrized tests below against an empty or renamed directory
     names = {p.stem for p in CORE_FILES}
-    assert {"masks", "attention", "positional", "feedforward", "embedding", "blocks", "transformer"} <= names
+    assert {"masks", "attention", "positional", "feedforward", "blocks", "transformer"} <= names
 
 
 @pytest.mark.parametrize("name", core.__all__)

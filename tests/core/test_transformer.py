@@ -16,8 +16,6 @@ from lightning_tf.core import (
     Decoder,
     Encoder,
     MultiHeadAttention,
-    OutputProjection,
-    TokenEmbedding,
     padding_mask,
 )
 from tests.core.test_blocks import copy_decoder_layer, copy_encoder_layer
@@ -414,12 +412,13 @@ class _Seq2Seq(nn.Module):
 
     def __init__(self, vocab: int, pos_encoding: str, norm_first: bool = True, max_len: int = 16) -> None:
         super().__init__()
-        self.embed = TokenEmbedding(vocab, D)
+        self.embed = nn.Embedding(vocab, D)
         self.encoder = Encoder(D, H, N_LAYERS, D_FF, dropout=0.0, pos_encoding=pos_encoding,
                                norm_first=norm_first, max_len=max_len)
         self.decoder = Decoder(D, H, N_LAYERS, D_FF, dropout=0.0, pos_encoding=pos_encoding,
                                norm_first=norm_first, max_len=max_len)
-        self.head = OutputProjection(D, vocab, tie_to=self.embed)
+        self.head = nn.Linear(D, vocab, bias=False)
+        self.head.weight = self.embed.weight  # tied
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         memory = self.encoder(self.embed(src))  # (B, S, D)

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from lightning_tf.core import warmup_cosine
+from lightning_tf.training import warmup_cosine
 
 
 def test_linear_warmup_reaches_the_peak_at_the_last_warmup_step() -> None:

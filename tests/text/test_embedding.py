@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from lightning_tf.core import OutputProjection, TokenEmbedding
+from lightning_tf.text.embedding import OutputProjection, TokenEmbedding
 
 V, D = 11, 8
 

@@ -1,0 +1,222 @@
+"""Training plumbing shared by every LightningModule of the package: plain functions, no base class.
+
+* :func:`parameter_groups`: one weight-decay rule for every task. Weight matrices decay (every
+  parameter with two or more dimensions, as nanoGPT's ``configure_optimizers``); biases, norm
+  weights, LayerScale and the parameters a module lists (its ``no_weight_decay()`` names, as timm's
+  models list position embeddings and class tokens) do not.
+* :func:`build_scheduler`: one set of learning-rate schedules (``noam``, ``cosine``, ``onecycle``,
+  ``decay``, ``constant``) with one argument name (``scheduler``) and one warmup rule for every
+  task: linear warmup over ``min(warmup_steps, total_steps // 2)`` optimizer steps (the whole
+  ``warmup_steps`` when the run's length is unknown). Schedules are multiples of the peak rate
+  (``torch.optim.lr_scheduler.LambdaLR``), stepped every optimizer step (``decay``: every epoch);
+  their step count is checkpointed, so a resumed run continues the schedule where it stopped.
+* :func:`run_dir`: where a run keeps its checkpoints, config and outputs.
+* :func:`check_agreement`: the one message for a model argument that differs from its data's value.
+
+The schedules follow torchtune's ``training/lr_schedulers.py``: functions of the step, outside the
+modules.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from functools import partial
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+__all__ = [
+    "SchedulerName",
+    "build_scheduler",
+    "check_agreement",
+    "constant_with_warmup",
+    "noam",
+    "parameter_groups",
+    "patchtst_decay",
+    "prediction_path",
+    "run_dir",
+    "warmup_cosine",
+    "warmup_steps_for",
+]
+
+SchedulerName = Literal["noam", "cosine", "onecycle", "decay", "constant"]
+
+
+# ---------------------------------------------------------------------------------------- decay
+
+
+def parameter_groups(module: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """AdamW parameter groups of ``module``: weight matrices with ``weight_decay``, everything else
+    (biases, norm weights, LayerScale, and the names ``module.no_weight_decay()`` returns, if the
+    module has that method) without.
+
+    A name listed by ``no_weight_decay()`` matches a parameter whose full name equals it or ends in
+    ``.<name>`` (``"pos_embed"`` matches ``net.pos_embed``). Only trainable parameters are grouped;
+    an empty group is left out.
+    """
+    listed = set(module.no_weight_decay()) if callable(getattr(module, "no_weight_decay", None)) else set()
+    decay, no_decay = [], []
+    seen: set[int] = set()
+    for name, p in module.named_parameters():
+        if not p.requires_grad or id(p) in seen:  # a tied weight appears once
+            continue
+        seen.add(id(p))
+        exempt = p.ndim < 2 or any(name == n or name.endswith(f".{n}") for n in listed)
+        (no_decay if exempt else decay).append(p)
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return [g for g in groups if g["params"]]
+
+
+# ------------------------------------------------------------------------------------- schedules
+
+
+def noam(step: int, warmup_steps: int) -> float:
+    """Inverse-square-root schedule with linear warmup (Vaswani et al. 2017, eq. 3), as a multiple of
+    the peak: ``min((step + 1) / warmup, sqrt(warmup / (step + 1)))``; the peak 1.0 is reached at
+    ``step = warmup - 1``. With a peak of ``d_model^-0.5 * warmup^-0.5`` it is the paper's rate."""
+    s = step + 1
+    return min(s / warmup_steps, math.sqrt(warmup_steps / s))
+
+
+def warmup_cosine(step: int, warmup_steps: int, total_steps: int, floor: float = 0.0) -> float:
+    """Linear warmup to 1.0 over ``warmup_steps`` (``(step + 1) / warmup_steps``), then cosine decay
+    to ``floor`` at ``total_steps``, where it stays."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    progress = min((step - warmup_steps) / max(total_steps - warmup_steps, 1), 1.0)
+    return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def constant_with_warmup(step: int, warmup_steps: int) -> float:
+    """Linear warmup to 1.0 over ``warmup_steps``, then flat (no warmup when it is 0)."""
+    return 1.0 if step >= warmup_steps else (step + 1) / warmup_steps
+
+
+def patchtst_decay(epoch: int) -> float:
+    """PatchTST's default ("type3"): the peak for the first 3 epochs, then x0.9 per epoch."""
+    return 0.9 ** max(epoch - 2, 0)
+
+
+def warmup_steps_for(warmup_steps: int, total_steps: int | None) -> int:
+    """The one warmup rule: ``warmup_steps``, at most half of a known run length (a short run still
+    reaches its peak and decays)."""
+    if warmup_steps < 0:
+        raise ValueError(f"warmup_steps ({warmup_steps}) must be >= 0")
+    return warmup_steps if total_steps is None else min(warmup_steps, total_steps // 2)
+
+
+def _finite_steps(estimated: float | int | None) -> int | None:
+    if estimated is None or not math.isfinite(float(estimated)):
+        return None
+    return max(int(estimated), 1)
+
+
+def build_scheduler(
+    optimizer: torch.optim.Optimizer,
+    scheduler: SchedulerName,
+    *,
+    lr: float,
+    warmup_steps: int = 0,
+    total_steps: float | int | None = None,
+    min_lr: float = 0.0,
+) -> dict[str, Any] | None:
+    """The ``lr_scheduler`` entry of ``configure_optimizers`` for the schedule named ``scheduler``.
+
+    Args:
+        optimizer: the optimizer whose rate is scheduled (its groups start at ``lr``).
+        scheduler: ``noam`` (linear warmup, then inverse square root; needs ``warmup_steps >= 1``),
+            ``cosine`` (linear warmup, cosine decay to ``min_lr`` at ``total_steps``), ``onecycle``
+            (OneCycleLR: 30% rise to ``lr``, then annealing), ``decay`` (PatchTST: ``lr`` for 3
+            epochs, then x0.9 per epoch) or ``constant`` (linear warmup, then flat).
+        lr: the peak rate.
+        warmup_steps: optimizer steps of linear warmup, at most half of ``total_steps``.
+        total_steps: the run's optimizer steps (``trainer.estimated_stepping_batches``); needed by
+            ``cosine`` and ``onecycle``; None or infinite when unknown.
+        min_lr: the rate ``cosine`` ends at.
+
+    Returns:
+        ``{"scheduler": ..., "interval": "step" | "epoch", "frequency": 1}``, or None for
+        ``constant`` without warmup (nothing to schedule).
+    """
+    total = _finite_steps(total_steps)
+    warmup = warmup_steps_for(warmup_steps, total)
+    interval = "step"
+    if scheduler in ("cosine", "onecycle") and total is None:
+        raise ValueError(
+            f"scheduler '{scheduler}' needs the run's length: set trainer.max_steps or trainer.max_epochs"
+        )
+    if scheduler == "noam":
+        if warmup < 1:
+            raise ValueError(f"scheduler 'noam' needs warmup_steps >= 1 (got {warmup_steps}, run of {total} steps)")
+        sched: Any = torch.optim.lr_scheduler.LambdaLR(optimizer, partial(noam, warmup_steps=warmup))
+    elif scheduler == "cosine":
+        floor = min(min_lr / lr, 1.0) if lr > 0 else 0.0
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, partial(warmup_cosine, warmup_steps=warmup, total_steps=total, floor=floor)
+        )
+    elif scheduler == "onecycle":
+        sched = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=lr, total_steps=total, pct_start=0.3)
+    elif scheduler == "decay":
+        sched, interval = torch.optim.lr_scheduler.LambdaLR(optimizer, patchtst_decay), "epoch"
+    elif scheduler == "constant":
+        if warmup == 0:
+            return None
+        sched = torch.optim.lr_scheduler.LambdaLR(optimizer, partial(constant_with_warmup, warmup_steps=warmup))
+    else:
+        raise ValueError(f"unknown scheduler {scheduler!r}; expected noam, cosine, onecycle, decay or constant")
+    return {"scheduler": sched, "interval": interval, "frequency": 1}
+
+
+# ------------------------------------------------------------------------------------ run folder
+
+
+def run_dir(trainer: Any) -> Path:
+    """The folder of the trainer's run, where ``ModelCheckpoint`` puts ``checkpoints/`` and the CLI
+    puts ``config.yaml``: ``<save_dir>/<name>/<version>`` of the first logger (for wandb:
+    ``<save_dir>/<project>/<run id>``), else ``trainer.default_root_dir``."""
+    loggers = getattr(trainer, "loggers", None) or []
+    if not loggers:
+        return Path(trainer.default_root_dir)
+    logger = loggers[0]
+    version = logger.version if isinstance(logger.version, str) else f"version_{logger.version}"
+    return Path(os.path.join(logger.save_dir or trainer.default_root_dir, str(logger.name), version))
+
+
+# ------------------------------------------------------------------------------------- agreement
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def check_agreement(name: str, ours: Any, theirs: Any) -> None:
+    """Raise the one ValueError for a model argument that differs from the data's value of the same
+    name (``None`` on the data's side: the data does not say, nothing to check)."""
+    if theirs is None or _plain(ours) == _plain(theirs):
+        return
+    raise ValueError(
+        f"model.{name} ({ours}) differs from the data's {name} ({theirs}); the model takes it from the data: "
+        f"drop model.{name} from the config, or change data.{name}"
+    )
+
+
+# ----------------------------------------------------------------------------------- predictions
+
+
+def prediction_path(trainer: Any, output: str | os.PathLike[str] | None, name: str) -> Path:
+    """Where a prediction writer writes: ``output`` as given (relative to the working directory);
+    by default ``name`` (e.g. ``predictions.csv``) in :func:`run_dir`, numbered ``predictions-1.csv``,
+    ``predictions-2.csv``, ... when an earlier predict of the same run folder left that name."""
+    if output:
+        return Path(output)
+    folder = run_dir(trainer)
+    path = folder / name
+    stem, dot, suffix = name.partition(".")
+    n = 1
+    while path.exists():
+        path = folder / f"{stem}-{n}{dot}{suffix}"
+        n += 1
+    return path
