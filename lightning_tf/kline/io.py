@@ -1,10 +1,11 @@
-"""Reading OHLCV bars from CSV or Parquet into one canonical frame.
+"""Reading OHLCV bars from CSV/TXT or Parquet files into one canonical frame.
 
 The canonical frame has one row per bar and the columns
 
 ====================  ===========================================================
-``ticker``            str; file stem for one file per ticker, or the ticker column
-``timestamp``         datetime64[ns], ascending and unique within a ticker
+``ticker``            str; file stem for one file per ticker, the ticker column, or the
+                      code in a TongDaXin title line
+``timestamp``         datetime64[ns], the exchange's local clock, ascending and unique within a ticker
 ``open high low``     float64
 ``close volume``      float64
 ``amount``            float64, only when the file has it (turnover in money)
@@ -12,14 +13,18 @@ The canonical frame has one row per bar and the columns
 ====================  ===========================================================
 
 Column names are recognised without configuration (English names in any case and order, the
-Chinese names akshare and tushare write, an unnamed datetime index column); timestamps may be
-ISO dates, US ``M/D/YYYY`` dates, ``YYYYMMDD`` integers or Unix epoch seconds / milliseconds; rows
-may be newest-first. An explicit ``columns`` mapping (canonical name -> file column) overrides the
-detection. Every file passes through :func:`lightning_tf.kline.validation.validate_bars`.
+Chinese names akshare, tushare and TongDaXin write, QMT's ``stime``, an unnamed datetime index
+column, MetaTrader's and Binance's headerless layouts); an explicit ``columns`` mapping (canonical
+name -> file column) overrides the detection. How the file is stored (compression, encoding,
+separator, title and footer lines, decimal commas) is recognised from its content
+(:mod:`lightning_tf.kline.formats`); how cells are parsed is in :mod:`lightning_tf.kline.parsing`.
+``docs/kline_formats.md`` lists the layouts. Every file passes through
+:func:`lightning_tf.kline.validation.validate_bars`.
 """
 
 from __future__ import annotations
 
+import io
 import logging
 import re
 from collections.abc import Mapping
@@ -28,6 +33,25 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .formats import (
+    COMPRESSED_SUFFIXES,
+    check_number_options,
+    decode_text,
+    detect_number_format,
+    find_table,
+    load_bytes,
+    sample_rows,
+    split_fields,
+    tongdaxin_title,
+)
+from .parsing import (
+    check_timezone,
+    looks_like_time_of_day,
+    parse_numbers,
+    parse_timestamps,
+    parse_timestamps_described,
+    time_of_day,
+)
 from .validation import OnError, validate_bars
 
 __all__ = [
@@ -46,13 +70,22 @@ log = logging.getLogger(__name__)
 CANONICAL_COLUMNS = ("timestamp", "open", "high", "low", "close", "volume", "amount", "adj_close")
 REQUIRED_COLUMNS = ("timestamp", "open", "high", "low", "close")
 NUMERIC_COLUMNS = ("open", "high", "low", "close", "volume", "amount", "adj_close")
-SUPPORTED_SUFFIXES = (".csv", ".csv.gz", ".txt", ".tsv", ".parquet", ".pq")
+_TEXT_SUFFIXES = (".csv", ".txt", ".tsv")
+_PARQUET_SUFFIXES = (".parquet", ".pq")
+# A bar file: a text or Parquet file, a compressed text file, or a bare archive (Binance's .zip dumps).
+SUPPORTED_SUFFIXES = (
+    *_TEXT_SUFFIXES,
+    *_PARQUET_SUFFIXES,
+    *(t + c for t in _TEXT_SUFFIXES for c in COMPRESSED_SUFFIXES),
+    *COMPRESSED_SUFFIXES,
+)
 
 # Aliases after normalisation (lower case; spaces, '_', '-', '.', '/', brackets removed), in priority
 # order: the first alias found in a file wins. English names cover Yahoo, Nasdaq ("Close/Last"),
-# MetaTrader ("<DATE>"), Binance ("open_time") and tushare (trade_date, vol, ts_code) exports; the
-# Chinese names are akshare's (日期/时间, 开盘, 收盘, 最高, 最低, 成交量, 成交额). Columns not listed
-# here (振幅, 涨跌幅, 换手率, OpenInt, ...) are ignored.
+# barchart ("Time", "Last"), MetaTrader ("<DATE>"), Binance ("open_time"), QMT ("stime") and
+# tushare (trade_date, vol, ts_code) exports; the Chinese names are akshare's and TongDaXin's
+# (日期/时间, 开盘, 收盘, 最高, 最低, 成交量, 成交额). Columns not listed here (振幅, 涨跌幅, 换手率,
+# OpenInt, ...) are ignored.
 _ALIASES: dict[str, tuple[str, ...]] = {
     "timestamp": (
         "timestamp",
@@ -60,6 +93,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
         "datetime",
         "date",
         "tradedate",
+        "stime",
         "time",
         "tradetime",
         "opentime",
@@ -78,44 +112,22 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "adj_close": ("adjclose", "adjustedclose", "adjclosed", "复权收盘价"),
     "ticker": ("ticker", "symbol", "tscode", "code", "股票代码", "证券代码", "代码"),
 }
-# Column order of headerless kline files (Binance's public data dumps).
-_HEADERLESS = (
-    "open_time", "open", "high", "low", "close", "volume", "close_time", "quote_volume", "count",
-    "taker_buy_volume", "taker_buy_quote_volume", "ignore",
-)  # fmt: skip
-_TIME_OF_DAY = re.compile(r"^\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?$")
-# Placeholders that mean "no value" rather than "not a number" ('--' is common in Chinese exports).
-_MISSING = {"", "-", "--", "nan", "none", "null", "na", "n/a"}
-# Tried in order on string timestamps; the format that parses the most values wins (ties: the first).
-_DATE_FORMATS = (
-    "ISO8601",
-    "%m/%d/%Y",
-    "%m/%d/%Y %H:%M",
-    "%m/%d/%Y %H:%M:%S",
-    "%Y/%m/%d",
-    "%Y/%m/%d %H:%M",
-    "%Y/%m/%d %H:%M:%S",
-    "%Y%m%d",
-    "%Y%m%d %H:%M:%S",
-    "%Y.%m.%d",
-    "%Y.%m.%d %H:%M",
-    "%Y.%m.%d %H:%M:%S",
-    "%d.%m.%Y",
-    "%d.%m.%Y %H:%M",
-)
+# Columns kept as text: codes keep their leading zeros, times of day theirs (TongDaXin's 0935).
+_TEXT_NAMES = {*(_ALIASES["ticker"]), "time", "stime", "时间"}
 
 
 def _normalise(name: object) -> str:
     return re.sub(r"[\s_\-./()<>\[\]]", "", str(name).strip().lower())
 
 
-def _suffix(path: Path) -> str:
-    name = path.name.lower()
-    return ".csv.gz" if name.endswith(".csv.gz") else path.suffix.lower()
-
-
-def _stem(path: Path) -> str:
-    return path.name[: -len(".csv.gz")] if path.name.lower().endswith(".csv.gz") else path.stem
+def _split_name(path: Path) -> tuple[str, str]:
+    """``(stem, suffix)``: ``600977.csv.gz`` -> ``("600977", ".csv.gz")``; ``A.SH.csv`` -> ``("A.SH", ".csv")``."""
+    name = path.name
+    lower = name.lower()
+    for suffix in sorted(SUPPORTED_SUFFIXES, key=len, reverse=True):
+        if lower.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)], suffix
+    return path.stem, path.suffix.lower()
 
 
 def list_bar_files(path: str | Path) -> list[Path]:
@@ -124,81 +136,117 @@ def list_bar_files(path: str | Path) -> list[Path]:
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file or folder")
     if path.is_file():
-        if _suffix(path) not in SUPPORTED_SUFFIXES:
+        if _split_name(path)[1] not in SUPPORTED_SUFFIXES:
             raise ValueError(f"{path}: unsupported file type; expected one of {list(SUPPORTED_SUFFIXES)}")
         return [path]
-    files = sorted(p for p in path.iterdir() if p.is_file() and _suffix(p) in SUPPORTED_SUFFIXES)
+    files = sorted(p for p in path.iterdir() if p.is_file() and _split_name(p)[1] in SUPPORTED_SUFFIXES)
     if not files:
         raise ValueError(f"{path}: folder holds no {'/'.join(SUPPORTED_SUFFIXES)} files")
     return files
 
 
-def read_table(path: str | Path, text_columns: tuple[str, ...] = ()) -> pd.DataFrame:
-    """One CSV/TSV (any of ``,`` ``;`` tab as separator, UTF-8 or GBK) or Parquet file, as stored.
+def read_table(
+    path: str | Path, text_columns: tuple[str, ...] = (), decimal: str | None = None, thousands: str | None = None
+) -> pd.DataFrame:
+    """One text table (``,`` ``;`` or tab separated; UTF-8, UTF-16 or GBK; plain, gzip, zip, bz2
+    or xz) or Parquet file, as stored, recognised by content (see :mod:`lightning_tf.kline.formats`).
 
-    CSV columns are typed by pandas' fast parser; a column with text in it (``$1.00``, ``--``,
-    ``abc``) stays text and is cleaned later. Ticker-like columns (and ``text_columns``) are always
-    read as text, so that codes such as ``000001`` keep their leading zeros. A Parquet file's index
-    becomes a column. Blank CSV lines are dropped after reading, so that the index + 2 stays the
-    file line number.
+    Number columns are typed by pandas' fast parser with the detected decimal separator; a column
+    with text in it (``$1.00``, ``1.234,5``, ``--``) stays text and is parsed later. Ticker-like
+    and time-of-day columns (and ``text_columns``) are always read as text, so that codes such as
+    ``000001`` and times such as ``0935`` keep their leading zeros. Title, footer and blank lines
+    are dropped so that the index + ``attrs["header_lines"]`` + 1 is the file line number. A
+    Parquet file's index becomes a column.
+
+    Args:
+        path: the file.
+        text_columns: more columns to read as text.
+        decimal: decimal separator (``"."`` or ``","``); None: detected.
+        thousands: thousands separator (``""`` for none); None: detected.
+
+    Returns:
+        The table; ``attrs`` say how it was stored (``kind``, ``header_lines``, ``sep``,
+        ``decimal``, ``thousands``, ``encoding``, ``compression``, ``skipped``, ``ticker``, ``layout``).
     """
     path = Path(path)
-    if _suffix(path) in (".parquet", ".pq"):
-        df = pd.read_parquet(path)
+    source = str(path)
+    check_number_options(decimal, thousands)
+    data, compression = load_bytes(path)
+    if data.startswith(b"PAR1"):
+        df = pd.read_parquet(io.BytesIO(data))
         if isinstance(df.index, pd.DatetimeIndex) or not isinstance(df.index, pd.RangeIndex):
             df = df.reset_index()
+        df.attrs.update(kind="parquet", compression=compression, header_lines=0)
         return df
-    for encoding in ("utf-8-sig", "gbk"):
-        try:
-            with open(path, encoding=encoding) as f:
-                header = f.readline()
-            sep = max((",", ";", "\t"), key=header.count)
-            names = [n.strip().strip('"') for n in header.rstrip("\r\n").split(sep)]
-            headerless = len(names) >= 6 and all(_is_number(n) for n in names)
-            if headerless:  # Binance-style kline dump: open time, OHLCV, then the exchange's extras
-                names = [*_HEADERLESS, *(f"column_{i}" for i in range(len(_HEADERLESS), len(names)))][: len(names)]
-            ticker_like = {_normalise(a) for a in _ALIASES["ticker"]}
-            text = {n: str for n in names if _normalise(n) in ticker_like or n in text_columns}
-            df = pd.read_csv(
-                path,
-                sep=sep,
-                encoding=encoding,
-                dtype=text,
-                keep_default_na=False,
-                skip_blank_lines=False,
-                header=None if headerless else "infer",
-                names=names if headerless else None,
-            )
-            df.attrs["header_lines"] = 0 if headerless else 1
-        except UnicodeDecodeError:
-            continue
-        blank = np.ones(len(df), dtype=bool)
-        for col in df.columns:
-            c = df[col]
-            if pd.api.types.is_numeric_dtype(c):
-                blank &= c.isna().to_numpy()
-            else:
-                blank &= (c.isna() | (c.astype(str).str.strip() == "")).to_numpy()
-            if not blank.any():
-                break
-        out = df[~blank]
-        out.attrs = df.attrs
-        return out
-    raise ValueError(f"{path}: not UTF-8 or GBK text")
-
-
-def _is_number(text: str) -> bool:
+    text, encoding = decode_text(data, source)
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    lines = text.split("\n")
+    table = find_table(lines, source)
+    dec, thou, note = detect_number_format(sample_rows(lines, table), table.sep, source, decimal, thousands)
+    if note:
+        log.warning(note)
+    raw_names = table.names or split_fields(lines[table.first], table.sep)
+    text_names = {_normalise(n) for n in _TEXT_NAMES}
+    as_text = dec == table.sep  # quoted decimal-comma cells in a ','-separated file: all parsed later
+    dtype = {n: str for n in raw_names if as_text or _normalise(n) in text_names or n.strip() in text_columns}
     try:
-        float(text)
-    except ValueError:
-        return False
-    return True
+        df = pd.read_csv(
+            io.StringIO("\n".join(lines[table.first : table.stop])),
+            sep=table.sep,
+            dtype=dtype,
+            keep_default_na=False,
+            skip_blank_lines=False,
+            header=None if table.header is None else 0,
+            names=table.names,
+            decimal="." if as_text else dec,
+            index_col=False,
+        )
+    except (pd.errors.ParserError, ValueError) as e:
+        message = re.sub(r"line (\d+)", lambda m: f"line {int(m[1]) + table.first}", str(e).strip())
+        raise ValueError(f"{source}: cannot read the table ({message})") from None
+    stripped = [str(c).strip() for c in df.columns]
+    if len(set(stripped)) == len(stripped):  # TongDaXin pads its header names with spaces
+        df.columns = stripped
+    out = df[~_blank_rows(df)]
+    title = tongdaxin_title(table.skipped[0][1]) if table.skipped and table.skipped[0][0] <= table.first else None
+    out.attrs = {
+        "kind": "csv",
+        "header_lines": table.first + (0 if table.header is None else 1),
+        "sep": table.sep,
+        "decimal": dec,
+        "thousands": thou,
+        "encoding": encoding,
+        "compression": compression,
+        "skipped": table.skipped,
+        "layout": "tongdaxin" if title else table.layout,
+        "title": title,
+        "ticker": title["code"] if title else None,
+    }
+    return out
+
+
+def _blank_rows(df: pd.DataFrame) -> np.ndarray:
+    blank = np.ones(len(df), dtype=bool)
+    for col in df.columns:
+        c = df[col]
+        if pd.api.types.is_numeric_dtype(c):
+            blank &= c.isna().to_numpy()
+        else:
+            blank &= (c.isna() | (c.astype(str).str.strip() == "")).to_numpy()
+        if not blank.any():
+            break
+    return blank
 
 
 def detect_columns(
     df: pd.DataFrame, columns: Mapping[str, str] | None = None, source: str = "<frame>"
 ) -> dict[str, str]:
     """Map canonical names (and ``ticker``) to the file's columns.
+
+    Timestamps are the exchange's local clock: when the column found by name holds Unix epochs and
+    another date/time column holds local stamps (QMT's ``stime`` beside its epoch ``time``, or an
+    unnamed index), the local one is used.
 
     Args:
         df: the table as read.
@@ -233,15 +281,19 @@ def detect_columns(
                 found[key] = col
                 taken.add(col)
                 break
-    # Separate date and time-of-day columns (e.g. MetaTrader's <DATE>, <TIME>) are joined.
+    if "timestamp" in found and "timestamp" not in explicit and _is_epoch(df[found["timestamp"]]):
+        local = _local_timestamp_column(df, taken)
+        if local is not None:
+            taken.discard(found["timestamp"])
+            found["timestamp"] = local
+            taken.add(local)
+    # Separate date and time-of-day columns (MetaTrader's <DATE>, <TIME>; TongDaXin's 日期, 时间) are joined.
     if "timestamp" in found and "timestamp" not in explicit and _normalise(found["timestamp"]) in ("date", "日期"):
         for alias in ("time", "时间"):
             col = by_norm.get(alias)
-            if col is not None and col not in taken:
-                sample = df[col].dropna().astype(str).str.strip().head(20)
-                if len(sample) and sample.str.match(_TIME_OF_DAY).all():
-                    found["time"] = col
-                    break
+            if col is not None and col not in taken and looks_like_time_of_day(df[col]):
+                found["time"] = col
+                break
     if "timestamp" not in found:
         col = _unnamed_datetime_column(df, taken)
         if col is None:
@@ -257,6 +309,24 @@ def detect_columns(
             f"Name them with columns={{{', '.join(f'{m!r}: ...' for m in missing)}}}"
         )
     return found
+
+
+def _is_epoch(values: pd.Series) -> bool:
+    return parse_timestamps_described(values.head(200))[1].startswith("Unix epoch")
+
+
+def _local_timestamp_column(df: pd.DataFrame, taken: set[str]) -> str | None:
+    """A column named like a timestamp, or an unnamed index column, holding local (non-epoch) stamps."""
+    names = {_normalise(a) for a in _ALIASES["timestamp"]}
+    for col in df.columns:
+        unnamed = str(col).startswith("Unnamed") or _normalise(col) in ("", "index")
+        if col in taken or not (unnamed or _normalise(col) in names):
+            continue
+        sample = df[col].head(200)
+        parsed, how = parse_timestamps_described(sample)
+        if not how.startswith("Unix epoch") and len(sample) and (parsed >= pd.Timestamp("1971-01-01")).mean() >= 0.9:
+            return col
+    return None
 
 
 def _unnamed_datetime_column(df: pd.DataFrame, taken: set[str]) -> str | None:
@@ -275,99 +345,54 @@ def _unnamed_datetime_column(df: pd.DataFrame, taken: set[str]) -> str | None:
     return None
 
 
-def parse_timestamps(values: pd.Series) -> pd.Series:
-    """Parse a column of timestamps to ``datetime64[ns]``; what cannot be parsed becomes NaT.
-
-    Numbers are ``YYYYMMDD`` dates when every value looks like one, else Unix epoch seconds,
-    milliseconds, microseconds or nanoseconds by magnitude (UTC, returned without time zone).
-    Strings take the date format that parses most of the values (ISO first, then US ``M/D/YYYY``);
-    time-zone-aware values keep their local wall time.
-    """
-    if isinstance(values.dtype, pd.DatetimeTZDtype):
-        return values.dt.tz_localize(None).astype("datetime64[ns]")
-    if pd.api.types.is_datetime64_any_dtype(values):
-        return values.astype("datetime64[ns]")
-    text = values.astype(str).str.strip() if not pd.api.types.is_numeric_dtype(values) else None
-    numbers = pd.to_numeric(values if text is None else text, errors="coerce")
-    present = numbers.notna() if text is None else ~text.str.lower().isin(_MISSING)
-    plain = text is None or text[present].str.fullmatch(r"-?\d+(\.\d*)?([eE][+-]?\d+)?").mean() >= 0.9
-    if present.any() and plain and numbers[present].notna().mean() >= 0.9:
-        finite = numbers.dropna()
-        is_ymd = ((finite % 1 == 0) & (finite >= 1900_01_01) & (finite <= 2100_12_31)).all()
-        if is_ymd:
-            return pd.to_datetime(numbers.astype("Int64").astype(str), format="%Y%m%d", errors="coerce").astype(
-                "datetime64[ns]"
-            )
-        magnitude = finite.abs().median() if len(finite) else 0.0
-        unit = "s" if magnitude < 1e11 else "ms" if magnitude < 1e14 else "us" if magnitude < 1e17 else "ns"
-        return pd.to_datetime(numbers, unit=unit, errors="coerce").astype("datetime64[ns]")
-    assert text is not None
-    sample = text[present].head(500)
-    best, best_count = _DATE_FORMATS[0], -1
-    for fmt in _DATE_FORMATS:
-        count = int(_to_datetime(sample, fmt).notna().sum())
-        if count > best_count:
-            best, best_count = fmt, count
-        if count == len(sample):
-            break
-    return _to_datetime(text.where(present), best)
-
-
-def _to_datetime(text: pd.Series, fmt: str) -> pd.Series:
-    """``text`` parsed with ``fmt`` to naive ``datetime64[ns]``, NaT where it does not parse; stamps
-    with a UTC offset keep their local wall time (a session's 09:30 stays 09:30)."""
-    try:
-        parsed = pd.to_datetime(text, format=fmt, errors="coerce")
-    except (ValueError, TypeError):  # e.g. mixed UTC offsets: parse each stamp on its own
-        parsed = pd.Series([_one_stamp(t, fmt) for t in text], index=text.index, dtype="datetime64[ns]")
-    if isinstance(parsed.dtype, pd.DatetimeTZDtype):
-        parsed = parsed.dt.tz_localize(None)
-    return parsed.astype("datetime64[ns]")
-
-
-def _one_stamp(text: object, fmt: str) -> pd.Timestamp:
-    stamp = pd.to_datetime(text, format=fmt, errors="coerce")
-    return pd.NaT if pd.isna(stamp) else stamp.tz_localize(None) if stamp.tzinfo is not None else stamp
-
-
-def parse_numbers(values: pd.Series) -> tuple[pd.Series, pd.Series]:
-    """Parse a column to float64, tolerating ``$``, ``¥`` and thousands separators.
-
-    Returns:
-        ``(numbers, bad)``: NaN where the cell is missing or not a number, and a bool mask of the
-        cells that held something that is not a number (as opposed to an empty / ``--`` cell).
-    """
-    if pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values):
-        numbers = values.astype("float64")
-        return numbers, pd.Series(False, index=values.index)
-    try:  # clean text columns parse at C speed
-        return pd.to_numeric(values).astype("float64"), pd.Series(False, index=values.index)
-    except (ValueError, TypeError):
-        pass
-    text = values.astype(str).str.strip()
-    missing = text.str.lower().isin(_MISSING) | values.isna()
-    cleaned = text.str.replace(r"[$¥￥,\s]", "", regex=True)
-    numbers = pd.to_numeric(cleaned.where(~missing), errors="coerce").astype("float64")
-    return numbers, numbers.isna() & ~missing
-
-
-def _canonical_frame(df: pd.DataFrame, found: dict[str, str]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The canonical columns (unparsed cells as NaN/NaT) and the matching raw cells as text."""
+def _canonical_frame(
+    df: pd.DataFrame, found: dict[str, str], timezone: str | None
+) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    """The canonical columns (unparsed cells as NaN/NaT), the matching raw cells as text, and how
+    the timestamps were read."""
     ts_raw = df[found["timestamp"]]
+    ts_text = ts_raw
     if "time" in found:
-        ts_raw = ts_raw.astype(str).str.strip() + " " + df[found["time"]].astype(str).str.strip()
-    out = {"timestamp": parse_timestamps(ts_raw)}
+        date = ts_raw.astype(str).str.strip()
+        ts_raw = date + " " + df[found["time"]].astype(str).str.strip()
+        ts_text = date + " " + time_of_day(df[found["time"]]).fillna("?")
+    stamps, how = parse_timestamps_described(ts_text, timezone)
+    out = {"timestamp": stamps}
     raw = {"timestamp": ts_raw}
     bad = {}
+    decimal, thousands = df.attrs.get("decimal", "."), df.attrs.get("thousands", ",")
     for col in NUMERIC_COLUMNS:
         if col in found:
-            out[col], bad[col] = parse_numbers(df[found[col]])
+            out[col], bad[col] = parse_numbers(df[found[col]], decimal, thousands)
             raw[col] = df[found[col]]
     frame = pd.DataFrame(out, index=df.index)
     raw_frame = pd.DataFrame(raw, index=df.index)
     for col, mask in bad.items():
         raw_frame[f"{col}__bad"] = mask
-    return frame, raw_frame
+    columns = f"{found['timestamp']!r}" + (f" + {found['time']!r}" if "time" in found else "")
+    if timezone is not None and "local clock" in how:
+        how += f"; timezone {timezone!r} applies to epochs only"
+    return frame, raw_frame, f"timestamps from {columns} as {how}"
+
+
+def _describe(attrs: dict) -> str:
+    """How a file was stored, in one line for the log."""
+    if attrs.get("kind") == "parquet":
+        return "Parquet" + (f" ({attrs['compression']})" if attrs.get("compression") else "")
+    parts = [attrs["compression"]] if attrs.get("compression") else []
+    parts.append(attrs["encoding"])
+    parts.append(f"separator {attrs['sep']!r}, decimal {attrs['decimal']!r}")
+    if attrs["thousands"]:
+        parts[-1] += f", thousands {attrs['thousands']!r}"
+    if attrs["layout"] == "tongdaxin":
+        parts.append("TongDaXin export")
+    elif attrs["layout"] != "header":
+        parts.append(f"no header, columns by position ({attrs['layout']})")
+    parts += [
+        f"{'title' if n <= attrs['header_lines'] else 'footer'} line {n} {text!r} skipped"
+        for n, text in attrs["skipped"]
+    ]
+    return ", ".join(parts)
 
 
 def read_bars(
@@ -376,27 +401,39 @@ def read_bars(
     ticker_column: str | None = None,
     on_error: OnError = "error",
     max_gap: str | None = None,
+    decimal: str | None = None,
+    thousands: str | None = None,
+    timezone: str | None = None,
 ) -> pd.DataFrame:
     """Read bars into the canonical frame (see the module docstring), validated.
 
     Args:
-        path: a CSV/Parquet file, or a folder with one file per ticker (the ticker is the file stem).
+        path: a bar file, or a folder with one file per ticker (the ticker is the file stem, or the
+            code in a TongDaXin title line).
         columns: canonical name -> file column, overriding detection (e.g. ``{"close": "Adj Close"}``).
         ticker_column: column holding the ticker in a long table (detected by name when None:
             ticker, symbol, ts_code, code, 股票代码).
         on_error: what to do with bad rows: raise (``"error"``), drop them, or forward-fill them.
         max_gap: largest allowed spacing between bars as a pandas Timedelta string (``"7D"``);
             larger gaps raise under ``on_error="error"``. None: gaps are only reported in the log.
+        decimal: decimal separator of text files, ``"."`` or ``","``; None: detected per file.
+        thousands: thousands separator of text files (``""`` for none, ``","``, ``"."``, ``" "``,
+            ``"'"``); None: detected per file.
+        timezone: the exchange's time zone (e.g. ``"Asia/Shanghai"``), used only for Unix epoch
+            timestamps (and strings with a UTC offset), which are converted from UTC to it. None:
+            epochs are kept in UTC. Local time strings are never shifted.
 
     Returns:
         The canonical frame, sorted by ticker then timestamp, with a fresh RangeIndex.
     """
+    check_number_options(decimal, thousands)
+    check_timezone(timezone)
     frames = []
     files = list_bar_files(path)
     origin: dict[str, Path] = {}
     for file in files:
-        df = read_table(file, text_columns=() if ticker_column is None else (ticker_column,))
-        csv = _suffix(file) not in (".parquet", ".pq")
+        df = read_table(file, () if ticker_column is None else (ticker_column,), decimal, thousands)
+        csv = df.attrs.get("kind") == "csv"
         if df.empty:
             raise ValueError(f"{file}: no rows")
         explicit = dict(columns or {})
@@ -405,15 +442,16 @@ def read_bars(
         found = detect_columns(df, explicit, source=str(file))
         if "volume" not in found:
             log.warning("%s: no volume column; volume is set to 0 (volume features are then constant)", file)
-        canonical, raw = _canonical_frame(df, found)
+        canonical, raw, how = _canonical_frame(df, found, timezone)
+        log.info("%s: %s; %s", file, _describe(df.attrs), how)
         if "volume" not in found:
             canonical["volume"] = 0.0
-        # Report what a user finds in an editor: CSV line numbers, 1-based Parquet rows.
-        canonical["_row"] = np.asarray(df.index) + 1 + (df.attrs.get("header_lines", 1) if csv else 0)
+        # Report what a user finds in an editor: file line numbers of text files, 1-based Parquet rows.
+        canonical["_row"] = np.asarray(df.index) + 1 + (df.attrs["header_lines"] if csv else 0)
         if "ticker" in found:
             tickers = df[found["ticker"]].astype(str).str.strip()
         else:
-            tickers = pd.Series(_stem(file), index=df.index)
+            tickers = pd.Series(df.attrs.get("ticker") or _split_name(file)[0], index=df.index)
         for name, idx in tickers.groupby(tickers, sort=True).groups.items():
             name = str(name)
             if name in origin:

@@ -5,6 +5,7 @@ Checks, each reported with the file, the row (the line number for CSV files) and
 - unparsable (or missing) dates;
 - duplicate timestamps (the first occurrence in the file is kept);
 - non-numeric values and missing values (NaN, empty cells, ``--``);
+- non-finite values (``inf``, ``-inf``, ``1e999``) in any price, volume or amount;
 - non-positive prices and negative volume;
 - ``high < max(open, close)`` and ``low > min(open, close)``;
 - gaps between bars longer than ``max_gap`` (only when it is set; the largest gap is always logged).
@@ -134,17 +135,23 @@ def validate_bars(
         missing = nan & ~not_number
         if missing.any():
             report.add("missing values", rows[missing], col, ["missing value"] * int(missing.sum()))
+        # inf passes every comparison below and would surface only as a non-finite feature later.
+        infinite = np.isinf(values)
+        if infinite.any():
+            texts = raw[col].to_numpy()[infinite] if raw is not None and col in raw else values[infinite]
+            report.add("non-finite values", rows[infinite], col, [f"{_fmt(t)} is not finite" for t in texts])
+        usable = ~nan & ~infinite
         if col in _PRICES or col == "adj_close":
-            bad = ~nan & (values <= 0)
+            bad = usable & (values <= 0)
             kind, what = "non-positive prices", "price {} is not positive"
         elif col == "volume":
-            bad = ~nan & (values < 0)
+            bad = usable & (values < 0)
             kind, what = "negative volumes", "negative volume {}"
         else:
-            bad = ~nan & (values < 0)
+            bad = usable & (values < 0)
             kind, what = "negative amounts", "negative amount {}"
         report.add(kind, rows[bad], col, [what.format(_fmt(v)) for v in values[bad]])
-        bad_cell[col] = nan | bad
+        bad_cell[col] = nan | infinite | bad
 
     # Duplicates, judged after sorting by time (stable: the first occurrence in the file is kept).
     df = df.assign(_bad_date=bad_date)

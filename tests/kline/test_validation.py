@@ -25,6 +25,7 @@ BAD_CASES = [
     ("bad_negative_volume.csv", 3, "volume", "negative volume -5", "1 negative volumes"),
     ("bad_missing.csv", 6, "open", "missing value", "1 missing values"),
     ("bad_zero_price.csv", 5, "open", "price 0 is not positive", "1 non-positive prices"),
+    ("bad_inf.csv", 5, "close", "inf is not finite", "1 non-finite values"),
 ]
 
 
@@ -61,6 +62,8 @@ def test_ffill_policy_repairs_cells(caplog: pytest.LogCaptureFixture) -> None:
     # A missing open is filled from the previous bar; a negative volume likewise.
     assert read_bars(FIXTURES / "bad_missing.csv", on_error="ffill")["open"].iloc[4] == 10.8
     assert read_bars(FIXTURES / "bad_negative_volume.csv", on_error="ffill")["volume"].iloc[1] == 1000.0
+    # An infinite close likewise (line 5 is the 4th bar: it takes the 3rd bar's close).
+    assert read_bars(FIXTURES / "bad_inf.csv", on_error="ffill")["close"].iloc[3] == 10.8
     # An inconsistent high is widened to cover open and close.
     high = read_bars(FIXTURES / "bad_high.csv", on_error="ffill")
     assert high["high"].iloc[2] == 10.8
@@ -136,3 +139,42 @@ def test_bad_policy_name() -> None:
 
 def test_clean_file_is_unchanged() -> None:
     assert read_bars(FIXTURES / "english.csv", on_error="drop")["close"].tolist() == CLOSES
+
+
+def test_non_finite_values_in_any_column(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    lines = (FIXTURES / "english.csv").read_text().splitlines()
+    lines[2] = lines[2].replace(",1500", ",-inf")  # volume
+    lines[5] = "2024-01-08,11.0,1e999,10.8,10.9,900"  # a high that overflows to inf
+    (tmp_path / "inf.csv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError) as info:
+        read_bars(tmp_path / "inf.csv")
+    message = str(info.value)
+    assert "inf.csv: 2 non-finite values" in message
+    assert "line 3, column 'volume': -inf is not finite" in message
+    assert "line 6, column 'high': inf is not finite" in message
+    with caplog.at_level(logging.WARNING):
+        assert read_bars(tmp_path / "inf.csv", on_error="drop")["close"].tolist() == [10.5, 10.8, 11.0, 10.6]
+    assert "2 non-finite values; dropped the rows" in caplog.text
+    # A NaN where a value is required is a missing value, named the same way.
+    (tmp_path / "nan.csv").write_text((FIXTURES / "english.csv").read_text().replace(",10.2,", ",NaN,", 1))
+    with pytest.raises(ValueError, match=r"nan.csv: 1 missing values\n  line 3, column 'close': missing value"):
+        read_bars(tmp_path / "nan.csv")
+    # In a text column (a '--' keeps it text) the cell is quoted as written; Parquet rows likewise.
+    lines[4] = lines[4].replace(",1800", ",--")
+    (tmp_path / "text.csv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=r"line 3, column 'volume': '-inf' is not finite"):
+        read_bars(tmp_path / "text.csv")
+    frame = pd.DataFrame(
+        {
+            "timestamp": pd.to_datetime(["2024-01-02", "2024-01-03"]),
+            "open": [1.0, 2.0],
+            "high": [1.0, 2.0],
+            "low": [1.0, 2.0],
+            "close": [1.0, 2.0],
+            "volume": [1.0, np.inf],
+        }
+    )
+    with pytest.raises(
+        ValueError, match=r"panel.parquet: 1 non-finite values\n  row 2, column 'volume': inf is not finite"
+    ):
+        validate_bars(frame, source="panel.parquet")
