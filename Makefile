@@ -1,7 +1,9 @@
 # The two commands of the README, plus helpers. Each creates and fills .venv on first use.
 #   make run    the main job: the three tasks on their embedded default data, each tested after fit,
 #               then one summary table (lightning-tf tour)
-#   make test   the test suite (slow tests: make test-slow)
+#   make test   the unit tier of the test suite (under 3 minutes on 2 CPU cores)
+#   make test-integration   CLI subprocesses, DDP, resume, config builds, wandb content, benchmark smoke runs
+#   make test-slow          quality thresholds (minutes of training)
 
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -9,7 +11,7 @@ PY     := $(VENV)/bin/python
 TORCH  := torch==2.14.1 torchvision==0.29.1
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run run-text run-vision run-kline test test-slow bench clean
+.PHONY: install run run-text run-vision run-kline test test-integration test-slow bench clean
 
 install: $(STAMP)
 
@@ -35,7 +37,10 @@ run-kline: $(STAMP)
 	$(FIT) --config configs/kline/msft_daily.yaml
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=10
+
+test-integration: $(STAMP)
+	$(PY) -m pytest -q -m integration --integration --durations=10
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow --runslow

@@ -84,7 +84,7 @@ def accuracy(args: argparse.Namespace) -> dict:
     return {
         "summary": model.test_summary, "epochs": epochs, "train_s": train_s, "best": Path(ckpt.best_model_path).name,
         "windows": {s: len(dm.datasets[s]) for s in ("train", "val", "test")},
-        "test_period": f"{b['test_start']:%Y-%m-%d} .. {dm._frame['timestamp'].iloc[-1]:%Y-%m-%d}"
+        "test_period": f"{b['test_start']:%Y-%m-%d} .. {dm.bars['timestamp'].iloc[-1]:%Y-%m-%d}"
         if b.get("test_start") is not None else "?",
         "val_start": f"{b['val_start']:%Y-%m-%d}" if b.get("val_start") is not None else "?",
     }
@@ -149,7 +149,8 @@ def speed(args: argparse.Namespace) -> list[dict]:
     ours = KLineForecaster(**model_args)
     h = ours.hparams
     ref = copy.deepcopy(ours)
-    ref.encoder = TorchEncoder(ours.encoder, h.d_model, h.n_heads, h.n_layers, h.d_ff or 4 * h.d_model, h.dropout)
+    d_ff = h.d_ff or 4 * h.d_model
+    ref.net.encoder = TorchEncoder(ours.net.encoder, h.d_model, h.n_heads, h.n_layers, d_ff, h.dropout)
     dm = KLineDataModule(**{**data_args, "batch_size": args.batch_size})
     dm.setup("fit")
     ours.target_channels = ref.target_channels = dm.target_channels

@@ -213,9 +213,7 @@ def bench_decode(size: dict, B: int, S: int, lengths: list[int], V: int, repeats
 
 # -------------------------------------------------------------------------------------- quality
 def quality_runs(budget_min: float, tatoeba: Path, threads: int) -> list[dict]:
-    from lightning.pytorch import LightningDataModule, LightningModule
-
-    from lightning_tf.cli import LightningTFCLI
+    from lightning_tf.cli import make_cli
 
     budget = f"00:00:{int(budget_min):02d}:{int(round(60 * (budget_min % 1))):02d}"
     runs = [("synthetic en->de (built-in)", ["--config", "configs/text/synthetic.yaml"])]
@@ -244,15 +242,7 @@ def quality_runs(budget_min: float, tatoeba: Path, threads: int) -> list[dict]:
         command = f"OMP_NUM_THREADS={threads} lightning-tf fit " + " ".join(full) + " --test_after_fit true"
         print(f"\n### {name}\n{command}\n", flush=True)
         start = time.perf_counter()
-        cli = LightningTFCLI(
-            LightningModule,
-            LightningDataModule,
-            subclass_mode_model=True,
-            subclass_mode_data=True,
-            save_config_kwargs={"overwrite": True},
-            args=full,
-            run=False,
-        )
+        cli = make_cli(full, run=False)  # the command `lightning-tf fit` builds
         cli.trainer.fit(cli.model, datamodule=cli.datamodule)
         fit_s = time.perf_counter() - start
         metrics = cli.trainer.test(cli.model, datamodule=cli.datamodule, ckpt_path="best", verbose=False)[0]

@@ -268,19 +268,33 @@ class NaNGuard(Callback):
     (it skips the step and lowers the scale), so ``check_grads`` is ignored there. Under DDP the
     decision is shared, so every rank stops together.
 
+    Validation and test losses are checked once per epoch, on the epoch's logged ``val/loss`` /
+    ``test/loss`` (no per-step synchronisation): a non-finite one stops the run before
+    ``ModelCheckpoint`` could save a model scored NaN, saying whether the weights are finite (then
+    the evaluation data is the suspect).
+
+    The modules of this package do not check their losses themselves: this callback is the one place.
+
     Args:
         check_loss: check the training loss before each backward pass.
         check_grads: check every gradient before each optimizer step.
         check_params: check every parameter after each optimizer step.
+        check_eval: check the epoch's validation and test losses (``<stage>/loss``).
         every_n_steps: check on optimizer steps that are multiples of this (1: every step).
     """
 
     def __init__(
-        self, check_loss: bool = True, check_grads: bool = False, check_params: bool = False, every_n_steps: int = 1
+        self,
+        check_loss: bool = True,
+        check_grads: bool = False,
+        check_params: bool = False,
+        check_eval: bool = True,
+        every_n_steps: int = 1,
     ) -> None:
         if every_n_steps < 1:
             raise ValueError(f"every_n_steps ({every_n_steps}) must be >= 1")
         self.check_loss, self.check_grads, self.check_params = check_loss, check_grads, check_params
+        self.check_eval = check_eval
         self.every_n_steps = every_n_steps
         self._batch_idx = 0
 
@@ -317,16 +331,6 @@ class NaNGuard(Callback):
 
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
         self._batch_idx = batch_idx
-
-    def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
-        # a module's own finite-loss check (FloatingPointError) stops training before this guard sees the
-        # loss: still tell the user where to resume from
-        if isinstance(exception, FloatingPointError) and not isinstance(exception, NonFiniteError):
-            path = last_checkpoint(trainer)
-            log.error(
-                "training stopped at global step %d (epoch %d): %s. Last good checkpoint: %s",
-                trainer.global_step, trainer.current_epoch, exception, path or "none saved yet",
-            )  # fmt: skip
 
     def on_before_backward(self, trainer: Trainer, pl_module: LightningModule, loss: Tensor) -> None:
         if not (self.check_loss and self._due(trainer)):
@@ -365,6 +369,36 @@ class NaNGuard(Callback):
                 "The weights in memory are corrupt; this step was not checkpointed (the checks run before "
                 "ModelCheckpoint's).",
             )
+
+
+    def _check_eval(self, trainer: Trainer, stage: str) -> None:
+        if not self.check_eval:
+            return
+        value = trainer.callback_metrics.get(f"{stage}/loss")
+        if value is None or bool(torch.isfinite(torch.as_tensor(value)).all()):
+            return
+        name = {"val": "validation", "test": "test"}[stage]
+        bad, _ = _first_non_finite(trainer.lightning_module.named_parameters())
+        weights = (
+            f"parameter {bad} is not finite" if bad is not None
+            else f"the weights are finite: look for NaN or infinite values in the {name} data"
+        )
+        where = f"epoch {trainer.current_epoch}, global step {trainer.global_step}"
+        if stage == "val" and trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking:
+            path = last_checkpoint(trainer)
+            resume = f"Last good checkpoint: {path or 'none saved yet'}."
+            raise NonFiniteError(
+                f"the {name} loss is {_describe(torch.as_tensor(value))} after {where}; {weights}.\n"
+                f"No checkpoint was saved from this validation.\n{resume}"
+            )
+        raise NonFiniteError(f"the {name} loss is {_describe(torch.as_tensor(value))} ({where}); {weights}.")
+
+    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        # before ModelCheckpoint's on_validation_end (Lightning runs checkpoint callbacks last)
+        self._check_eval(trainer, "val")
+
+    def on_test_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._check_eval(trainer, "test")
 
 
 def _first_non_finite(named: Any) -> tuple[str | None, Tensor | None]:

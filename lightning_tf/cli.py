@@ -7,12 +7,15 @@ config files merge in order, later ones overriding earlier ones.
 
 from __future__ import annotations
 
+import difflib
 import inspect
+import logging
 import os
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 from jsonargparse import Namespace
@@ -20,12 +23,17 @@ from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import WandbLogger
 
+from lightning_tf.training import check_agreement, run_dir
+
 # Importing the task packages registers their classes, so they resolve by short name.
 import lightning_tf.kline  # noqa: F401
 import lightning_tf.text  # noqa: F401
 import lightning_tf.vision  # noqa: F401
 
-__all__ = ["DATA_LINKS", "LightningTFCLI", "make_cli", "RunConfigCallback", "apply_wandb_run_defaults", "main", "run_name"]
+__all__ = ["DATA_LINKS", "LightningTFCLI", "RunConfigCallback", "OneLineParser", "apply_wandb_run_defaults", "make_cli",
+           "one_line_error", "run_name"]
+
+log = logging.getLogger(__name__)
 
 # Arguments the DataModule knows once built and the model needs: linked data -> model, so a config
 # states them once (in `data:`). A link applies when the data has the attribute and the model class
@@ -101,14 +109,6 @@ class RunConfigCallback(SaveConfigCallback):
         config = resolved_config(dumped, pl_module, trainer.datamodule)
         for logger in loggers:
             logger.log_hyperparams(config)
-
-
-def run_dir(trainer: Trainer) -> str:
-    """The directory of the trainer's run, where ModelCheckpoint puts ``checkpoints/``:
-    ``<save_dir>/<name>/<version>`` of the first logger (for wandb: ``<save_dir>/<project>/<run id>``)."""
-    logger = trainer.loggers[0]
-    version = logger.version if isinstance(logger.version, str) else f"version_{logger.version}"
-    return os.path.join(logger.save_dir or trainer.default_root_dir, str(logger.name), version)
 
 
 def resolved_config(
@@ -229,19 +229,21 @@ class LightningTFCLI(LightningCLI):
 
     def instantiate_classes(self) -> None:
         given = _explicit_model_links(self.config[self.subcommand] if self.subcommand else self.config)
-        super().instantiate_classes()
+        try:
+            super().instantiate_classes()
+        except (ValueError, TypeError) as err:
+            one_line = instantiation_error(err)
+            if one_line is err or debug_mode():
+                raise
+            raise one_line from _root_cause(err)
         for name, ours in given.items():
-            theirs = getattr(self.datamodule, name, None)
-            if theirs is not None and _plain(theirs) != _plain(ours):
-                raise ValueError(
-                    f"model.{name} ({ours}) differs from the data's {name} ({theirs}); the model takes it from the "
-                    f"data: drop model.{name} from the config, or change data.{name}"
-                )
+            check_agreement(name, ours, getattr(self.datamodule, name, None))
 
     def before_instantiate_classes(self) -> None:
         # the wandb run is created with its name, group, tags and job type: they must be set before the logger is built
         config = self.config[self.subcommand] if self.subcommand else self.config
         _check_ckpt_last(config)
+        _drop_logger_callbacks_without_logger(config)
         given = apply_wandb_run_defaults(config, self.subcommand)
         if isinstance(self.save_config_callback, type) and issubclass(self.save_config_callback, RunConfigCallback):
             self.save_config_kwargs = {**self.save_config_kwargs, "wandb_given": given}
@@ -268,6 +270,25 @@ def _check_ckpt_last(config: Namespace) -> None:
                     "pass --trainer.logger.init_args.id <run id> (the folder name under runs/lightning-tf/), or give "
                     "the checkpoint's path"
                 )
+
+
+# callbacks that need a logger (Lightning raises at fit start without one)
+_NEEDS_LOGGER = ("LearningRateMonitor",)
+
+
+def _drop_logger_callbacks_without_logger(config: Namespace) -> None:
+    """``--trainer.logger false`` with a trainer config that monitors the learning rate: the monitor
+    has nothing to log to (Lightning would stop with a MisconfigurationException), so it is left out."""
+    trainer = config.get("trainer")
+    if not isinstance(trainer, Namespace) or trainer.get("logger") is not False:
+        return
+    callbacks = trainer.get("callbacks")
+    if not isinstance(callbacks, list):
+        return
+    kept = [cb for cb in callbacks if not str(getattr(cb, "class_path", "")).endswith(_NEEDS_LOGGER)]
+    if len(kept) != len(callbacks):
+        log.info("no logger: learning-rate monitoring is off")
+        trainer["callbacks"] = kept
 
 
 def _plain(value: Any) -> Any:
@@ -298,45 +319,138 @@ def make_cli(args: list[str] | None = None, **kwargs: Any) -> LightningTFCLI:
     """The ``lightning-tf`` CLI on ``args`` (None: the command line), as the console script builds it:
     any LightningModule / LightningDataModule by class path or name, the run config saved beside the
     checkpoints (and uploaded to wandb). ``kwargs`` go to LightningCLI (e.g. ``run=False``)."""
-    kwargs = {"save_config_callback": RunConfigCallback, "save_config_kwargs": {"overwrite": True}, **kwargs}
+    kwargs = {
+        "save_config_callback": RunConfigCallback,
+        "save_config_kwargs": {"overwrite": True},
+        "parser_class": OneLineParser,
+        **kwargs,
+    }
     return LightningTFCLI(
         LightningModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True, args=args, **kwargs
     )
 
 
-# Errors that this package raises where input enters (a config value, a file, a column): shown as
-# one line, without a traceback, unless LIGHTNING_TF_DEBUG is set.
-INPUT_ERRORS = (ValueError, FileNotFoundError, NotADirectoryError, IsADirectoryError)
+# ----------------------------------------------------------------------------------- one-line errors
+# jsonargparse reports a bad value as a Union report (the subtypes, the reason on an inner line,
+# "Expected a <class 'NoneType'>", a dump of every init argument) after the whole usage text. The
+# user needs the argument and the reason: these helpers cut the report down to that one line.
+
+_KEY = re.compile(r'Parser key "([^"]+)"')
+_CLASS_PATH = re.compile(r"class_path[= ]'([\w.]+)'")
+_LITERAL = re.compile(r"Expected a (?:typing\.)?Literal\[(.*)\]\. Got value: (.*)")
+_EXPECTED = re.compile(r"Expected a <class '(\w+)'>")
+_NOT_ACCEPTED = re.compile(r"Option '([\w.]+)' is not accepted")
+_GIVEN = re.compile(r"Given value: (.*)")
+_NOISE = ("Does not validate against any of the Union subtypes", "Subtypes:", "Errors:", "Given value",
+          "Problem with given class_path")
 
 
-def main(args: list[str] | None = None) -> None:
-    """Entry point of the ``lightning-tf`` console script: ``fit``, ``validate``, ``test`` and
-    ``predict`` (LightningCLI), ``export`` (:func:`lightning_tf.export.export_main`) and ``tour``
-    (:func:`lightning_tf.tour.tour_main`, the three tasks on their embedded data)."""
-    argv = sys.argv[1:] if args is None else list(args)
+def debug_mode() -> bool:
+    """``LIGHTNING_TF_DEBUG=1``: show jsonargparse's full report and Python tracebacks."""
+    return bool(os.environ.get("LIGHTNING_TF_DEBUG"))
+
+
+def _init_params(class_path: str | None) -> list[str]:
+    """The ``__init__`` argument names of the class at ``class_path`` ([] when it cannot be imported)."""
+    if not class_path:
+        return []
+    module_name, _, name = class_path.rpartition(".")
     try:
-        if argv[:1] == ["export"]:
-            from lightning_tf.export import export_main
-
-            export_main(argv[1:])
-            return
-        if argv[:1] == ["tour"]:
-            from lightning_tf.tour import tour_main
-
-            tour_main(argv[1:])
-            return
-        make_cli(args)
-    except INPUT_ERRORS as err:
-        if os.environ.get("LIGHTNING_TF_DEBUG"):
-            raise
-        print(f"lightning-tf: error: {err}\n(set LIGHTNING_TF_DEBUG=1 for the traceback)", file=sys.stderr)
-        raise SystemExit(2) from None
-    except FloatingPointError as err:  # a non-finite loss (NaNGuard, or a module's own check)
-        if os.environ.get("LIGHTNING_TF_DEBUG"):
-            raise
-        print(f"lightning-tf: training stopped: {err}", file=sys.stderr)
-        raise SystemExit(1) from None
+        cls = getattr(sys.modules.get(module_name) or __import__(module_name, fromlist=[name]), name)
+        return [p for p in inspect.signature(cls).parameters if p not in ("self", "args", "kwargs")]
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return []
 
 
-if __name__ == "__main__":
-    main(sys.argv[1:])
+def _suggest(name: str, candidates: list[str]) -> str:
+    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+def one_line_error(message: str, known_options: list[str] | None = None) -> str:
+    """jsonargparse's error ``message`` as one line: ``<argument>: <reason>``.
+
+    ``known_options``: the parser's option names (``--model.lr``, ...), for the nearest-name
+    suggestion on an unrecognised argument."""
+    keys = [k for k in _KEY.findall(message) if k]
+    class_path = (_CLASS_PATH.search(message) or [None, None])[1]
+    lines = [line.strip().lstrip("- ").strip() for line in message.splitlines()]
+    if message.lower().startswith("unrecognized arguments:"):
+        args = message.split(":", 1)[1].split()
+        names = [o for o in (known_options or []) if o.startswith("--")]
+        hints = [f"{a}{_suggest(a.split('=')[0], names)}" for a in args if a.startswith("-")] or args
+        return f"unrecognized argument {', '.join(hints)} (see --help)"
+    key = ".".join(k.removeprefix("init_args.") for k in keys)
+    key = re.sub(r"\.init_args\.", ".", key)
+    for line in lines:
+        if m := _NOT_ACCEPTED.search(line):
+            name = m[1]
+            where = f"{key}.{name}" if key else name
+            owner = class_path.rpartition(".")[2] if class_path else "this class"
+            return f"{where}: no such argument of {owner}{_suggest(name, _init_params(class_path))}"
+        if m := _LITERAL.search(line):
+            choices = ", ".join(c.strip().strip("'\"") for c in m[1].split(","))
+            return f"{key}: {m[2].strip()!r} is not one of {choices}"
+    reasons = [
+        line for line in lines
+        if line and not _KEY.match(line) and not line.startswith(_NOISE) and line != "Expected a <class 'NoneType'>"
+    ]
+    expected = [m[1] for line in reasons if (m := _EXPECTED.fullmatch(line))]
+    given = next((m[1] for line in lines if (m := _GIVEN.match(line))), None)
+    if expected and len(expected) == len(reasons):
+        got = f", got {given!r}" if given is not None else ""
+        return f"{key}: expected {' or '.join(expected)}{got}"
+    reason = reasons[0] if reasons else message.splitlines()[0]
+    return f"{key}: {reason}" if key else reason
+
+
+def _root_cause(err: BaseException) -> BaseException:
+    while err.__cause__ is not None:
+        err = err.__cause__
+    return err
+
+
+def instantiation_error(err: Exception) -> Exception:
+    """A class's own error (``ValueError("dropout probability ... 1.5")``) that jsonargparse wrapped in
+    its Union report while building the model or the data, as one line naming the argument:
+    ``model.dropout: dropout probability has to be between 0 and 1, but got 1.5``. The argument is
+    the one whose given value the reason mentions (when exactly one does); else the section is named.
+    Returns ``err`` unchanged when it is not such a report."""
+    cause = _root_cause(err)
+    if cause is err or "Does not validate against any of the Union subtypes" not in str(err):
+        return err
+    text = str(err)
+    m = re.search(r"<class 'lightning\.pytorch\.core\.(module|datamodule)\.", text)
+    section = {"module": "model", "datamodule": "data"}.get(m[1] if m else "", "")
+    reason = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+    given = re.search(r"init_args=Namespace\((.*)\)\)\s*$", text, re.S)
+    named = []
+    if given:
+        for name, value in re.findall(r"(\w+)=('[^']*'|[^,()]+)", given[1]):
+            value = value.strip("'")
+            if value and value not in ("None", "True", "False") and re.search(rf"(?<![\w.]){re.escape(value)}(?![\w.])", reason):
+                named.append(name)
+    if len(named) > 1:  # several arguments hold that value: the one the reason also names
+        named = [name for name in named if re.search(rf"\b{name}\b", reason)]
+    where = f"{section}.{named[0]}" if section and len(named) == 1 else section
+    if where:
+        reason = f"{where}: {reason}"
+    kind = type(cause) if isinstance(cause, (ValueError, TypeError, FileNotFoundError, NotADirectoryError)) else ValueError
+    try:
+        return kind(reason)
+    except TypeError:  # an exception class with another signature
+        return ValueError(reason)
+
+
+class OneLineParser(LightningArgumentParser):
+    """LightningCLI's parser, reporting a rejected argument in one line (``lightning-tf: error:
+    model.pos_encoding: 'wavelet' is not one of sinusoidal, learned, rope, alibi, none``) and exit
+    status 2; the usage stays behind ``--help``, the full report behind ``LIGHTNING_TF_DEBUG=1``."""
+
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:  # type: ignore[override]
+        if debug_mode() or not self.exit_on_error:
+            super().error(message, ex)
+        parser = getattr(ex, "subcommand_parser", None) or self
+        options = [o for action in parser._actions for o in action.option_strings]
+        sys.stderr.write(f"lightning-tf: error: {one_line_error(message, options)}\n")
+        self.exit(2)

@@ -19,7 +19,6 @@ The command line (``lightning-tf export``) is :func:`export_main`.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import importlib.util
 import inspect
@@ -36,6 +35,8 @@ import torch
 from lightning.pytorch import LightningModule
 from safetensors.torch import load_file, save_file
 from torch import Tensor
+
+from lightning_tf.console import ArgumentParser
 
 __all__ = [
     "FORMAT",
@@ -289,26 +290,24 @@ def load_safetensors(
 
 
 def _onnx_spec(model: LightningModule, batch: int) -> tuple[Tensor, str, str, list[Any], list[Any]]:
-    """Example input, input/output names and their shapes (with ``"batch"`` for the dynamic axis)."""
-    from lightning_tf.kline import KLineForecaster
-    from lightning_tf.vision import ViTClassifier
-
+    """Example input, input/output names and their shapes (``"batch"`` for the dynamic axis), read from
+    the module: Lightning's ``example_input_array`` (one tensor, batch first) and its
+    ``onnx_input_names`` / ``onnx_output_names``."""
+    example = getattr(model, "example_input_array", None)
+    if not isinstance(example, Tensor):
+        raise ValueError(
+            f"{type(model).__name__} cannot be exported to ONNX: it has no example_input_array (a translation "
+            "model decodes in Python, beam search over a KV cache, around the network); export it with "
+            "--format safetensors"
+        )
     p = next(model.parameters())
-    if isinstance(model, ViTClassifier):
-        size = model.net.image_size
-        H, W = (size, size) if isinstance(size, int) else tuple(size)
-        C, K = model.hparams.in_chans, model.hparams.num_classes
-        x = torch.randn(batch, C, H, W, dtype=p.dtype, device=p.device)  # (B, C, H, W)
-        return x, "images", "logits", ["batch", C, H, W], ["batch", K]
-    if isinstance(model, KLineForecaster):
-        hp = model.hparams
-        x = torch.randn(batch, hp.context_len, hp.n_features, dtype=p.dtype, device=p.device)  # (B, L, C)
-        return x, "context", "forecast", ["batch", hp.context_len, hp.n_features], ["batch", hp.horizon, hp.n_targets]
-    raise ValueError(
-        f"ONNX export is supported for the vision (ViTClassifier) and kline (KLineForecaster) models, not "
-        f"{type(model).__name__}: a translation model decodes in Python (beam search over a KV cache) around "
-        "the network; export it with --format safetensors"
-    )
+    input_name = (getattr(model, "onnx_input_names", None) or ["input"])[0]
+    output_name = (getattr(model, "onnx_output_names", None) or ["output"])[0]
+    # an example batch of 2: torch.export specialises a size-1 dimension to the constant 1
+    x = torch.randn(batch, *example.shape[1:], dtype=p.dtype, device=p.device)  # (batch, ...)
+    with torch.no_grad():
+        out = model(x[:1])
+    return x, input_name, output_name, ["batch", *x.shape[1:]], ["batch", *out.shape[1:]]
 
 
 def onnx_metadata(path: str | Path) -> dict[str, Any]:
@@ -331,7 +330,8 @@ def export_onnx(
     atol: float = 1e-4,
     model_class: type[LightningModule] | None = None,
 ) -> Path:
-    """Export the inference ``forward`` of a ViT or K-line forecaster to ONNX with a dynamic batch axis.
+    """Export the inference ``forward`` of a module with an ``example_input_array`` (the ViT, the K-line
+    forecaster) to ONNX with a dynamic batch axis; names and shapes come from the module.
 
     ViT: ``images`` (batch, C, H, W), normalised as in training -> ``logits`` (batch, K).
     K-line: ``context`` (batch, L, C) on the model scale -> ``forecast`` (batch, F, K) on the model
@@ -352,25 +352,21 @@ def export_onnx(
     Returns:
         The path written.
     """
-    model = load_module(source, model_class)
-    x, input_name, output_name, in_shape, out_shape = _onnx_spec(model, batch=2)
     missing = [m for m in ("onnx", "onnxscript") if importlib.util.find_spec(m) is None]
     if missing:
         raise ModuleNotFoundError(
-            f"ONNX export needs {' and '.join(missing)}: pip install onnx onnxscript (and onnxruntime to verify)"
+            f"ONNX export needs {' and '.join(missing)}: pip install 'lightning-tf[onnx]' (onnx, onnxscript and "
+            "onnxruntime to verify)"
         )
+    model = load_module(source, model_class)
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    meta = _describe(model) | {
-        "inputs": {input_name: in_shape},
-        "outputs": {output_name: out_shape},
-    }
     was_training = model.training
     model.eval()
     try:
-        with torch.no_grad():
-            model(x)  # input and configuration errors surface here, readably, not from inside the tracer
-        # an example batch of 2: torch.export specialises a size-1 dimension to the constant 1
+        # input and configuration errors surface here, readably, not from inside the tracer
+        x, input_name, output_name, in_shape, out_shape = _onnx_spec(model, batch=2)
+        meta = _describe(model) | {"inputs": {input_name: in_shape}, "outputs": {output_name: out_shape}}
+        path.parent.mkdir(parents=True, exist_ok=True)
         program = torch.onnx.export(
             model,
             (x,),
@@ -434,7 +430,7 @@ def _size(path: Path) -> str:
 
 def export_main(argv: Sequence[str]) -> None:
     """``lightning-tf export --ckpt_path PATH --format safetensors|onnx [--output DIR_OR_FILE]``."""
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="lightning-tf export",
         description="Export a trained model: safetensors weights + a JSON sidecar (every task), or ONNX "
         "(vision and kline).",

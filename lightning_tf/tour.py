@@ -10,7 +10,6 @@ Each task is the experiment config's ``fit --test_after_fit true`` under
 
 from __future__ import annotations
 
-import argparse
 import math
 import time
 from dataclasses import dataclass, field
@@ -18,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.loggers import WandbLogger
+
+from lightning_tf.console import ArgumentParser
 
 __all__ = ["TASKS", "TaskResult", "run_task", "summary_table", "tour_main"]
 
@@ -135,6 +136,11 @@ def _print_rich(results: list[TaskResult]) -> None:
         console.print("Upload the offline wandb runs with `wandb sync <run dir>` (after `wandb login`).")
 
 
+def _plain_text(rst: str) -> str:
+    """A docstring paragraph without reST markup (``code`` -> code), for ``--help``."""
+    return rst.replace("``", "")
+
+
 def tour_main(argv: list[str] | None = None) -> list[TaskResult]:
     """``lightning-tf tour [--tasks ...] [--root DIR] [-- extra CLI arguments for every task]``."""
     argv = list(argv or [])
@@ -142,7 +148,7 @@ def tour_main(argv: list[str] | None = None) -> list[TaskResult]:
     if "--" in argv:
         cut = argv.index("--")
         argv, extra = argv[:cut], argv[cut + 1 :]
-    parser = argparse.ArgumentParser(prog="lightning-tf tour", description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog="lightning-tf tour", description=" ".join(_plain_text(__doc__.split("\n\n")[0]).split()))
     parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(TASKS), help="tasks to run, in order")
     parser.add_argument("--root", type=Path, default=None, help="the directory holding configs/ (default: found)")
     args = parser.parse_args(argv)

@@ -6,8 +6,10 @@
   models list position embeddings and class tokens) do not.
 * :func:`build_scheduler`: one set of learning-rate schedules (``noam``, ``cosine``, ``onecycle``,
   ``decay``, ``constant``) with one argument name (``scheduler``) and one warmup rule for every
-  task: linear warmup over ``min(warmup_steps, total_steps // 2)`` optimizer steps (the whole
-  ``warmup_steps`` when the run's length is unknown). Schedules are multiples of the peak rate
+  task: linear warmup over ``min(warmup_steps, total_steps // 2)`` optimizer steps (at least 1;
+  the whole ``warmup_steps`` when the schedule is not given the run's length: ``noam`` and
+  ``constant`` need not know it, and asking the trainer for it in ``configure_optimizers`` builds
+  the training loader before a checkpoint's loader position is restored). Schedules are multiples of the peak rate
   (``torch.optim.lr_scheduler.LambdaLR``), stepped every optimizer step (``decay``: every epoch);
   their step count is checkpointed, so a resumed run continues the schedule where it stopped.
 * :func:`run_dir`: where a run keeps its checkpoints, config and outputs.
@@ -105,7 +107,9 @@ def warmup_steps_for(warmup_steps: int, total_steps: int | None) -> int:
     reaches its peak and decays)."""
     if warmup_steps < 0:
         raise ValueError(f"warmup_steps ({warmup_steps}) must be >= 0")
-    return warmup_steps if total_steps is None else min(warmup_steps, total_steps // 2)
+    if total_steps is None or warmup_steps == 0:
+        return warmup_steps
+    return min(warmup_steps, max(total_steps // 2, 1))  # a 1-step run (fast_dev_run) still warms up over 1
 
 
 def _finite_steps(estimated: float | int | None) -> int | None:

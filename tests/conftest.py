@@ -1,4 +1,4 @@
-"""Test settings shared by the whole suite: offline services, seeding, the slow and gpu markers."""
+"""Test settings shared by the whole suite: offline services, seeding, the integration, slow and gpu markers."""
 
 from __future__ import annotations
 
@@ -17,14 +17,22 @@ import torch
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--runslow", action="store_true", default=False, help="also run tests marked slow")
+    parser.addoption(
+        "--integration", action="store_true", default=False,
+        help="also run tests marked integration (CLI subprocesses, DDP, resume, config builds, wandb, benchmarks)",
+    )  # fmt: skip
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     skip_slow = pytest.mark.skip(reason="slow: run with --runslow")
+    skip_integration = pytest.mark.skip(reason="integration: run with --integration (make test-integration)")
     skip_gpu = pytest.mark.skip(reason="needs CUDA")
     for item in items:
-        if "slow" in item.keywords and not config.getoption("--runslow"):
-            item.add_marker(skip_slow)
+        if "slow" in item.keywords:  # quality runs: --runslow alone decides, whatever other tier they are in
+            if not config.getoption("--runslow"):
+                item.add_marker(skip_slow)
+        elif "integration" in item.keywords and not config.getoption("--integration"):
+            item.add_marker(skip_integration)
         if "gpu" in item.keywords and not torch.cuda.is_available():
             item.add_marker(skip_gpu)
 

@@ -2,30 +2,18 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers.cli import ROOT, cli, run_dir_args
+
+# subprocesses, process groups or whole training runs: the integration tier (make test-integration)
+pytestmark = pytest.mark.integration
+
 TINY = ["--model", "tests.helpers.tiny.TinyRegressor", "--data", "tests.helpers.tiny.TinyDataModule"]
-
-
-def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "lightning_tf", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 0, f"lightning-tf {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
-    return proc
-
-
-def run_dir_args(tmp: Path) -> list[str]:
-    return ["--trainer.default_root_dir", str(tmp), "--trainer.logger.init_args.save_dir", str(tmp)]
 
 
 @pytest.fixture(scope="module")
@@ -92,14 +80,10 @@ def test_short_class_names_resolve() -> None:
 
 
 def test_unknown_model_class_is_a_clear_error() -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
-        [sys.executable, "-m", "lightning_tf", "fit", "--model", "NoSuchModel", "--print_config"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
-    )
-    assert proc.returncode != 0
+    proc = cli("fit", "--model", "NoSuchModel", "--print_config", check=False, timeout=120)
+    assert proc.returncode == 2
     assert "NoSuchModel" in proc.stderr
-    assert "Traceback" not in proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
 def test_run_without_logger_writes_no_config_into_the_working_directory(tmp_path: Path) -> None:

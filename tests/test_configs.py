@@ -16,7 +16,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.test_cli import ROOT, cli
+from tests.helpers.cli import ROOT, cli
+
+# subprocesses, process groups or whole training runs: the integration tier (make test-integration)
+pytestmark = pytest.mark.integration
 
 CONFIGS = sorted((ROOT / "configs").rglob("*.yaml"))
 EXPERIMENTS = [p for p in CONFIGS if p.parent.name != "trainer"]
@@ -56,18 +59,18 @@ def _tatoeba(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def _cifar10(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    from tests.vision.test_datasets import _fake_cifar10
+    from tests.helpers.vision import fake_cifar10
 
-    _fake_cifar10(tmp, monkeypatch)
+    fake_cifar10(tmp, monkeypatch)
     return ["--data.init_args.root", str(tmp), "--data.init_args.download", "false",
             "--data.init_args.batch_size", "4", "--data.init_args.num_workers", "0",
             "--data.init_args.val_fraction", "0.4"]  # 20 stand-in training images: 2 per class held out
 
 
 def _fashion_mnist(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    from tests.vision.test_datasets import _fake_mnist
+    from tests.helpers.vision import fake_mnist
 
-    _fake_mnist(tmp)  # flat idx files in root: laid out for torchvision by the DataModule
+    fake_mnist(tmp)  # flat idx files in root: laid out for torchvision by the DataModule
     return ["--data.init_args.root", str(tmp), "--data.init_args.download", "false", "--data.init_args.batch_size", "8"]
 
 
@@ -120,7 +123,7 @@ def test_experiment_on_user_data_fast_dev_run(
 ) -> None:
     """In-process (the CIFAR stand-in patches torchvision's checksums): build the config's model and
     data, as configured, on the stand-in files, and take one training and one validation step."""
-    from lightning_tf.cli import main
+    from lightning_tf.__main__ import main
 
     args = USER_DATA[name](tmp_path, monkeypatch)
     monkeypatch.setattr("sys.argv", ["lightning-tf"])

@@ -32,7 +32,7 @@ def test_kline_lengths_and_channels_flow_from_the_data() -> None:
     hp, dm = cli.model.hparams, cli.datamodule
     assert (hp.context_len, hp.horizon) == (32, 3)
     assert (hp.n_features, hp.n_targets) == (dm.n_features, dm.n_targets) and dm.n_features > 1
-    assert cli.model.n_patches == (32 + 4 - 8) // 4 + 1  # the model was built for the linked length
+    assert cli.model.net.n_patches == (32 + 4 - 8) // 4 + 1  # the model was built for the linked length
 
 
 def test_vision_classes_channels_and_size_flow_from_the_data() -> None:
@@ -58,6 +58,7 @@ def test_a_mismatch_names_both_values() -> None:
         build("--config", str(ROOT / "configs/vision/digits.yaml"), "--model.init_args.num_classes", "7")
 
 
+@pytest.mark.integration
 def test_a_mismatch_through_the_command_is_one_line_without_traceback() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
     env.pop("LIGHTNING_TF_DEBUG", None)
@@ -71,11 +72,12 @@ def test_a_mismatch_through_the_command_is_one_line_without_traceback() -> None:
     assert "model.horizon (9) differs from the data's horizon (5)" in proc.stderr
 
 
+@pytest.mark.integration
 def test_ckpt_path_last_under_a_new_wandb_run_is_refused(
     capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A new wandb run has a new, empty checkpoint folder: `--ckpt_path last` would silently start over."""
-    from lightning_tf.cli import main
+    from lightning_tf.__main__ import main
 
     monkeypatch.setattr("sys.argv", ["lightning-tf"])
     with pytest.raises(SystemExit) as exit_info:

@@ -148,20 +148,61 @@ def test_bad_argument() -> None:
         NaNGuard(every_n_steps=0)
 
 
-def test_a_module_finite_check_still_gets_the_checkpoint_path(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """The task modules raise FloatingPointError on a non-finite loss themselves; the guard adds the
-    checkpoint to resume from."""
+class Evaluated(Regressor):
+    """The regressor with validation and test steps; from ``bad_epoch`` on its evaluation loss is ``bad_value``
+    (as NaN inputs in the evaluation data would make it) while its weights stay finite."""
 
-    class Strict(Regressor):
-        def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
-            if self.global_step == 5:
-                raise FloatingPointError(f"train loss is nan at step {self.global_step}")
-            return super().training_step(batch, batch_idx)
+    def __init__(self, bad_epoch: int = 1, bad_value: float = float("nan")) -> None:
+        super().__init__()
+        self.bad_epoch, self.eval_bad_value = bad_epoch, bad_value
 
-    with pytest.raises(FloatingPointError):
-        trainer(tmp_path).fit(Strict(), loader())
-    assert f"Last good checkpoint: {tmp_path / 'last.ckpt'}" in caplog.text
-    assert last_checkpoint(Trainer(callbacks=[ModelCheckpoint(dirpath=tmp_path)], logger=False)) is None
+    def _eval(self, batch: tuple[Tensor, Tensor], stage: str) -> None:
+        x, y = batch
+        loss = F.mse_loss(self.linear(x), y)
+        if self.current_epoch >= self.bad_epoch or stage == "test":
+            loss = loss * self.eval_bad_value
+        self.log(f"{stage}/loss", loss)
+
+    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        self._eval(batch, "val")
+
+    def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        self._eval(batch, "test")
+
+
+def test_a_nan_validation_loss_stops_before_a_checkpoint_is_saved(tmp_path: Path) -> None:
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, monitor="val/loss", save_last=True)
+    t = Trainer(
+        max_epochs=4, callbacks=[NaNGuard(), checkpoint], logger=False, enable_progress_bar=False,
+        enable_model_summary=False, default_root_dir=tmp_path, num_sanity_val_steps=0,
+    )  # fmt: skip
+    model = Evaluated(bad_epoch=1)
+    with pytest.raises(NonFiniteError) as info:
+        t.fit(model, loader(), loader())
+    message = str(info.value)
+    assert message.startswith("the validation loss is nan after epoch 1, global step 16; the weights are finite: "
+                              "look for NaN or infinite values in the validation data.")
+    assert "No checkpoint was saved from this validation." in message
+    assert f"Last good checkpoint: {tmp_path / 'last.ckpt'}" in message
+    assert torch.load(tmp_path / "last.ckpt", weights_only=True)["global_step"] == 8  # epoch 0's, not epoch 1's
+
+
+def test_an_infinite_test_loss_is_an_error_and_can_be_switched_off(tmp_path: Path) -> None:
+    def run(guard: NaNGuard) -> None:
+        Trainer(callbacks=[guard], logger=False, enable_progress_bar=False, enable_model_summary=False,
+                default_root_dir=tmp_path).test(Evaluated(bad_value=float("inf")), loader())  # fmt: skip
+
+    with pytest.raises(NonFiniteError, match=r"^the test loss is inf \(epoch 0, global step 0\); the weights are finite"):
+        run(NaNGuard())
+    run(NaNGuard(check_eval=False))  # logged as inf, not raised
+
+
+def test_a_finite_validation_passes(tmp_path: Path) -> None:
+    t = Trainer(max_epochs=2, callbacks=[NaNGuard()], logger=False, enable_progress_bar=False,
+                enable_model_summary=False, default_root_dir=tmp_path)  # fmt: skip
+    t.fit(Evaluated(bad_epoch=99), loader(), loader())
+    assert torch.isfinite(t.callback_metrics["val/loss"])
+    assert last_checkpoint(Trainer(callbacks=[ModelCheckpoint(dirpath=tmp_path / "none")], logger=False)) is None
 
 
 @pytest.mark.slow  # a subprocess with wandb: ~20 s on a busy machine

@@ -20,11 +20,12 @@ from lightning.pytorch import Callback, LightningDataModule, LightningModule, Tr
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from lightning_tf.callbacks import RNGState, get_rng_states, set_rng_states
-from lightning_tf.kline import KLineDataModule, KLineForecaster
-from lightning_tf.kline.data import EpochShuffleSampler
-from lightning_tf.text import Seq2SeqTransformer, TranslationDataModule
-from lightning_tf.text.data import BucketBatchSampler, ResumableDataLoader
+from lightning_tf.kline import EpochShuffleSampler, KLineDataModule, KLineForecaster
+from lightning_tf.text import BucketBatchSampler, ResumableDataLoader, Seq2SeqTransformer, TranslationDataModule
 from lightning_tf.vision import ImageDataModule, ViTClassifier
+
+# subprocesses, process groups or whole training runs: the integration tier (make test-integration)
+pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[1]
 Task = Callable[[], tuple[LightningModule, LightningDataModule]]

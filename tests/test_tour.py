@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lightning_tf.cli import main
+from lightning_tf.__main__ import main
 from lightning_tf.tour import TASKS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,6 +23,7 @@ def _tour(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tasks: list[str], cap
     return capsys.readouterr().out
 
 
+@pytest.mark.integration
 def test_tour_reports_each_task_with_its_checkpoint_and_wandb_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:

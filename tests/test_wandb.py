@@ -18,6 +18,9 @@ from jsonargparse import Namespace
 
 from lightning_tf.cli import apply_wandb_run_defaults, resolved_config, run_name
 
+# subprocesses, process groups or whole training runs: the integration tier (make test-integration)
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parents[1]
 WANDB = "lightning.pytorch.loggers.WandbLogger"
 

@@ -1,34 +1,55 @@
 """K-line (OHLCV candlestick) and multivariate time-series forecasting.
 
-* :class:`KLineDataModule`: OHLCV bars (CSV/Parquet, one file, a folder or a long table) to feature
-  windows with future log returns or closes as targets; :func:`read_bars` parses the common layouts.
-* :class:`MultivariateDataModule`: any CSV of numeric columns under the long-term forecasting
-  protocol (ETTh/ETTm borders, M/S/MS).
-* :class:`KLineForecaster`: a patch Transformer (PatchTST) on the shared core's encoder, with RevIN,
-  a channel-independent or channel-mixing direct multi-horizon head, baselines scored on the same
-  test windows (:mod:`.baselines`) and finance metrics (:mod:`.metrics`).
+* :class:`KLineDataModule` (:mod:`.data`): OHLCV bars (CSV/Parquet, one file, a folder or a long
+  table) to feature windows with future log returns or closes as targets; :func:`read_bars` parses
+  the common layouts, :mod:`.features` builds the per-bar features.
+* :class:`MultivariateDataModule` (:mod:`.multivariate`): any CSV of numeric columns under the
+  long-term forecasting protocol (ETTh/ETTm borders, M/S/MS).
+* :mod:`.windows`: the windows, split borders, calendar and loaders both DataModules share;
+  :class:`DataScale` (:mod:`.scale`): what the model must know of the data's units.
+* :class:`PatchTST` (:mod:`.network`): the patch Transformer on the shared core's encoder, with RevIN
+  and a channel-independent or channel-mixing direct multi-horizon head.
+* :class:`KLineForecaster` (:mod:`.module`): trains and evaluates it, scoring the baselines of
+  :mod:`.baselines` on the same test windows (:mod:`.summary`) with the finance metrics of
+  :mod:`.metrics`; :class:`ForecastWriter` (:mod:`.writer`) writes the forecasts of ``predict``.
 """
 
 from .baselines import DLinearBaseline, drift, mean_forecast, moving_average, persistence
-from .data import KLineDataModule, MultivariateDataModule
+from .data import KLineDataModule
 from .io import read_bars
 from .layers import RevIN, RevINStats, n_patches, patchify
 from .metrics import ForecastMetrics
 from .module import KLineForecaster
+from .multivariate import MultivariateDataModule
+from .network import PatchTST
+from .scale import DataScale, rebuild_prices
+from .summary import summary_text
+from .windows import EpochShuffleSampler, WindowDataset, chronological_borders, ett_borders, next_timestamps
+from .writer import ForecastWriter
 
 __all__ = [
     "DLinearBaseline",
+    "DataScale",
+    "EpochShuffleSampler",
     "ForecastMetrics",
+    "ForecastWriter",
     "KLineDataModule",
     "KLineForecaster",
     "MultivariateDataModule",
+    "PatchTST",
     "RevIN",
     "RevINStats",
+    "WindowDataset",
+    "chronological_borders",
     "drift",
+    "ett_borders",
     "mean_forecast",
     "moving_average",
     "n_patches",
+    "next_timestamps",
     "patchify",
     "persistence",
     "read_bars",
+    "rebuild_prices",
+    "summary_text",
 ]

@@ -20,10 +20,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 __all__ = ["DLinearBaseline", "drift", "mean_forecast", "moving_average", "persistence"]
 
@@ -67,9 +68,9 @@ def moving_average(x: Tensor, kernel_size: int) -> Tensor:
     return F.avg_pool1d(x, kernel_size, stride=1).transpose(1, 2)  # (B, L, C)
 
 
-class DLinearBaseline:
-    """DLinear with weights from (ridge) least squares; a plain object, not part of any model's
-    parameters.
+class DLinearBaseline(nn.Module):
+    """DLinear with weights from (ridge) least squares, kept as buffers (saved with the module that
+    holds it, never trained by its optimizer).
 
     Args:
         context_len: context length L.
@@ -77,9 +78,13 @@ class DLinearBaseline:
         kernel_size: moving-average window of the trend.
         target_channels: ``shared`` mode: the input channels that are the targets (each is
             forecast from its own history with one weight set). None selects ``mixing``: every
-            input channel feeds every target.
+            input channel feeds every target. May be set until :meth:`fit`.
         n_targets: number of targets K (``mixing`` mode).
     """
+
+    weight: Tensor
+    channels: Tensor
+    penalty: Tensor
 
     def __init__(
         self,
@@ -89,25 +94,64 @@ class DLinearBaseline:
         target_channels: Sequence[int] | None = None,
         n_targets: int = 1,
     ) -> None:
+        super().__init__()
         self.context_len, self.horizon, self.kernel_size = context_len, horizon, kernel_size
-        self.target_channels = list(target_channels) if target_channels is not None else None
-        self.n_targets = len(self.target_channels) if self.target_channels is not None else n_targets
-        self.weight: Tensor | None = None  # (2 * L * C_in + 1, F * K_out), float64
-        self.ridge: float | None = None
+        self.n_mixing_targets = n_targets
+        # empty until fit: (2 L C_in + 1, F K_out) float64 weights, the shared mode's target channels (K,)
+        # and the chosen ridge penalty; _load_from_state_dict takes a checkpoint's shapes
+        self.register_buffer("weight", torch.zeros(0, 0, dtype=torch.float64))
+        self.register_buffer("channels", torch.zeros(0, dtype=torch.long))
+        self.register_buffer("penalty", torch.tensor(float("nan"), dtype=torch.float64))
+        self.target_channels = target_channels
+
+    @property
+    def target_channels(self) -> list[int] | None:
+        return self.channels.tolist() if self.channels.numel() else None
+
+    @target_channels.setter
+    def target_channels(self, channels: Sequence[int] | None) -> None:
+        value = torch.tensor(list(channels) if channels is not None else [], dtype=torch.long)
+        self._set("channels", value)
+
+    @property
+    def n_targets(self) -> int:
+        return int(self.channels.numel()) if self.channels.numel() else self.n_mixing_targets
 
     @property
     def mode(self) -> str:
-        return "shared" if self.target_channels is not None else "mixing"
+        return "shared" if self.channels.numel() else "mixing"
+
+    @property
+    def fitted(self) -> bool:
+        return self.weight.numel() > 0
+
+    @property
+    def ridge(self) -> float | None:
+        """The ridge penalty chosen by :meth:`fit` (None before)."""
+        return None if self.penalty.isnan() else float(self.penalty)
+
+    def _set(self, name: str, value: Tensor) -> None:
+        """Replace buffer ``name`` in place (same tensor object: data-parallel wrappers keep theirs)."""
+        buf = getattr(self, name)
+        with torch.no_grad():
+            buf.resize_(value.shape).copy_(value)
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
+        for name in ("weight", "channels"):  # fitted weights have the checkpoint's shape, not the empty one
+            if prefix + name in state_dict:
+                getattr(self, name).resize_(state_dict[prefix + name].shape)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def _features(self, x: Tensor) -> Tensor:
         """Design matrix rows ``[remainder, trend, 1]`` of each sample: ``(B * K, 2L + 1)`` in shared
         mode, ``(B, 2 L C + 1)`` in mixing mode."""
         x = x.double()
-        if self.target_channels is not None:
-            x = x[..., self.target_channels]  # (B, L, K)
+        channels = self.target_channels
+        if channels is not None:
+            x = x[..., channels]  # (B, L, K)
         trend = moving_average(x, self.kernel_size)  # (B, L, C')
         parts = torch.cat((x - trend, trend), dim=1)  # (B, 2L, C')
-        if self.target_channels is not None:
+        if channels is not None:
             z = parts.transpose(1, 2).reshape(-1, parts.shape[1])  # (B * K, 2L)
         else:
             z = parts.reshape(parts.shape[0], -1)  # (B, 2L * C)
@@ -115,7 +159,7 @@ class DLinearBaseline:
 
     def _targets(self, y: Tensor) -> Tensor:
         y = y.double()
-        if self.target_channels is not None:
+        if self.channels.numel():
             return y.transpose(1, 2).reshape(-1, y.shape[1])  # (B * K, F)
         return y.reshape(y.shape[0], -1)  # (B, F * K)
 
@@ -140,6 +184,7 @@ class DLinearBaseline:
             # lstsq rather than solve: with no ridge the Gram matrix may be singular
             w = torch.linalg.lstsq(gram + r * scale * eye, cross, driver="gelsd").solution  # (features, outputs)
             solutions.append((r, w))
+        ridge, weight = solutions[0]
         if val is not None and len(ridges) > 1:
             vgram, vcross, vn = self._accumulate(val)
             if vn > 0:
@@ -148,9 +193,9 @@ class DLinearBaseline:
                 def score(w: Tensor) -> float:
                     return float(-2 * (w * vcross).sum() + (w * (vgram @ w)).sum())
 
-                self.ridge, self.weight = min(solutions, key=lambda s: score(s[1]))
-                return self
-        self.ridge, self.weight = solutions[0]
+                ridge, weight = min(solutions, key=lambda s: score(s[1]))
+        self._set("weight", weight.to(self.weight.device))
+        self._set("penalty", torch.tensor(float(ridge), dtype=torch.float64))
         return self
 
     def _accumulate(self, batches: Iterable[tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor, int]:
@@ -168,13 +213,13 @@ class DLinearBaseline:
         return gram, cross, n
 
     @torch.no_grad()
-    def __call__(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor) -> Tensor:
         """Forecast ``(B, F, K)`` from ``x`` (B, L, C), in ``x``'s dtype and device."""
-        if self.weight is None:
+        if not self.fitted:
             raise RuntimeError("DLinearBaseline is not fitted: call fit() first")
         B = x.shape[0]
         out = self._features(x) @ self.weight.to(x.device)  # (rows, outputs)
-        if self.target_channels is not None:
+        if self.channels.numel():
             out = out.view(B, self.n_targets, self.horizon).transpose(1, 2)  # (B, F, K)
         else:
             out = out.view(B, self.horizon, self.n_targets)  # (B, F, K)

@@ -1,29 +1,14 @@
-"""Sliding windows over OHLCV bars (``KLineDataModule``) and over any multivariate CSV
-(``MultivariateDataModule``, the ETT long-term forecasting protocol of PatchTST and DLinear).
+"""KLineDataModule: OHLCV bars (one file, a folder of files or a long table of tickers) to windows of
+per-bar features, with future log returns or closes as targets.
 
-A window is named by ``t``, the row of its last context bar: inputs are rows ``t-L+1 .. t``, targets
-rows ``t+1 .. t+F``. A window belongs to the split that holds all its targets, so validation and test
-windows begin ``L`` rows before their border (their context may come from the earlier split) and no
-target ever lies in an earlier split. Scalers are fit on the rows before the validation border only
-(per ticker), never on validation or test rows.
-
-Batches are dicts:
-
-==================  =============  ===========================================================
-``x``               (B, L, C)      float32 model-scale inputs (train-fit StandardScaler)
-``y``               (B, F, K)      float32 model-scale targets (absent from predict batches)
-``x_raw_target``    (B, L, K)      float32 the target quantity over the context, original units
-``anchor``          (B,)           float64 close of the last context bar (zeros for ETT)
-``ticker``          (B,)           int64 ticker id (index into ``ticker_names``)
-``time``            (B,)           int64 timestamp (ns since epoch) of the last context bar
-==================  =============  ===========================================================
+Every ticker is split chronologically (by fractions, or by dates common to the panel) and scaled
+with statistics of its own training rows only, never of validation or test rows (qlib's fit period;
+PatchTST's borders). The windows and their batches are described in :mod:`.windows`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sized
-from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -32,36 +17,19 @@ import torch
 from lightning.pytorch import LightningDataModule
 from sklearn.preprocessing import StandardScaler
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, RandomSampler
-
-from lightning_tf.distributed import eval_sampler
+from torch.utils.data import DataLoader
 
 from .features import DEFAULT_FEATURES, Target, check_feature_names, compute_features, compute_target
-from .io import parse_timestamps, read_bars
+from .formats import check_number_options
+from .io import read_bars
+from .parsing import check_timezone
+from .scale import DataScale, TargetKind, rebuild_prices
 from .validation import ON_ERROR_CHOICES, OnError
+from .windows import WindowDataset, chronological_borders, next_timestamps, resolve_path, split_ends, window_loader
 
-__all__ = [
-    "EpochShuffleSampler",
-    "KLineDataModule",
-    "MultivariateDataModule",
-    "WindowDataset",
-    "chronological_borders",
-    "ett_borders",
-    "next_timestamps",
-]
+__all__ = ["KLineDataModule"]
 
 log = logging.getLogger(__name__)
-
-_REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def _resolve(path: str) -> Path:
-    """``path`` as given, or relative to the repository root when it is not found from here (so the
-    default ``data/msft.csv`` works from any working directory)."""
-    p = Path(path).expanduser()
-    if not p.exists() and not p.is_absolute() and (_REPO_ROOT / p).exists():
-        return _REPO_ROOT / p
-    return p
 
 
 def _parse_date(name: str, value: str) -> pd.Timestamp:
@@ -72,230 +40,7 @@ def _parse_date(name: str, value: str) -> pd.Timestamp:
         raise ValueError(f"{name} {value!r} is not a date such as '2011-07-13' ({e})") from None
 
 
-def _batched(batch: dict[str, Tensor]) -> dict[str, Tensor]:
-    """Collate for :class:`WindowDataset`, whose ``__getitems__`` already returns a batch."""
-    return batch
-
-
-class WindowDataset(Dataset):
-    """Windows over a panel of series stored end to end (one ticker after another).
-
-    Args:
-        x: scaled inputs ``(N, C)`` float32 of every row of every ticker.
-        ends: row index ``t`` of the last context bar of each window ``(W,)``.
-        context_len: context length L.
-        horizon: forecast horizon F.
-        y: scaled targets ``(N, K)`` float32, or None for prediction windows.
-        raw_target: the target quantity in original units ``(N, K)`` float32.
-        anchor: close price per row ``(N,)`` float64 (zeros where meaningless).
-        ticker: ticker id per row ``(N,)`` int64.
-        time: timestamp per row ``(N,)`` int64 nanoseconds.
-    """
-
-    def __init__(
-        self,
-        x: Tensor,
-        ends: Tensor,
-        context_len: int,
-        horizon: int,
-        y: Tensor | None,
-        raw_target: Tensor,
-        anchor: Tensor,
-        ticker: Tensor,
-        time: Tensor,
-    ) -> None:
-        self.x, self.y, self.raw_target = x, y, raw_target
-        self.anchor, self.ticker, self.time = anchor, ticker, time
-        self.ends = ends
-        self.context_offsets = torch.arange(-context_len + 1, 1)  # (L,)
-        self.target_offsets = torch.arange(1, horizon + 1)  # (F,)
-
-    def __len__(self) -> int:
-        return len(self.ends)
-
-    def __getitems__(self, indices: list[int]) -> dict[str, Tensor]:
-        t = self.ends[torch.as_tensor(indices, dtype=torch.long)]  # (B,)
-        ctx = t[:, None] + self.context_offsets  # (B, L)
-        batch = {
-            "x": self.x[ctx],  # (B, L, C)
-            "x_raw_target": self.raw_target[ctx],  # (B, L, K)
-            "anchor": self.anchor[t],  # (B,)
-            "ticker": self.ticker[t],  # (B,)
-            "time": self.time[t],  # (B,)
-        }
-        if self.y is not None:
-            batch["y"] = self.y[t[:, None] + self.target_offsets]  # (B, F, K)
-        return batch
-
-    def __getitem__(self, i: int) -> dict[str, Tensor]:
-        return {k: v[0] for k, v in self.__getitems__([i]).items()}
-
-    def target_rows(self) -> Tensor:
-        """Row indices of every window's targets ``(W, F)`` (used by the leakage tests)."""
-        return self.ends[:, None] + self.target_offsets  # (W, F)
-
-    def context_rows(self) -> Tensor:
-        """Row indices of every window's context ``(W, L)``."""
-        return self.ends[:, None] + self.context_offsets  # (W, L)
-
-
-def chronological_borders(n: int, train_fraction: float, val_fraction: float) -> tuple[int, int]:
-    """``(train_end, val_end)`` row borders of ``n`` rows split by fractions, as PatchTST's
-    ``Dataset_Custom`` computes them: ``n_train = int(n * train)``, ``n_test = int(n * test)`` and
-    validation takes the rest, with ``test = 1 - train - val``."""
-    test_fraction = round(1.0 - train_fraction - val_fraction, 10)
-    n_train, n_test = int(n * train_fraction), int(n * test_fraction)
-    return n_train, n - n_test
-
-
-def ett_borders(kind: Literal["ett_hour", "ett_minute"]) -> tuple[int, int, int]:
-    """``(train_end, val_end, test_end)`` of the ETT benchmark: 12/4/4 months of 30 days, hourly or
-    every 15 minutes (PatchTST/DLinear ``Dataset_ETT_hour`` and ``Dataset_ETT_minute``)."""
-    per_day = 24 if kind == "ett_hour" else 24 * 4
-    month = 30 * per_day
-    return 12 * month, 16 * month, 20 * month
-
-
-def _split_ends(
-    train_end: int, val_end: int, n: int, first: int, context_len: int, horizon: int
-) -> dict[str, np.ndarray]:
-    """Window ends ``t`` for each split of one series of ``n`` rows whose features are valid from
-    row ``first`` on. A window's targets are rows ``t+1 .. t+F``; it belongs to the split that holds
-    all of them."""
-    lo = first + context_len - 1
-    spans = {
-        "train": (lo, train_end - horizon - 1),
-        "val": (max(lo, train_end - 1), val_end - horizon - 1),
-        "test": (max(lo, val_end - 1), n - horizon - 1),
-    }
-    return {k: np.arange(a, b + 1, dtype=np.int64) for k, (a, b) in spans.items()}
-
-
-def next_timestamps(ts: pd.DatetimeIndex, n: int, session_days: int = 20) -> pd.DatetimeIndex:
-    """Timestamps of the ``n`` bars after ``ts`` (ascending), following the series' own calendar.
-
-    Daily bars without weekend rows continue on business days. Intraday bars continue on the
-    trading session seen in the data: the times of day that bars had on the last ``session_days``
-    days before the last one (so an exchange's lunch break and close are skipped: after 11:30 come
-    13:05 ... on an A-share 5-minute series, after the close the next business day's open), moving
-    on by business days, or calendar days where the series has weekend bars. Holidays are not
-    known. Other spacings, and intraday data of a single day, continue at the median spacing.
-    """
-    step = pd.Series(ts).diff().median()
-    last = ts[-1]
-    weekends = bool((ts.day_of_week >= 5).any())
-    if step == pd.Timedelta(days=1) and not weekends:
-        return pd.bdate_range(last + pd.offsets.BDay(1), periods=n, freq="B") + (last - last.normalize())
-    days = ts.normalize()
-    earlier = days.unique()[:-1][-session_days:]  # whole days before the (possibly partial) last one
-    if step < pd.Timedelta(days=1) and len(earlier):
-        seen = ts[days.isin(earlier) | (days == days[-1])]
-        slots = np.unique((seen - seen.normalize()).to_numpy())  # times of day with bars, ascending
-        day, out = last.normalize(), []
-        later = slots[slots > (last - day).to_timedelta64()]
-        while len(out) < n:
-            out.extend(day + pd.Timedelta(s) for s in later[: n - len(out)])
-            day = day + (pd.Timedelta(days=1) if weekends else pd.offsets.BDay(1))
-            later = slots
-        return pd.DatetimeIndex(out)
-    return pd.DatetimeIndex([last + step * (i + 1) for i in range(n)])
-
-
-class EpochShuffleSampler(RandomSampler):
-    """A random order that depends only on ``seed`` and the epoch (Lightning calls :meth:`set_epoch`
-    before each one), not on how many epochs this process has run: a run resumed from a checkpoint
-    shuffles its next epoch exactly as the uninterrupted run does. Under DDP Lightning replaces it
-    with a ``DistributedSampler``, which is epoch-seeded likewise.
-
-    Args:
-        data_source: the dataset.
-        seed: base seed of the order.
-    """
-
-    def __init__(self, data_source: Sized, seed: int = 0) -> None:
-        super().__init__(data_source, generator=torch.Generator())  # type: ignore[arg-type]
-        self.seed = seed
-        self.set_epoch(0)
-
-    def set_epoch(self, epoch: int) -> None:
-        self.generator.manual_seed(int(np.random.SeedSequence([self.seed, epoch]).generate_state(1)[0]))
-
-
-class _WindowDataModule(LightningDataModule):
-    """Loaders shared by both data modules: shuffled training windows, every evaluation window."""
-
-    datasets: dict[str, WindowDataset]
-
-    def _loader(self, split: str) -> DataLoader:
-        if split not in getattr(self, "datasets", {}):
-            raise RuntimeError(f"no {split} windows: call setup() first")
-        if split == "test" and len(self.datasets[split]) == 0:
-            # an empty test would "pass" without scoring anything
-            raise ValueError(
-                f"{self.hparams.path}: no test windows; the test split has fewer than horizon "
-                f"({self.horizon}) bars after its border (check test_start / the split fractions)"
-            )
-        train = split == "train"
-        # training: an order set by seed and epoch alone, so a resumed run shuffles as the uninterrupted one;
-        # under DDP: every evaluation window on exactly one process (Lightning's sampler would repeat some)
-        sampler = (
-            EpochShuffleSampler(self.datasets[split], self.hparams.seed)
-            if train
-            else eval_sampler(self.datasets[split], predict=split == "predict")
-        )
-        return DataLoader(
-            self.datasets[split],
-            batch_size=self.hparams.batch_size,
-            sampler=sampler,
-            drop_last=False,  # every evaluation window is scored; a short last training batch is fine
-            collate_fn=_batched,
-            num_workers=self.hparams.num_workers,
-            persistent_workers=self.hparams.num_workers > 0,
-        )
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train")
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val")
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test")
-
-    def predict_dataloader(self) -> DataLoader:
-        return self._loader("predict")
-
-    def _ticker(self, y: Tensor, ticker: Tensor | None) -> Tensor:
-        if ticker is None:
-            return torch.zeros(y.shape[0], dtype=torch.long, device=y.device)
-        return ticker.to(y.device)
-
-    def inverse_targets(self, y: Tensor, ticker: Tensor | None = None) -> Tensor:
-        """Model-scale targets ``(B, F, K)`` of tickers ``(B,)`` (None: ticker 0) back to original
-        units ``(B, F, K)``."""
-        ticker = self._ticker(y, ticker)
-        mean = self.target_mean.to(y.device, y.dtype)[ticker]  # (B, K)
-        std = self.target_std.to(y.device, y.dtype)[ticker]  # (B, K)
-        return y * std[:, None, :] + mean[:, None, :]  # (B, F, K)
-
-    def scale_targets(self, y: Tensor, ticker: Tensor | None = None) -> Tensor:
-        """Original-unit targets ``(B, F, K)`` to the model scale (inverse of :meth:`inverse_targets`)."""
-        ticker = self._ticker(y, ticker)
-        mean = self.target_mean.to(y.device, y.dtype)[ticker]  # (B, K)
-        std = self.target_std.to(y.device, y.dtype)[ticker]  # (B, K)
-        return (y - mean[:, None, :]) / std[:, None, :]  # (B, F, K)
-
-    def future_timestamps(self, n: int | None = None, ticker: int = 0) -> pd.DatetimeIndex:
-        """Timestamps of the ``n`` (default ``horizon``) bars after the end of the predict data.
-
-        See :func:`next_timestamps`.
-        """
-        if "predict" not in self.datasets:
-            self.setup("predict")
-        return next_timestamps(self._predict_times[ticker], self.horizon if n is None else n)
-
-
-class KLineDataModule(_WindowDataModule):
+class KLineDataModule(LightningDataModule):
     """Windows of OHLCV bars for direct multi-horizon forecasting of returns or closes.
 
     Reads one file, a folder with one file per ticker or a long table (see
@@ -323,6 +68,11 @@ class KLineDataModule(_WindowDataModule):
             e.g. ``"10D"``); under ``on_error="error"`` such a gap raises. None: no limit.
         columns: canonical name -> file column, overriding the column detection.
         ticker_column: ticker column of a long table (detected by name when None).
+        decimal: decimal separator of text files (``"."`` or ``","``); None: detected per file.
+        thousands: thousands separator of text files (``""`` for none, ``","``, ``"."``, ``" "``, ``"'"``);
+            None: detected per file.
+        timezone: the exchange's time zone (e.g. ``"Asia/Shanghai"``) that Unix epoch timestamps are
+            converted to from UTC; None: epochs stay in UTC. Local time strings are never shifted.
         volatility_window: bars in the rolling volatility feature.
         volume_window: bars in the rolling volume z-score feature.
         predict_path: bars whose last ``context_len`` rows are forecast by ``predict``; None: ``path``.
@@ -346,6 +96,9 @@ class KLineDataModule(_WindowDataModule):
         max_gap: str | None = None,
         columns: dict[str, str] | None = None,
         ticker_column: str | None = None,
+        decimal: str | None = None,
+        thousands: str | None = None,
+        timezone: str | None = None,
         volatility_window: int = 20,
         volume_window: int = 20,
         predict_path: str | None = None,
@@ -379,24 +132,28 @@ class KLineDataModule(_WindowDataModule):
                 raise ValueError(f"{name} ({window}) must be at least 2 bars")
         if batch_size < 1:
             raise ValueError(f"batch_size ({batch_size}) must be >= 1")
+        check_number_options(decimal, thousands)
+        check_timezone(timezone)
         self.save_hyperparameters()
         self.context_len, self.horizon = context_len, horizon
         self.feature_names: list[str] = features
         self.target_names: list[str] = [target]
         # Returns are forecast against a zero return and rebuilt into prices; levels against the last value.
-        self.target_kind: Literal["return", "level"] = "return" if target == "log_return" else "level"
+        self.target_kind: TargetKind = "return" if target == "log_return" else "level"
         self.n_features, self.n_targets = len(features), 1
         # Where the target is itself an input channel, the model may read its scaled history there.
         self.target_channels: list[int] | None = [features.index(target)] if target in features else None
         self.ticker_names: list[str] = []
-        self.datasets = {}
+        self.datasets: dict[str, WindowDataset] = {}
+        self.data_scale: DataScale | None = None  # the training statistics, after setup
         self._frame: pd.DataFrame | None = None
 
     # ------------------------------------------------------------------ building
     def _read(self, path: str) -> pd.DataFrame:
         h = self.hparams
         return read_bars(
-            _resolve(path), columns=h.columns, ticker_column=h.ticker_column, on_error=h.on_error, max_gap=h.max_gap
+            resolve_path(path), columns=h.columns, ticker_column=h.ticker_column, on_error=h.on_error,
+            max_gap=h.max_gap, decimal=h.decimal, thousands=h.thousands, timezone=h.timezone,
         )
 
     def _series(self, bars: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
@@ -473,7 +230,7 @@ class KLineDataModule(_WindowDataModule):
                 "val_start": bars["timestamp"].iloc[train_end] if train_end < n else None,
                 "test_start": bars["timestamp"].iloc[val_end] if val_end < n else None,
             }
-            for split, e in _split_ends(train_end, val_end, n, first, L, F).items():
+            for split, e in split_ends(train_end, val_end, n, first, L, F).items():
                 e = e[segment[e - L + 1] == segment[np.minimum(e + F, n - 1)]]  # no window across a long gap
                 ends[split].append(e + offset)
                 if len(e) == 0:
@@ -493,6 +250,11 @@ class KLineDataModule(_WindowDataModule):
         f_mean, f_std, t_mean, t_std = (torch.tensor(np.stack(s)) for s in zip(*stats, strict=True))
         self.feature_mean, self.feature_std = f_mean, f_std  # (n_tickers, C)
         self.target_mean, self.target_std = t_mean, t_std  # (n_tickers, K)
+        self.data_scale = DataScale(
+            feature_names=self.feature_names, target_names=self.target_names, target_kind=self.target_kind,
+            ticker_names=self.ticker_names, feature_mean=f_mean, feature_std=f_std, target_mean=t_mean,
+            target_std=t_std, has_prices=True,
+        )
         self._rows = {
             "x": torch.tensor(np.concatenate(xs), dtype=torch.float32),  # (N, C)
             "y": torch.tensor(np.concatenate(ys), dtype=torch.float32),  # (N, K)
@@ -589,18 +351,48 @@ class KLineDataModule(_WindowDataModule):
         if stage in (None, "predict") and "predict" not in self.datasets:
             self._build_predict()
 
-    # ------------------------------------------------------------------ helpers for the model
+    # ------------------------------------------------------------------ loaders
+    def _loader(self, split: str) -> DataLoader:
+        h = self.hparams
+        return window_loader(self.datasets, split, batch_size=h.batch_size, num_workers=h.num_workers, seed=h.seed,
+                             source=h.path, horizon=self.horizon)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train")
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val")
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test")
+
+    def predict_dataloader(self) -> DataLoader:
+        return self._loader("predict")
+
+    # ------------------------------------------------------------------ units
+    def _scale(self) -> DataScale:
+        if self.data_scale is None:
+            raise RuntimeError("no training statistics yet: call setup() first")
+        return self.data_scale
+
+    def inverse_targets(self, y: Tensor, ticker: Tensor | None = None) -> Tensor:
+        """Model-scale targets ``(B, F, K)`` of tickers ``(B,)`` (None: ticker 0) back to original
+        units ``(B, F, K)`` (see :meth:`DataScale.inverse_targets`)."""
+        return self._scale().inverse_targets(y, ticker)
+
+    def scale_targets(self, y: Tensor, ticker: Tensor | None = None) -> Tensor:
+        """Original-unit targets ``(B, F, K)`` to the model scale (inverse of :meth:`inverse_targets`)."""
+        return self._scale().scale_targets(y, ticker)
+
     @staticmethod
     def rebuild_prices(returns: Tensor, anchor: Tensor) -> Tensor:
         """Close prices ``(B, F)`` from per-bar log returns ``(B, F)`` and the last known close
         ``(B,)``: ``anchor * exp(cumsum(returns))``."""
-        return anchor.to(returns.dtype)[:, None] * torch.exp(torch.cumsum(returns, dim=1))  # (B, F)
+        return rebuild_prices(returns, anchor)  # (B, F)
 
     def target_to_prices(self, y: Tensor, anchor: Tensor) -> Tensor:
         """Original-unit targets ``(B, F, K=1)`` to close prices ``(B, F)`` for either target."""
-        if self.hparams.target == "close":
-            return y[..., 0]  # (B, F)
-        return self.rebuild_prices(y[..., 0], anchor)  # (B, F)
+        return self._scale().to_prices(y, anchor)  # (B, F)
 
     def state_dict(self) -> dict:
         """The training statistics, saved in checkpoints (plain tensors and strings)."""
@@ -643,6 +435,13 @@ class KLineDataModule(_WindowDataModule):
             self.setup("predict")
         return self._predict_bars[ticker].tail(n).reset_index(drop=True)
 
+    def future_timestamps(self, n: int | None = None, ticker: int = 0) -> pd.DatetimeIndex:
+        """Timestamps of the ``n`` (default ``horizon``) bars after the end of the predict data of ticker
+        id ``ticker``, on the series' own calendar (see :func:`~lightning_tf.kline.windows.next_timestamps`)."""
+        if "predict" not in self.datasets:
+            self.setup("predict")
+        return next_timestamps(self._predict_times[ticker], self.horizon if n is None else n)
+
     def split_frame(self, split: Literal["train", "val", "test"]) -> pd.DataFrame:
         """The canonical bars whose rows the windows of ``split`` forecast (for reports and plots)."""
         if self._frame is None:
@@ -657,173 +456,3 @@ class KLineDataModule(_WindowDataModule):
             }[split]
             parts.append(self._frame[self._frame["ticker"] == name].iloc[lo:hi])
         return pd.concat(parts, ignore_index=True)
-
-
-class MultivariateDataModule(_WindowDataModule):
-    """Any CSV with a date column and numeric columns, windowed as the long-term forecasting
-    benchmarks do it (PatchTST / DLinear ``Dataset_ETT_hour``, ``Dataset_ETT_minute``,
-    ``Dataset_Custom``), except that every test window is scored (no ``drop_last``).
-
-    Columns are ordered as in the file with ``target`` moved last. ``M``: all columns in, all out;
-    ``S``: the target in and out; ``MS``: all in, the target out. One StandardScaler is fit on the
-    training rows and metrics are meant on that normalised scale. The targets are levels
-    (``target_kind="level"``: persistence repeats the last value) unless said otherwise.
-
-    Args:
-        path: CSV file (e.g. ``ETTh1.csv``).
-        context_len: look-back window L (the papers' ``seq_len``).
-        horizon: forecast horizon F (``pred_len``).
-        features: ``M``, ``S`` or ``MS``.
-        target: target column for ``S`` and ``MS``.
-        borders: ``ett_hour`` (12/4/4 months of hourly rows), ``ett_minute`` (15-minute rows),
-            ``fraction`` (``train_fraction`` / ``test_fraction``, validation the rest), or ``auto``:
-            the ETT borders for files named ``ETTh*`` / ``ETTm*``, fractions otherwise.
-        train_fraction: training share for ``fraction`` borders.
-        test_fraction: test share for ``fraction`` borders.
-        date_column: the date column; None: ``date`` or the first column.
-        scale: standardise with the training statistics (the benchmarks do).
-        target_kind: ``level`` (persistence repeats the last value: loads, prices, temperatures) or
-            ``return`` (persistence is a zero change); None: ``return`` when every target column is
-            named ``log_return``, else ``level``.
-        batch_size: windows per batch.
-        num_workers: DataLoader worker processes.
-        seed: seed of the training-window shuffle.
-    """
-
-    def __init__(
-        self,
-        path: str,
-        context_len: int = 336,
-        horizon: int = 96,
-        features: Literal["M", "S", "MS"] = "M",
-        target: str = "OT",
-        borders: Literal["auto", "ett_hour", "ett_minute", "fraction"] = "auto",
-        train_fraction: float = 0.7,
-        test_fraction: float = 0.2,
-        date_column: str | None = None,
-        scale: bool = True,
-        target_kind: Literal["return", "level"] | None = None,
-        batch_size: int = 128,
-        num_workers: int = 0,
-        seed: int = 0,
-    ) -> None:
-        super().__init__()
-        if features not in ("M", "S", "MS"):
-            raise ValueError(f"features must be 'M', 'S' or 'MS', got {features!r}")
-        if borders not in ("auto", "ett_hour", "ett_minute", "fraction"):
-            raise ValueError(f"borders must be auto, ett_hour, ett_minute or fraction, got {borders!r}")
-        if context_len < 1 or horizon < 1:
-            raise ValueError(f"context_len ({context_len}) and horizon ({horizon}) must be >= 1")
-        if not (0 < train_fraction < 1 and 0 < test_fraction < 1 and train_fraction + test_fraction < 1):
-            raise ValueError(f"need train_fraction ({train_fraction}) + test_fraction ({test_fraction}) < 1")
-        if target_kind not in (None, "return", "level"):
-            raise ValueError(f"target_kind must be 'return' or 'level' (or None), got {target_kind!r}")
-        self.save_hyperparameters()
-        self.context_len, self.horizon = context_len, horizon
-        self.path = _resolve(path)
-        if not self.path.is_file():
-            raise FileNotFoundError(f"{path}: no such file")
-        # The header alone fixes the channel counts the model must agree with.
-        header = list(pd.read_csv(self.path, nrows=0).columns)
-        self._date_column = date_column or ("date" if "date" in header else header[0])
-        if self._date_column not in header:
-            raise ValueError(f"{path}: date_column {date_column!r} not found; columns are {header}")
-        data_cols = [c for c in header if c != self._date_column]
-        if target not in data_cols:
-            raise ValueError(f"{path}: target {target!r} not found; columns are {header}")
-        self.columns = [c for c in data_cols if c != target] + [target]
-        self.feature_names = [target] if features == "S" else list(self.columns)
-        self.target_names = [target] if features in ("S", "MS") else list(self.columns)
-        self.target_channels = [self.feature_names.index(t) for t in self.target_names]
-        if target_kind is None:
-            target_kind = "return" if all(t == "log_return" for t in self.target_names) else "level"
-        self.target_kind: Literal["return", "level"] = target_kind
-        self.n_features, self.n_targets = len(self.feature_names), len(self.target_names)
-        self.ticker_names = [self.path.stem]
-        self.datasets = {}
-
-    def resolved_borders(self, n: int) -> tuple[int, int, int]:
-        """``(train_end, val_end, test_end)`` rows for a file of ``n`` rows."""
-        h = self.hparams
-        kind = h.borders
-        if kind == "auto":
-            stem = self.path.stem.lower()
-            kind = "ett_hour" if stem.startswith("etth") else "ett_minute" if stem.startswith("ettm") else "fraction"
-        if kind == "fraction":
-            n_train, n_test = int(n * h.train_fraction), int(n * h.test_fraction)
-            return n_train, n - n_test, n
-        train_end, val_end, test_end = ett_borders(kind)
-        if n < test_end:
-            raise ValueError(f"{self.path}: {n} rows, but borders={kind!r} needs {test_end}")
-        return train_end, val_end, test_end
-
-    def setup(self, stage: str | None = None) -> None:
-        if "train" in self.datasets:
-            return
-        h = self.hparams
-        L, F = self.context_len, self.horizon
-        df = pd.read_csv(self.path, keep_default_na=False)  # keep 'n/a' and '' as written, for the message
-        numbers = df[self.feature_names].apply(pd.to_numeric, errors="coerce")
-        values = numbers.to_numpy(np.float64)  # (n, C)
-        if not np.isfinite(values).all():
-            r, c = np.argwhere(~np.isfinite(values))[0]
-            col = self.feature_names[c]
-            raise ValueError(
-                f"{self.path}: line {r + 2}, column {col!r}: {str(df[col].iloc[r])!r} is not a finite number"
-            )
-        stamps = parse_timestamps(df[self._date_column])
-        if stamps.isna().any():
-            r = int(np.flatnonzero(stamps.isna())[0])
-            raise ValueError(
-                f"{self.path}: line {r + 2}, column {self._date_column!r}: cannot parse "
-                f"{df[self._date_column].iloc[r]!r} as a date"
-            )
-        # Chronological splits need rows in time order: newest-first exports are reversed, anything
-        # else (shuffled rows, repeated dates) would put future rows in the training split.
-        step = np.diff(stamps.to_numpy())
-        if len(step) and (step < np.timedelta64(0)).all():
-            log.info("%s: rows are newest first; reversed to time order", self.path)
-            values, stamps = values[::-1].copy(), stamps.iloc[::-1].reset_index(drop=True)
-        elif (step <= np.timedelta64(0)).any():
-            r = int(np.flatnonzero(step <= np.timedelta64(0))[0]) + 1
-            raise ValueError(
-                f"{self.path}: line {r + 2}, column {self._date_column!r}: {stamps.iloc[r]} does not come after "
-                f"{stamps.iloc[r - 1]}; rows must be in time order without repeated dates"
-            )
-        train_end, val_end, test_end = self.resolved_borders(len(df))
-        self.borders = {"train_end": train_end, "val_end": val_end, "test_end": test_end}
-        scaler = StandardScaler()
-        if h.scale:
-            scaler.fit(values[:train_end])  # training rows only
-        else:
-            scaler.mean_, scaler.scale_ = np.zeros(values.shape[1]), np.ones(values.shape[1])
-        x = (values - scaler.mean_) / scaler.scale_  # (n, C)
-        idx = [self.feature_names.index(t) for t in self.target_names]
-        self.feature_mean = torch.tensor(scaler.mean_)[None]  # (1, C)
-        self.feature_std = torch.tensor(scaler.scale_)[None]  # (1, C)
-        self.target_mean, self.target_std = self.feature_mean[:, idx], self.feature_std[:, idx]  # (1, K)
-        self._predict_times = {0: pd.DatetimeIndex(stamps)}
-        time = stamps.to_numpy().astype("datetime64[ns]").astype(np.int64)
-        rows = {
-            "x": torch.tensor(x, dtype=torch.float32),  # (n, C)
-            "y": torch.tensor(x[:, idx], dtype=torch.float32),  # (n, K)
-            "raw_target": torch.tensor(values[:, idx], dtype=torch.float32),  # (n, K)
-            "anchor": torch.zeros(len(df), dtype=torch.float64),  # (n,)
-            "ticker": torch.zeros(len(df), dtype=torch.long),  # (n,)
-            "time": torch.tensor(time),  # (n,)
-        }
-        # Rows past test_end (ETT files hold 20 months of 30 days and a few days more) are unused.
-        for split, e in _split_ends(train_end, val_end, test_end, 0, L, F).items():
-            self.datasets[split] = WindowDataset(ends=torch.tensor(e), context_len=L, horizon=F, **rows)
-        if len(self.datasets["train"]) == 0:
-            raise ValueError(
-                f"{self.path}: no training windows; context_len + horizon ({L + F}) exceeds the "
-                f"{train_end} training rows"
-            )
-        last = torch.tensor([len(df) - 1])
-        self.datasets["predict"] = WindowDataset(ends=last, context_len=L, horizon=F, **{**rows, "y": None})
-        log.info(
-            "%s: windows train/val/test = %d/%d/%d",
-            self.path,
-            *(len(self.datasets[s]) for s in ("train", "val", "test")),
-        )

@@ -1,19 +1,55 @@
-"""Text seq2seq (machine translation): TranslationDataModule and Seq2SeqTransformer."""
+"""Text seq2seq (machine translation): the Seq2SeqTransformer and everything only it needs.
 
-from .data import TranslationDataModule
+* :mod:`.module`: :class:`Seq2SeqTransformer`, the encoder-decoder LightningModule (presets, loss,
+  BLEU/chrF evaluation, :meth:`~Seq2SeqTransformer.translate`);
+* :mod:`.embedding`: the scaled token embedding and the (tied) output projection;
+* :mod:`.decoding`: greedy and beam search on the decoder's KV cache;
+* :mod:`.tokenizer`: the BPE tokenizer, kept in checkpoints as plain data;
+* :mod:`.io`: readers of TSV and line-aligned parallel files;
+* :mod:`.sampler`: length-bucketed batches under a token budget, resumable mid-epoch;
+* :mod:`.data`: datasets, collate functions and the :class:`TranslationDataModule`;
+* :mod:`.synthetic`: the built-in generated corpora;
+* :mod:`.writer`: :class:`TranslationWriter`, the prediction writer.
+"""
+
+from .data import (
+    PredictDataset,
+    TranslationDataModule,
+    TranslationDataset,
+    collate_predict,
+    collate_translation,
+)
 from .decoding import beam_search, block_repeated_ngrams, greedy_search, length_penalty
+from .embedding import OutputProjection, TokenEmbedding
+from .io import ReadStats, read_aligned, read_lines, read_pairs, read_tsv
 from .module import PRESETS, Seq2SeqTransformer
+from .sampler import BatchListDataset, BucketBatchSampler, ResumableDataLoader, padding_fraction
 from .tokenizer import BPETokenizer
 from .writer import TranslationWriter
 
 __all__ = [
     "PRESETS",
     "BPETokenizer",
+    "BatchListDataset",
+    "BucketBatchSampler",
+    "OutputProjection",
+    "PredictDataset",
+    "ReadStats",
+    "ResumableDataLoader",
     "Seq2SeqTransformer",
+    "TokenEmbedding",
     "TranslationDataModule",
+    "TranslationDataset",
     "TranslationWriter",
     "beam_search",
     "block_repeated_ngrams",
+    "collate_predict",
+    "collate_translation",
     "greedy_search",
     "length_penalty",
+    "padding_fraction",
+    "read_aligned",
+    "read_lines",
+    "read_pairs",
+    "read_tsv",
 ]

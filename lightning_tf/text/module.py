@@ -2,21 +2,21 @@
 machine translation, as a LightningModule.
 
 Training follows the paper: label-smoothed cross-entropy (sec. 5.4), Adam with beta2 = 0.98 and
-eps = 1e-9 and the inverse-square-root warmup schedule (sec. 5.3), shared and tied embeddings
-(sec. 3.4, Press & Wolf 2017). Evaluation decodes with beam search (GNMT length penalty, see
+eps = 1e-9 and the inverse-square-root warmup schedule (sec. 5.3, :func:`lightning_tf.training.noam`),
+shared and tied embeddings (sec. 3.4, Press & Wolf 2017). Evaluation decodes with beam search (GNMT length penalty, see
 :mod:`.decoding`) and scores detokenised text with sacreBLEU (Post 2018) and chrF (Popovic 2015).
 """
 
 from __future__ import annotations
 
 import logging
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
-from lightning.pytorch import LightningModule
+from lightning.pytorch import Callback, LightningModule
+from lightning.pytorch.callbacks import BasePredictionWriter
 from lightning.pytorch.loggers import WandbLogger
 from sacrebleu.metrics import BLEU, CHRF
 from torch import Tensor, nn
@@ -31,18 +31,19 @@ from lightning_tf.core import (
     PositionalName,
     padding_mask,
 )
+from lightning_tf.distributed import gather_objects
+from lightning_tf.training import SchedulerName, build_scheduler, check_agreement, parameter_groups
 
-from .data import TranslationDataModule
-from .embedding import OutputProjection, TokenEmbedding
 from .decoding import beam_search, greedy_search
+from .embedding import OutputProjection, TokenEmbedding
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, BPETokenizer
+from .writer import TranslationWriter
 
-__all__ = ["PRESETS", "Preset", "Seq2SeqTransformer", "cosine_factor", "noam_factor"]
+__all__ = ["PRESETS", "Preset", "Seq2SeqTransformer"]
 
 log = logging.getLogger(__name__)
 
 Preset = Literal["base", "small", "tiny"]
-Schedule = Literal["noam", "cosine", "constant"]
 
 #: Model sizes by name. ``base`` is the paper's base model (Table 3); ``small`` and ``tiny`` train on a CPU.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -54,40 +55,25 @@ PRESETS: dict[str, dict[str, Any]] = {
 _ABSOLUTE_PE = ("sinusoidal", "learned")
 
 
-def noam_factor(step: int, warmup_steps: int) -> float:
-    """Inverse-square-root schedule with linear warmup, as a multiple of the peak rate:
-    ``min((step + 1) / warmup, sqrt(warmup / (step + 1)))``; the peak (1.0) is reached at
-    ``step = warmup - 1``. With peak ``d_model^-0.5 * warmup^-0.5`` it is the paper's eq. (3)."""
-    s = step + 1
-    return min(s / warmup_steps, math.sqrt(warmup_steps / s))
-
-
-def cosine_factor(step: int, warmup_steps: int, total_steps: int) -> float:
-    """Linear warmup to 1.0, then cosine decay to 0 at ``total_steps``."""
-    s = step + 1
-    if s <= warmup_steps:
-        return s / warmup_steps
-    progress = min((s - warmup_steps) / max(total_steps - warmup_steps, 1), 1.0)
-    return 0.5 * (1.0 + math.cos(math.pi * progress))
-
-
 class Seq2SeqTransformer(LightningModule):
     """Encoder-decoder Transformer for translation with greedy/beam decoding on the KV cache.
 
-    Size arguments left at ``None`` come from ``preset``; any given explicitly overrides it.
+    Size arguments left at ``None`` (``d_model``, ``n_heads``, ``n_layers``, ``d_ff``, ``dropout``,
+    ``norm_first``) come from ``preset``; any given explicitly overrides it. The tokenizer comes from the
+    DataModule in the first ``fit`` and is kept in the checkpoint, so a loaded model translates on its own.
 
     Args:
         vocab_size: id capacity V of the tokenizer; must equal the DataModule's ``vocab_size``.
         preset: ``base`` (6+6 layers, d_model 512, 8 heads, d_ff 2048, Post-LN, dropout 0.1: the
             paper's base model), ``small`` (3+3, 256, 4, 1024, Pre-LN) or ``tiny`` (2+2, 128, 4, 512, Pre-LN).
-        d_model: model width D.
-        n_heads: attention heads H.
-        n_layers: encoder layers (and decoder layers unless ``n_decoder_layers`` is set).
-        n_decoder_layers: decoder layers; defaults to ``n_layers``.
-        d_ff: feed-forward width.
-        dropout: dropout on embeddings, sublayer outputs and feed-forward hidden units.
+        d_model: model width D (None: the preset's).
+        n_heads: attention heads H (None: the preset's).
+        n_layers: encoder layers, and decoder layers unless ``n_decoder_layers`` is set (None: the preset's).
+        n_decoder_layers: decoder layers (None: ``n_layers``).
+        d_ff: feed-forward width (None: the preset's).
+        dropout: dropout on embeddings, sublayer outputs and feed-forward hidden units (None: the preset's).
         attn_dropout: dropout on attention weights.
-        norm_first: Pre-LN (True) or Post-LN (False, the paper's).
+        norm_first: Pre-LN (True) or Post-LN (False, the paper's) (None: the preset's).
         activation: feed-forward activation.
         pos_encoding: positional encoding of both stacks.
         max_len: positions covered by absolute encodings (``sinusoidal``/``learned``): the longest
@@ -97,12 +83,17 @@ class Seq2SeqTransformer(LightningModule):
         tie_output: the output projection reuses the target embedding matrix.
         label_smoothing: label smoothing of the cross-entropy (PAD targets are ignored).
         lr: peak learning rate.
-        schedule: ``noam`` (linear warmup, then inverse square root), ``cosine`` (linear warmup, cosine
-            decay to 0 at the end of training) or ``constant`` (linear warmup, then flat).
-        warmup_steps: optimizer steps of linear warmup.
-        total_steps: length of the cosine schedule; defaults to the Trainer's estimated steps.
-        adam_betas: Adam's betas.
-        adam_eps: Adam's epsilon.
+        scheduler: learning-rate schedule (:func:`lightning_tf.training.build_scheduler`): ``noam``
+            (linear warmup, then inverse square root: the paper's), ``cosine`` (linear warmup, cosine decay
+            to ``min_lr`` at the end of training), ``onecycle`` (OneCycleLR peaking at ``lr``), ``decay``
+            (``lr`` for 3 epochs, then x0.9 per epoch) or ``constant`` (linear warmup, then flat).
+        warmup_steps: optimizer steps of linear warmup, at most half of the run when its length is known;
+            ``noam`` needs >= 1.
+        total_steps: the run's length in optimizer steps for the schedule (None: the Trainer's estimate for
+            ``cosine`` and ``onecycle``, unknown for the others).
+        min_lr: the rate ``cosine`` ends at.
+        betas: AdamW's betas.
+        eps: AdamW's epsilon.
         weight_decay: decoupled weight decay on matrices (0: plain Adam).
         beam_size: beam width of validation, test, predict and :meth:`translate` (1: greedy).
         alpha: length-penalty exponent of beam search, ``((5 + len) / 6) ** alpha``.
@@ -132,11 +123,12 @@ class Seq2SeqTransformer(LightningModule):
         tie_output: bool = True,
         label_smoothing: float = 0.1,
         lr: float = 7e-4,
-        schedule: Schedule = "noam",
+        scheduler: SchedulerName = "noam",
         warmup_steps: int = 4000,
         total_steps: int | None = None,
-        adam_betas: tuple[float, float] = (0.9, 0.98),
-        adam_eps: float = 1e-9,
+        min_lr: float = 0.0,
+        betas: tuple[float, float] = (0.9, 0.98),
+        eps: float = 1e-9,
         weight_decay: float = 0.0,
         beam_size: int = 4,
         alpha: float = 0.6,
@@ -151,13 +143,14 @@ class Seq2SeqTransformer(LightningModule):
             raise ValueError(f"unknown preset {preset!r}; expected one of {list(PRESETS)}")
         if vocab_size <= EOS_ID:
             raise ValueError(f"vocab_size ({vocab_size}) must exceed the special ids (pad, unk, bos, eos)")
-        for name, value in (
-            ("warmup_steps", warmup_steps),
-            ("beam_size", beam_size),
-            ("bleu_every_n_epochs", bleu_every_n_epochs),
-        ):
+        for name, value in (("beam_size", beam_size), ("bleu_every_n_epochs", bleu_every_n_epochs)):
             if value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
+        if warmup_steps < (1 if scheduler == "noam" else 0):
+            raise ValueError(
+                f"warmup_steps must be at least {1 if scheduler == 'noam' else 0} with scheduler {scheduler!r}, "
+                f"got {warmup_steps}"
+            )
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must lie in [0, 1), got {label_smoothing}")
         self.save_hyperparameters()
@@ -275,8 +268,8 @@ class Seq2SeqTransformer(LightningModule):
     def _require_tokenizer(self) -> BPETokenizer:
         if self.tokenizer is None:
             raise RuntimeError(
-                "this Seq2SeqTransformer has no tokenizer: train it with a TranslationDataModule, load it from a "
-                "checkpoint of such a run, or assign model.tokenizer = BPETokenizer(...)"
+                "this Seq2SeqTransformer has no tokenizer: fit it on data that has one (it takes the data's), "
+                "load it from a checkpoint of such a run, or assign model.tokenizer = BPETokenizer(...)"
             )
         return self.tokenizer
 
@@ -340,27 +333,30 @@ class Seq2SeqTransformer(LightningModule):
 
     # --------------------------------------------------------------- training
     def setup(self, stage: str) -> None:
+        """The one hand-over from the data: check ``vocab_size`` and take the DataModule's tokenizer when
+        the model has none (a fresh model learns the data's ids). A model that has one (loaded from a
+        checkpoint) keeps it, and data encoded by another tokenizer is an error: the weights read the
+        model's ids. (Under ``ckpt_path`` a fresh model takes the data's tokenizer here; after this hook
+        Lightning restores the checkpoint's into the model, :meth:`on_load_checkpoint`, and into the
+        DataModule, which encodes its data again: both agree.)"""
         dm = getattr(self.trainer, "datamodule", None)
         if dm is None:
             return
-        data_vocab = getattr(dm, "vocab_size", None)
-        if data_vocab is not None and data_vocab != self.hparams.vocab_size:
-            raise ValueError(
-                f"model vocab_size ({self.hparams.vocab_size}) differs from the data's vocab_size ({data_vocab}); "
-                f"set model.vocab_size to {data_vocab}"
-            )
+        check_agreement("vocab_size", self.hparams.vocab_size, getattr(dm, "vocab_size", None))
         tokenizer = getattr(dm, "tokenizer", None)
-        if tokenizer is not None:
-            if self.tokenizer is not None and stage != "fit" and self.tokenizer != tokenizer:
-                # the weights were trained on the model's ids: the data must be encoded the model's way
-                if isinstance(dm, TranslationDataModule):
-                    log.warning("the DataModule's tokenizer differs from the model's; re-encoding it with the model's")
-                    dm.load_state_dict({"tokenizer": self.tokenizer.to_dict()})
-                    return
-                log.warning("the DataModule's tokenizer differs from the model's; decoding with the DataModule's")
+        if tokenizer is None:
+            return
+        if self.tokenizer is None:
             self.tokenizer = tokenizer
             if self.hparams.share_embeddings and not tokenizer.joint:
                 log.warning("share_embeddings=True with separate source/target vocabularies: ids collide in one table")
+        elif self.tokenizer != tokenizer:
+            raise ValueError(
+                "the data is encoded with another tokenizer than the model's (its weights read the model's ids): "
+                "give the DataModule the model's tokenizer, with dm.use_tokenizer(model.tokenizer) before calling "
+                "the Trainer, or with the DataModule's tokenizer_dir argument naming the tokenizer folder of the "
+                "model's training run"
+            )
 
     def loss(self, batch: dict[str, Any]) -> tuple[Tensor, Tensor, Tensor]:
         """Teacher-forced label-smoothed cross-entropy of a batch (PAD targets ignored); returns the
@@ -378,10 +374,7 @@ class Seq2SeqTransformer(LightningModule):
 
     def _shared_step(self, batch: dict[str, Any], stage: str) -> Tensor:
         loss, logits, target = self.loss(batch)
-        src = batch["src"]
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"{stage} loss is {loss.item()} at step {self.global_step}")
-        B = src.shape[0]
+        B = batch["src"].shape[0]
         acc, ppl = self.metrics[f"{stage}_token_acc"], self.metrics[f"{stage}_perplexity"]
         acc(logits.detach().argmax(-1), target)
         ppl(logits.detach().float(), target)
@@ -438,20 +431,14 @@ class Seq2SeqTransformer(LightningModule):
             self._attention_logged.add(stage)  # one heatmap per decoding epoch: the first sentence decoded
             self._log_attention(batch["src"][:1], stage)
 
-    def _gather(self, items: list[str]) -> list[str]:
-        if self.trainer.world_size <= 1:
-            return items
-        parts: list[list[str] | None] = [None] * self.trainer.world_size
-        torch.distributed.all_gather_object(parts, items)
-        return [x for part in parts for x in (part or [])]
-
     def _end_decoding_epoch(self, stage: str) -> None:
         hyps, refs = self._decoded.pop(stage, ([], []))
         samples = self._samples.pop(stage, [])
         self._attention_logged.discard(stage)
         if not self._decoding_epoch(stage):
             return
-        hyps, refs = self._gather(hyps), self._gather(refs)
+        hyps = [h for part in gather_objects(hyps) for h in part]
+        refs = [r for part in gather_objects(refs) for r in part]
         if not hyps:
             return
         bleu, chrf = BLEU(), CHRF()
@@ -498,9 +485,16 @@ class Seq2SeqTransformer(LightningModule):
         return [specials.get(i) or vocab.id_to_token(i) or str(i) for i in ids.tolist()]
 
     # ---------------------------------------------------------------- predict
+    def configure_callbacks(self) -> list[Callback]:
+        """A :class:`TranslationWriter` into the run folder, unless the Trainer already has a prediction
+        writer (one given in the config or on the command line wins)."""
+        if any(isinstance(c, BasePredictionWriter) for c in self.trainer.callbacks):
+            return []
+        return [TranslationWriter()]
+
     def predict_step(self, batch: dict[str, Any], batch_idx: int) -> dict[str, Any]:
         """Translate a batch; returns ``{"index": [...], "translation": [...]}`` (index = input line), which
-        :class:`~lightning_tf.text.TranslationWriter` writes to a file in input order."""
+        :class:`~lightning_tf.text.TranslationWriter` writes to a file in input order; writes nothing."""
         hyps = self._texts(self.generate(batch["src"]))
         if "src_text" in batch:  # an empty input line stays an empty output line, not a guess
             hyps = [h if s.strip() else "" for h, s in zip(hyps, batch["src_text"], strict=True)]
@@ -516,36 +510,17 @@ class Seq2SeqTransformer(LightningModule):
         if "tokenizer" in checkpoint:
             self.tokenizer = BPETokenizer.from_dict(checkpoint["tokenizer"])
 
-    def lr_factor(self) -> Callable[[int], float]:
-        """The schedule as a function of the optimizer step (a multiple of ``lr``)."""
-        hp = self.hparams
-        warmup = hp.warmup_steps
-        if hp.schedule == "noam":
-            return lambda step: noam_factor(step, warmup)
-        if hp.schedule == "constant":
-            return lambda step: min((step + 1) / warmup, 1.0)
-        total = hp.total_steps
-        if total is None:
-            estimated = self.trainer.estimated_stepping_batches
-            if not math.isfinite(estimated):
-                raise ValueError(
-                    "schedule 'cosine' needs a length: set model.total_steps, or trainer.max_steps / max_epochs"
-                )
-            total = int(estimated)
-        return lambda step: cosine_factor(step, warmup, total)
-
     def configure_optimizers(self) -> dict[str, Any]:
         hp = self.hparams
-        params = [p for p in self.parameters() if p.requires_grad]
-        decay = [p for p in params if p.dim() >= 2]
-        no_decay = [p for p in params if p.dim() < 2]
         optimizer = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": hp.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=hp.lr,
-            betas=tuple(hp.adam_betas),
-            eps=hp.adam_eps,
+            parameter_groups(self, hp.weight_decay), lr=hp.lr, betas=tuple(hp.betas), eps=hp.eps
         )
-        # stepped every optimizer step; its step count is checkpointed, so a resumed run continues the
-        # schedule where it stopped instead of warming up again
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, self.lr_factor())
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1}}
+        total = hp.total_steps
+        if total is None and hp.scheduler in ("cosine", "onecycle"):
+            # only where the schedule needs the run's length: reading it builds the training loader before
+            # Lightning restores a checkpoint's loader position, and a mid-epoch resume would redo the epoch
+            total = self.trainer.estimated_stepping_batches
+        scheduler = build_scheduler(
+            optimizer, hp.scheduler, lr=hp.lr, warmup_steps=hp.warmup_steps, total_steps=total, min_lr=hp.min_lr
+        )
+        return {"optimizer": optimizer} if scheduler is None else {"optimizer": optimizer, "lr_scheduler": scheduler}

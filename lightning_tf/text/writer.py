@@ -2,36 +2,37 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-import torch
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import BasePredictionWriter
 
-__all__ = ["TranslationWriter"]
+from lightning_tf.distributed import gather_objects
+from lightning_tf.training import prediction_path
 
-log = logging.getLogger(__name__)
+__all__ = ["TranslationWriter"]
 
 
 class TranslationWriter(BasePredictionWriter):
     """Collect ``{"index", "translation"}`` predictions (from :meth:`Seq2SeqTransformer.predict_step`)
-    and write them to ``output_file`` sorted by input line, gathering every rank's share first.
+    and write them to one text file sorted by input line, gathering every rank's share first.
 
-    A callback rather than a model argument, so it can be set on the command line even when the model's
-    hyperparameters come from ``--ckpt_path``::
+    :meth:`Seq2SeqTransformer.configure_callbacks` adds one with the default path, so ``predict`` writes
+    ``translations.txt`` into the run folder on its own; a writer given on the command line (to choose
+    the file) takes its place::
 
         lightning-tf predict --config configs/text/synthetic.yaml --ckpt_path last.ckpt \\
-            --data.predict_file in.txt --trainer.default_root_dir runs \\
+            --data.predict_file in.txt \\
             --trainer.callbacks+=lightning_tf.text.TranslationWriter --trainer.callbacks.output_file out.txt
 
     Args:
-        output_file: path of the text file to write (parent directories are created).
+        output_file: path of the text file to write (parent directories are created); None:
+            ``translations.txt`` in the run folder (``translations-1.txt``, ... when an earlier
+            prediction of that run left one).
     """
 
-    def __init__(self, output_file: str) -> None:
+    def __init__(self, output_file: str | None = None) -> None:
         super().__init__(write_interval="epoch")
         self.output_file = output_file
 
@@ -41,20 +42,17 @@ class TranslationWriter(BasePredictionWriter):
         pairs = [
             (int(i), t) for batch in predictions for i, t in zip(batch["index"], batch["translation"], strict=True)
         ]
-        if trainer.world_size > 1:
-            parts: list[Any] = [None] * trainer.world_size
-            torch.distributed.all_gather_object(parts, pairs)
-            pairs = [p for part in parts for p in part]
+        pairs = [p for part in gather_objects(pairs) for p in part]
         if not trainer.is_global_zero:
             return
         by_line = dict(pairs)  # every process may decode every line (use_distributed_sampler=False): keep one
         # the input's line count when the DataModule knows it, so that lost last lines are noticed too
         predict_set = getattr(getattr(trainer, "datamodule", None), "predict_set", None)
         n = len(predict_set) if predict_set is not None else max(by_line, default=-1) + 1
+        path = prediction_path(trainer, self.output_file, "translations.txt")
         if sorted(by_line) != list(range(n)):
             missing = sorted(set(range(n)) - set(by_line))
-            raise RuntimeError(f"{self.output_file}: predictions lack input lines {missing[:10]} (of {n} lines)")
-        path = Path(self.output_file)
+            raise RuntimeError(f"{path}: predictions lack input lines {missing[:10]} (of {n} lines)")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(by_line[i].replace("\n", " ") + "\n" for i in range(len(by_line))), encoding="utf-8")
-        log.info("wrote %d translations to %s", len(by_line), path)
+        print(f"wrote {len(by_line)} translations to {path}")

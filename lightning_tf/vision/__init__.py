@@ -1,8 +1,9 @@
-"""Vision Transformer classification: ImageDataModule and ViTClassifier.
+"""Vision Transformer classification: ImageDataModule, ViTClassifier and ClassificationWriter.
 
 * :mod:`.vit`: the network (patch embedding, class token or mean pooling, position embedding, the
   core encoder, head) and its presets;
-* :mod:`.module`: :class:`ViTClassifier`, training, evaluation and prediction to CSV;
+* :mod:`.module`: :class:`ViTClassifier`, training, evaluation and prediction of class probabilities;
+* :mod:`.writer`: :class:`ClassificationWriter`, the top-k classes of ``predict`` as CSV;
 * :mod:`.timm_interop`: ``ViTClassifier.from_timm``, timm ViT weights in our model;
 * :mod:`.attention_maps`: attention rollout and class-token attention, drawn over images.
 """
@@ -11,9 +12,11 @@ from .attention_maps import attention_maps, attention_rollout, draw_attention, l
 from .data import ImageDataModule
 from .module import ViTClassifier
 from .vit import PRESETS, PatchEmbed, VisionTransformer, patchify, preset_config, resample_pos_embed, unpatchify
+from .writer import ClassificationWriter
 
 __all__ = [
     "PRESETS",
+    "ClassificationWriter",
     "ImageDataModule",
     "PatchEmbed",
     "ViTClassifier",

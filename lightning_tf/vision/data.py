@@ -78,7 +78,7 @@ class ImageDataModule(LightningDataModule):
 
     ``num_classes``, ``image_size``, ``in_chans``, ``class_names``, ``mean`` and ``std`` are set
     by ``__init__`` (an image folder's class folders are listed there), so a model can check them
-    before any data is read; call :meth:`check_patch_size` with the model's patch size.
+    (and that its patch size divides ``image_size``) before any data is read.
 
     Splits: ``digits`` and a single image folder are split class by class into test
     (``test_fraction``), validation (``val_fraction`` of the rest) and training; the other
@@ -223,17 +223,6 @@ class ImageDataModule(LightningDataModule):
         self.predict_set: _Predict | None = None
         self.predict_paths: list[str] = []
 
-    # ----------------------------------------------------------------------------------------------
-    # What the model checks
-
-    def check_patch_size(self, patch_size: int) -> None:
-        """Raise unless ``image_size`` is a multiple of the model's ``patch_size``."""
-        if patch_size < 1 or self.image_size % patch_size:
-            raise ValueError(
-                f"image_size ({self.image_size}) must be divisible by patch_size ({patch_size}); "
-                f"set data.image_size to a multiple of {patch_size}"
-            )
-
     def load_image(self, path: str | Path) -> Tensor:
         """One image file as the model sees it at evaluation: ``(in_chans, image_size, image_size)``."""
         return self.predict_transform(load_image(path, self.in_chans)).as_subclass(Tensor)
@@ -359,9 +348,11 @@ class ImageDataModule(LightningDataModule):
         return self._loader(self.predict_set)
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Mix training batches on the device (Mixup/CutMix): targets become ``(B, num_classes)``."""
+        """Mix training batches on the device (Mixup/CutMix): targets become ``(B, num_classes)``.
+        Anything but an ``(images, targets)`` pair (the model summary's example input) passes unchanged."""
         trainer = self.trainer
-        if self.mixup is not None and trainer is not None and trainer.training:
+        is_pair = isinstance(batch, (tuple, list))
+        if self.mixup is not None and trainer is not None and trainer.training and is_pair:
             images, targets = batch
             if len(images) % 2:  # only a last batch can be odd; drop_last prevents it
                 images, targets = images[:-1], targets[:-1]

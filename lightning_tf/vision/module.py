@@ -2,35 +2,33 @@
 
 Training recipe of DeiT (Touvron et al. 2021) scaled down: AdamW with weight decay on the matrices
 only, linear warmup then cosine decay per step, label smoothing or the soft targets of Mixup/CutMix,
-stochastic depth.
+stochastic depth. ``predict`` returns class probabilities; :class:`~.writer.ClassificationWriter`
+writes them to CSV.
 """
 
 from __future__ import annotations
 
 import logging
-from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import torch
 import torch.nn.functional as F
-from lightning.pytorch import LightningModule
+from lightning.pytorch import Callback, LightningModule
+from lightning.pytorch.callbacks import BasePredictionWriter
 from lightning.pytorch.loggers import WandbLogger
 from torch import Tensor, nn
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
-from lightning_tf.training import warmup_cosine
-from lightning_tf.distributed import gather_objects, interleave, predict_size
+from lightning_tf.training import SchedulerName, build_scheduler, check_agreement, parameter_groups
 
-from .vit import PoolName, PosEmbedName, PresetName, VisionTransformer, preset_config
+from .vit import PoolName, PosEncodingName, PresetName, VisionTransformer, preset_config
+from .writer import ClassificationWriter
 
 __all__ = ["ViTClassifier"]
 
 log = logging.getLogger(__name__)
-
-# parameters that are not weight matrices but still have >= 2 dimensions: kept out of weight decay
-NO_DECAY_NAMES = ("pos_embed", "cls_token")
 
 
 class ViTClassifier(LightningModule):
@@ -38,8 +36,10 @@ class ViTClassifier(LightningModule):
 
     The architecture comes from ``preset`` (see :data:`~.vit.PRESETS`); any size argument that is
     not None overrides the preset's value. ``num_classes``, ``in_chans`` and ``image_size`` must agree
-    with the DataModule (checked in ``setup``; evaluation and prediction may use another image size,
-    the learned position embedding is then resampled).
+    with the data (checked in ``setup``; evaluation and prediction may use another image size that
+    ``patch_size`` divides, the learned position embedding is then resampled). ``predict`` returns
+    class probabilities, written to CSV by a :class:`~.writer.ClassificationWriter` (added unless
+    the trainer already has a prediction writer).
 
     Args:
         num_classes: classes K.
@@ -54,7 +54,7 @@ class ViTClassifier(LightningModule):
         d_ff: feed-forward width; default from the preset (else ``4 * d_model``).
         pool: ``cls`` (class token) or ``mean`` (mean of the patch tokens).
         class_token: prepend a class token; defaults to ``pool == "cls"``.
-        pos_embed: ``learned``, ``sincos2d`` or ``none``.
+        pos_encoding: ``learned`` (a trained table, the parameter ``pos_embed``), ``sincos2d`` or ``none``.
         dropout: dropout on the embeddings and every residual branch.
         attn_dropout: dropout on the attention weights.
         drop_path: stochastic depth rate of the last layer (0 for the first, linear in between).
@@ -64,19 +64,20 @@ class ViTClassifier(LightningModule):
         weight_decay: AdamW weight decay of the weight matrices (not of norms, biases, LayerScale,
             position embedding, class token).
         betas: AdamW betas.
-        warmup_steps: linear warmup steps, then cosine decay to ``min_lr`` at the last step.
-        min_lr: final learning rate.
+        scheduler: learning-rate schedule (see :func:`lightning_tf.training.build_scheduler`);
+            ``cosine``: linear warmup, then cosine decay to ``min_lr`` at the last step.
+        warmup_steps: linear warmup steps (at most half of the run).
+        min_lr: final learning rate of ``cosine``.
         label_smoothing: label smoothing of the cross-entropy on hard labels (soft Mixup/CutMix
             targets already carry the DataModule's smoothing).
-        top_k: classes per image in the prediction CSV (not saved in checkpoints).
-        output_file: CSV written by ``predict``; default: ``predictions.csv`` in the run directory
-            (``trainer.log_dir``: the logger's directory, else ``trainer.default_root_dir``); a path you
-            give is used as given (relative to the working directory); empty: none (not saved in
-            checkpoints).
         attention_images: validation images whose attention maps are logged to wandb (only with a
             WandbLogger; 0 disables).
         attention_every_n_epochs: log the attention maps every this many epochs (and after the last).
     """
+
+    # ONNX export (lightning_tf.export): the graph's input and output names; axis 0 (the batch) is dynamic
+    onnx_input_names: list[str] = ["images"]
+    onnx_output_names: list[str] = ["logits"]
 
     def __init__(
         self,
@@ -91,7 +92,7 @@ class ViTClassifier(LightningModule):
         d_ff: int | None = None,
         pool: PoolName = "cls",
         class_token: bool | None = None,
-        pos_embed: PosEmbedName = "learned",
+        pos_encoding: PosEncodingName = "learned",
         dropout: float = 0.0,
         attn_dropout: float = 0.0,
         drop_path: float = 0.0,
@@ -100,11 +101,10 @@ class ViTClassifier(LightningModule):
         lr: float = 1e-3,
         weight_decay: float = 0.05,
         betas: tuple[float, float] = (0.9, 0.999),
+        scheduler: SchedulerName = "cosine",
         warmup_steps: int = 100,
         min_lr: float = 1e-6,
         label_smoothing: float = 0.0,
-        top_k: int = 5,
-        output_file: str | None = None,
         attention_images: int = 4,
         attention_every_n_epochs: int = 5,
     ) -> None:
@@ -117,20 +117,17 @@ class ViTClassifier(LightningModule):
         missing = [k for k in ("image_size", "patch_size", "d_model", "n_heads", "n_layers") if k not in arch]
         if missing:
             raise ValueError(f"preset is None, so {', '.join(missing)} must be given")
-        # saved resolved (the preset's size when None), so that a checkpoint rebuilds this model
+        # save_hyperparameters reads the arguments' local values: a model built in Python saves its resolved
+        # size. LightningCLI saves the arguments as given (a None stays None); the saved preset then gives
+        # the same size back, so a checkpoint rebuilds this model either way.
         image_size = arch["image_size"]
-        # what to write at prediction time is not part of the model: kept out of the checkpoint, so that
-        # `lightning-tf predict --ckpt_path ... --model.output_file ...` is not overridden by it
-        self.save_hyperparameters(ignore=["top_k", "output_file"])
-        if self.hparams.get("image_size") is None:  # built by LightningCLI, which saves the given None
-            self.hparams["image_size"] = image_size
-        self.top_k, self.output_file = top_k, output_file
+        self.save_hyperparameters()
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
-        if top_k < 1:
-            raise ValueError(f"top_k must be at least 1, got {top_k}")
+        if scheduler not in get_args(SchedulerName):
+            raise ValueError(f"unknown scheduler {scheduler!r}; expected one of {list(get_args(SchedulerName))}")
         self.net = VisionTransformer(
-            in_chans=in_chans, num_classes=num_classes, pool=pool, class_token=class_token, pos_embed=pos_embed,
+            in_chans=in_chans, num_classes=num_classes, pool=pool, class_token=class_token, pos_encoding=pos_encoding,
             dropout=dropout, attn_dropout=attn_dropout, drop_path=drop_path, layer_scale=layer_scale,
             head_dropout=head_dropout, **arch,
         )
@@ -151,7 +148,13 @@ class ViTClassifier(LightningModule):
         self.test_class_acc = MulticlassAccuracy(num_classes, average=None)
         self.test_confusion = MulticlassConfusionMatrix(num_classes)
         self._attention_batch: Tensor | None = None
-        self._predictions: list[dict[str, Any]] = []
+
+    @property
+    def example_input_array(self) -> Tensor:
+        """One image of the training size, ``(1, in_chans, H, W)`` zeros on the CPU: the input that ONNX
+        export traces and the model summary runs."""
+        size = self.net.image_size
+        return torch.zeros(1, self.net.in_chans, size, size)  # (1, C, H, W)
 
     # ----------------------------------------------------------------- construction helpers
     @classmethod
@@ -196,26 +199,28 @@ class ViTClassifier(LightningModule):
         return model
 
     def setup(self, stage: str) -> None:
+        """Check the model against its data and take what inference needs of it (class names,
+        normalisation), from the DataModule's plain attributes."""
         dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         if dm is None:
             return
         hp = self.hparams
-        for name, ours in (("num_classes", hp.num_classes), ("in_chans", hp.in_chans)):
-            theirs = getattr(dm, name, None)
-            if theirs is not None and theirs != ours:
-                raise ValueError(f"model {name} ({ours}) differs from the DataModule's {name} ({theirs})")
+        check_agreement("num_classes", hp.num_classes, getattr(dm, "num_classes", None))
+        check_agreement("in_chans", hp.in_chans, getattr(dm, "in_chans", None))
         theirs = getattr(dm, "image_size", None)
         if isinstance(theirs, (tuple, list)):
             theirs = theirs[0] if len(set(theirs)) == 1 else tuple(theirs)
         size, patch = self.net.image_size, self.net.patch_size
-        if theirs is not None and theirs != size:
-            if stage == "fit":
-                raise ValueError(f"model image_size ({size}) differs from the DataModule's image_size ({theirs})")
-            if isinstance(theirs, int) and theirs % patch:
-                raise ValueError(f"patch_size ({patch}) must divide the DataModule's image_size ({theirs})")
-            log.info("evaluating at %s pixels, trained at %s: position embedding resampled", theirs, size)
-        if hasattr(dm, "check_patch_size"):
-            dm.check_patch_size(self.net.patch_size)
+        if stage == "fit":  # training fixes the size; evaluation and prediction may use another one
+            check_agreement("image_size", size, theirs)
+        if theirs is not None:
+            if any(side % patch for side in (theirs if isinstance(theirs, tuple) else (theirs,))):
+                raise ValueError(
+                    f"image_size ({theirs}) must be divisible by patch_size ({patch}); "
+                    f"set data.image_size to a multiple of {patch}"
+                )
+            if theirs != size:
+                log.info("evaluating at %s pixels, trained at %s: position embedding resampled", theirs, size)
         if getattr(dm, "class_names", None):
             self.class_names = [str(c) for c in dm.class_names]
         self.mean = [float(m) for m in dm.mean] if getattr(dm, "mean", None) is not None else None
@@ -245,8 +250,6 @@ class ViTClassifier(LightningModule):
             smoothing = self.hparams.label_smoothing if stage == "train" else 0.0
             loss = F.cross_entropy(logits, target, label_smoothing=smoothing)
             labels = target
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"{stage} loss is {loss.item()} at step {self.global_step}")
         B = images.shape[0]
         metrics = getattr(self, f"{stage}_metrics")
         metrics(logits, labels)
@@ -329,142 +332,48 @@ class ViTClassifier(LightningModule):
 
     # ---------------------------------------------------------------------------- predict
     def predict_step(self, batch: Any, batch_idx: int) -> dict[str, Any]:
-        """Top-k classes and probabilities of a predict batch: ImageDataModule's dict
-        ``{"image", "path", "target"}``, an ``(images, ...)`` tuple or an image tensor."""
-        paths: list[str] | None = None
-        target: Tensor | None = None
-        index: Any = None
+        """Class probabilities of a predict batch: ImageDataModule's dict ``{"image", "path", "target",
+        "index"}``, an ``(images, ...)`` tuple or an image tensor.
+
+        Returns:
+            ``{"probs": (B, K)}``, plus what the batch carries: ``"file"`` (its paths), ``"target"`` (B,)
+            and ``"index"`` (B,), the dataset positions that put every process's share back in order.
+        """
+        out: dict[str, Any] = {}
         if isinstance(batch, dict):
-            images, paths, target = batch["image"], batch.get("path"), batch.get("target")
-            index = batch.get("index")  # the dataset position: restores the input order across processes
+            images = batch["image"]
+            if batch.get("path") is not None:
+                out["file"] = list(batch["path"])
+            if batch.get("target") is not None:
+                out["target"] = torch.as_tensor(batch["target"])  # (B,)
+            if batch.get("index") is not None:
+                out["index"] = torch.as_tensor(batch["index"])  # (B,)
         elif isinstance(batch, (tuple, list)):
             images = batch[0]
         else:
             images = batch
-        probs = self(images).softmax(dim=-1)  # (B, K)
-        top_p, top_i = probs.topk(min(self.top_k, probs.shape[-1]), dim=-1)  # (B, k) each
-        out: dict[str, Any] = {"classes": top_i.cpu(), "probs": top_p.cpu()}
-        if paths is None:  # images without names are numbered in prediction order (renumbered after a gather)
-            start = sum(len(p["file"]) for p in self._predictions)
-            paths = [str(i) for i in range(start, start + len(images))]
-            out["numbered"] = True
-        out["file"] = list(paths)
-        if target is not None:
-            out["target"] = target.cpu()
-        if index is not None:
-            out["index"] = torch.as_tensor(index).cpu()
-        self._predictions.append(out)
+        out["probs"] = self(images).softmax(dim=-1)  # (B, K)
         return out
 
-    def on_predict_epoch_start(self) -> None:
-        self._predictions = []
-
-    def on_predict_epoch_end(self) -> None:
-        if self.trainer.world_size > 1:  # each process classified its share of the images
-            self._predictions = _merge_predictions(gather_objects(self._predictions), predict_size(self.trainer))
-        out = self.prediction_file()
-        if out is not None and self.trainer.is_global_zero:  # one file, written once
-            self.write_predictions(out)
-
-    def prediction_file(self) -> Path | None:
-        """Where ``predict`` writes its CSV: ``output_file`` as given, by default ``predictions.csv`` in
-        the run directory (``trainer.log_dir``); None when ``output_file`` is empty."""
-        if self.output_file is not None:
-            return Path(self.output_file) if self.output_file else None
-        run_dir = self.trainer.log_dir if self._trainer is not None else None
-        return Path(run_dir or ".") / "predictions.csv"
-
-    def write_predictions(self, output_file: str | Path) -> Path:
-        """Write the collected predictions as CSV, one row per image in prediction order:
-        ``file, top1_class, top1_prob, ..., topk_class, topk_prob`` (and ``label``, the true class,
-        when the images have one)."""
-        import pandas as pd
-
-        if not self._predictions:
-            raise RuntimeError("no predictions collected: run trainer.predict first")
-        classes = torch.cat([p["classes"] for p in self._predictions])  # (n, k)
-        probs = torch.cat([p["probs"] for p in self._predictions])  # (n, k)
-        rows: dict[str, list[Any]] = {"file": [f for p in self._predictions for f in p["file"]]}
-        for j in range(classes.shape[1]):
-            rows[f"top{j + 1}_class"] = [self.class_names[c] for c in classes[:, j].tolist()]
-            rows[f"top{j + 1}_prob"] = [round(p, 6) for p in probs[:, j].tolist()]
-        if all("target" in p for p in self._predictions):
-            target = torch.cat([p["target"] for p in self._predictions]).tolist()
-            if min(target) >= 0:
-                rows["label"] = [self.class_names[t] for t in target]
-        out = Path(output_file)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        pd.DataFrame(rows).to_csv(out, index=False)
-        print(f"wrote {len(classes)} predictions to {out}")
-        return out
+    def configure_callbacks(self) -> list[Callback]:
+        """A :class:`~.writer.ClassificationWriter` for ``predict``, unless the trainer already has a
+        prediction writer (one given in the config or on the command line wins)."""
+        callbacks = self.trainer.callbacks if self._trainer is not None else []
+        if any(isinstance(cb, BasePredictionWriter) for cb in callbacks):
+            return []
+        return [ClassificationWriter()]
 
     # -------------------------------------------------------------------------- optimizer
-    def parameter_groups(self) -> tuple[list[str], list[str]]:
-        """Names of the parameters with and without weight decay: decay on weight matrices (linear
-        and patch-projection kernels), none on norms, biases, LayerScale, position embedding, class token."""
-        decay, no_decay = [], []
-        for name, p in self.named_parameters():
-            if not p.requires_grad:
-                continue
-            if p.ndim <= 1 or name.rsplit(".", 1)[-1] in NO_DECAY_NAMES:
-                no_decay.append(name)
-            else:
-                decay.append(name)
-        return decay, no_decay
+    def no_weight_decay(self) -> set[str]:
+        """Parameters with two or more dimensions kept out of weight decay (as timm's ViT lists them):
+        the position table and the class token. Norms, biases and LayerScale are 1-D, exempt anyway."""
+        return {"pos_embed", "cls_token"}
 
     def configure_optimizers(self) -> dict[str, Any]:
         hp = self.hparams
-        params = dict(self.named_parameters())
-        decay, no_decay = self.parameter_groups()
-        optimizer = torch.optim.AdamW(
-            [
-                {"params": [params[n] for n in decay], "weight_decay": hp.weight_decay},
-                {"params": [params[n] for n in no_decay], "weight_decay": 0.0},
-            ],
-            lr=hp.lr,
-            betas=tuple(hp.betas),
+        optimizer = torch.optim.AdamW(parameter_groups(self, hp.weight_decay), lr=hp.lr, betas=tuple(hp.betas))
+        scheduler = build_scheduler(
+            optimizer, hp.scheduler, lr=hp.lr, warmup_steps=hp.warmup_steps,
+            total_steps=self.trainer.estimated_stepping_batches, min_lr=hp.min_lr,
         )
-        total = max(int(self.trainer.estimated_stepping_batches), 1)
-        warmup = min(hp.warmup_steps, total // 2)
-        floor = min(hp.min_lr / hp.lr, 1.0) if hp.lr > 0 else 0.0
-
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, partial(warmup_cosine, warmup_steps=warmup,
-                                                                          total_steps=total, floor=floor))
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
-
-
-def _merge_predictions(parts: list[list[dict[str, Any]]], n: int | None = None) -> list[dict[str, Any]]:
-    """Every process's prediction batches (``parts[rank]``) as one batch in input order, each image once.
-
-    Batches that carry the dataset ``index`` (ImageDataModule's) are sorted by it, and an image that a
-    padding sampler gave to two processes is kept once; other batches are put back in order from the
-    strided shares of Lightning's prediction sampler (process r holds images r, r + R, ... of ``n``).
-    """
-    shares = [
-        [
-            (b["file"][i], b["classes"][i], b["probs"][i], b.get("target", [None] * len(b["file"]))[i],
-             int(b["index"][i]) if "index" in b else None, "numbered" in b)
-            for b in batches
-            for i in range(len(b["file"]))
-        ]
-        for batches in parts
-    ]
-    rows = [row for share in shares for row in share]
-    if rows and all(row[4] is not None for row in rows):
-        rows = list({row[4]: row for row in reversed(rows)}.values())  # one row per index
-        rows.sort(key=lambda row: row[4])
-    else:
-        rows = interleave(shares, n)
-        rows = [(str(n), *row[1:]) if row[5] else row for n, row in enumerate(rows)]
-    if not rows:
-        return []
-    merged: dict[str, Any] = {
-        "file": [row[0] for row in rows],
-        "classes": torch.stack([row[1] for row in rows]),  # (n, k)
-        "probs": torch.stack([row[2] for row in rows]),  # (n, k)
-    }
-    if all(row[3] is not None for row in rows):
-        merged["target"] = torch.stack([torch.as_tensor(row[3]) for row in rows])  # (n,)
-    if all(row[4] is not None for row in rows):
-        merged["index"] = torch.tensor([row[4] for row in rows])  # (n,)
-    return [merged]
+        return {"optimizer": optimizer} if scheduler is None else {"optimizer": optimizer, "lr_scheduler": scheduler}

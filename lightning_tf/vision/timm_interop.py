@@ -119,7 +119,7 @@ def timm_config(model: nn.Module) -> dict[str, Any]:
         d_ff=mlp.fc1.out_features,
         pool="mean" if avg else "cls",
         class_token=bool(model.has_class_token),
-        pos_embed="learned" if model.pos_embed is not None else "none",
+        pos_encoding="learned" if model.pos_embed is not None else "none",
         layer_scale=layer_scale if layer_scale is None else (layer_scale or 1e-5),
         layer_norm_eps=final.eps,
     )
@@ -201,9 +201,9 @@ def resize_model(model: VisionTransformer, image_size: int) -> None:
     if image_size % model.patch_size:
         raise ValueError(f"patch_size ({model.patch_size}) must divide image_size ({image_size})")
     grid = (image_size // model.patch_size,) * 2
-    if model.pos_embed_kind == "learned":
+    if model.pos_encoding == "learned":
         assert isinstance(model.pos_embed, nn.Parameter)
         model.pos_embed = nn.Parameter(resample_pos_embed(model.pos_embed.detach(), grid, model.grid, model.n_prefix))
-    elif model.pos_embed_kind == "sincos2d":
+    elif model.pos_encoding == "sincos2d":
         model.pos_embed = model._sincos(grid, model.d_model)
     model.image_size, model.grid = image_size, grid

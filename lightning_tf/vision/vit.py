@@ -27,7 +27,7 @@ __all__ = [
     "PRESETS",
     "PatchEmbed",
     "PoolName",
-    "PosEmbedName",
+    "PosEncodingName",
     "PresetName",
     "VisionTransformer",
     "patchify",
@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 PoolName = Literal["cls", "mean"]
-PosEmbedName = Literal["learned", "sincos2d", "none"]
+PosEncodingName = Literal["learned", "sincos2d", "none"]
 PresetName = Literal["tiny", "small", "base", "cpu28", "cpu32", "digits"]
 
 # Architecture presets. tiny/small/base are timm's vit_{tiny,small,base}_patch16_224 (ViT/DeiT sizes);
@@ -131,7 +131,8 @@ class VisionTransformer(nn.Module):
         pool: ``cls`` (class token) or ``mean`` (average of the patch tokens, normed after pooling).
         class_token: prepend a class token; defaults to ``pool == "cls"`` (``mean`` pooling with a class
             token, as in MAE's fine-tuning, averages the patch tokens only).
-        pos_embed: ``learned`` (resampled for other resolutions), ``sincos2d`` (fixed) or ``none``.
+        pos_encoding: ``learned`` (a trained table ``pos_embed``, resampled for other resolutions),
+            ``sincos2d`` (fixed) or ``none``.
         dropout: dropout on the embeddings and on every residual branch.
         attn_dropout: dropout on the attention weights.
         drop_path: stochastic depth rate of the last layer (linearly increasing from 0 over depth).
@@ -153,7 +154,7 @@ class VisionTransformer(nn.Module):
         *,
         pool: PoolName = "cls",
         class_token: bool | None = None,
-        pos_embed: PosEmbedName = "learned",
+        pos_encoding: PosEncodingName = "learned",
         dropout: float = 0.0,
         attn_dropout: float = 0.0,
         drop_path: float = 0.0,
@@ -168,23 +169,23 @@ class VisionTransformer(nn.Module):
             raise ValueError(f"num_classes must be at least 1, got {num_classes}")
         if pool not in ("cls", "mean"):
             raise ValueError(f"unknown pool {pool!r}; expected 'cls' or 'mean'")
-        if pos_embed not in ("learned", "sincos2d", "none"):
-            raise ValueError(f"unknown pos_embed {pos_embed!r}; expected 'learned', 'sincos2d' or 'none'")
+        if pos_encoding not in ("learned", "sincos2d", "none"):
+            raise ValueError(f"unknown pos_encoding {pos_encoding!r}; expected 'learned', 'sincos2d' or 'none'")
         class_token = pool == "cls" if class_token is None else class_token
         if pool == "cls" and not class_token:
             raise ValueError("pool 'cls' needs the class token (class_token=True)")
         self.image_size, self.patch_size, self.in_chans = image_size, patch_size, in_chans
         self.grid = (image_size // patch_size, image_size // patch_size)
-        self.pool, self.pos_embed_kind = pool, pos_embed
+        self.pool, self.pos_encoding = pool, pos_encoding
         self.n_prefix = 1 if class_token else 0
         n_tokens = self.n_prefix + self.grid[0] * self.grid[1]
 
         self.patch_embed = PatchEmbed(patch_size, in_chans, d_model)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, d_model)) if class_token else None
         self.pos_embed: nn.Parameter | Tensor | None
-        if pos_embed == "learned":
+        if pos_encoding == "learned":
             self.pos_embed = nn.Parameter(torch.zeros(1, n_tokens, d_model))
-        elif pos_embed == "sincos2d":
+        elif pos_encoding == "sincos2d":
             self.register_buffer("pos_embed", self._sincos(self.grid, d_model), persistent=False)
         else:
             self.pos_embed = None
@@ -232,7 +233,7 @@ class VisionTransformer(nn.Module):
         training grid, resampled (learned) or recomputed (sin-cos) for another."""
         if self.pos_embed is None or grid == self.grid:
             return self.pos_embed
-        if self.pos_embed_kind == "sincos2d":
+        if self.pos_encoding == "sincos2d":
             return self._sincos(grid, self.d_model).to(self.pos_embed)
         return resample_pos_embed(self.pos_embed, grid, self.grid, self.n_prefix)
 

@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+# subprocesses, process groups or whole training runs: the integration tier (make test-integration)
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+# subprocesses, process groups or whole training runs: the integration tier (make test-integration)
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parents[2]
 ETTH1 = ROOT.parent / "shared" / "data" / "ett" / "ETTh1.csv"
 
@@ -48,10 +51,9 @@ def test_published_protocol_scores_the_windows_the_published_loader_keeps(tmp_pa
     from ett import published_protocol
 
     from lightning_tf.kline import KLineForecaster, MultivariateDataModule
-    from tests.test_configs import _etth1
+    from tests.helpers.kline import write_etth1
 
-    _etth1(tmp_path, pytest.MonkeyPatch())
-    dm = MultivariateDataModule(str(tmp_path / "ETTh1.csv"), context_len=48, horizon=24, features="M", batch_size=50)
+    dm = MultivariateDataModule(str(write_etth1(tmp_path)), context_len=48, horizon=24, features="M", batch_size=50)
     dm.setup("test")
     torch.manual_seed(0)
     model = KLineForecaster(n_features=7, n_targets=7, target_channels=list(range(7)), context_len=48, horizon=24,

@@ -3,10 +3,15 @@ and it prints the comparison table. No speed is asserted here."""
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+# subprocesses, process groups or whole training runs: the integration tier (make test-integration)
+pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -18,7 +18,7 @@ from lightning_tf.core import (
     MultiHeadAttention,
     padding_mask,
 )
-from tests.core.test_blocks import copy_decoder_layer, copy_encoder_layer
+from tests.helpers.core import copy_decoder_layer, copy_encoder_layer
 
 D, H, N_LAYERS, D_FF = 32, 4, 2, 64
 B, T, S = 3, 7, 6

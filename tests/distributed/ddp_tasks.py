@@ -151,7 +151,7 @@ def run_text(devices: int, out: Path) -> None:
 
 
 def run_vision(devices: int, out: Path) -> None:
-    from lightning_tf.vision import ImageDataModule, ViTClassifier
+    from lightning_tf.vision import ClassificationWriter, ImageDataModule, ViTClassifier
 
     b = 16
     # 1797 digits: test 20% -> 359 images, val 10% of the rest -> 143: both odd
@@ -170,7 +170,7 @@ def run_vision(devices: int, out: Path) -> None:
     record: dict[str, Any] = {}
     pl.seed_everything(SEED, verbose=False)
     dm = ImageDataModule(batch_size=b * 2 // devices, **data_kw)
-    model = ViTClassifier(output_file=str(out / "predictions.csv"), **model_kw)
+    model = ViTClassifier(**model_kw)
     t = trainer(devices, max_steps=6, limit_val_batches=0)
     t.fit(model, datamodule=dm)
     record["global_step"] = gather_objects(t.global_step)
@@ -180,7 +180,8 @@ def run_vision(devices: int, out: Path) -> None:
     record["validate"] = metrics(t.validate(model, datamodule=dm, verbose=False))
     record["test"] = metrics(t.test(model, datamodule=dm, verbose=False))
     record["eval_batches"] = gather_objects(int(t.num_test_batches[0]))
-    t.predict(model, datamodule=dm, return_predictions=False)
+    writer = ClassificationWriter(output_file=str(out / "predictions.csv"))
+    trainer(devices, callbacks=[writer]).predict(model, datamodule=dm, return_predictions=False)
     save(out, "vision", record, t.global_rank)
 
 
@@ -190,7 +191,7 @@ def run_vision(devices: int, out: Path) -> None:
 def kline_csv(out: Path) -> Path:
     import pandas as pd
 
-    from tests.kline.synthetic_bars import make_bars
+    from tests.helpers.kline import make_bars
 
     frames = []
     for k, name in enumerate(["AAA", "BBB", "CCC"]):  # three tickers: three prediction windows
@@ -201,7 +202,7 @@ def kline_csv(out: Path) -> Path:
 
 
 def run_kline(devices: int, out: Path) -> None:
-    from lightning_tf.kline import KLineDataModule, KLineForecaster
+    from lightning_tf.kline import ForecastWriter, KLineDataModule, KLineForecaster
 
     b = 16
     path = kline_csv(out)
@@ -222,8 +223,6 @@ def run_kline(devices: int, out: Path) -> None:
         "revin": False,
         "lr": 1e-3,
         "warmup_steps": 2,
-        "output_dir": str(out / "forecast"),
-        "plot_bars": 20,
     }
     record: dict[str, Any] = {}
     pl.seed_everything(SEED, verbose=False)
@@ -238,12 +237,13 @@ def run_kline(devices: int, out: Path) -> None:
     record["validate"] = metrics(t.validate(model, datamodule=dm, verbose=False))
     record["test"] = metrics(t.test(model, datamodule=dm, verbose=False))
     record["test_summary"] = model.test_summary
-    t.predict(model, datamodule=dm, return_predictions=False)
+    writer = ForecastWriter(output_file=str(out / "forecast" / "forecast.csv"), plot_bars=20)
+    trainer(devices, callbacks=[writer]).predict(model, datamodule=dm, return_predictions=False)
     # one ticker, one window, two processes: the second process forecasts it too, the file has it once
     one_ticker = write_once(out / "bars_bbb.csv", _bbb(path))
     dm = KLineDataModule(batch_size=b, predict_path=str(one_ticker), **data_kw)
-    model.hparams.output_dir = str(out / "forecast_one")
-    trainer(devices).predict(model, datamodule=dm, return_predictions=False)
+    writer = ForecastWriter(output_file=str(out / "forecast_one" / "forecast.csv"), plot_bars=20)
+    trainer(devices, callbacks=[writer]).predict(model, datamodule=dm, return_predictions=False)
     save(out, "kline", record, t.global_rank)
 
 

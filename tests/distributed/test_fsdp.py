@@ -13,8 +13,11 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.strategies import FSDPStrategy
 from torch import nn
 
-from lightning_tf.cli import main
+from lightning_tf.__main__ import main
 from lightning_tf.core import DecoderLayer, EncoderLayer
+
+# subprocesses, process groups or whole training runs: the integration tier (make test-integration)
+pytestmark = pytest.mark.integration
 
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "trainer" / "fsdp.yaml"
 

@@ -20,6 +20,9 @@ from lightning_tf.kline.module import summary_text
 
 from .conftest import Runs
 
+# subprocesses, process groups or whole training runs: the integration tier (make test-integration)
+pytestmark = pytest.mark.integration
+
 
 def _close(a: float, b: float, key: str) -> bool:
     if math.isnan(a) or math.isnan(b):

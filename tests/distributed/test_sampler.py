@@ -46,43 +46,8 @@ def test_interleave_rejects_shares_that_are_not_strided() -> None:
         interleave([[0, 2], [1, 3, 5]])
 
 
-def test_vision_merge_sorts_by_index_and_drops_repeats() -> None:
-    from lightning_tf.vision.module import _merge_predictions
-
-    def batch(idx: list[int]) -> dict:
-        return {
-            "file": [f"img{i}" for i in idx],
-            "classes": torch.tensor([[i] for i in idx]),
-            "probs": torch.rand(len(idx), 1),
-            "target": torch.tensor(idx),
-            "index": torch.tensor(idx),
-        }
-
-    # a padding sampler gave image 0 to both processes
-    merged = _merge_predictions([[batch([0, 2]), batch([4])], [batch([1, 3]), batch([0])]])
-    assert len(merged) == 1
-    assert merged[0]["file"] == ["img0", "img1", "img2", "img3", "img4"]
-    assert merged[0]["classes"][:, 0].tolist() == [0, 1, 2, 3, 4]
-
-
-def test_vision_merge_numbers_unnamed_images_in_input_order() -> None:
-    from lightning_tf.vision.module import _merge_predictions
-
-    def batch(n: int, start: int) -> dict:  # what predict_step keeps for a plain tensor batch
-        return {
-            "file": [str(start + i) for i in range(n)],
-            "classes": torch.zeros(n, 1, dtype=torch.long),
-            "probs": torch.full((n, 1), float(start)),
-            "numbered": True,
-        }
-
-    merged = _merge_predictions([[batch(2, 0)], [batch(1, 0)]])  # process 0: images 0, 2; process 1: image 1
-    assert merged[0]["file"] == ["0", "1", "2"]
-    assert merged[0]["probs"][:, 0].tolist() == [0.0, 0.0, 0.0]
-
-
 def test_kline_merge_restores_window_order() -> None:
-    from lightning_tf.kline.module import _merge_windows
+    from lightning_tf.kline.writer import _merge_windows
 
     def batch(ids: list[int]) -> dict:
         return {"pred": torch.tensor(ids, dtype=torch.float)[:, None, None], "ticker": torch.tensor(ids)}

@@ -17,6 +17,9 @@ import pytest
 
 from .conftest import Runs
 
+# subprocesses, process groups or whole training runs: the integration tier (make test-integration)
+pytestmark = pytest.mark.integration
+
 
 def test_training_batches_are_sharded_disjoint_covering_and_within_budget(ddp_runs: Runs) -> None:
     two = ddp_runs.record(2, "text")

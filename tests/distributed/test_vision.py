@@ -14,6 +14,9 @@ import pytest
 
 from .conftest import Runs
 
+# subprocesses, process groups or whole training runs: the integration tier (make test-integration)
+pytestmark = pytest.mark.integration
+
 
 def test_training_keeps_processes_in_step(ddp_runs: Runs) -> None:
     two = ddp_runs.record(2, "vision")

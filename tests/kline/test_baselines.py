@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from lightning_tf.kline.baselines import DLinearBaseline, drift, mean_forecast, moving_average, persistence
@@ -78,3 +79,21 @@ def test_dlinear_chooses_the_ridge_on_validation() -> None:
     assert chosen.ridge is not None and chosen.ridge > 0
     mse = lambda b: float(((b(xv) - yv) ** 2).mean())
     assert mse(chosen) < mse(plain)
+
+
+def test_dlinear_weights_are_buffers_that_a_fresh_one_loads() -> None:
+    """The fit is module state: a state dict carries it (shapes included) to an unfitted DLinear."""
+    L, F = 12, 3
+    x, y = torch.randn(40, L, 2, dtype=torch.float64), torch.randn(40, F, 1, dtype=torch.float64)
+    base = DLinearBaseline(L, F, 5, n_targets=1)
+    assert not base.fitted and base.ridge is None and base.mode == "mixing"
+    base.target_channels = [1]
+    base.fit([(x, y)], [(x[:10], y[:10])])
+    assert base.fitted and base.mode == "shared" and base.weight.shape == (2 * L + 1, F)
+    assert not list(base.parameters()) and set(base.state_dict()) == {"weight", "channels", "penalty"}
+    fresh = DLinearBaseline(L, F, 5, n_targets=1)
+    fresh.load_state_dict(base.state_dict())
+    assert fresh.target_channels == [1] and fresh.ridge == base.ridge
+    torch.testing.assert_close(fresh(x), base(x), rtol=0, atol=0)
+    with pytest.raises(RuntimeError, match="not fitted"):
+        DLinearBaseline(L, F)(x)

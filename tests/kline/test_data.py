@@ -1,29 +1,22 @@
-"""KLineDataModule and MultivariateDataModule: interface, windows, splits, targets, predict."""
+"""KLineDataModule: interface, windows, splits, targets, the data scale, predict."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
-from sklearn.preprocessing import StandardScaler
 
-from lightning_tf.kline.data import (
-    KLineDataModule,
-    MultivariateDataModule,
-    chronological_borders,
-    ett_borders,
-    next_timestamps,
-)
+from lightning_tf.kline import DataScale, KLineDataModule
 from lightning_tf.kline.io import read_bars
-
-from .synthetic_bars import make_bars
+from lightning_tf.kline.windows import chronological_borders
+from tests.helpers.kline import make_bars
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-ETTH1 = SHARED / "ett" / "ETTh1.csv"
 KEYS = {"x", "y", "x_raw_target", "anchor", "ticker", "time"}
 
 
@@ -257,6 +250,22 @@ def test_argument_errors(tmp_path: Path) -> None:
         KLineDataModule(str(tmp_path / "s.csv"), context_len=45, horizon=5).setup("fit")
 
 
+def test_reader_options_reach_the_reader(bars_csv: Path, tmp_path: Path) -> None:
+    """decimal / thousands / timezone are DataModule arguments: the same bars written with decimal
+    commas and ';' give the same windows as the plain file."""
+    frame = pd.read_csv(bars_csv)
+    frame.to_csv(tmp_path / "comma.csv", sep=";", decimal=",", index=False)
+    plain = KLineDataModule(str(bars_csv), context_len=16, horizon=2)
+    comma = KLineDataModule(str(tmp_path / "comma.csv"), context_len=16, horizon=2, decimal=",", thousands="")
+    plain.setup("fit"), comma.setup("fit")
+    assert torch.equal(plain.datasets["train"][3]["x"], comma.datasets["train"][3]["x"])
+    assert plain.data_scale == dataclasses.replace(comma.data_scale, ticker_names=plain.data_scale.ticker_names)
+    with pytest.raises(ValueError, match=r"decimal must be one of"):
+        KLineDataModule(decimal=";")
+    with pytest.raises(ValueError, match=r"timezone 'Mars/Olympus' is not a known time zone"):
+        KLineDataModule(timezone="Mars/Olympus")
+
+
 def test_a_share_intraday_integration() -> None:
     path = SHARED / "kline_a_share" / "XSHG_5min_600977.csv"
     if not path.exists():
@@ -268,158 +277,26 @@ def test_a_share_intraday_integration() -> None:
     assert torch.isfinite(batch["x"]).all() and batch["x"][..., 2].std() > 0  # time of day varies
 
 
-# ---------------------------------------------------------------- multivariate / ETT
-
-
-def _csv(tmp_path: Path, n: int, cols: int = 3) -> Path:
-    rng = np.random.default_rng(0)
-    df = pd.DataFrame(rng.normal(size=(n, cols)).cumsum(0), columns=[f"c{i}" for i in range(cols - 1)] + ["OT"])
-    df.insert(0, "date", pd.date_range("2020-01-01", periods=n, freq="h"))
-    df.to_csv(tmp_path / "custom.csv", index=False)
-    return tmp_path / "custom.csv"
-
-
-def test_multivariate_fraction_borders_match_dataset_custom(tmp_path: Path) -> None:
-    path = _csv(tmp_path, 1000)
-    dm = MultivariateDataModule(str(path), context_len=24, horizon=12, features="MS", target="c0", batch_size=50)
-    assert (dm.n_features, dm.n_targets, dm.target_channels) == (3, 1, [2])
-    assert dm.feature_names == ["c1", "OT", "c0"]  # target moved last, as Dataset_Custom does
-    dm.setup("fit")
-    # Dataset_Custom: n_train = int(0.7 n), n_test = int(0.2 n), border1s = [0, n_train - L, n - n_test - L]
-    n_train, n_test, L, F = 700, 200, 24, 12
-    border1s, border2s = [0, n_train - L, 1000 - n_test - L], [n_train, 1000 - n_test, 1000]
-    for split, b1, b2 in zip(("train", "val", "test"), border1s, border2s, strict=True):
-        assert len(dm.datasets[split]) == (b2 - b1) - L - F + 1
-    first = next(iter(dm.test_dataloader()))
-    values = pd.read_csv(path)[["c1", "OT", "c0"]].to_numpy()
-    scaled = StandardScaler().fit(values[:n_train]).transform(values)
-    np.testing.assert_allclose(first["x"][0].numpy(), scaled[800 - L : 800], rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(first["y"][0, :, 0].numpy(), scaled[800 : 800 + F, 2], rtol=1e-5, atol=1e-5)
-    assert sum(len(b["y"]) for b in dm.test_dataloader()) == 200 - F + 1
-
-
-def test_multivariate_s_mode_and_errors(tmp_path: Path) -> None:
-    path = _csv(tmp_path, 200)
-    dm = MultivariateDataModule(str(path), context_len=10, horizon=5, features="S")
-    assert (dm.n_features, dm.n_targets, dm.target_channels, dm.feature_names) == (1, 1, [0], ["OT"])
-    with pytest.raises(
-        ValueError, match=r"custom.csv: target 'load' not found; columns are \['date', 'c0', 'c1', 'OT'\]"
-    ):
-        MultivariateDataModule(str(path), target="load")
-    with pytest.raises(ValueError, match=r"custom.csv: 200 rows, but borders='ett_hour' needs 14400"):
-        MultivariateDataModule(str(path), borders="ett_hour").setup("fit")
-    dm.setup("predict")
-    batch = next(iter(dm.predict_dataloader()))
-    assert "y" not in batch and batch["x"].shape == (1, 10, 1)
-    assert batch["time"][0] == pd.Timestamp("2020-01-01").value + 199 * 3600 * 10**9
-    assert dm.future_timestamps(2).tolist() == [pd.Timestamp("2020-01-09 08:00"), pd.Timestamp("2020-01-09 09:00")]
-    df = pd.read_csv(path)
-    df["c1"] = df["c1"].astype(object)
-    df.loc[5, "c1"] = "n/a"
-    df.to_csv(tmp_path / "bad.csv", index=False)
-    with pytest.raises(ValueError, match=r"bad.csv: line 7, column 'c1': 'n/a' is not a finite number"):
-        MultivariateDataModule(str(tmp_path / "bad.csv"), context_len=10, horizon=5).setup("fit")
-
-
-def test_ett_borders_by_file_name(tmp_path: Path) -> None:
-    assert ett_borders("ett_hour") == (8640, 11520, 14400)
-    assert ett_borders("ett_minute") == (4 * 8640, 4 * 11520, 4 * 14400)
-    path = _csv(tmp_path, 100)
-    for name, needs in (("ETTm2.csv", 57600), ("ETTh2.csv", 14400)):
-        path.rename(tmp_path / name)
-        path = tmp_path / name
-        with pytest.raises(ValueError, match=rf"{name}: 100 rows, but borders='ett_\w+' needs {needs}"):
-            MultivariateDataModule(str(path), context_len=8, horizon=4).setup("fit")
-    dm = MultivariateDataModule(str(path), context_len=8, horizon=4, borders="fraction")
-    dm.setup("fit")
-    assert dm.borders == {"train_end": 70, "val_end": 80, "test_end": 100}
-
-
-@pytest.mark.skipif(not ETTH1.exists(), reason="shared ETTh1.csv not present")
-@pytest.mark.parametrize(("L", "F"), [(336, 96), (512, 720)])
-def test_etth1_window_counts_match_the_published_loader(L: int, F: int) -> None:
-    dm = MultivariateDataModule(str(ETTH1), context_len=L, horizon=F)
-    dm.setup("fit")
-    assert dm.borders == {"train_end": 8640, "val_end": 11520, "test_end": 14400}
-    # Dataset_ETT_hour: __len__ = border2 - border1 - seq_len - pred_len + 1
-    border1s = [0, 12 * 30 * 24 - L, 12 * 30 * 24 + 4 * 30 * 24 - L]
-    border2s = [12 * 30 * 24, 12 * 30 * 24 + 4 * 30 * 24, 12 * 30 * 24 + 8 * 30 * 24]
-    for split, b1, b2 in zip(("train", "val", "test"), border1s, border2s, strict=True):
-        assert len(dm.datasets[split]) == b2 - b1 - L - F + 1
-    assert len(dm.datasets["test"]) == 2880 - F + 1  # every test window scored (2785 at F=96)
-    values = pd.read_csv(ETTH1).iloc[:, 1:].to_numpy()
-    np.testing.assert_allclose(dm.feature_mean[0].numpy(), values[:8640].mean(0))
-    np.testing.assert_allclose(dm.feature_std[0].numpy(), values[:8640].std(0))
-    last = dm.datasets["test"][len(dm.datasets["test"]) - 1]
-    expected = (values[14400 - F : 14400] - values[:8640].mean(0)) / values[:8640].std(0)
-    np.testing.assert_allclose(last["y"].numpy(), expected, rtol=1e-5, atol=1e-5)
-
-
-def test_target_kind_says_returns_or_levels(tmp_path: Path) -> None:
-    assert KLineDataModule().target_kind == "return"
-    assert KLineDataModule(target="close").target_kind == "level"
-    path = _csv(tmp_path, 50)
-    assert MultivariateDataModule(str(path), context_len=8, horizon=2).target_kind == "level"
-    assert MultivariateDataModule(str(path), context_len=8, horizon=2, target_kind="return").target_kind == "return"
-    with pytest.raises(ValueError, match=r"target_kind must be 'return' or 'level' \(or None\), got 'price'"):
-        MultivariateDataModule(str(path), target_kind="price")  # type: ignore[arg-type]
-    pd.read_csv(path).rename(columns={"OT": "log_return"}).to_csv(tmp_path / "r.csv", index=False)
-    returns = MultivariateDataModule(
-        str(tmp_path / "r.csv"), context_len=8, horizon=2, features="S", target="log_return"
-    )
-    assert returns.target_kind == "return"  # as the model read a target named log_return before target_kind
-
-
-def test_intraday_forecast_timestamps_follow_the_trading_session() -> None:
-    """5-minute bars of an exchange with a lunch break (09:35-11:30, 13:05-15:00, Monday-Friday):
-    the forecast continues after the break and on the next business day's open, not at 11:35."""
-    day = lambda d: [
-        pd.Timestamp(d) + pd.Timedelta(m, "min")
-        for m in [*range(9 * 60 + 35, 11 * 60 + 31, 5), *range(13 * 60 + 5, 15 * 60 + 1, 5)]
-    ]
-    stamps = [t for d in ("2024-08-28", "2024-08-29", "2024-08-30") for t in day(d)]  # Wednesday .. Friday
-    morning = pd.DatetimeIndex(stamps[: stamps.index(pd.Timestamp("2024-08-30 11:30")) + 1])
-    assert next_timestamps(morning, 3).tolist() == [pd.Timestamp(f"2024-08-30 13:{m}") for m in ("05", "10", "15")]
-    closed = pd.DatetimeIndex(stamps)  # ends Friday 15:00: Monday's open comes next
-    assert next_timestamps(closed, 2).tolist() == [pd.Timestamp("2024-09-02 09:35"), pd.Timestamp("2024-09-02 09:40")]
-    # round-the-clock hourly bars (weekends included) and a single partial day keep the plain spacing
-    hourly = pd.date_range("2024-08-30 00:00", periods=60, freq="h")
-    assert next_timestamps(hourly, 3).tolist() == list(pd.date_range(hourly[-1], periods=4, freq="h")[1:])
-    one_day = pd.DatetimeIndex(stamps[:10])
-    assert next_timestamps(one_day, 2)[0] == one_day[-1] + pd.Timedelta("5min")
-
-
-def test_multivariate_rows_must_be_in_time_order(tmp_path: Path) -> None:
-    """A newest-first CSV gives the same windows as the file in time order; shuffled rows raise."""
-    path = _csv(tmp_path, 200)
-    df = pd.read_csv(path)
-    df.iloc[::-1].to_csv(tmp_path / "newest_first.csv", index=False)
-    kw = {"context_len": 16, "horizon": 4, "borders": "fraction"}
-    a, b = MultivariateDataModule(str(path), **kw), MultivariateDataModule(str(tmp_path / "newest_first.csv"), **kw)
-    a.setup("fit"), b.setup("fit")
-    torch.testing.assert_close(b.feature_mean, a.feature_mean)
-    xa, xb = (next(iter(dm.test_dataloader())) for dm in (a, b))
-    torch.testing.assert_close(xb["x"], xa["x"])
-    torch.testing.assert_close(xb["y"], xa["y"])
-    assert b.future_timestamps(1)[0] == pd.Timestamp(df["date"].iloc[-1]) + pd.Timedelta("1h")
-    df.iloc[[0, 2, 1, *range(3, 200)]].to_csv(tmp_path / "shuffled.csv", index=False)
-    with pytest.raises(
-        ValueError, match=r"shuffled.csv: line 4, column 'date': 2020-01-01 01:00:00 does not come after"
-    ):
-        MultivariateDataModule(str(tmp_path / "shuffled.csv"), **kw).setup("fit")
-
-
-def test_multivariate_too_short_for_the_window_is_refused(tmp_path: Path) -> None:
-    """Too few rows for one window would otherwise index rows before the start (wrapping around)."""
-    with pytest.raises(
-        ValueError, match=r"custom.csv: no training windows; context_len \+ horizon \(432\) exceeds the 70"
-    ):
-        MultivariateDataModule(str(_csv(tmp_path, 100)), context_len=336, horizon=96, borders="fraction").setup("fit")
-
-
 def test_an_empty_test_split_is_refused_rather_than_scored_as_nothing(bars_csv: Path) -> None:
     dm = KLineDataModule(str(bars_csv), context_len=16, horizon=3, val_start="2000-06-01", test_start="2030-01-01")
     dm.setup("fit")
     assert len(dm.datasets["train"]) > 0 and len(dm.datasets["test"]) == 0
     with pytest.raises(ValueError, match=r"rw.csv: no test windows; the test split has fewer than horizon \(3\)"):
         dm.test_dataloader()
+
+
+def test_data_scale_holds_the_training_statistics(bars_csv: Path) -> None:
+    dm = KLineDataModule(str(bars_csv), context_len=16, horizon=3, features=["body", "log_return"])
+    assert dm.data_scale is None
+    with pytest.raises(RuntimeError, match=r"call setup\(\) first"):
+        dm.inverse_targets(torch.zeros(1, 3, 1))
+    dm.setup("fit")
+    scale = dm.data_scale
+    assert isinstance(scale, DataScale)
+    assert scale.feature_names == ("body", "log_return") and scale.target_names == ("log_return",)
+    assert scale.ticker_names == ("rw",)
+    assert scale.target_kind == "return" and scale.has_prices
+    for name in ("feature_mean", "feature_std", "target_mean", "target_std"):
+        assert torch.equal(torch.tensor(getattr(scale, name), dtype=torch.float64), getattr(dm, name)), name
+    y = torch.randn(4, 3, 1)
+    torch.testing.assert_close(scale.inverse_targets(y), y * dm.target_std[0, 0].float() + dm.target_mean[0, 0].float())

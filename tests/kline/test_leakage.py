@@ -9,10 +9,9 @@ import pandas as pd
 import pytest
 import torch
 
-from lightning_tf.kline.data import KLineDataModule, MultivariateDataModule
+from lightning_tf.kline import KLineDataModule, MultivariateDataModule
 from lightning_tf.kline.features import FEATURES
-
-from .synthetic_bars import make_bars
+from tests.helpers.kline import make_bars
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 ETTH1 = SHARED / "ett" / "ETTh1.csv"

@@ -1,8 +1,9 @@
-"""KLineForecaster: gradients, channel independence, RevIN wiring, data agreement, a learnable
-series beaten well below persistence, baselines on the same windows, checkpoints."""
+"""KLineForecaster: data agreement and the one hand-over, a learnable series beaten well below
+persistence, baselines on the same windows, the DLinear fit kept in checkpoints, schedules."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import lightning as L
@@ -12,12 +13,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lightning_tf.kline import KLineDataModule, KLineForecaster
-from lightning_tf.kline.layers import n_patches
-
-from .synthetic import SCALE, SHIFT, SineDataModule
-
-TINY = {"patch_len": 8, "stride": 4, "d_model": 16, "n_heads": 2, "n_layers": 2, "d_ff": 32}
+from lightning_tf.kline import DataScale, KLineDataModule, KLineForecaster, MultivariateDataModule
+from tests.helpers.kline import SCALE, SHIFT, TINY, SineDataModule, write_bars
 
 
 def tiny(**kw) -> KLineForecaster:
@@ -27,66 +24,18 @@ def tiny(**kw) -> KLineForecaster:
 
 
 def trainer(max_epochs: int = 1, **kw) -> L.Trainer:
-    return L.Trainer(max_epochs=max_epochs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                     enable_model_summary=False, **kw)
+    kw = {"logger": False, "enable_checkpointing": False, **kw}
+    return L.Trainer(max_epochs=max_epochs, enable_progress_bar=False, enable_model_summary=False, **kw)
 
 
-def write_bars(path: Path, n: int = 400, seed: int = 0) -> pd.DataFrame:
-    """A random-walk daily OHLCV file on business days."""
-    rng = np.random.default_rng(seed)
-    close = 50 * np.exp(np.cumsum(rng.normal(0, 0.01, n)))
-    open_ = close * np.exp(rng.normal(0, 0.003, n))
-    high = np.maximum(open_, close) * np.exp(np.abs(rng.normal(0, 0.004, n)))
-    low = np.minimum(open_, close) * np.exp(-np.abs(rng.normal(0, 0.004, n)))
-    df = pd.DataFrame({"Date": pd.bdate_range("2020-01-01", periods=n).strftime("%Y-%m-%d"), "Open": open_,
-                       "High": high, "Low": low, "Close": close, "Volume": rng.integers(1000, 5000, n)})
-    df.to_csv(path, index=False)
-    return df
-
-
-@pytest.mark.parametrize("channel_mixing", [False, True])
-def test_every_parameter_gets_a_gradient(channel_mixing: bool) -> None:
-    model = tiny(channel_mixing=channel_mixing, target_channels=[0, 1, 2], dropout=0.0)
-    x = torch.randn(4, 32, 3)
-    model(x).pow(2).sum().backward()
-    missing = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
-    assert not missing, f"parameters without gradient: {missing}"
-
-
-def test_channel_independent_head_keeps_channels_apart() -> None:
-    model = tiny(channel_mixing=False).eval()
+def test_network_is_built_in_one_place() -> None:
+    model = tiny(channel_mixing=True, target_channels=[0, 1, 2]).eval()
+    assert [name for name, _ in model.named_children()] == ["net", "metrics", "dlinear"]
+    assert {n.split(".")[0] for n, _ in model.named_parameters()} == {"net"}
     x = torch.randn(2, 32, 3)
-    x2 = x.clone()
-    x2[:, :, 1] = torch.randn(2, 32) * 5 + 3  # change channel 1 only
-    y, y2 = model(x), model(x2)
-    torch.testing.assert_close(y2[..., [0, 2]], y[..., [0, 2]], rtol=0, atol=0)
-    assert (y2[..., 1] - y[..., 1]).abs().max() > 1e-3
-    # the mixing head, by contrast, lets channel 1 move every forecast
-    mixing = tiny(channel_mixing=True, target_channels=[0, 1, 2]).eval()
-    assert (mixing(x2)[..., 0] - mixing(x)[..., 0]).abs().max() > 1e-4
-
-
-def test_revin_maps_a_zero_head_back_to_the_window_mean() -> None:
-    """With the head's output zero, the forecast is RevIN's denormalisation of 0: each target
-    channel's context mean."""
-    model = tiny(target_channels=[2, 0], n_targets=2).eval()
-    torch.nn.init.zeros_(model.head.weight)
-    torch.nn.init.zeros_(model.head.bias)
-    x = torch.randn(3, 32, 3) * 4 + torch.tensor([1.0, -2.0, 10.0])
-    expected = x[..., [2, 0]].mean(1, keepdim=True).expand(-1, 6, -1)
-    torch.testing.assert_close(model(x), expected, rtol=1e-5, atol=1e-5)
-
-
-def test_attention_over_patches() -> None:
-    model = tiny().eval()
-    x = torch.randn(2, 32, 3)
-    maps = model.attention_maps(x)
-    N = n_patches(32, 8, 4)
-    assert maps.shape == (2, 3, N, N)
-    torch.testing.assert_close(maps.sum(-1), torch.ones(2, 3, N))
-    y, weights = model(x, need_weights=True)
-    torch.testing.assert_close(y, model(x))  # the explicit-weights path computes the same forecast
-    assert len(weights) == 2 and weights[0].shape == (2, 3, 2, N, N)
+    torch.testing.assert_close(model(x), model.net(x))
+    assert model.example_input_array.shape == (1, 32, 3)
+    assert (model.onnx_input_names, model.onnx_output_names) == (["context"], ["forecast"])
 
 
 def test_huber_loss() -> None:
@@ -96,35 +45,27 @@ def test_huber_loss() -> None:
     assert not torch.allclose(model._loss(pred, y), F.mse_loss(pred, y))
 
 
-def test_configuration_errors_name_the_values() -> None:
-    with pytest.raises(ValueError, match=r"patch_len \(40\) must not exceed context_len \(32\)"):
-        tiny(patch_len=40)
-    with pytest.raises(ValueError, match=r"target_channels \[0\] must list n_targets \(3\)"):
-        tiny(target_channels=[0])
-    with pytest.raises(ValueError, match="must index the n_features"):
-        tiny(n_targets=1, target_channels=[5])
-    with pytest.raises(ValueError, match="target_channels is unknown"):
-        tiny(n_targets=1)(torch.randn(1, 32, 3))
-    with pytest.raises(ValueError, match="d_model"):
-        tiny(d_model=15)
-
-
 def test_bad_batches_are_refused_where_they_enter() -> None:
     model = tiny()
     with pytest.raises(ValueError, match=r"batch 'x' must be \(B, context_len=32, n_features=3\), got \(2, 30, 3\)"):
         model._shared_step({"x": torch.randn(2, 30, 3), "y": torch.randn(2, 6, 3)}, "train")
-    x = torch.randn(2, 32, 3)
-    x[1, 4, 0] = float("nan")
-    with pytest.raises(ValueError, match="NaN or infinite"):
-        model._shared_step({"x": x, "y": torch.randn(2, 6, 3)}, "train")
+    with pytest.raises(ValueError, match=r"batch 'y' must be \(B, horizon=6, n_targets=3\), got \(2, 5, 3\)"):
+        model._shared_step({"x": torch.randn(2, 32, 3), "y": torch.randn(2, 5, 3)}, "train")
 
 
 def test_model_and_data_must_agree() -> None:
     dm = SineDataModule(n_features=3, context_len=48, horizon=8)
-    with pytest.raises(ValueError, match=r"model context_len \(32\) differs from the data's context_len \(48\)"):
+    with pytest.raises(ValueError, match=r"model.context_len \(32\) differs from the data's context_len \(48\)"):
         trainer().fit(tiny(horizon=8), dm)
-    with pytest.raises(ValueError, match=r"target_channels \[2, 1, 0\] differ from the data's \[0, 1, 2\]"):
+    with pytest.raises(ValueError, match=r"model.target_channels \(\[2, 1, 0\]\) differs from the data's target_chan"):
         trainer().fit(tiny(context_len=48, horizon=8, target_channels=[2, 1, 0]), dm)
+
+
+def test_targets_that_are_not_inputs_need_the_mixing_head(tmp_path: Path) -> None:
+    write_bars(tmp_path / "bars.csv", n=300)
+    dm = KLineDataModule(str(tmp_path / "bars.csv"), context_len=32, horizon=3, target="close")
+    with pytest.raises(ValueError, match="the channel-independent head cannot forecast them"):
+        trainer(max_steps=1).fit(KLineForecaster(n_features=6, n_targets=1, context_len=32, horizon=3, **TINY), dm)
 
 
 def test_learns_a_sinusoid_far_below_persistence() -> None:
@@ -155,14 +96,16 @@ def test_learns_a_sinusoid_far_below_persistence() -> None:
 def test_kline_fit_test_baselines_and_checkpoint(tmp_path: Path) -> None:
     """On a K-line file: one epoch, then test; the baselines are scored on exactly the test windows
     (checked by hand from the batches) in log-return units and on rebuilt prices; the checkpoint
-    loads with weights_only=True and reproduces the forecasts."""
+    loads with weights_only=True and reproduces the forecasts and the data scale."""
     write_bars(tmp_path / "bars.csv")
     dm = KLineDataModule(str(tmp_path / "bars.csv"), context_len=32, horizon=4, batch_size=32)
     model = KLineForecaster(n_features=6, n_targets=1, context_len=32, horizon=4, **TINY)
     t = L.Trainer(max_epochs=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
                   default_root_dir=tmp_path)
     t.fit(model, dm)
-    assert model.hparams.target_channels == [0]  # adopted from the data: log_return is input channel 0
+    # adopted from the data (log_return is input channel 0), as a plain attribute: the arguments stay as given
+    assert model.target_channels == [0] and model.hparams.target_channels is None
+    assert model.data_scale == dm.data_scale
     t.test(model, dm, verbose=False)
     s = model.test_summary
     assert set(s) == {"model", "persistence", "mean", "dlinear"}
@@ -174,26 +117,68 @@ def test_kline_fit_test_baselines_and_checkpoint(tmp_path: Path) -> None:
     mean_fc = past.mean(1, keepdim=True)
     assert s["mean"]["orig"]["mae"] == pytest.approx(float((y - mean_fc).abs().mean()), rel=1e-4)
     true_close = anchor[:, None] * torch.exp(torch.cumsum(y[..., 0], 1))  # (W, F)
-    assert s["persistence"]["price"]["mae"] == pytest.approx(float((true_close - anchor[:, None]).abs().mean()), rel=1e-4)
+    persistence_mae = float((true_close - anchor[:, None]).abs().mean())
+    assert s["persistence"]["price"]["mae"] == pytest.approx(persistence_mae, rel=1e-4)
     assert s["model"]["orig"]["up_share"] == pytest.approx(float((y > 0).sum() / (y != 0).sum()), rel=1e-5)
 
     ckpt = next(tmp_path.rglob("*.ckpt"))
     state = torch.load(ckpt, weights_only=True, map_location="cpu")
-    assert state["hyper_parameters"]["target_channels"] == [0]
+    assert state["target_channels"] == [0] and state["hyper_parameters"]["target_channels"] is None
+    assert DataScale.from_dict(state["data_scale"]) == dm.data_scale
+    assert state["state_dict"]["dlinear.weight"].shape == (2 * 32 + 1, 4)  # shared mode: [remainder, trend, 1]
     loaded = KLineForecaster.load_from_checkpoint(ckpt, map_location="cpu").eval()
+    assert loaded.target_channels == [0] and loaded.data_scale == dm.data_scale
     x = batches[0]["x"]
     torch.testing.assert_close(loaded(x), model.eval()(x))
+    torch.testing.assert_close(loaded.dlinear(x), model.dlinear(x), rtol=0, atol=0)
 
 
-def test_summary_says_plainly_whether_the_model_beats_each_baseline() -> None:
-    from lightning_tf.kline.module import summary_text
+def test_dlinear_is_fit_when_training_starts_and_kept_by_the_checkpoint(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Trained here: DLinear is scored. Tested from the checkpoint by a fresh model (``test --ckpt_path``):
+    the same DLinear numbers, no refit. Never trained: DLinear is skipped, saying so once."""
+    write_bars(tmp_path / "bars.csv")
+    dm = KLineDataModule(str(tmp_path / "bars.csv"), context_len=32, horizon=4, batch_size=32)
+    kw = dict(n_features=6, n_targets=1, context_len=32, horizon=4, **TINY)
+    model = KLineForecaster(**kw)
+    assert not model.dlinear.fitted
+    t = trainer(max_steps=3, limit_val_batches=2, default_root_dir=tmp_path)
+    t.fit(model, dm)
+    assert model.dlinear.fitted and model.dlinear.ridge is not None
+    path = tmp_path / "fit.ckpt"
+    t.save_checkpoint(path)
+    t.test(model, dm, verbose=False)
+    fresh = KLineForecaster(**kw)
+    trainer().test(fresh, dm, ckpt_path=str(path), verbose=False)
+    assert fresh.test_summary["dlinear"] == model.test_summary["dlinear"]
+    # resuming from the checkpoint keeps its fit: a changed weight survives the next training start
+    with torch.no_grad():
+        fresh.dlinear.weight.add_(1.0)
+    expected = fresh.dlinear.weight.clone()
+    torch.save({**torch.load(path, weights_only=True), "state_dict": fresh.state_dict()}, tmp_path / "moved.ckpt")
+    resumed = KLineForecaster(**kw)
+    trainer(max_steps=4, limit_val_batches=1).fit(resumed, dm, ckpt_path=str(tmp_path / "moved.ckpt"))
+    torch.testing.assert_close(resumed.dlinear.weight, expected, rtol=0, atol=0)
+    with caplog.at_level(logging.INFO, logger="lightning_tf.kline.module"):
+        untrained = KLineForecaster(**kw)
+        trainer().test(untrained, dm, verbose=False)
+    assert "dlinear" not in untrained.test_summary and {"persistence", "mean"} <= set(untrained.test_summary)
+    assert caplog.text.count("DLinear baseline skipped") == 1
 
-    row = lambda mse, mae: {"orig": {"mse": mse, "mae": mae}}
-    text = summary_text({"model": row(1.0, 1.0), "persistence": row(2.0, 2.0), "mean": row(1.5, 0.5),
-                         "dlinear": row(0.9, 0.9)}, "orig")
-    assert "model beats persistence: MSE 1 vs 2, MAE 1 vs 2" in text
-    assert "model beats mean on MSE only" in text
-    assert "model does NOT beat dlinear" in text
+
+def test_fitting_the_baseline_leaves_training_untouched(tmp_path: Path) -> None:
+    """The DLinear fit reads every training window when training starts: it must not move the random
+    state that shuffles and drops out, so a model trains the same with and without baselines."""
+    write_bars(tmp_path / "bars.csv")
+    params = []
+    for baselines in (True, False):
+        L.seed_everything(0)
+        dm = KLineDataModule(str(tmp_path / "bars.csv"), context_len=32, horizon=4, batch_size=32)
+        model = KLineForecaster(n_features=6, n_targets=1, context_len=32, horizon=4, baselines=baselines, **TINY)
+        trainer(max_steps=4, limit_val_batches=1).fit(model, dm)
+        params.append([p.detach().clone() for p in model.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*params, strict=True))
 
 
 @pytest.mark.parametrize(("features", "channel_mixing"), [("M", False), ("MS", True), ("S", False)])
@@ -208,9 +193,8 @@ def test_multivariate_csv_end_to_end(tmp_path: Path, features: str, channel_mixi
         "a": np.sin(t / 7) + 0.1 * rng.normal(size=n), "b": np.cos(t / 11) + 0.1 * rng.normal(size=n),
         "OT": 5 + np.sin(t / 5) + 0.1 * rng.normal(size=n),
     }).to_csv(tmp_path / "series.csv", index=False)
-    from lightning_tf.kline import MultivariateDataModule
-
-    dm = MultivariateDataModule(str(tmp_path / "series.csv"), context_len=32, horizon=4, features=features, batch_size=64)
+    dm = MultivariateDataModule(str(tmp_path / "series.csv"), context_len=32, horizon=4, features=features,
+                                batch_size=64)
     model = KLineForecaster(n_features=dm.n_features, n_targets=dm.n_targets, context_len=32, horizon=4,
                             channel_mixing=channel_mixing, **TINY)
     t_ = trainer(max_epochs=1)
@@ -226,6 +210,21 @@ def test_multivariate_csv_end_to_end(tmp_path: Path, features: str, channel_mixi
     raw = torch.cat([b["x_raw_target"][:, -1:, :] for b in batches]).double()
     y_orig = torch.cat([dm.inverse_targets(b["y"], b["ticker"]) for b in batches]).double()
     assert s["persistence"]["orig"]["mae"] == pytest.approx(float((y_orig - raw).abs().mean()), rel=1e-4)
+
+
+def test_return_targets_of_a_generic_csv_have_no_prices(tmp_path: Path) -> None:
+    """A CSV's return column has no closes to rebuild (its anchors are zeros): no price scale is scored."""
+    n = 400
+    rng = np.random.default_rng(1)
+    pd.DataFrame({"date": pd.date_range("2021-01-01", periods=n, freq="D"), "volume": rng.normal(size=n),
+                  "log_return": 0.01 * rng.normal(size=n)}).to_csv(tmp_path / "r.csv", index=False)
+    dm = MultivariateDataModule(str(tmp_path / "r.csv"), context_len=16, horizon=2, features="MS",
+                                target="log_return", borders="fraction")
+    model = KLineForecaster(n_features=2, n_targets=1, context_len=16, horizon=2, **{**TINY, "patch_len": 4})
+    t = trainer(max_steps=2, limit_val_batches=1)
+    t.fit(model, dm)
+    t.test(model, dm, verbose=False)
+    assert model.returns_target and {"model", "orig"} == set(model.test_summary["model"])
 
 
 def test_attention_image_is_logged_to_wandb_only_under_a_wandb_logger(tmp_path: Path) -> None:
@@ -249,19 +248,24 @@ def test_attention_image_is_logged_to_wandb_only_under_a_wandb_logger(tmp_path: 
 
 
 def test_returns_target_follows_the_data_target_kind() -> None:
-    """``target_kind`` decides returns vs levels; without it, targets named log_return are returns."""
-    from types import SimpleNamespace
+    """``target_kind`` decides returns vs levels; without it, targets named log_return are returns; without
+    a data scale at all, targets that are not input channels are returns."""
+    def scale(names: list[str], kind: str | None) -> DataScale:
+        one = [[0.0]], [[1.0]]
+        return DataScale(feature_names=["a"], target_names=names, target_kind=kind,  # type: ignore[arg-type]
+                         ticker_names=["t"], feature_mean=one[0], feature_std=one[1], target_mean=one[0],
+                         target_std=one[1])
 
     model = tiny(n_features=1, n_targets=1, target_channels=[0])
-    model._trainer = SimpleNamespace(datamodule=SimpleNamespace(target_names=["log_return"]))
-    assert model.returns_target  # the older inference from the name
-    model._trainer.datamodule.target_kind = "level"
+    assert not model.returns_target
+    model.data_scale = scale(["log_return"], None)
+    assert model.returns_target  # the inference from the name
+    model.data_scale = scale(["log_return"], "level")
     assert not model.returns_target  # the explicit kind wins over the name
-    model._trainer.datamodule = SimpleNamespace(target_names=["spread"], target_kind="return")
+    model.data_scale = scale(["spread"], "return")
     assert model.returns_target
-    model._trainer.datamodule.target_kind = "price"
     with pytest.raises(ValueError, match=r"target_kind must be 'return' or 'level', got 'price'"):
-        _ = model.returns_target
+        scale(["spread"], "price")
 
 
 def test_decay_schedule_is_patchtsts_type3(tmp_path: Path) -> None:
@@ -279,9 +283,27 @@ def test_decay_schedule_is_patchtsts_type3(tmp_path: Path) -> None:
     assert lrs == pytest.approx([1e-3, 1e-3, 1e-3, 9e-4, 8.1e-4, 7.29e-4])
 
 
-def test_batch_norm_encoder_option() -> None:
-    from lightning_tf.core import TokenBatchNorm
+def test_constant_schedule_warms_up_then_stays_at_the_peak() -> None:
+    """``scheduler: constant`` follows the one warmup rule of every task; ``warmup_steps: 0`` starts at the peak."""
+    dm = SineDataModule(n_features=3, context_len=32, horizon=6, n_bars=400)
+    for warmup, expected in ((4, [2.5e-4, 5e-4, 7.5e-4] + [1e-3] * 7), (0, [1e-3] * 10)):
+        lrs: list[float] = []
 
-    model = tiny(norm="batch", norm_first=False)
-    assert sum(isinstance(m, TokenBatchNorm) for m in model.modules()) == 2 * model.hparams.n_layers
-    assert not any(isinstance(m, torch.nn.LayerNorm) for m in model.encoder.modules())
+        class Record(L.Callback):
+            def on_train_batch_start(self, trainer: L.Trainer, *args: object) -> None:
+                lrs.append(trainer.optimizers[0].param_groups[0]["lr"])
+
+        model = tiny(lr=1e-3, scheduler="constant", warmup_steps=warmup, baselines=False)
+        trainer(max_epochs=5, max_steps=10, limit_val_batches=0, callbacks=[Record()]).fit(model, dm)
+        assert lrs == pytest.approx(expected)
+
+
+def test_weight_decay_on_matrices_only_and_the_betas() -> None:
+    model = tiny(weight_decay=0.1, betas=(0.8, 0.95))
+    model.trainer = L.Trainer(max_steps=10, logger=False, enable_progress_bar=False)
+    optimizer = model.configure_optimizers()["optimizer"]
+    decay, no_decay = optimizer.param_groups
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert all(p.dim() >= 2 for p in decay["params"]) and all(p.dim() < 2 for p in no_decay["params"])
+    assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
+    assert decay["betas"] == (0.8, 0.95)

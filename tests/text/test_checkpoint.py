@@ -59,6 +59,7 @@ def test_checkpoint_loads_with_weights_only(checkpoint: tuple[Path, list[str], T
     assert ckpt["hyper_parameters"]["vocab_size"] == 64
 
 
+@pytest.mark.integration
 def test_load_from_checkpoint_translates_in_a_fresh_process(
     checkpoint: tuple[Path, list[str], TranslationDataModule],
 ) -> None:
@@ -148,19 +149,48 @@ def test_empty_lines_translate_to_empty_lines(
 def test_a_loaded_model_predicts_with_its_own_tokenizer(
     checkpoint: tuple[Path, list[str], TranslationDataModule], tmp_path: Path
 ) -> None:
-    """``trainer.predict(model, datamodule=dm)`` without ``ckpt_path``: the DataModule learnt another tokenizer
-    (other seed); its ids mean nothing to the model's embeddings, so the data is re-encoded with the model's."""
+    """``trainer.predict(model, datamodule=dm)`` with a loaded model: the DataModule learnt another tokenizer
+    (other seed), whose ids mean nothing to the model's embeddings. That is one clear error; given the model's
+    tokenizer (``use_tokenizer`` or ``tokenizer_dir``) the data is encoded the model's way. A fresh model under
+    ``ckpt_path`` (as the CLI builds it) gets the checkpoint's tokenizer, and so does the DataModule."""
     path, _, _ = checkpoint
     model = Seq2SeqTransformer.load_from_checkpoint(path, map_location="cpu")
     own = model.tokenizer
+    assert own is not None
     lines = ["a b c d e f g h", "c", "b a", "t s r q p"]
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
-    dm = TranslationDataModule(
-        dataset="copy", n_train=200, n_val=8, n_test=8, vocab_size=64, seed=7, predict_file=str(tmp_path / "in.txt")
-    )
-    writer = TranslationWriter(str(tmp_path / "out.txt"))
-    Trainer(logger=False, enable_progress_bar=False, default_root_dir=tmp_path, callbacks=[writer]).predict(
-        model, datamodule=dm
-    )
+
+    def other_data(**kw: object) -> TranslationDataModule:
+        return TranslationDataModule(
+            dataset="copy",
+            n_train=200,
+            n_val=8,
+            n_test=8,
+            vocab_size=64,
+            seed=7,
+            predict_file=str(tmp_path / "in.txt"),
+            **kw,  # type: ignore[arg-type]
+        )
+
+    def predict(dm: TranslationDataModule, out: str, module: Seq2SeqTransformer = model, **kw: object) -> list[str]:
+        writer = TranslationWriter(str(tmp_path / out))
+        Trainer(logger=False, enable_progress_bar=False, default_root_dir=tmp_path, callbacks=[writer]).predict(
+            module, datamodule=dm, **kw  # type: ignore[arg-type]
+        )
+        return (tmp_path / out).read_text().splitlines()
+
+    dm = other_data()
+    with pytest.raises(ValueError, match=r"encoded with another tokenizer .*dm\.use_tokenizer\(model\.tokenizer\)"):
+        predict(dm, "never.txt")
+    assert dm.tokenizer != own and not (tmp_path / "never.txt").exists()
+    expected = model.translate(lines)
+    dm.use_tokenizer(own)  # after setup: the prediction input is encoded again
+    assert predict(dm, "out.txt") == expected
     assert model.tokenizer == own and dm.tokenizer == own
-    assert (tmp_path / "out.txt").read_text().splitlines() == model.translate(lines)
+
+    own.save(tmp_path / "tokenizer")
+    assert predict(other_data(tokenizer_dir=str(tmp_path / "tokenizer")), "from_dir.txt") == expected
+    fresh = Seq2SeqTransformer(**torch.load(path, weights_only=True)["hyper_parameters"])
+    restored = other_data()
+    assert predict(restored, "restored.txt", fresh, ckpt_path=path) == expected
+    assert fresh.tokenizer == own and restored.tokenizer == own

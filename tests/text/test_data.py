@@ -1,182 +1,46 @@
-"""TranslationDataModule: readers, direction, splits, dedup, filters, bad input, batches and the sampler."""
+"""TranslationDataModule: splits and direction, dedup, filters, bad input, batches, prediction input, the
+tokenizer (trained on the training split, saved to the run folder, restored from a checkpoint, given by
+``use_tokenizer``) and a real Tatoeba file when present."""
 
 from __future__ import annotations
 
 import gzip
+import io
 import logging
 from pathlib import Path
 
 import lightning.pytorch as pl
-import numpy as np
 import pytest
 import torch
 from lightning.pytorch.loggers import CSVLogger
 
-from lightning_tf.text.data import (
-    BucketBatchSampler,
-    TranslationDataModule,
-    padding_fraction,
-    read_aligned,
-    read_lines,
-    read_tsv,
-)
+from lightning_tf.text import TranslationDataModule
 from lightning_tf.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, BPETokenizer
+from tests.helpers.text import DE, EN, small_dm, tatoeba_rows, write_tsv
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 TATOEBA = SHARED / "tatoeba_deu_eng" / "deu_eng.tsv"
-
-EN = [
-    "Go.",
-    "Hi.",
-    "Run!",
-    "I won.",
-    "Wait!",
-    "Hello!",
-    "I agree.",
-    "Stop it.",
-    "Who am I?",
-    "I'm fine.",
-    "He came.",
-    "We know.",
-    "Call us.",
-    "Come in.",
-    "Be calm.",
-    "I'll go.",
-    "It's me.",
-    "Why not?",
-    "Cheers!",
-    "I'm sad.",
-]
-DE = [
-    "Geh.",
-    "Hallo!",
-    "Lauf!",
-    "Ich hab gewonnen.",
-    "Warte!",
-    "Hallo!",
-    "Ich bin einverstanden.",
-    "Lass das!",
-    "Wer bin ich?",
-    "Mir geht's gut.",
-    "Er kam.",
-    "Wir wissen es.",
-    "Ruf uns an!",
-    "Komm herein!",
-    "Sei ruhig!",
-    "Ich werde gehen.",
-    "Ich bin's.",
-    "Warum nicht?",
-    "Prost!",
-    "Ich bin traurig.",
-]
-
-
-def write_tsv(path: Path, rows: list[str]) -> Path:
-    path.write_text("".join(r + "\n" for r in rows), encoding="utf-8")
-    return path
-
-
-def tatoeba_rows(n: int = 20) -> list[str]:
-    return [
-        f"{e}\t{d}\tCC-BY 2.0 (France) Attribution: tatoeba.org #{i} (x) & #{i + 1} (y)"
-        for i, (e, d) in enumerate(zip(EN[:n], DE[:n], strict=True))
-    ]
-
-
-def small_dm(**kw) -> TranslationDataModule:
-    args = dict(vocab_size=200, n_val=3, n_test=3, max_tokens=512, max_length=40)
-    args.update(kw)
-    return TranslationDataModule(**args)  # type: ignore[arg-type]
-
-
-# ---------------------------------------------------------------------------------------- readers
-
-
-def test_tatoeba_tsv_direction_by_name_and_index(tmp_path: Path) -> None:
-    path = write_tsv(tmp_path / "deu.txt", tatoeba_rows())
-    en_de, _ = read_tsv(path, "en", "de")
-    de_en, stats = read_tsv(path, "de", "en")
-    assert en_de[3] == ("I won.", "Ich hab gewonnen.") and de_en[3] == ("Ich hab gewonnen.", "I won.")
-    assert stats.lines == 20 and stats.empty == 0
-    assert read_tsv(path, "1", "0")[0] == de_en  # 0-based column indices
-    assert read_tsv(path, "fr", "en", columns=["en", "fr"])[0] == de_en
-
-
-def test_tsv_header_names_columns(tmp_path: Path) -> None:
-    path = write_tsv(tmp_path / "x.tsv", ["id\tdeu\teng", "1\tHallo!\tHi.", "2\tLauf!\tRun!"])
-    pairs, stats = read_tsv(path, "deu", "eng", header=True)
-    assert pairs == [("Hallo!", "Hi."), ("Lauf!", "Run!")] and stats.lines == 2
-
-
-def test_aligned_files_plain_and_gz(tmp_path: Path) -> None:
-    (tmp_path / "train.en").write_text("\n".join(EN) + "\n", encoding="utf-8")
-    with gzip.open(tmp_path / "train.de.gz", "wt", encoding="utf-8") as f:
-        f.write("\r\n".join(DE) + "\r\n")  # Windows line ends too
-    pairs, stats = read_aligned(tmp_path / "train", "de", "en")
-    assert pairs == list(zip(DE, EN, strict=True)) and stats.lines == 20
-
-
-def test_aligned_empty_lines_are_dropped_together_and_a_bom_is_ignored(tmp_path: Path) -> None:
-    (tmp_path / "t.en").write_bytes(b"\xef\xbb\xbfHi.\n\nRun!\nGo.\n")
-    (tmp_path / "t.de").write_text("Hallo!\nWas?\n \nGeh.\n", encoding="utf-8")
-    pairs, stats = read_aligned(tmp_path / "t", "en", "de")
-    assert pairs == [("Hi.", "Hallo!"), ("Go.", "Geh.")] and (stats.lines, stats.empty) == (4, 2)
-
-
-def test_line_separators_inside_a_sentence_do_not_split_lines(tmp_path: Path) -> None:
-    path = tmp_path / "a.txt"
-    path.write_bytes("one\u2028still one\x0cand\rmore\nsecond\n".encode())
-    assert read_lines(path) == ["one\u2028still one\x0cand\rmore", "second"]
 
 
 # ---------------------------------------------------------------------------------------- bad input
 
 
-def test_mismatched_line_counts_name_both_files_and_the_line(tmp_path: Path) -> None:
-    (tmp_path / "train.en").write_text("a\nb\nc\n", encoding="utf-8")
-    (tmp_path / "train.de").write_text("x\ny\n", encoding="utf-8")
-    with pytest.raises(ValueError, match=r"train\.en has 3 lines but .*train\.de has 2.*train\.en:3 has no partner"):
-        read_aligned(tmp_path / "train", "en", "de")
-
-
-def test_undecodable_bytes_name_file_line_and_column(tmp_path: Path) -> None:
+def test_reader_errors_reach_setup(tmp_path: Path) -> None:
+    """What a reader rejects (bad UTF-8, a missing file) stops ``setup`` with the reader's message."""
     path = tmp_path / "bad.tsv"
     path.write_bytes(b"Hi.\tHallo!\nRun!\tLauf!\nBad\tSch\xf6n\n")  # latin-1 "ö"
-    with pytest.raises(ValueError, match=r"bad\.tsv:3: not valid UTF-8 .*byte 0xf6 at column 8"):
-        read_tsv(path, "en", "de")
     dm = small_dm(dataset=None, train_file=str(path))
     with pytest.raises(ValueError, match=r"bad\.tsv:3: not valid UTF-8"):
         dm.setup("fit")
-
-
-def test_missing_column_names_file_and_line(tmp_path: Path) -> None:
-    path = write_tsv(tmp_path / "deu.txt", [*tatoeba_rows(5), "Only English here."])
-    with pytest.raises(ValueError, match=r"deu\.txt:6: expected at least 2 tab-separated columns .* found 1"):
-        read_tsv(path, "de", "en")
-
-
-def test_unknown_column_and_missing_files(tmp_path: Path) -> None:
-    path = write_tsv(tmp_path / "deu.txt", tatoeba_rows(5))
-    with pytest.raises(ValueError, match=r"language 'fr' is not one of the columns \['en', 'de'\]"):
-        read_tsv(path, "fr", "en")
-    with pytest.raises(FileNotFoundError, match=r"neither .*train\.fr nor .*train\.fr\.gz exists"):
-        read_aligned(tmp_path / "train", "fr", "en")
-    with pytest.raises(FileNotFoundError, match=r"is a folder, give the file prefix such as .*train"):
-        read_aligned(tmp_path, "de", "en")
-    (tmp_path / "bad.tsv.gz").write_bytes(b"not gzip")
-    with pytest.raises(ValueError, match=r"bad\.tsv\.gz: cannot decompress"):
-        read_tsv(tmp_path / "bad.tsv.gz", "en", "de")
     with pytest.raises(FileNotFoundError, match="no such file"):
         small_dm(dataset=None, train_file=str(tmp_path / "nowhere" / "x.tsv")).setup("fit")
 
 
-def test_empty_lines_are_dropped_and_counted(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_empty_lines_are_dropped_counted_and_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     rows = tatoeba_rows()
     rows[4] = ""  # blank line
     rows[7] = "Stop it.\t   "  # empty target
     path = write_tsv(tmp_path / "deu.txt", rows)
-    pairs, stats = read_tsv(path, "en", "de")
-    assert len(pairs) == 18 and stats.empty == 2
     dm = small_dm(dataset=None, train_file=str(path), min_frequency=1)
     with caplog.at_level(logging.INFO):
         dm.setup("fit")
@@ -415,9 +279,22 @@ def test_state_dict_restores_the_tokenizer(synthetic_dm: TranslationDataModule) 
     assert d.src_ids[0] == other.tokenizer.encode([d.src_text[0]], "src")[0]  # re-encoded with the restored one
 
 
-def _roundtrip(obj: object) -> object:
-    import io
+def test_use_tokenizer_replaces_learning_one(synthetic_dm: TranslationDataModule) -> None:
+    """A given tokenizer (a trained model's) is used instead of learning one on this DataModule's split."""
+    tok = synthetic_dm.tokenizer
+    assert tok is not None
+    other = TranslationDataModule(n_train=3000, n_val=100, n_test=100, vocab_size=800, max_tokens=1024, seed=4)
+    other.use_tokenizer(tok)  # before setup; seed 4 alone learns another one (test above)
+    other.setup("fit")
+    assert other.tokenizer is tok
+    d = other.datasets["test"]
+    assert d.src_ids[0] == tok.encode([d.src_text[0]], "src")[0]
+    assert d.tgt_ids[0] == tok.encode([d.tgt_text[0]], "tgt")[0]
+    with pytest.raises(ValueError, match=r"tokenizer vocab_size \(800\) differs from vocab_size \(900\)"):
+        TranslationDataModule(vocab_size=900).use_tokenizer(tok)
 
+
+def _roundtrip(obj: object) -> object:
     buf = io.BytesIO()
     torch.save(obj, buf)
     buf.seek(0)
@@ -499,89 +376,6 @@ def test_with_a_trainer_epochs_reshuffle_and_the_tokenizer_is_saved(tmp_path: Pa
     ).fit(_Recorder(), datamodule=smoke)
     assert not (tmp_path / "smoke").exists()  # a smoke run leaves no files
     assert sorted(torch.cat(out).tolist()) == [0, 1]  # type: ignore[arg-type]
-
-
-# ---------------------------------------------------------------------------------------- sampler
-
-
-def _lengths(n: int = 1000, seed: int = 0) -> tuple[list[int], list[int]]:
-    rng = np.random.default_rng(seed)
-    src = rng.integers(3, 60, n)
-    tgt = np.clip(src + rng.integers(-5, 6, n), 3, None)
-    return src.tolist(), tgt.tolist()
-
-
-@pytest.mark.parametrize("batch_size,max_tokens", [(None, 600), (16, None), (16, 400)])
-def test_sampler_yields_every_index_once_within_budget(batch_size: int | None, max_tokens: int | None) -> None:
-    src, tgt = _lengths()
-    sampler = BucketBatchSampler(src, tgt, batch_size=batch_size, max_tokens=max_tokens, seed=0)
-    for epoch in range(3):
-        sampler.set_epoch(epoch)
-        batches = list(sampler)
-        assert len(batches) == len(sampler)
-        assert sorted(i for b in batches for i in b) == list(range(1000))
-        for b in batches:
-            if max_tokens is not None:
-                assert len(b) * max(max(src[i], tgt[i]) for i in b) <= max_tokens
-            if batch_size is not None:
-                assert len(b) <= batch_size
-
-
-def test_sampler_pads_less_than_random_batches() -> None:
-    src, tgt = _lengths()
-    batches = BucketBatchSampler(src, tgt, batch_size=32, seed=0).all_batches()
-    perm = np.random.default_rng(0).permutation(1000).tolist()
-    random_batches = [perm[i : i + 32] for i in range(0, 1000, 32)]
-    bucketed, random = padding_fraction(batches, src, tgt), padding_fraction(random_batches, src, tgt)
-    assert bucketed < 0.1 and random > 0.3  # measured: 0.06 and 0.46
-
-
-def test_sampler_order_depends_on_epoch_and_seed_only() -> None:
-    src, tgt = _lengths()
-    a, b = BucketBatchSampler(src, tgt, max_tokens=600, seed=0), BucketBatchSampler(src, tgt, max_tokens=600, seed=0)
-    epoch0 = list(a)
-    a.set_epoch(1)
-    assert list(a) != epoch0
-    b.set_epoch(1)
-    assert list(a) == list(b)
-    assert list(BucketBatchSampler(src, tgt, max_tokens=600, seed=1)) != epoch0
-
-
-def test_eval_sampler_is_sorted_and_stable() -> None:
-    src, tgt = _lengths()
-    sampler = BucketBatchSampler(src, tgt, max_tokens=600, shuffle=False)
-    first = list(sampler)
-    sampler.set_epoch(5)
-    assert list(sampler) == first
-    costs = [max(max(src[i], tgt[i]) for i in b) for b in first]
-    assert costs == sorted(costs)
-
-
-@pytest.mark.parametrize("n,world", [(1000, 2), (1000, 3), (1000, 4), (37, 4), (5, 4), (3, 4)])
-def test_ddp_shards_are_disjoint_covering_and_equal(n: int, world: int) -> None:
-    src, tgt = _lengths(n)
-    for shuffle in (True, False):
-        shards = [
-            list(BucketBatchSampler(src, tgt, max_tokens=700, shuffle=shuffle, num_replicas=world, rank=r))
-            for r in range(world)
-        ]
-        assert len({len(s) for s in shards}) == 1  # same number of steps on every rank
-        flat = [i for s in shards for b in s for i in b]
-        assert set(flat) == set(range(n))  # covering
-        if n >= world:
-            assert len(flat) == n  # disjoint: nothing repeated
-        for s in shards:
-            for b in s:
-                assert len(b) * max(max(src[i], tgt[i]) for i in b) <= 700
-
-
-def test_sampler_bad_arguments() -> None:
-    with pytest.raises(ValueError, match="give batch_size, max_tokens or both"):
-        BucketBatchSampler([3, 4])
-    with pytest.raises(ValueError, match=r"max_tokens \(10\) is smaller than the longest item \(12 tokens"):
-        BucketBatchSampler([3, 12], max_tokens=10)
-    with pytest.raises(ValueError, match=r"rank \(2\) must be in \[0, num_replicas \(2\)\)"):
-        BucketBatchSampler([3, 4], batch_size=2, num_replicas=2, rank=2)
 
 
 # ---------------------------------------------------------------------------------------- Tatoeba

@@ -12,8 +12,7 @@ from torch import Tensor
 from lightning_tf.core import DecoderCache
 from lightning_tf.text import Seq2SeqTransformer, beam_search, block_repeated_ngrams, greedy_search, length_penalty
 from lightning_tf.text.tokenizer import BOS_ID, EOS_ID, PAD_ID
-
-from .helpers import pad_rows
+from tests.helpers.text import pad_rows
 
 IDS = dict(pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID)
 V = 20

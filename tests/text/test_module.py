@@ -14,10 +14,9 @@ from lightning.pytorch import Callback, Trainer
 from lightning.pytorch.loggers import CSVLogger
 
 from lightning_tf.text import PRESETS, Seq2SeqTransformer, TranslationWriter
-from lightning_tf.text.module import cosine_factor, noam_factor
 from lightning_tf.text.tokenizer import BOS_ID, EOS_ID, PAD_ID
-
-from .helpers import IdDataModule, TextCopyDataModule, make_batch, pad_rows
+from lightning_tf.training import noam, warmup_cosine
+from tests.helpers.text import IdDataModule, TextCopyDataModule, make_batch, pad_rows
 
 V = 24
 TINY = dict(vocab_size=V, d_model=32, n_heads=4, n_layers=2, d_ff=64, dropout=0.0)
@@ -125,31 +124,34 @@ def test_bad_arguments_are_named() -> None:
         Seq2SeqTransformer(vocab_size=V, d_model=30, n_heads=4)
     with pytest.raises(ValueError, match="label_smoothing must lie in"):
         Seq2SeqTransformer(vocab_size=V, label_smoothing=1.0)
-    with pytest.raises(ValueError, match="warmup_steps must be at least 1, got 0"):
+    with pytest.raises(ValueError, match="warmup_steps must be at least 1 with scheduler 'noam', got 0"):
         Seq2SeqTransformer(vocab_size=V, warmup_steps=0)
+    with pytest.raises(ValueError, match="warmup_steps must be at least 0 with scheduler 'cosine', got -1"):
+        Seq2SeqTransformer(vocab_size=V, scheduler="cosine", warmup_steps=-1)
     with pytest.raises(ValueError, match=r"vocab_size \(3\) must exceed"):
         Seq2SeqTransformer(vocab_size=3)
 
 
 def test_vocab_mismatch_names_both_values(tmp_path: Path) -> None:
     model = Seq2SeqTransformer(**(TINY | {"vocab_size": 30}))
-    with pytest.raises(ValueError, match=r"model vocab_size \(30\) differs from the data's vocab_size \(12\)"):
+    with pytest.raises(ValueError, match=r"model\.vocab_size \(30\) differs from the data's vocab_size \(12\)"):
         trainer(tmp_path, fast_dev_run=True).fit(model, datamodule=IdDataModule(vocab_size=12))
 
 
 def test_noam_formula() -> None:
     w = 4000
-    assert noam_factor(w - 1, w) == pytest.approx(1.0)
-    assert noam_factor(0, w) == pytest.approx(1 / w)
-    assert noam_factor(4 * w - 1, w) == pytest.approx(0.5)
+    assert noam(w - 1, w) == pytest.approx(1.0)
+    assert noam(0, w) == pytest.approx(1 / w)
+    assert noam(4 * w - 1, w) == pytest.approx(0.5)
     # with peak lr = d^-0.5 * w^-0.5 it is eq. (3) of the paper at step_num = step + 1
     d, peak = 512, 512**-0.5 * w**-0.5
     for step in (0, 10, 3999, 4000, 20000):
         s = step + 1
-        assert peak * noam_factor(step, w) == pytest.approx(d**-0.5 * min(s**-0.5, s * w**-1.5))
-    assert cosine_factor(9, 10, 110) == pytest.approx(1.0)
-    assert cosine_factor(59, 10, 110) == pytest.approx(0.5)
-    assert cosine_factor(109, 10, 110) == pytest.approx(0.0)
+        assert peak * noam(step, w) == pytest.approx(d**-0.5 * min(s**-0.5, s * w**-1.5))
+    # the cosine: the peak at the last warmup step, half way between warmup and the end, 0 at the end
+    assert warmup_cosine(9, 10, 110) == pytest.approx(1.0)
+    assert warmup_cosine(60, 10, 110) == pytest.approx(0.5)
+    assert warmup_cosine(110, 10, 110) == pytest.approx(0.0)
 
 
 class LrRecorder(Callback):
@@ -160,15 +162,17 @@ class LrRecorder(Callback):
         self.lrs[trainer.global_step] = trainer.optimizers[0].param_groups[0]["lr"]
 
 
-@pytest.mark.parametrize("schedule", ["noam", "cosine"])
-def test_schedule_resumes_at_the_right_step(tmp_path: Path, schedule: str) -> None:
+@pytest.mark.parametrize("scheduler", ["noam", "cosine"])
+def test_schedule_resumes_at_the_right_step(tmp_path: Path, scheduler: str) -> None:
     """Stop mid-warmup, resume from the checkpoint: the learning rate continues the schedule (no
-    second warmup) and equals an uninterrupted run's, step by step."""
-    kw = dict(TINY, lr=1e-3, warmup_steps=8, schedule=schedule, total_steps=12 if schedule == "cosine" else None)
+    second warmup) and equals an uninterrupted run's, step by step. ``total_steps`` gives every run the
+    schedule of 20 steps (the interrupted one stops at ``max_steps=5``), in which the warmup of 8 steps
+    fits in half the run and is not shortened."""
+    kw = dict(TINY, lr=1e-3, warmup_steps=8, scheduler=scheduler, total_steps=20)
     dm = lambda: IdDataModule(vocab_size=V, n_train=64, batch_size=4)
     torch.manual_seed(0)
     full = LrRecorder()
-    trainer(tmp_path / "a", max_steps=12, callbacks=[full], limit_val_batches=0).fit(
+    trainer(tmp_path / "a", max_steps=20, callbacks=[full], limit_val_batches=0).fit(
         Seq2SeqTransformer(**kw), datamodule=dm()
     )
     torch.manual_seed(0)
@@ -177,11 +181,11 @@ def test_schedule_resumes_at_the_right_step(tmp_path: Path, schedule: str) -> No
     ckpt = tmp_path / "mid.ckpt"
     t1.save_checkpoint(ckpt)
     resumed = LrRecorder()
-    trainer(tmp_path / "b", max_steps=12, callbacks=[resumed], limit_val_batches=0).fit(
+    trainer(tmp_path / "b", max_steps=20, callbacks=[resumed], limit_val_batches=0).fit(
         Seq2SeqTransformer(**kw), datamodule=dm(), ckpt_path=ckpt
     )
-    assert sorted(resumed.lrs) == list(range(5, 12))
-    factor = (lambda s: noam_factor(s, 8)) if schedule == "noam" else (lambda s: cosine_factor(s, 8, 12))
+    assert sorted(resumed.lrs) == list(range(5, 20))
+    factor = (lambda s: noam(s, 8)) if scheduler == "noam" else (lambda s: warmup_cosine(s, 8, 20))
     for step, lr in resumed.lrs.items():
         assert lr == pytest.approx(1e-3 * factor(step)), step
         assert lr == pytest.approx(full.lrs[step])
@@ -189,8 +193,8 @@ def test_schedule_resumes_at_the_right_step(tmp_path: Path, schedule: str) -> No
 
 
 def test_cosine_needs_a_length(tmp_path: Path) -> None:
-    model = Seq2SeqTransformer(**TINY, schedule="cosine")
-    with pytest.raises(ValueError, match="schedule 'cosine' needs a length"):
+    model = Seq2SeqTransformer(**TINY, scheduler="cosine")
+    with pytest.raises(ValueError, match="scheduler 'cosine' needs the run's length"):
         trainer(tmp_path, max_time="00:00:00:05", max_epochs=-1, max_steps=-1).fit(
             model, datamodule=IdDataModule(vocab_size=V)
         )

@@ -167,6 +167,7 @@ for joint in (True, False):
 """
 
 
+@pytest.mark.integration
 def test_corpus_and_tokenizer_are_identical_across_processes() -> None:
     """Python's string hashing (PYTHONHASHSEED) and the Rust thread count (RAYON_NUM_THREADS) change between
     processes; neither may change the generated corpus or the learnt merges (joint and separate)."""

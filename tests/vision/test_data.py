@@ -13,7 +13,7 @@ from torch import Tensor
 
 from lightning_tf.vision.data import ImageDataModule
 
-from .image_files import make_image_folder, write_image
+from tests.helpers.vision import make_image_folder, write_image
 
 
 def _split_sets(dm: ImageDataModule) -> dict[str, set[str]]:
@@ -52,13 +52,6 @@ def test_flip_only_where_it_keeps_the_label(dataset: str, flips: bool) -> None:
 def test_unknown_dataset_lists_the_valid_ones() -> None:
     with pytest.raises(ValueError, match=r"unknown dataset 'svhn'; choose one of \['digits', 'mnist', .*'image_fold"):
         ImageDataModule("svhn")  # type: ignore[arg-type]
-
-
-def test_check_patch_size_names_both_numbers() -> None:
-    dm = ImageDataModule(image_size=30)
-    dm.check_patch_size(5)
-    with pytest.raises(ValueError, match=r"image_size \(30\) must be divisible by patch_size \(4\)"):
-        dm.check_patch_size(4)
 
 
 @pytest.mark.parametrize(
@@ -165,6 +158,8 @@ def test_mixup_only_on_training_batches() -> None:
     for i, row in enumerate(y - 0.1 / 10):  # without the smoothing floor: only the mixed pair remains
         pair = {int(labels[i]), int(labels[31 - i])}
         assert all(row[k].abs() < 1e-6 for k in range(10) if k not in pair)
+    example = torch.zeros(1, 1, 16, 16)  # a model's example_input_array, run by the model summary at fit start
+    assert dm.on_after_batch_transfer(example, 0) is example  # not a batch: passes unchanged
 
 
 class _Recorder(LightningModule):

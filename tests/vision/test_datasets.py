@@ -3,8 +3,6 @@ layout), the offline messages and image folders."""
 
 from __future__ import annotations
 
-import gzip
-import struct
 from pathlib import Path
 from urllib.error import URLError
 
@@ -26,7 +24,7 @@ from lightning_tf.vision.datasets import (
     stratified_split,
 )
 
-from .image_files import make_image_folder, write_image
+from tests.helpers.vision import fake_cifar10, fake_mnist, make_image_folder, write_image
 
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 
@@ -61,27 +59,9 @@ def test_digits_arrays() -> None:
 
 
 # -------------------------------------------------------------- MNIST-style idx files, offline
-def _write_idx(folder: Path, prefix: str, images: np.ndarray, labels: np.ndarray, gz: bool = True) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    opener, suffix = (gzip.open, ".gz") if gz else (open, "")
-    n, h, w = images.shape
-    with opener(folder / f"{prefix}-images-idx3-ubyte{suffix}", "wb") as f:
-        f.write(struct.pack(">IIII", 2051, n, h, w) + images.astype(np.uint8).tobytes())
-    with opener(folder / f"{prefix}-labels-idx1-ubyte{suffix}", "wb") as f:
-        f.write(struct.pack(">II", 2049, n) + labels.astype(np.uint8).tobytes())
-
-
-def _fake_mnist(folder: Path, gz: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(0)
-    train_x, train_y = rng.integers(0, 256, (200, 28, 28)), np.repeat(np.arange(10), 20)
-    _write_idx(folder, "train", train_x, train_y, gz)
-    _write_idx(folder, "t10k", rng.integers(0, 256, (30, 28, 28)), np.repeat(np.arange(10), 3), gz)
-    return train_x, train_y
-
-
 def test_fashion_mnist_from_the_debian_layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     system = tmp_path / "usr/share/datasets/fashion-mnist"  # what `dataset-fashion-mnist` installs
-    train_x, train_y = _fake_mnist(system)
+    train_x, train_y = fake_mnist(system)
     monkeypatch.setattr(datasets, "FASHION_MNIST_SYSTEM_DIRS", (system,))
     dm = ImageDataModule("fashion_mnist", root=str(tmp_path / "downloads"), download=False, batch_size=32)
     dm.prepare_data()
@@ -95,7 +75,7 @@ def test_fashion_mnist_from_the_debian_layout(tmp_path: Path, monkeypatch: pytes
 
 
 def test_flat_idx_files_in_root_are_laid_out_for_torchvision(tmp_path: Path) -> None:
-    train_x, _ = _fake_mnist(tmp_path, gz=False)
+    train_x, _ = fake_mnist(tmp_path, gz=False)
     images, _ = load_arrays("mnist", tmp_path, train=True)
     assert images.shape == (200, 1, 28, 28) and np.array_equal(images[:, 0].numpy(), train_x)
     assert (tmp_path / "MNIST/raw/t10k-labels-idx1-ubyte").is_file()
@@ -230,32 +210,8 @@ def test_find_images(tmp_path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------------- CIFAR files
-def _fake_cifar10(root: Path, monkeypatch: pytest.MonkeyPatch) -> np.ndarray:
-    """torchvision's CIFAR-10 layout with 6 x 4 random images; the checksums are patched to match."""
-    import hashlib
-    import pickle
-
-    from torchvision.datasets import CIFAR10
-
-    folder = root / "cifar-10-batches-py"
-    folder.mkdir(parents=True)
-    rng = np.random.default_rng(0)
-    pixels = rng.integers(0, 256, (6, 4, 3 * 32 * 32), dtype=np.uint8)  # rows as stored: R plane, G, B
-    names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
-    for name, rows in zip(names, pixels):
-        with open(folder / name, "wb") as f:
-            pickle.dump({"data": rows, "labels": [0, 1, 2, 3]}, f)
-    with open(folder / "batches.meta", "wb") as f:
-        pickle.dump({"label_names": list(datasets.SPECS["cifar10"].class_names)}, f)
-    md5 = {p.name: hashlib.md5(p.read_bytes()).hexdigest() for p in folder.iterdir()}
-    monkeypatch.setattr(CIFAR10, "train_list", [[n, md5[n]] for n in names[:5]])
-    monkeypatch.setattr(CIFAR10, "test_list", [["test_batch", md5["test_batch"]]])
-    monkeypatch.setattr(CIFAR10, "meta", {**CIFAR10.meta, "md5": md5["batches.meta"]})
-    return pixels
-
-
 def test_cifar_images_keep_their_channels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    pixels = _fake_cifar10(tmp_path, monkeypatch)
+    pixels = fake_cifar10(tmp_path, monkeypatch)
     images, targets = load_arrays("cifar10", tmp_path, train=True)
     assert images.shape == (20, 3, 32, 32) and targets.tolist() == [0, 1, 2, 3] * 5
     assert np.array_equal(images[5].numpy(), pixels[1, 1].reshape(3, 32, 32))  # (C, H, W): planes stay planes
@@ -272,7 +228,7 @@ def test_cifar_archive_placed_in_root_is_extracted_without_download(
 
     from torchvision.datasets import CIFAR10
 
-    _fake_cifar10(tmp_path, monkeypatch)
+    fake_cifar10(tmp_path, monkeypatch)
     archive = tmp_path / "cifar-10-python.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
         tar.add(tmp_path / "cifar-10-batches-py", arcname="cifar-10-batches-py")

@@ -1,4 +1,4 @@
-"""ViTClassifier: optimizer groups, schedule, losses, DataModule checks, training, checkpoints, predict."""
+"""ViTClassifier: optimizer groups, schedule, losses, data checks, training, checkpoints, predict, ONNX inputs."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ import torch.nn.functional as F
 from lightning.pytorch import Trainer
 from PIL import Image
 
-from lightning_tf.vision import ImageDataModule, ViTClassifier
+from lightning_tf.training import parameter_groups
+from lightning_tf.vision import ClassificationWriter, ImageDataModule, ViTClassifier
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,7 +40,11 @@ def small(**kw) -> ViTClassifier:
 
 def test_weight_decay_groups_exactly() -> None:
     model = small(layer_scale=1e-4)
-    decay, no_decay = model.parameter_groups()
+    assert model.no_weight_decay() == {"pos_embed", "cls_token"}
+    name_of = {id(p): n for n, p in model.named_parameters()}
+    groups = parameter_groups(model, 0.1)
+    assert [g["weight_decay"] for g in groups] == [0.1, 0.0]
+    decay, no_decay = ([name_of[id(p)] for p in g["params"]] for g in groups)
     names = dict(model.named_parameters())
     assert set(decay) | set(no_decay) == set(names) and not set(decay) & set(no_decay)
     expected_decay = {"net.patch_embed.proj.weight", "net.head.weight"} | {
@@ -55,6 +60,7 @@ def test_weight_decay_groups_exactly() -> None:
 
 def test_optimizer_uses_the_groups_and_warmup_cosine_schedule() -> None:
     model = small(lr=1e-3, min_lr=1e-5, warmup_steps=10, weight_decay=0.1)
+    assert model.hparams.scheduler == "cosine"  # the default
     model._trainer = SimpleNamespace(estimated_stepping_batches=110)  # what configure_optimizers reads
     config = model.configure_optimizers()
     optimizer, scheduler = config["optimizer"], config["lr_scheduler"]["scheduler"]
@@ -72,6 +78,16 @@ def test_optimizer_uses_the_groups_and_warmup_cosine_schedule() -> None:
     mid = 10 + 50
     assert lrs[mid] == pytest.approx(1e-5 + (1e-3 - 1e-5) * 0.5 * (1 + math.cos(math.pi * 0.5)))
     assert lrs[-1] == pytest.approx(1e-5, rel=0.05)
+
+
+def test_other_schedules() -> None:
+    model = small(lr=1e-3, warmup_steps=0, scheduler="constant")
+    model._trainer = SimpleNamespace(estimated_stepping_batches=110)
+    assert "lr_scheduler" not in model.configure_optimizers()  # flat: nothing to schedule
+    model = small(lr=1e-3, warmup_steps=4, scheduler="noam")
+    model._trainer = SimpleNamespace(estimated_stepping_batches=110)
+    scheduler = model.configure_optimizers()["lr_scheduler"]["scheduler"]
+    assert [scheduler.lr_lambdas[0](s) for s in (0, 3, 15)] == pytest.approx([0.25, 1.0, 0.5])  # noam: peak at 4
 
 
 # --------------------------------------------------------------------------------------- loss
@@ -105,14 +121,16 @@ def test_bad_configurations() -> None:
         ViTClassifier(label_smoothing=1.0)
     with pytest.raises(ValueError, match="unknown preset"):
         ViTClassifier(preset="huge")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"unknown scheduler 'step'; expected one of \['noam', 'cosine'"):
+        ViTClassifier(scheduler="step")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
     ("model_kw", "data_kw", "message"),
     [
-        (dict(num_classes=5), dict(), r"model num_classes \(5\) differs from the DataModule's num_classes \(10\)"),
-        (dict(in_chans=3), dict(), r"model in_chans \(3\) differs from the DataModule's in_chans \(1\)"),
-        (dict(), dict(image_size=24), r"model image_size \(16\) differs from the DataModule's image_size \(24\)"),
+        (dict(num_classes=5), dict(), r"model.num_classes \(5\) differs from the data's num_classes \(10\)"),
+        (dict(in_chans=3), dict(), r"model.in_chans \(3\) differs from the data's in_chans \(1\)"),
+        (dict(), dict(image_size=24), r"model.image_size \(16\) differs from the data's image_size \(24\)"),
     ],
     ids=["num_classes", "in_chans", "image_size"],
 )
@@ -122,11 +140,17 @@ def test_mismatch_with_the_datamodule(tmp_path: Path, model_kw: dict, data_kw: d
 
 
 def test_patch_size_not_dividing_the_data_image_size(tmp_path: Path) -> None:
-    """Evaluation at another resolution is allowed (positions resampled), but not one the patch does not divide."""
+    """Evaluation at another resolution is allowed (positions resampled), but not one the patch does not
+    divide: the model says so naming both numbers, before any image is read."""
     model = small()
-    with pytest.raises(ValueError, match=r"patch_size \(4\) must divide the DataModule's image_size \(18\)"):
-        trainer(tmp_path).test(model, ImageDataModule(image_size=18))
+    for size in (18, 30):
+        with pytest.raises(ValueError, match=rf"image_size \({size}\) must be divisible by patch_size \(4\); set data"):
+            trainer(tmp_path).test(model, ImageDataModule(image_size=size))
     trainer(tmp_path).test(model, ImageDataModule(image_size=24))  # 6x6 grid: runs
+    coarse = small(patch_size=8)  # a 2x2 grid; evaluated at 40 pixels: 5x5
+    trainer(tmp_path, limit_test_batches=1).test(coarse, ImageDataModule(image_size=40))
+    with pytest.raises(ValueError, match=r"image_size \(36\) must be divisible by patch_size \(8\)"):
+        trainer(tmp_path).test(coarse, ImageDataModule(image_size=36))  # 36 = 9 x 4: only a patch of 4 divides it
 
 
 # -------------------------------------------------------------------------------- training run
@@ -154,7 +178,52 @@ def test_trains_on_digits_and_checkpoint_loads_weights_only(tmp_path: Path) -> N
     assert loaded.mean == dm.mean
 
 
+def test_checkpoint_of_a_cli_model_without_image_size_rebuilds_it(tmp_path: Path) -> None:
+    """LightningCLI saves the arguments as given: ``image_size: null`` stays None in the hyperparameters
+    (the model never rewrites them), and the saved preset gives the same size back on loading."""
+    from lightning.pytorch.cli import LightningCLI
+
+    args = ["--model.d_model", "16", "--model.n_heads", "2", "--model.n_layers", "1", "--model.d_ff", "32",
+            "--model.image_size", "null", "--data.batch_size", "32", "--trainer.max_steps", "1",
+            "--trainer.limit_val_batches", "0", "--trainer.logger", "false", "--trainer.enable_checkpointing", "false",
+            "--trainer.enable_progress_bar", "false", "--trainer.accelerator", "cpu", "--trainer.devices", "1",
+            "--trainer.default_root_dir", str(tmp_path)]  # fmt: skip
+    cli = LightningCLI(ViTClassifier, ImageDataModule, run=False, args=args, save_config_callback=None)
+    assert cli.model.hparams.image_size is None and cli.model.net.image_size == 16
+    cli.trainer.fit(cli.model, cli.datamodule)
+    path = tmp_path / "m.ckpt"
+    cli.trainer.save_checkpoint(path)
+    assert torch.load(path, weights_only=True)["hyper_parameters"]["image_size"] is None
+    loaded = ViTClassifier.load_from_checkpoint(path).eval()
+    assert loaded.net.image_size == 16 and loaded.net.grid == (4, 4)
+    x = torch.randn(2, 1, 16, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x), cli.model.eval()(x), atol=0, rtol=0)
+
+
+def test_onnx_inputs_are_declared() -> None:
+    """What ONNX export reads from the module: one image of the training size, and the graph's names."""
+    model = small(in_chans=3, preset="cpu32").eval()
+    example = model.example_input_array
+    assert example.shape == (1, 3, 32, 32) and example.device.type == "cpu"
+    assert model(example).shape == (1, 10)
+    assert ViTClassifier.onnx_input_names == ["images"] and ViTClassifier.onnx_output_names == ["logits"]
+
+
 # ------------------------------------------------------------------------------------- predict
+
+
+def test_predict_step_returns_every_class_probability() -> None:
+    model = small().eval()
+    images = torch.randn(3, 1, 16, 16)
+    target, index = torch.tensor([1, 2, -1]), torch.tensor([4, 5, 6])
+    batch = {"image": images, "path": ["a", "b", "c"], "target": target, "index": index}
+    with torch.no_grad():
+        out = model.predict_step(batch, 0)
+        torch.testing.assert_close(out["probs"], model(images).softmax(-1))  # (3, 10): all classes
+        assert model.predict_step(images, 0).keys() == {"probs"}  # a plain tensor batch names nothing
+        assert model.predict_step((images,), 0).keys() == {"probs"}
+    assert out["file"] == ["a", "b", "c"] and torch.equal(out["target"], target) and torch.equal(out["index"], index)
 
 
 def test_predict_writes_a_csv_with_the_top_k(tmp_path: Path) -> None:
@@ -163,9 +232,10 @@ def test_predict_writes_a_csv_with_the_top_k(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     for name in ("b.png", "a.png", "c.png"):
         Image.fromarray(rng.integers(0, 255, (20, 12), dtype=np.uint8)).save(folder / name)
-    model = small(top_k=3, output_file=str(tmp_path / "out" / "pred.csv")).eval()
+    model = small().eval()
     dm = ImageDataModule(predict_path=str(folder), batch_size=2)
-    trainer(tmp_path).predict(model, dm)
+    writer = ClassificationWriter(output_file=str(tmp_path / "out" / "pred.csv"), top_k=3)
+    trainer(tmp_path, callbacks=[writer]).predict(model, dm)
     df = pd.read_csv(tmp_path / "out" / "pred.csv")
     assert list(df.columns) == ["file", "top1_class", "top1_prob", "top2_class", "top2_prob", "top3_class", "top3_prob"]
     assert [Path(f).name for f in df["file"]] == ["a.png", "b.png", "c.png"]
@@ -180,19 +250,40 @@ def test_predict_writes_a_csv_with_the_top_k(tmp_path: Path) -> None:
 
 
 def test_predict_on_the_test_split_adds_the_label(tmp_path: Path) -> None:
-    model = small(output_file=str(tmp_path / "pred.csv"))
+    model = small()
     dm = ImageDataModule()
-    trainer(tmp_path, limit_predict_batches=1).predict(model, dm)
+    writer = ClassificationWriter(output_file=str(tmp_path / "pred.csv"))
+    trainer(tmp_path, limit_predict_batches=1, callbacks=[writer]).predict(model, dm)
     df = pd.read_csv(tmp_path / "pred.csv")
     assert len(df) == dm.hparams.batch_size and "label" in df.columns
     assert all(re.fullmatch(r"digits/\d+", f) for f in df["file"])
+    assert df["label"].astype(str).tolist() == [str(int(t)) for t in dm.test_set.targets[: len(df)]]
+    assert list(df.columns)[-3:] == ["top5_class", "top5_prob", "label"]  # top_k defaults to 5
+
+
+def test_unnamed_images_are_numbered_in_input_order(tmp_path: Path) -> None:
+    """Plain tensor batches (no file names, no labels) are numbered 0, 1, ...; a top_k above the class
+    count lists every class."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    images = torch.randn(5, 1, 16, 16)
+    model = small().eval()
+    writer = ClassificationWriter(output_file=str(tmp_path / "p.csv"), top_k=20)
+    trainer(tmp_path, callbacks=[writer]).predict(model, DataLoader(TensorDataset(images), batch_size=2))
+    df = pd.read_csv(tmp_path / "p.csv")
+    assert df["file"].tolist() == [0, 1, 2, 3, 4]
+    assert "label" not in df.columns and list(df.columns)[-2:] == ["top10_class", "top10_prob"]
+    with torch.no_grad():
+        top1 = model(images).argmax(-1)  # (5,)
+    assert df["top1_class"].tolist() == top1.tolist()
 
 
 def test_predict_writes_to_the_run_directory_by_default(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     """Without ``output_file`` the CSV goes to the run directory (the logger's, else default_root_dir),
-    never the working directory; a relative path given is honoured as given; the path is printed."""
+    never the working directory, and never over an earlier one; a relative path given is honoured as
+    given; the path is printed."""
     from lightning.pytorch.loggers import CSVLogger
 
     work = tmp_path / "work"
@@ -203,24 +294,38 @@ def test_predict_writes_to_the_run_directory_by_default(
     trainer(tmp_path / "root", logger=logger, limit_predict_batches=1).predict(model, ImageDataModule())
     written = Path(logger.log_dir) / "predictions.csv"
     assert written.is_file() and len(pd.read_csv(written)) == 128
-    assert f"to {written}" in capsys.readouterr().out
+    assert f"wrote 128 predictions to {written}" in capsys.readouterr().out
     trainer(tmp_path / "root", limit_predict_batches=1).predict(model, ImageDataModule())
     assert (tmp_path / "root" / "predictions.csv").is_file()
-    assert list(work.iterdir()) == []  # nothing in the working directory
-    model.output_file = "sub/mine.csv"
     trainer(tmp_path / "root", limit_predict_batches=1).predict(model, ImageDataModule())
+    assert (tmp_path / "root" / "predictions-1.csv").is_file()  # the first one is kept
+    assert list(work.iterdir()) == []  # nothing in the working directory
+    mine = ClassificationWriter(output_file="sub/mine.csv")
+    trainer(tmp_path / "root", limit_predict_batches=1, callbacks=[mine]).predict(model, ImageDataModule())
     assert (work / "sub" / "mine.csv").is_file() and "to sub/mine.csv" in capsys.readouterr().out
-    model.output_file = ""
-    trainer(tmp_path / "other", limit_predict_batches=1).predict(model, ImageDataModule())
-    assert not (tmp_path / "other").exists() or not list((tmp_path / "other").rglob("*.csv"))
+
+
+def test_a_writer_given_to_the_trainer_replaces_the_default(tmp_path: Path) -> None:
+    model = small()
+    assert [type(cb) for cb in model.configure_callbacks()] == [ClassificationWriter]
+    mine = ClassificationWriter(output_file=str(tmp_path / "mine.csv"), top_k=1)
+    t = trainer(tmp_path, limit_predict_batches=1, callbacks=[mine])
+    t.predict(model, ImageDataModule())
+    assert [cb for cb in t.callbacks if isinstance(cb, ClassificationWriter)] == [mine]
+    assert list(tmp_path.rglob("*.csv")) == [tmp_path / "mine.csv"]  # written once, by the given writer
+    assert list(pd.read_csv(tmp_path / "mine.csv").columns) == ["file", "top1_class", "top1_prob", "label"]
+    t = trainer(tmp_path / "default", limit_predict_batches=1)
+    t.predict(model, ImageDataModule())
+    assert [type(cb) for cb in t.callbacks if isinstance(cb, ClassificationWriter)] == [ClassificationWriter]
+    assert (tmp_path / "default" / "predictions.csv").is_file()
 
 
 @pytest.mark.slow
 def test_cli_fit_then_predict_a_folder(tmp_path: Path) -> None:
     """The user's path: fit with the default config for a few steps, then ``lightning-tf predict`` on a
-    folder of image files with the saved checkpoint writes the CSV (``output_file`` and ``top_k`` from the
-    command line, not replaced by the checkpoint's hyperparameters)."""
-    from tests.test_cli import cli
+    folder of image files with the saved checkpoint writes the CSV (a ClassificationWriter with its
+    ``output_file`` and ``top_k`` given on the command line)."""
+    from tests.helpers.cli import cli
 
     folder = tmp_path / "images"
     folder.mkdir()
@@ -232,7 +337,8 @@ def test_cli_fit_then_predict_a_folder(tmp_path: Path) -> None:
     ckpt = next((tmp_path / "checkpoints").glob("*.ckpt"))
     out = tmp_path / "pred.csv"
     cli("predict", *common, "--ckpt_path", str(ckpt), "--data.predict_path", str(folder),
-        "--model.output_file", str(out), "--model.top_k", "2")
+        "--trainer.callbacks+=lightning_tf.vision.ClassificationWriter", "--trainer.callbacks.output_file", str(out),
+        "--trainer.callbacks.top_k", "2")
     df = pd.read_csv(out)
     assert [Path(f).name for f in df["file"]] == ["img0.png", "img1.png", "img2.png"]
     assert list(df.columns) == ["file", "top1_class", "top1_prob", "top2_class", "top2_prob"]
@@ -297,10 +403,11 @@ def test_evaluating_at_another_size_with_a_logger(tmp_path: Path) -> None:
     assert model.hparams.image_size == 16 and model.net.image_size == 16  # the checkpoint keeps the training size
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("config", sorted((ROOT / "configs" / "vision").glob("digits*.yaml")), ids=lambda p: p.stem)
 def test_configs_run_with_a_logger(config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every vision config under the default trainer config (a logger: the hyperparameters are merged)."""
-    from lightning_tf.cli import main
+    from lightning_tf.__main__ import main
 
     monkeypatch.setattr("sys.argv", ["lightning-tf"])
     main(["fit", "--config", str(ROOT / "configs/trainer/default.yaml"), "--config", str(config),
@@ -319,7 +426,7 @@ def test_digits_default_config_reaches_95_percent(tmp_path: Path, monkeypatch: p
     subprocess (at most 2 x 120 s), which other load on the machine does not inflate."""
     import resource
 
-    from tests.test_cli import cli
+    from tests.helpers.cli import cli
 
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the model's matrices are too small to split across threads
     before = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -57,20 +57,20 @@ def test_resample_matches_timm() -> None:
     assert torch.equal(ours[:, :1], pos[:, :1])  # the class-token row is not resampled
 
 
-@pytest.mark.parametrize("pos_embed", ["learned", "sincos2d"])
-def test_other_resolution_forward(pos_embed: str) -> None:
-    model = tiny(pos_embed=pos_embed)
+@pytest.mark.parametrize("pos_encoding", ["learned", "sincos2d"])
+def test_other_resolution_forward(pos_encoding: str) -> None:
+    model = tiny(pos_encoding=pos_encoding)
     with torch.no_grad():
         out = model(torch.randn(2, 3, 24, 20))
     assert out.shape == (2, 5) and torch.isfinite(out).all()
-    if pos_embed == "sincos2d":  # recomputed exactly for the new grid; the class token has no position
+    if pos_encoding == "sincos2d":  # recomputed exactly for the new grid; the class token has no position
         table = model.position_table((6, 5))
         torch.testing.assert_close(table[0, 1:], sincos_2d(32, 6, 5))
         assert torch.equal(table[0, 0], torch.zeros(32))
 
 
 def test_sincos_table_is_fixed_and_not_saved() -> None:
-    model = tiny(pos_embed="sincos2d")
+    model = tiny(pos_encoding="sincos2d")
     assert "pos_embed" not in model.state_dict()
     assert all("pos_embed" not in n for n, _ in model.named_parameters())
     torch.testing.assert_close(model.pos_embed[0, 1:], sincos_2d(32, 4, 4))
@@ -84,11 +84,11 @@ def test_position_embedding_makes_the_model_order_aware() -> None:
     shuffled = unpatchify(patchify(x, 4)[:, perm], 4, (4, 4), 3)
     with torch.no_grad():
         for pos in ("learned", "sincos2d"):
-            model = tiny(pos_embed=pos, pool="mean")
+            model = tiny(pos_encoding=pos, pool="mean")
             if pos == "learned":
                 torch.nn.init.normal_(model.pos_embed, std=1.0)
             assert (model(x) - model(shuffled)).abs().max() > 1e-3
-        model = tiny(pos_embed="none", pool="mean")
+        model = tiny(pos_encoding="none", pool="mean")
         torch.testing.assert_close(model(x), model(shuffled), atol=1e-5, rtol=1e-5)
 
 
@@ -108,7 +108,7 @@ def test_cls_pooling_reads_the_class_token() -> None:
     "kw",
     [
         dict(),
-        dict(pool="mean", pos_embed="sincos2d", layer_scale=0.1, drop_path=0.2),
+        dict(pool="mean", pos_encoding="sincos2d", layer_scale=0.1, drop_path=0.2),
         dict(pool="mean", class_token=True, dropout=0.1, attn_dropout=0.1, head_dropout=0.1),
     ],
     ids=["cls-learned", "mean-sincos-layerscale-droppath", "mean-with-cls-dropout"],
@@ -153,8 +153,8 @@ def test_bad_configuration_messages() -> None:
         tiny(class_token=False)
     with pytest.raises(ValueError, match="unknown pool"):
         tiny(pool="max")
-    with pytest.raises(ValueError, match="unknown pos_embed"):
-        tiny(pos_embed="rope")
+    with pytest.raises(ValueError, match="unknown pos_encoding"):
+        tiny(pos_encoding="rope")
     with pytest.raises(ValueError, match="unknown preset 'huge'"):
         preset_config("huge")
     model = tiny()

@@ -1,15 +1,18 @@
-"""Test-only data in the batch format of TranslationDataModule, built from ids (copy / reverse of
-random token strings) or from a handful of sentences with a real BPETokenizer."""
+"""Test-only data for the text task: batches in the format of TranslationDataModule built from ids
+(copy / reverse of random token strings) or from a handful of sentences with a real BPETokenizer, and a
+small parallel corpus (twenty English-German pairs in Tatoeba's layout) with the writer of its files."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 from lightning.pytorch import LightningDataModule
 from torch import Tensor
 from torch.utils.data import DataLoader
 
+from lightning_tf.text import TranslationDataModule
 from lightning_tf.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, BPETokenizer
 
 N_SPECIAL = 4
@@ -156,3 +159,72 @@ class TextCopyDataModule(LightningDataModule):
 
     def test_dataloader(self) -> DataLoader:
         return self.val_dataloader()
+
+
+# ------------------------------------------------------------------------------------ a parallel corpus
+
+EN = [
+    "Go.",
+    "Hi.",
+    "Run!",
+    "I won.",
+    "Wait!",
+    "Hello!",
+    "I agree.",
+    "Stop it.",
+    "Who am I?",
+    "I'm fine.",
+    "He came.",
+    "We know.",
+    "Call us.",
+    "Come in.",
+    "Be calm.",
+    "I'll go.",
+    "It's me.",
+    "Why not?",
+    "Cheers!",
+    "I'm sad.",
+]
+DE = [
+    "Geh.",
+    "Hallo!",
+    "Lauf!",
+    "Ich hab gewonnen.",
+    "Warte!",
+    "Hallo!",
+    "Ich bin einverstanden.",
+    "Lass das!",
+    "Wer bin ich?",
+    "Mir geht's gut.",
+    "Er kam.",
+    "Wir wissen es.",
+    "Ruf uns an!",
+    "Komm herein!",
+    "Sei ruhig!",
+    "Ich werde gehen.",
+    "Ich bin's.",
+    "Warum nicht?",
+    "Prost!",
+    "Ich bin traurig.",
+]
+
+
+def write_tsv(path: Path, rows: list[str]) -> Path:
+    """Write ``rows`` as lines of a UTF-8 file; returns ``path``."""
+    path.write_text("".join(r + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def tatoeba_rows(n: int = 20) -> list[str]:
+    """The first ``n`` pairs as Tatoeba export lines: ``english<TAB>german<TAB>attribution``."""
+    return [
+        f"{e}\t{d}\tCC-BY 2.0 (France) Attribution: tatoeba.org #{i} (x) & #{i + 1} (y)"
+        for i, (e, d) in enumerate(zip(EN[:n], DE[:n], strict=True))
+    ]
+
+
+def small_dm(**kw: object) -> TranslationDataModule:
+    """A TranslationDataModule sized for the twenty pairs (``kw`` overrides)."""
+    args = dict(vocab_size=200, n_val=3, n_test=3, max_tokens=512, max_length=40)
+    args.update(kw)
+    return TranslationDataModule(**args)  # type: ignore[arg-type]

@@ -1,0 +1,148 @@
+"""DataScale: what a forecaster must know of its data to speak in the data's units.
+
+A DataModule fits its scalers on the training rows (per ticker) and feeds the model standardised
+windows; the model forecasts on that scale. :class:`DataScale` holds, as plain values, what maps a
+forecast back: the feature and target names, whether the targets are returns or levels, the ticker
+names and every ticker's training means and standard deviations. Both DataModules expose one as
+``data_scale`` after ``setup``; :class:`~lightning_tf.kline.KLineForecaster` takes it once and keeps it
+in its checkpoints (:meth:`DataScale.to_dict`: lists, strings and floats, loadable with
+``torch.load(weights_only=True)`` and storable as JSON), so a loaded model forecasts in original units
+and prices without the DataModule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Literal
+
+import torch
+from torch import Tensor
+
+__all__ = ["DataScale", "TargetKind", "rebuild_prices"]
+
+TargetKind = Literal["return", "level"]
+_STATISTICS = ("feature_mean", "feature_std", "target_mean", "target_std")
+
+
+def rebuild_prices(returns: Tensor, anchor: Tensor) -> Tensor:
+    """Close prices ``(B, F)`` from per-bar log returns ``(B, F)`` and the last known close ``(B,)``:
+    ``anchor * exp(cumsum(returns))``."""
+    return anchor.to(returns.dtype)[:, None] * torch.exp(torch.cumsum(returns, dim=1))  # (B, F)
+
+
+def _rows(name: str, value: Any, n_rows: int, n_cols: int) -> tuple[tuple[float, ...], ...]:
+    """``value`` (nested sequence or tensor) as a ``(n_rows, n_cols)`` tuple of float tuples."""
+    if isinstance(value, Tensor):
+        value = value.detach().double().cpu().tolist()
+    rows = tuple(tuple(float(v) for v in row) for row in value)
+    if len(rows) != n_rows or any(len(r) != n_cols for r in rows):
+        shape = (len(rows), *{len(r) for r in rows})
+        raise ValueError(f"{name} must be (n_tickers={n_rows}, {n_cols}) values, got shape {shape}")
+    return rows
+
+
+@dataclass(frozen=True)
+class DataScale:
+    """The data's naming and training statistics, as plain values.
+
+    ``original = model scale * std[ticker] + mean[ticker]``, per target (or feature) column.
+
+    Args:
+        feature_names: the C input channels, in order.
+        target_names: the K targets, in order.
+        target_kind: ``return`` (persistence is a zero change; closes are rebuilt from the returns) or
+            ``level`` (persistence repeats the last value); None: ``return`` when every target is named
+            ``log_return``, else ``level``.
+        ticker_names: the series, indexed by the batches' ``ticker`` ids.
+        feature_mean: ``(n_tickers, C)`` training means of the features.
+        feature_std: ``(n_tickers, C)`` training standard deviations of the features.
+        target_mean: ``(n_tickers, K)`` training means of the targets.
+        target_std: ``(n_tickers, K)`` training standard deviations of the targets.
+        has_prices: whether the batches' ``anchor`` is the last close of each window, so that closes
+            can be rebuilt from return targets (K-line bars; not a generic CSV).
+    """
+
+    feature_names: tuple[str, ...]
+    target_names: tuple[str, ...]
+    target_kind: TargetKind | None
+    ticker_names: tuple[str, ...]
+    feature_mean: tuple[tuple[float, ...], ...] = field(repr=False)
+    feature_std: tuple[tuple[float, ...], ...] = field(repr=False)
+    target_mean: tuple[tuple[float, ...], ...] = field(repr=False)
+    target_std: tuple[tuple[float, ...], ...] = field(repr=False)
+    has_prices: bool = False
+
+    def __post_init__(self) -> None:
+        def put(name: str, value: Any) -> None:
+            object.__setattr__(self, name, value)  # frozen: normalised once, here
+
+        put("feature_names", tuple(str(n) for n in self.feature_names))
+        put("target_names", tuple(str(n) for n in self.target_names))
+        put("ticker_names", tuple(str(n) for n in self.ticker_names))
+        kind = self.target_kind
+        if kind is None:
+            kind = "return" if self.target_names and all(n == "log_return" for n in self.target_names) else "level"
+        if kind not in ("return", "level"):
+            raise ValueError(f"target_kind must be 'return' or 'level', got {kind!r}")
+        put("target_kind", kind)
+        put("has_prices", bool(self.has_prices))
+        n, C, K = len(self.ticker_names), len(self.feature_names), len(self.target_names)
+        for name, cols in zip(_STATISTICS, (C, C, K, K), strict=True):
+            put(name, _rows(name, getattr(self, name), n, cols))
+
+    # ------------------------------------------------------------------------------ plain data
+    def to_dict(self) -> dict[str, Any]:
+        """Lists, strings and floats only: loads with ``torch.load(weights_only=True)``, dumps as JSON."""
+        return {
+            "feature_names": list(self.feature_names),
+            "target_names": list(self.target_names),
+            "target_kind": self.target_kind,
+            "ticker_names": list(self.ticker_names),
+            **{k: [list(row) for row in getattr(self, k)] for k in _STATISTICS},
+            "has_prices": self.has_prices,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DataScale:
+        """The inverse of :meth:`to_dict`."""
+        keys = ("feature_names", "target_names", "target_kind", "ticker_names", *_STATISTICS)
+        missing = [k for k in keys if k not in data]
+        if missing:
+            raise ValueError(f"data scale lacks {missing}; it has {sorted(data)}")
+        return cls(**{k: data[k] for k in keys}, has_prices=bool(data.get("has_prices", False)))
+
+    # ------------------------------------------------------------------------------ units
+    @property
+    def returns(self) -> bool:
+        """Whether the targets are returns (rather than levels)."""
+        return self.target_kind == "return"
+
+    @cached_property
+    def _target_stats(self) -> tuple[Tensor, Tensor]:
+        return torch.tensor(self.target_mean, dtype=torch.float64), torch.tensor(self.target_std, dtype=torch.float64)
+
+    def _per_window(self, y: Tensor, ticker: Tensor | None) -> tuple[Tensor, Tensor]:
+        """Each window's target mean and std ``(B, K)`` in ``y``'s dtype and device (ticker None: ticker 0)."""
+        if ticker is None:
+            ticker = torch.zeros(y.shape[0], dtype=torch.long, device=y.device)
+        ticker = ticker.to(y.device)
+        mean, std = self._target_stats
+        return mean.to(y.device, y.dtype)[ticker], std.to(y.device, y.dtype)[ticker]  # (B, K) each
+
+    def inverse_targets(self, y: Tensor, ticker: Tensor | None = None) -> Tensor:
+        """Model-scale targets ``(B, F, K)`` of tickers ``(B,)`` back to original units ``(B, F, K)``."""
+        mean, std = self._per_window(y, ticker)  # (B, K)
+        return y * std[:, None, :] + mean[:, None, :]  # (B, F, K)
+
+    def scale_targets(self, y: Tensor, ticker: Tensor | None = None) -> Tensor:
+        """Original-unit targets ``(B, F, K)`` to the model scale (inverse of :meth:`inverse_targets`)."""
+        mean, std = self._per_window(y, ticker)  # (B, K)
+        return (y - mean[:, None, :]) / std[:, None, :]  # (B, F, K)
+
+    def to_prices(self, y: Tensor, anchor: Tensor) -> Tensor:
+        """Original-unit targets ``(B, F, K)`` to the prices ``(B, F)`` of the first target: rebuilt from
+        the last close ``anchor`` (B,) for returns, the level itself otherwise."""
+        if self.returns:
+            return rebuild_prices(y[..., 0], anchor)  # (B, F)
+        return y[..., 0]  # (B, F)

@@ -1,0 +1,250 @@
+"""Sliding windows over series stored end to end, their chronological split borders, the calendar of
+the bars after the last one, and the loaders both DataModules serve them with.
+
+A window is named by ``t``, the row of its last context bar: inputs are rows ``t-L+1 .. t``, targets
+rows ``t+1 .. t+F``. A window belongs to the split that holds all its targets, so validation and test
+windows begin ``L`` rows before their border (their context may come from the earlier split) and no
+target ever lies in an earlier split. The borders follow PatchTST's and DLinear's data loaders
+(``Dataset_Custom``, ``Dataset_ETT_hour``, ``Dataset_ETT_minute``).
+
+Batches are dicts:
+
+==================  =============  ===========================================================
+``x``               (B, L, C)      float32 model-scale inputs (train-fit StandardScaler)
+``y``               (B, F, K)      float32 model-scale targets (absent from predict batches)
+``x_raw_target``    (B, L, K)      float32 the target quantity over the context, original units
+``anchor``          (B,)           float64 close of the last context bar (zeros for ETT)
+``ticker``          (B,)           int64 ticker id (index into ``ticker_names``)
+``time``            (B,)           int64 timestamp (ns since epoch) of the last context bar
+==================  =============  ===========================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sized
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset, RandomSampler
+
+from lightning_tf.distributed import eval_sampler
+
+__all__ = [
+    "EpochShuffleSampler",
+    "WindowDataset",
+    "chronological_borders",
+    "ett_borders",
+    "next_timestamps",
+    "resolve_path",
+    "split_ends",
+    "window_loader",
+]
+
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def resolve_path(path: str) -> Path:
+    """``path`` as given, or relative to the repository root when it is not found from here (so the
+    default ``data/msft.csv`` works from any working directory)."""
+    p = Path(path).expanduser()
+    if not p.exists() and not p.is_absolute() and (_REPO_ROOT / p).exists():
+        return _REPO_ROOT / p
+    return p
+
+
+class WindowDataset(Dataset):
+    """Windows over a panel of series stored end to end (one ticker after another).
+
+    Args:
+        x: scaled inputs ``(N, C)`` float32 of every row of every ticker.
+        ends: row index ``t`` of the last context bar of each window ``(W,)``.
+        context_len: context length L.
+        horizon: forecast horizon F.
+        y: scaled targets ``(N, K)`` float32, or None for prediction windows.
+        raw_target: the target quantity in original units ``(N, K)`` float32.
+        anchor: close price per row ``(N,)`` float64 (zeros where meaningless).
+        ticker: ticker id per row ``(N,)`` int64.
+        time: timestamp per row ``(N,)`` int64 nanoseconds.
+    """
+
+    def __init__(
+        self,
+        x: Tensor,
+        ends: Tensor,
+        context_len: int,
+        horizon: int,
+        y: Tensor | None,
+        raw_target: Tensor,
+        anchor: Tensor,
+        ticker: Tensor,
+        time: Tensor,
+    ) -> None:
+        self.x, self.y, self.raw_target = x, y, raw_target
+        self.anchor, self.ticker, self.time = anchor, ticker, time
+        self.ends = ends
+        self.context_offsets = torch.arange(-context_len + 1, 1)  # (L,)
+        self.target_offsets = torch.arange(1, horizon + 1)  # (F,)
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    def __getitems__(self, indices: list[int]) -> dict[str, Tensor]:
+        t = self.ends[torch.as_tensor(indices, dtype=torch.long)]  # (B,)
+        ctx = t[:, None] + self.context_offsets  # (B, L)
+        batch = {
+            "x": self.x[ctx],  # (B, L, C)
+            "x_raw_target": self.raw_target[ctx],  # (B, L, K)
+            "anchor": self.anchor[t],  # (B,)
+            "ticker": self.ticker[t],  # (B,)
+            "time": self.time[t],  # (B,)
+        }
+        if self.y is not None:
+            batch["y"] = self.y[t[:, None] + self.target_offsets]  # (B, F, K)
+        return batch
+
+    def __getitem__(self, i: int) -> dict[str, Tensor]:
+        return {k: v[0] for k, v in self.__getitems__([i]).items()}
+
+    def target_rows(self) -> Tensor:
+        """Row indices of every window's targets ``(W, F)`` (used by the leakage tests)."""
+        return self.ends[:, None] + self.target_offsets  # (W, F)
+
+    def context_rows(self) -> Tensor:
+        """Row indices of every window's context ``(W, L)``."""
+        return self.ends[:, None] + self.context_offsets  # (W, L)
+
+
+def chronological_borders(n: int, train_fraction: float, val_fraction: float) -> tuple[int, int]:
+    """``(train_end, val_end)`` row borders of ``n`` rows split by fractions, as PatchTST's
+    ``Dataset_Custom`` computes them: ``n_train = int(n * train)``, ``n_test = int(n * test)`` and
+    validation takes the rest, with ``test = 1 - train - val``."""
+    test_fraction = round(1.0 - train_fraction - val_fraction, 10)
+    n_train, n_test = int(n * train_fraction), int(n * test_fraction)
+    return n_train, n - n_test
+
+
+def ett_borders(kind: Literal["ett_hour", "ett_minute"]) -> tuple[int, int, int]:
+    """``(train_end, val_end, test_end)`` of the ETT benchmark: 12/4/4 months of 30 days, hourly or
+    every 15 minutes (PatchTST/DLinear ``Dataset_ETT_hour`` and ``Dataset_ETT_minute``)."""
+    per_day = 24 if kind == "ett_hour" else 24 * 4
+    month = 30 * per_day
+    return 12 * month, 16 * month, 20 * month
+
+
+def split_ends(
+    train_end: int, val_end: int, n: int, first: int, context_len: int, horizon: int
+) -> dict[str, np.ndarray]:
+    """Window ends ``t`` for each split of one series of ``n`` rows whose features are valid from
+    row ``first`` on. A window's targets are rows ``t+1 .. t+F``; it belongs to the split that holds
+    all of them."""
+    lo = first + context_len - 1
+    spans = {
+        "train": (lo, train_end - horizon - 1),
+        "val": (max(lo, train_end - 1), val_end - horizon - 1),
+        "test": (max(lo, val_end - 1), n - horizon - 1),
+    }
+    return {k: np.arange(a, b + 1, dtype=np.int64) for k, (a, b) in spans.items()}
+
+
+def next_timestamps(ts: pd.DatetimeIndex, n: int, session_days: int = 20) -> pd.DatetimeIndex:
+    """Timestamps of the ``n`` bars after ``ts`` (ascending), following the series' own calendar.
+
+    Daily bars without weekend rows continue on business days. Intraday bars continue on the
+    trading session seen in the data: the times of day that bars had on the last ``session_days``
+    days before the last one (so an exchange's lunch break and close are skipped: after 11:30 come
+    13:05 ... on an A-share 5-minute series, after the close the next business day's open), moving
+    on by business days, or calendar days where the series has weekend bars. Holidays are not
+    known. Other spacings, and intraday data of a single day, continue at the median spacing.
+    """
+    step = pd.Series(ts).diff().median()
+    last = ts[-1]
+    weekends = bool((ts.day_of_week >= 5).any())
+    if step == pd.Timedelta(days=1) and not weekends:
+        return pd.bdate_range(last + pd.offsets.BDay(1), periods=n, freq="B") + (last - last.normalize())
+    days = ts.normalize()
+    earlier = days.unique()[:-1][-session_days:]  # whole days before the (possibly partial) last one
+    if step < pd.Timedelta(days=1) and len(earlier):
+        seen = ts[days.isin(earlier) | (days == days[-1])]
+        slots = np.unique((seen - seen.normalize()).to_numpy())  # times of day with bars, ascending
+        day, out = last.normalize(), []
+        later = slots[slots > (last - day).to_timedelta64()]
+        while len(out) < n:
+            out.extend(day + pd.Timedelta(s) for s in later[: n - len(out)])
+            day = day + (pd.Timedelta(days=1) if weekends else pd.offsets.BDay(1))
+            later = slots
+        return pd.DatetimeIndex(out)
+    return pd.DatetimeIndex([last + step * (i + 1) for i in range(n)])
+
+
+class EpochShuffleSampler(RandomSampler):
+    """A random order that depends only on ``seed`` and the epoch (Lightning calls :meth:`set_epoch`
+    before each one), not on how many epochs this process has run: a run resumed from a checkpoint
+    shuffles its next epoch exactly as the uninterrupted run does. Under DDP Lightning replaces it
+    with a ``DistributedSampler``, which is epoch-seeded likewise.
+
+    Args:
+        data_source: the dataset.
+        seed: base seed of the order.
+    """
+
+    def __init__(self, data_source: Sized, seed: int = 0) -> None:
+        super().__init__(data_source, generator=torch.Generator())  # type: ignore[arg-type]
+        self.seed = seed
+        self.set_epoch(0)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.generator.manual_seed(int(np.random.SeedSequence([self.seed, epoch]).generate_state(1)[0]))
+
+
+def _batched(batch: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Collate for :class:`WindowDataset`, whose ``__getitems__`` already returns a batch."""
+    return batch
+
+
+def window_loader(
+    datasets: dict[str, WindowDataset],
+    split: str,
+    *,
+    batch_size: int,
+    num_workers: int,
+    seed: int,
+    source: object,
+    horizon: int,
+) -> DataLoader:
+    """The loader of one split: training windows in an order set by ``seed`` and the epoch alone (so a
+    resumed run shuffles as the uninterrupted one), every evaluation window in order (under DDP on
+    exactly one process; Lightning's own sampler would repeat some).
+
+    Args:
+        datasets: the DataModule's windows by split.
+        split: ``train``, ``val``, ``test`` or ``predict``.
+        batch_size: windows per batch.
+        num_workers: DataLoader worker processes.
+        seed: seed of the training order.
+        source: the data's file, named in the errors.
+        horizon: forecast horizon F, named in the errors.
+    """
+    if split not in datasets:
+        raise RuntimeError(f"no {split} windows: call setup() first")
+    dataset = datasets[split]
+    if split == "test" and len(dataset) == 0:
+        # an empty test would "pass" without scoring anything
+        raise ValueError(
+            f"{source}: no test windows; the test split has fewer than horizon "
+            f"({horizon}) bars after its border (check test_start / the split fractions)"
+        )
+    train = split == "train"
+    sampler = EpochShuffleSampler(dataset, seed) if train else eval_sampler(dataset, predict=split == "predict")
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        sampler=sampler,
+        drop_last=False,  # every evaluation window is scored; a short last training batch is fine
+        collate_fn=_batched,
+        num_workers=num_workers,
+        persistent_workers=num_workers > 0,
+    )

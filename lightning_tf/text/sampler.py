@@ -1,0 +1,253 @@
+"""Length-bucketed batches for parallel text, their padding, and a DataLoader that resumes mid-epoch.
+
+Batches are bucketed by length as in fairseq (Ott et al., 2019): each epoch shuffles the pairs, sorts
+them by length inside pools of ``pool_batches`` batches, cuts the pools into batches under a token
+budget and shuffles the batch order, so padding stays low while the order still changes every epoch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch.distributed as dist
+from lightning.pytorch.utilities import rank_zero_warn
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+__all__ = ["BatchListDataset", "BucketBatchSampler", "ResumableDataLoader", "padding_fraction"]
+
+
+class BatchListDataset(Dataset):
+    """A fixed list of batches, item ``i`` being batch ``i`` collated, for a loader with ``batch_size=None``
+    (prediction keeps the file order recoverable through ``index``, and Lightning re-wraps a prediction
+    loader's sampler, so the batches cannot come from a batch sampler there).
+
+    Args:
+        dataset: the items.
+        batches: indices into ``dataset``, one list per batch.
+        collate: turns a list of items into a batch.
+    """
+
+    def __init__(self, dataset: Dataset, batches: list[list[int]], collate: Callable[[list[Any]], Any]) -> None:
+        self.dataset, self.batches, self.collate = dataset, batches, collate
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, i: int) -> Any:
+        return self.collate([self.dataset[j] for j in self.batches[i]])
+
+
+def padding_fraction(batches: Sequence[Sequence[int]], *lengths: Sequence[int]) -> float:
+    """Share of pad positions in the padded tensors of ``batches``, over every length list (e.g. src and tgt)."""
+    real = padded = 0
+    for lens in lengths:
+        for batch in batches:
+            ls = [lens[i] for i in batch]
+            real += sum(ls)
+            padded += len(ls) * max(ls)
+    return 1.0 - real / padded if padded else 0.0
+
+
+class _EpochSampler(Sampler[int]):
+    """The indices of a :class:`BucketBatchSampler`'s epoch in batch order. Lightning calls ``set_epoch`` on
+    ``loader.batch_sampler.sampler`` (not on the batch sampler), so the epoch reaches the batches through here."""
+
+    def __init__(self, parent: BucketBatchSampler) -> None:
+        self.parent = parent
+
+    def set_epoch(self, epoch: int) -> None:
+        self.parent.set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[int]:
+        return (i for batch in self.parent._batches() for i in batch)  # not the parent's resumable iteration
+
+    def __len__(self) -> int:
+        return sum(len(b) for b in self.parent._batches())
+
+
+class BucketBatchSampler(Sampler[list[int]]):
+    """Batches of similar lengths under a token budget, reshuffled every epoch and sharded across ranks.
+
+    Each epoch (seeded by ``seed`` and :meth:`set_epoch`) shuffles the indices, sorts them by length in
+    pools of about ``pool_batches`` batches, cuts each pool into batches whose padded size
+    ``len(batch) * max(length)`` stays within ``max_tokens`` (and at most ``batch_size`` items), and
+    shuffles the batches. Without ``shuffle`` all indices are sorted by length once (evaluation). Under
+    ``num_replicas > 1`` the same batch list is built on every rank, the largest batches are halved
+    until the count divides evenly, and rank ``r`` takes batches ``r, r + R, ...``: disjoint, covering,
+    and the same number of batches on every rank. Nothing is ever dropped. The order draws nothing from
+    the global random state; ``state_dict`` / ``load_state_dict`` save and restore the position inside
+    an epoch (see :class:`ResumableDataLoader`).
+
+    Args:
+        src_lengths: padded source length of every item.
+        tgt_lengths: padded target length of every item (None: source only).
+        batch_size: most items per batch (None: only the token budget).
+        max_tokens: most ``items * longest side`` per batch (None: only ``batch_size``).
+        shuffle: reshuffle per epoch (training) or sort once (evaluation).
+        seed: base seed; the epoch is added.
+        pool_batches: batches per sorted pool; larger pools pad less and shuffle less.
+        num_replicas: number of ranks (None: from ``torch.distributed`` when initialised, else 1).
+        rank: this rank (None: from ``torch.distributed`` when initialised, else 0).
+    """
+
+    def __init__(
+        self,
+        src_lengths: Sequence[int],
+        tgt_lengths: Sequence[int] | None = None,
+        batch_size: int | None = None,
+        max_tokens: int | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        pool_batches: int = 100,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+    ) -> None:
+        if batch_size is None and max_tokens is None:
+            raise ValueError("give batch_size, max_tokens or both")
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f"batch_size ({batch_size}) must be >= 1")
+        if tgt_lengths is not None and len(tgt_lengths) != len(src_lengths):
+            raise ValueError(f"{len(src_lengths)} source lengths but {len(tgt_lengths)} target lengths")
+        if num_replicas is None:
+            num_replicas = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+        if rank is None:
+            rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank ({rank}) must be in [0, num_replicas ({num_replicas}))")
+        self.src_lengths = np.asarray(src_lengths, dtype=np.int64)
+        self.tgt_lengths = None if tgt_lengths is None else np.asarray(tgt_lengths, dtype=np.int64)
+        self.cost = self.src_lengths if self.tgt_lengths is None else np.maximum(self.src_lengths, self.tgt_lengths)
+        if max_tokens is not None and len(self.cost) and self.cost.max() > max_tokens:
+            raise ValueError(
+                f"max_tokens ({max_tokens}) is smaller than the longest item ({self.cost.max()} tokens with specials)"
+            )
+        self.batch_size, self.max_tokens, self.shuffle, self.seed = batch_size, max_tokens, shuffle, seed
+        self.pool_batches, self.num_replicas, self.rank = pool_batches, num_replicas, rank
+        self.epoch = 0
+        self._cache: tuple[int, list[list[int]]] | None = None
+        self.sampler = _EpochSampler(self)
+        self._resume: tuple[int, int] | None = None  # (epoch, batches to skip) from load_state_dict
+        self.start = 0  # batches skipped by the current iteration (a resumed epoch)
+        self.yielded = 0  # batches yielded by the current iteration, skipped ones included
+
+    def set_epoch(self, epoch: int) -> None:
+        """Lightning calls this before every training epoch."""
+        self.epoch = epoch
+
+    def _sort(self, idx: np.ndarray) -> np.ndarray:
+        tgt = self.tgt_lengths[idx] if self.tgt_lengths is not None else self.src_lengths[idx]
+        return idx[np.lexsort((tgt, self.src_lengths[idx], self.cost[idx]))]  # by cost, then source, then target
+
+    def _cut(self, order: np.ndarray) -> list[list[int]]:
+        batches: list[list[int]] = []
+        batch: list[int] = []
+        longest = 0
+        for i, c in zip(order.tolist(), self.cost[order].tolist(), strict=True):
+            longest_if_added = max(longest, c)
+            too_many = self.batch_size is not None and len(batch) >= self.batch_size
+            too_big = self.max_tokens is not None and (len(batch) + 1) * longest_if_added > self.max_tokens
+            if batch and (too_many or too_big):
+                batches.append(batch)
+                batch, longest_if_added = [], c
+            batch.append(i)
+            longest = longest_if_added
+        if batch:
+            batches.append(batch)
+        return batches
+
+    def all_batches(self, epoch: int | None = None) -> list[list[int]]:
+        """The batches of every rank for ``epoch`` (default: the current one), before sharding."""
+        epoch = self.epoch if epoch is None else epoch
+        n = len(self.cost)
+        if not self.shuffle:
+            batches = self._cut(self._sort(np.arange(n)))
+        else:
+            rng = np.random.default_rng([self.seed, epoch])
+            perm = rng.permutation(n)
+            per_batch = self.batch_size or max(1, self.max_tokens // max(1, int(self.cost.mean())))  # type: ignore[operator]
+            pool = max(1, self.pool_batches * per_batch)
+            batches = [b for start in range(0, n, pool) for b in self._cut(self._sort(perm[start : start + pool]))]
+            batches = [batches[i] for i in rng.permutation(len(batches))]
+        return self._even_out(batches)
+
+    def _even_out(self, batches: list[list[int]]) -> list[list[int]]:
+        # every rank must take the same number of steps, or DDP waits forever in a collective
+        R = self.num_replicas
+        while len(batches) % R:
+            big = max(range(len(batches)), key=lambda k: len(batches[k]), default=None)
+            if big is None or len(batches[big]) < 2:
+                break
+            b = batches[big]
+            batches[big : big + 1] = [b[: len(b) // 2], b[len(b) // 2 :]]
+        if len(batches) % R:  # fewer items than ranks: repeat batches, the only case with duplicates
+            batches = batches + [batches[k % len(batches)] for k in range(R - len(batches) % R)] if batches else []
+        return batches
+
+    def _batches(self) -> list[list[int]]:
+        if self._cache is None or self._cache[0] != self.epoch:
+            self._cache = (self.epoch, self.all_batches()[self.rank :: self.num_replicas])
+        return self._cache[1]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        batches = self._batches()
+        self.start = 0
+        if self._resume is not None:
+            epoch, done = self._resume
+            self._resume = None
+            if epoch == self.epoch:  # a checkpoint from inside this epoch: go on after its last batch
+                self.start = min(done, len(batches))
+        self.yielded = self.start
+        for batch in batches[self.start :]:
+            self.yielded += 1
+            yield batch
+
+    def __len__(self) -> int:
+        return len(self._batches())
+
+    def state_dict(self) -> dict[str, int]:
+        """Where the epoch stands: its number and the batches yielded so far (a DataLoader with workers
+        fetches ahead of training; :class:`ResumableDataLoader` counts what it returned instead)."""
+        return {"epoch": self.epoch, "batches_done": self.yielded, "num_replicas": self.num_replicas}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Resume mid-epoch: the next iteration over ``state["epoch"]`` skips its first ``batches_done``
+        batches (the batch list depends only on ``seed`` and the epoch, so it is the same list). An
+        iteration over another epoch (the checkpoint closed its epoch) starts at the first batch."""
+        if state["num_replicas"] != self.num_replicas:
+            rank_zero_warn(
+                f"the checkpoint's sampler state was saved with {state['num_replicas']} ranks, this run has "
+                f"{self.num_replicas}: the resumed epoch's batches differ from the interrupted one's"
+            )
+        self.set_epoch(int(state["epoch"]))
+        self._resume = (int(state["epoch"]), int(state["batches_done"]))
+
+
+class ResumableDataLoader(DataLoader):
+    """A DataLoader over a :class:`BucketBatchSampler` whose position Lightning saves in checkpoints
+    (Lightning calls ``state_dict`` / ``load_state_dict`` on training loaders that have them), so a run
+    resumed from a mid-epoch checkpoint trains on the rest of that epoch's batches, in order.
+
+    The position is the number of batches this loader has returned: workers and prefetching read the
+    sampler ahead of training, while Lightning fetches a sized loader's batches one at a time."""
+
+    def __iter__(self) -> Iterator[Any]:
+        iterator = super().__iter__()  # created now, as DataLoader does: it draws the base seed here
+        self._returned = 0
+        return self._counted(iterator)
+
+    def _counted(self, iterator: Iterator[Any]) -> Iterator[Any]:
+        for batch in iterator:
+            self._returned += 1
+            yield batch
+
+    def state_dict(self) -> dict[str, int]:
+        sampler = self.batch_sampler
+        assert isinstance(sampler, BucketBatchSampler)
+        return sampler.state_dict() | {"batches_done": sampler.start + getattr(self, "_returned", 0)}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        sampler = self.batch_sampler
+        assert isinstance(sampler, BucketBatchSampler)
+        sampler.load_state_dict(state)

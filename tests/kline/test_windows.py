@@ -1,0 +1,78 @@
+"""Windows, borders and the calendar after the last bar: what both DataModules share."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from lightning_tf.kline.windows import (
+    EpochShuffleSampler,
+    WindowDataset,
+    chronological_borders,
+    next_timestamps,
+    resolve_path,
+    split_ends,
+    window_loader,
+)
+
+
+def test_windows_index_their_context_and_targets() -> None:
+    x = torch.arange(20, dtype=torch.float32)[:, None]  # (N, C=1): row r holds r
+    ds = WindowDataset(x, ends=torch.tensor([4, 9]), context_len=3, horizon=2, y=x * 10, raw_target=x,
+                       anchor=x[:, 0].double(), ticker=torch.zeros(20, dtype=torch.long), time=torch.arange(20))
+    batch = ds.__getitems__([0, 1])
+    assert batch["x"][..., 0].tolist() == [[2, 3, 4], [7, 8, 9]]
+    assert batch["y"][..., 0].tolist() == [[50, 60], [100, 110]]
+    assert batch["anchor"].tolist() == [4, 9] and batch["time"].tolist() == [4, 9]
+    assert all(torch.equal(ds[1][k], v[1]) for k, v in batch.items())
+    assert ds.target_rows().tolist() == [[5, 6], [10, 11]] and ds.context_rows().tolist() == [[2, 3, 4], [7, 8, 9]]
+
+
+def test_split_ends_give_each_window_to_the_split_of_its_targets() -> None:
+    ends = split_ends(train_end=50, val_end=70, n=100, first=2, context_len=8, horizon=3)
+    assert (ends["train"][0], ends["train"][-1]) == (9, 46)  # first full context; last targets 47..49
+    assert (ends["val"][0], ends["val"][-1]) == (49, 66)  # context from the training rows
+    assert (ends["test"][0], ends["test"][-1]) == (69, 96)
+    assert chronological_borders(1000, 0.7, 0.1) == (700, 800)
+
+
+def test_training_order_depends_on_seed_and_epoch_only() -> None:
+    sampler = EpochShuffleSampler(range(30), seed=3)
+    sampler.set_epoch(1)
+    first = list(sampler)
+    again = EpochShuffleSampler(range(30), seed=3)
+    again.set_epoch(1)
+    assert list(again) == first != list(range(30)) and sorted(first) == list(range(30))
+    x = torch.zeros(40, 1)
+    ds = WindowDataset(x, torch.arange(3, 37), 4, 2, x, x, x[:, 0].double(), torch.zeros(40, dtype=torch.long),
+                       torch.arange(40))
+    loader = window_loader({"train": ds, "test": ds}, "test", batch_size=8, num_workers=0, seed=0, source="f",
+                           horizon=2)
+    assert torch.cat([b["time"] for b in loader]).tolist() == list(range(3, 37))  # evaluation: in order
+
+
+def test_resolve_path_finds_repository_files_from_anywhere(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert resolve_path("data/msft.csv").is_file()
+    assert resolve_path("nothing/here.csv") == Path("nothing/here.csv")
+
+
+def test_intraday_forecast_timestamps_follow_the_trading_session() -> None:
+    """5-minute bars of an exchange with a lunch break (09:35-11:30, 13:05-15:00, Monday-Friday):
+    the forecast continues after the break and on the next business day's open, not at 11:35."""
+    day = lambda d: [
+        pd.Timestamp(d) + pd.Timedelta(m, "min")
+        for m in [*range(9 * 60 + 35, 11 * 60 + 31, 5), *range(13 * 60 + 5, 15 * 60 + 1, 5)]
+    ]
+    stamps = [t for d in ("2024-08-28", "2024-08-29", "2024-08-30") for t in day(d)]  # Wednesday .. Friday
+    morning = pd.DatetimeIndex(stamps[: stamps.index(pd.Timestamp("2024-08-30 11:30")) + 1])
+    assert next_timestamps(morning, 3).tolist() == [pd.Timestamp(f"2024-08-30 13:{m}") for m in ("05", "10", "15")]
+    closed = pd.DatetimeIndex(stamps)  # ends Friday 15:00: Monday's open comes next
+    assert next_timestamps(closed, 2).tolist() == [pd.Timestamp("2024-09-02 09:35"), pd.Timestamp("2024-09-02 09:40")]
+    # round-the-clock hourly bars (weekends included) and a single partial day keep the plain spacing
+    hourly = pd.date_range("2024-08-30 00:00", periods=60, freq="h")
+    assert next_timestamps(hourly, 3).tolist() == list(pd.date_range(hourly[-1], periods=4, freq="h")[1:])
+    one_day = pd.DatetimeIndex(stamps[:10])
+    assert next_timestamps(one_day, 2)[0] == one_day[-1] + pd.Timedelta("5min")
