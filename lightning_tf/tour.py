@@ -19,10 +19,9 @@ from typing import Any
 from lightning.pytorch.loggers import WandbLogger
 
 from lightning_tf.console import ArgumentParser
+from lightning_tf.resources import find
 
 __all__ = ["TASKS", "TaskResult", "run_task", "summary_table", "tour_main"]
-
-ROOT = Path(__file__).resolve().parents[1]
 
 # task -> (experiment config, what it shows)
 TASKS: dict[str, tuple[str, str]] = {
@@ -46,14 +45,17 @@ class TaskResult:
 
 
 def _configs_dir(root: Path | None) -> Path:
-    """``root`` if given, else the working directory or the repository holding this package: the first
-    with ``configs/trainer/default.yaml``."""
-    candidates = [root] if root is not None else [Path.cwd(), ROOT]
-    for candidate in candidates:
-        if (candidate / "configs" / "trainer" / "default.yaml").is_file():
-            return candidate
-    where = " or ".join(str(c) for c in candidates)
-    raise FileNotFoundError(f"configs/trainer/default.yaml not found under {where}; pass --root <repository>")
+    """The directory holding ``configs/``: ``root`` if given, else the working directory, the clone this
+    package runs from or the installed package (:func:`lightning_tf.resources.find`)."""
+    wanted = Path("configs") / "trainer" / "default.yaml"
+    if root is not None:
+        if (root / wanted).is_file():
+            return root
+        raise FileNotFoundError(f"{wanted} not found under {root}; pass --root <a folder holding configs/>")
+    found = find(wanted)
+    if found is None:
+        raise FileNotFoundError(f"{wanted} not found here, in a clone or in the installed package")
+    return found.parents[2]
 
 
 def run_task(task: str, root: Path, extra: list[str]) -> TaskResult:

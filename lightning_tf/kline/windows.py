@@ -32,6 +32,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, RandomSampler
 
 from lightning_tf.distributed import eval_sampler
+from lightning_tf.resources import find
 
 __all__ = [
     "EpochShuffleSampler",
@@ -44,16 +45,16 @@ __all__ = [
     "window_loader",
 ]
 
-_REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def resolve_path(path: str) -> Path:
-    """``path`` as given, or relative to the repository root when it is not found from here (so the
-    default ``data/msft.csv`` works from any working directory)."""
+    """``path`` as given, or else one of the package's own files (:func:`lightning_tf.resources.find`:
+    the clone's or the installed package's), so the default ``data/msft.csv`` works from any working
+    directory, in a clone or after ``pip install``."""
     p = Path(path).expanduser()
-    if not p.exists() and not p.is_absolute() and (_REPO_ROOT / p).exists():
-        return _REPO_ROOT / p
-    return p
+    if p.exists() or p.is_absolute():
+        return p
+    return find(p) or p
 
 
 class WindowDataset(Dataset):

@@ -1,0 +1,73 @@
+"""The package as users install it: a wheel carries the configs and the embedded MSFT bars, and its
+defaults (``KLineDataModule()``, ``lightning-tf tour``) work from an empty folder with only the wheel."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from lightning_tf import resources
+from tests.helpers.cli import ROOT
+
+
+def test_find_prefers_the_working_directory_then_the_clone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert resources.repository_root() == ROOT
+    assert resources.find("data/msft.csv") == ROOT / "data" / "msft.csv"
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "msft.csv").write_text("mine")
+    assert resources.find("data/msft.csv") == Path("data/msft.csv")  # the user's own file wins
+    assert resources.find("configs/nothing.yaml") is None
+    assert resources.find(tmp_path / "absent.csv") is None
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(ROOT)],
+        check=True, capture_output=True, timeout=600,
+    )  # fmt: skip
+    (path,) = out.glob("lightning_tf-*.whl")
+    return path
+
+
+@pytest.mark.integration
+def test_the_wheel_holds_every_config_and_the_msft_bars(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    configs = {f"lightning_tf/{p.relative_to(ROOT).as_posix()}" for p in (ROOT / "configs").rglob("*.yaml")}
+    assert len(configs) > 10 and configs <= names, sorted(configs - names)
+    assert "lightning_tf/data/msft.csv" in names
+    assert not any(n.startswith(("tests/", "benchmarks/", "docs/")) for n in names)
+
+
+@pytest.mark.integration
+def test_the_installed_defaults_work_from_an_empty_folder(wheel: Path, tmp_path: Path) -> None:
+    site, work = tmp_path / "site", tmp_path / "empty"
+    zipfile.ZipFile(wheel).extractall(site)  # what pip installs for a pure-Python wheel
+    work.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(site), "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    code = (
+        "import lightning_tf, lightning_tf.resources as r\n"
+        "from lightning_tf.kline import KLineDataModule\n"
+        "dm = KLineDataModule(); dm.setup('fit')\n"
+        "print(lightning_tf.__file__, r.repository_root(), len(dm.datasets['train']))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=work, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    where, root, n_train = proc.stdout.split()[-3:]
+    assert where.startswith(str(site)) and root == "None" and int(n_train) > 1000
+    short = ["--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1",
+             "--trainer.limit_test_batches", "1"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "lightning_tf", "tour", "--tasks", "vision", "--", *short],
+        cwd=work, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert (work / "runs" / "tour_summary.md").is_file()
+    assert list((work / "runs").rglob("*.ckpt")), "the tour left no checkpoint in the empty folder"
