@@ -2,6 +2,8 @@
 
 Files are read by :mod:`.io`, batched by length under a token budget by :mod:`.sampler`; the BPE
 tokenizer (:mod:`.tokenizer`) is learnt from the training split only and kept in the checkpoint.
+Prediction reads only ``predict_file``: the tokenizer then comes from the checkpoint, a tokenizer
+folder or :meth:`TranslationDataModule.use_tokenizer`, never from the training data.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from torch.utils.data import DataLoader, Dataset
 from lightning_tf.distributed import eval_sampler
 from lightning_tf.training import run_dir
 
-from .io import FileFormat, Pair, read_lines, read_pairs
+from .io import FileFormat, Pair, read_pairs, read_sentences
 from .sampler import BatchListDataset, BucketBatchSampler, ResumableDataLoader, padding_fraction
 from .synthetic import SyntheticName, algorithmic_pairs, english_german_pairs
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, BPETokenizer
@@ -154,12 +156,17 @@ class TranslationDataModule(LightningDataModule):
     0-based line of ``predict_file``. The BPE tokenizer is learnt from the training split only, saved to
     the run directory (``<run>/tokenizer``) and kept in the checkpoint (``state_dict``): under ``ckpt_path``
     Lightning restores it (:meth:`load_state_dict`) and the splits are encoded again with it, so a resumed
-    run or a prediction encodes as the model was trained. A trained model's tokenizer is given with
-    ``tokenizer_dir`` or :meth:`use_tokenizer`.
+    run encodes as the model was trained. A trained model's tokenizer is given with ``tokenizer_dir`` or
+    :meth:`use_tokenizer`.
+
+    ``setup("predict")`` reads ``predict_file`` and nothing else (no training file, no generated corpus, no
+    tokenizer training, no tokenizer folder written): its lines are encoded when the predict loader is
+    built, after Lightning restored the checkpoint's tokenizer under ``ckpt_path``. ``src_lang`` and
+    ``tgt_lang`` are handed to the model with the tokenizer and kept in its checkpoint.
 
     Args:
         dataset: built-in corpus ``synthetic`` (English -> German grammar), ``copy``, ``reverse`` or ``sort``;
-            None reads ``train_file``.
+            None reads ``train_file`` (or, with neither, the DataModule only predicts ``predict_file``).
         train_file: a TSV file (e.g. Tatoeba's ``deu.txt``) or the prefix of aligned files
             (``data/multi30k/train`` for ``train.de`` + ``train.en``, ``.gz`` allowed).
         val_file: validation file or prefix; None splits ``n_val`` pairs off ``train_file``.
@@ -223,8 +230,8 @@ class TranslationDataModule(LightningDataModule):
         seed: int = 0,
     ) -> None:
         super().__init__()
-        if dataset is None and train_file is None:
-            raise ValueError("set dataset (synthetic, copy, reverse, sort) or train_file")
+        if dataset is None and train_file is None and predict_file is None:
+            raise ValueError("set dataset (synthetic, copy, reverse, sort) or train_file (or predict_file, to predict)")
         if dataset is not None and (train_file or val_file or test_file):
             raise ValueError(
                 f"dataset={dataset!r} is generated; set dataset to null to read train_file/val_file/test_file"
@@ -249,10 +256,12 @@ class TranslationDataModule(LightningDataModule):
         self.save_hyperparameters()
         self.vocab_size = vocab_size
         self.pad_id, self.bos_id, self.eos_id = PAD_ID, BOS_ID, EOS_ID
+        self.src_lang, self.tgt_lang = src_lang, tgt_lang
         self.columns = list(columns) if columns is not None else ["en", "de"]
         self.tokenizer: BPETokenizer | None = None
         self.datasets: dict[str, TranslationDataset] = {}
-        self.predict_set: PredictDataset | None = None
+        self.predict_text: list[str] | None = None  # the lines of predict_file, read by setup
+        self.predict_set: PredictDataset | None = None  # ... encoded by predict_dataloader
         self.text: dict[str, _Split] = {}
         self.stats: dict[str, int] = {}
         self.padding_fraction: float | None = None
@@ -290,6 +299,8 @@ class TranslationDataModule(LightningDataModule):
     def _from_files(self) -> dict[Split, list[Pair]]:
         h = self.hparams
         train = self._read(h.train_file, "train")
+        if not train:  # every line had an empty side: say so, not "0 pairs cannot give n held-out pairs"
+            raise ValueError(f"the train split is empty{self._where('train')}")
         rng = random.Random(h.seed)
         splits: dict[Split, list[Pair]] = {}
         if h.val_file is None or h.test_file is None:
@@ -317,6 +328,10 @@ class TranslationDataModule(LightningDataModule):
 
     def _load_text(self) -> None:
         h = self.hparams
+        if h.dataset is None and h.train_file is None:
+            raise ValueError(
+                "set dataset (synthetic, copy, reverse, sort) or train_file: predict_file alone only predicts"
+            )
         splits = self._generated() if h.dataset is not None else self._from_files()
         splits["train"], removed = _dedup(splits["train"], splits["val"] + splits["test"], h.dedup)
         self.stats["train/overlap_removed"] = removed
@@ -369,9 +384,9 @@ class TranslationDataModule(LightningDataModule):
         rank_zero_info(f"{self.tokenizer}: {summary}")
 
     def _encode_predict(self) -> None:
-        assert self.tokenizer is not None
+        assert self.tokenizer is not None and self.predict_text is not None
         h = self.hparams
-        lines = [line.strip() for line in read_lines(h.predict_file)]
+        lines = self.predict_text
         ids = self.tokenizer.encode(lines, "src")
         long = sum(len(r) > h.max_length for r in ids)
         if long:
@@ -382,25 +397,26 @@ class TranslationDataModule(LightningDataModule):
         self.predict_set = PredictDataset([r[: h.max_length] for r in ids], lines)
 
     def setup(self, stage: str | None = None) -> None:
+        """``fit``, ``validate`` and ``test`` read (or generate) the splits, learn the tokenizer on the
+        training split unless one is given, encode the splits and save the tokenizer to the run folder.
+        ``predict`` reads ``predict_file`` only. ``None`` does both."""
         h = self.hparams
         if self.tokenizer is None and h.tokenizer_dir is not None:
-            self.tokenizer = BPETokenizer.load(h.tokenizer_dir)
-        # prediction needs the training split only to learn a tokenizer
-        if not self.datasets and (stage != "predict" or self.tokenizer is None):
-            self._load_text()
-            if self.tokenizer is None:
-                train = self.text["train"]
-                self.tokenizer = BPETokenizer.train(
-                    train.src_text, train.tgt_text, h.vocab_size, h.joint_vocab, h.min_frequency
-                )
-            elif self.tokenizer.vocab_size != h.vocab_size:
-                raise ValueError(
-                    f"tokenizer vocab_size ({self.tokenizer.vocab_size}) differs from vocab_size ({h.vocab_size})"
-                )
-            self._encode()
-        if h.predict_file is not None and self.predict_set is None:
-            self._encode_predict()
-        self._save_tokenizer()
+            self.use_tokenizer(BPETokenizer.load(h.tokenizer_dir))
+        if stage != "predict":
+            if not self.datasets:
+                self._load_text()
+                if self.tokenizer is None:
+                    train = self.text["train"]
+                    self.tokenizer = BPETokenizer.train(
+                        train.src_text, train.tgt_text, h.vocab_size, h.joint_vocab, h.min_frequency
+                    )
+                self._encode()
+            self._save_tokenizer()
+        if stage in (None, "predict") and h.predict_file is not None and self.predict_text is None:
+            # read now, so a missing or empty file stops the run before any model work; encoded by the loader,
+            # once the tokenizer is known (under ckpt_path Lightning restores it after setup)
+            self.predict_text = read_sentences(h.predict_file)
 
     def _save_tokenizer(self) -> None:
         trainer = self.trainer
@@ -459,9 +475,20 @@ class TranslationDataModule(LightningDataModule):
         return self._loader("test", shuffle=False)
 
     def predict_dataloader(self) -> DataLoader:
-        if self.predict_set is None:
-            raise RuntimeError("set predict_file (one source sentence per line) to predict")
         h = self.hparams
+        if h.predict_file is None:
+            raise RuntimeError("set predict_file (one source sentence per line) to predict")
+        if self.predict_text is None:
+            raise RuntimeError("call setup('predict') before asking for the predict dataloader")
+        if self.tokenizer is None:
+            raise ValueError(
+                "predict needs the trained model's tokenizer: give --ckpt_path with a checkpoint of the training "
+                "run (it holds the tokenizer), or data.tokenizer_dir with the run's tokenizer folder "
+                "(in Python: dm.use_tokenizer(model.tokenizer))"
+            )
+        if self.predict_set is None:
+            self._encode_predict()
+        assert self.predict_set is not None
         lengths = [len(r) + 1 for r in self.predict_set.src_ids]
         max_tokens = None if h.max_tokens is None else max(h.max_tokens, max(lengths, default=1))
         batches = BucketBatchSampler(lengths, None, h.batch_size, max_tokens, shuffle=False).all_batches()
@@ -484,8 +511,8 @@ class TranslationDataModule(LightningDataModule):
     def use_tokenizer(self, tokenizer: BPETokenizer) -> None:
         """Encode the data with ``tokenizer`` (a trained model's: ``dm.use_tokenizer(model.tokenizer)``)
         instead of learning one. Before ``setup`` it replaces the training of a tokenizer; after it, the
-        splits and the prediction input are encoded again, and the tokenizer saved to the run folder is
-        replaced.
+        splits are encoded again (the prediction input when its loader is built), and the tokenizer saved
+        to the run folder is replaced.
 
         Raises:
             ValueError: when the tokenizer's ``vocab_size`` differs from this DataModule's.
@@ -500,8 +527,7 @@ class TranslationDataModule(LightningDataModule):
         self.tokenizer = tokenizer
         if self.text:
             self._encode()
-        if self.predict_set is not None:
-            self._encode_predict()
+        self.predict_set = None  # encoded with the new tokenizer by predict_dataloader
         if self._tokenizer_saved:  # setup() saved the tokenizer it had before: replace it
             self._tokenizer_saved = False
             self._save_tokenizer()

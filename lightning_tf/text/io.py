@@ -1,7 +1,8 @@
 """Reading parallel text: UTF-8 lines (plain or gzip), tab-separated pair files and line-aligned file pairs.
 
 Every reader names the file and line of what it cannot read (bad UTF-8, a missing column, aligned files
-of different lengths) and counts what it drops (pairs with an empty side) in a :class:`ReadStats`.
+of different lengths), refuses a file that is empty or holds only blank lines, naming it, and counts what
+it drops (pairs with an empty side) in a :class:`ReadStats`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-__all__ = ["FileFormat", "Pair", "ReadStats", "read_aligned", "read_lines", "read_pairs", "read_tsv"]
+__all__ = ["FileFormat", "Pair", "ReadStats", "read_aligned", "read_lines", "read_pairs", "read_sentences", "read_tsv"]
 
 #: A (source sentence, target sentence) pair.
 Pair = tuple[str, str]
@@ -55,6 +56,28 @@ def read_lines(path: str | Path) -> list[str]:
     return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
+def _require_text(path: Path, lines: list[str], below: str = "") -> None:
+    """Refuse a file without a single non-blank line: it cannot hold a sentence."""
+    if not lines:
+        raise ValueError(f"{path}: the file is empty{below}")
+    if not any(line.strip() for line in lines):
+        n = len(lines)
+        raise ValueError(f"{path}: holds no sentences{below}, only {n} blank line{'s' if n > 1 else ''}")
+
+
+def read_sentences(path: str | Path) -> list[str]:
+    """Source sentences to translate, one per line, stripped of surrounding whitespace; a blank line
+    stays (as ``""``), so outputs can keep the input's line numbers.
+
+    Raises:
+        ValueError: when the file is empty or holds only blank lines (naming it); bad UTF-8.
+    """
+    path = Path(path)
+    lines = read_lines(path)
+    _require_text(path, lines)
+    return [line.strip() for line in lines]
+
+
 @dataclass
 class ReadStats:
     """What a reader kept and dropped."""
@@ -88,15 +111,17 @@ def read_tsv(
         header: the first line names the columns (then ``columns`` is not used).
 
     Raises:
-        ValueError: a line with too few columns (naming file and line), an unknown column, bad UTF-8.
+        ValueError: a line with too few columns (naming file and line), an unknown column, bad UTF-8, a file
+            that is empty or holds only blank lines.
     """
     path = Path(path)
     lines = read_lines(path)
     first = 1
     if header:
         if not lines:
-            raise ValueError(f"{path}: empty file, expected a header line")
+            raise ValueError(f"{path}: the file is empty, expected a header line")
         columns, lines, first = lines[0].split("\t"), lines[1:], 2
+    _require_text(path, lines, " below its header line" if header else "")
     i, j = _column_index(src, columns, path), _column_index(tgt, columns, path)
     need = max(i, j) + 1
     pairs: list[Pair] = []
@@ -133,10 +158,12 @@ def read_aligned(prefix: str | Path, src: str, tgt: str) -> tuple[list[Pair], Re
 
     Raises:
         ValueError: when the files have different line counts, naming both files and the first line that
-            only one of them has; bad UTF-8.
+            only one of them has; bad UTF-8; a file that is empty or holds only blank lines.
     """
     src_path, tgt_path = _aligned_path(Path(prefix), src), _aligned_path(Path(prefix), tgt)
     src_lines, tgt_lines = read_lines(src_path), read_lines(tgt_path)
+    _require_text(src_path, src_lines)
+    _require_text(tgt_path, tgt_lines)
     if len(src_lines) != len(tgt_lines):
         longer, shorter = (src_path, tgt_path) if len(src_lines) > len(tgt_lines) else (tgt_path, src_path)
         first_extra = min(len(src_lines), len(tgt_lines)) + 1

@@ -10,8 +10,8 @@ shared and tied embeddings (sec. 3.4, Press & Wolf 2017). Evaluation decodes wit
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +39,9 @@ from .embedding import OutputProjection, TokenEmbedding
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, BPETokenizer
 from .writer import TranslationWriter
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
 __all__ = ["PRESETS", "Preset", "Seq2SeqTransformer"]
 
 log = logging.getLogger(__name__)
@@ -60,7 +63,8 @@ class Seq2SeqTransformer(LightningModule):
 
     Size arguments left at ``None`` (``d_model``, ``n_heads``, ``n_layers``, ``d_ff``, ``dropout``,
     ``norm_first``) come from ``preset``; any given explicitly overrides it. The tokenizer comes from the
-    DataModule in the first ``fit`` and is kept in the checkpoint, so a loaded model translates on its own.
+    DataModule in the first ``fit`` and is kept in the checkpoint with the direction (:attr:`src_lang`,
+    :attr:`tgt_lang`), so a loaded model translates on its own (:meth:`translate`).
 
     Args:
         vocab_size: id capacity V of the tokenizer; must equal the DataModule's ``vocab_size``.
@@ -101,7 +105,11 @@ class Seq2SeqTransformer(LightningModule):
         no_repeat_ngram_size: block repeated n-grams of this size in decoding (0: off).
         bleu_every_n_epochs: decode the validation set and log BLEU/chrF every this many epochs.
         bleu_max_batches: decode at most this many validation batches (None: all); test decodes all.
-        n_logged_samples: translations shown in the logged sample table (wandb only).
+        n_logged_samples: translations shown in the logged sample table (wandb only), drawn afresh every
+            decoding epoch across source lengths.
+        sample_seed: seed of that draw (with the epoch number: the same run shows the same sentences).
+        compile: compile the training and evaluation forward with torch.compile (the decoding loop /
+            attention-map path stay eager).
     """
 
     def __init__(
@@ -137,6 +145,8 @@ class Seq2SeqTransformer(LightningModule):
         bleu_every_n_epochs: int = 1,
         bleu_max_batches: int | None = None,
         n_logged_samples: int = 10,
+        sample_seed: int = 0,
+        compile: bool = False,
     ) -> None:
         super().__init__()
         if preset not in PRESETS:
@@ -179,6 +189,9 @@ class Seq2SeqTransformer(LightningModule):
         self.head = OutputProjection(D, vocab_size, tie_to=self.tgt_embed if tie_output else None)
 
         self.tokenizer: BPETokenizer | None = None
+        #: the direction, ``src_lang -> tgt_lang`` (from the data of the first fit, kept in the checkpoint)
+        self.src_lang: str | None = None
+        self.tgt_lang: str | None = None
         self.metrics = nn.ModuleDict(
             {
                 f"{stage}_{name}": metric
@@ -190,9 +203,11 @@ class Seq2SeqTransformer(LightningModule):
             }
         )
         self._decoded: dict[str, tuple[list[str], list[str]]] = {}
-        self._samples: dict[str, list[list[str]]] = {}
-        self._attention_logged: set[str] = set()
+        # per stage, the sentences the sample table is drawn from: (source ids + EOS, source text, reference)
+        self._candidates: dict[str, list[tuple[list[int], str, str]]] = {}
         self._signature_logged = False
+        # the teacher-forced forward of the loss, compiled by configure_model when `compile` is set
+        self._compiled_forward: Callable[[Tensor, Tensor], Tensor] | None = None
 
     # ------------------------------------------------------------------ model
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
@@ -333,21 +348,29 @@ class Seq2SeqTransformer(LightningModule):
 
     # --------------------------------------------------------------- training
     def setup(self, stage: str) -> None:
-        """The one hand-over from the data: check ``vocab_size`` and take the DataModule's tokenizer when
-        the model has none (a fresh model learns the data's ids). A model that has one (loaded from a
-        checkpoint) keeps it, and data encoded by another tokenizer is an error: the weights read the
-        model's ids. (Under ``ckpt_path`` a fresh model takes the data's tokenizer here; after this hook
-        Lightning restores the checkpoint's into the model, :meth:`on_load_checkpoint`, and into the
+        """The one hand-over from the data: check ``vocab_size`` and take the DataModule's tokenizer and
+        direction (``src_lang``, ``tgt_lang``) when the model has none (a fresh model learns the data's
+        ids). A model that has them (loaded from a checkpoint) keeps them, and data encoded by another
+        tokenizer or read in another direction is an error: the weights read the model's ids. (Under
+        ``ckpt_path`` a fresh model takes the data's tokenizer here, if the data has one yet; after this
+        hook Lightning restores the checkpoint's into the model, :meth:`on_load_checkpoint`, and into the
         DataModule, which encodes its data again: both agree.)"""
         dm = getattr(self.trainer, "datamodule", None)
         if dm is None:
             return
         check_agreement("vocab_size", self.hparams.vocab_size, getattr(dm, "vocab_size", None))
+        direction = (getattr(dm, "src_lang", None), getattr(dm, "tgt_lang", None))
+        if self.src_lang is not None and None not in direction and direction != (self.src_lang, self.tgt_lang):
+            raise ValueError(
+                f"the model translates {self.src_lang} -> {self.tgt_lang}, the data reads {direction[0]} -> "
+                f"{direction[1]}: set data.src_lang and data.tgt_lang to the model's"
+            )
         tokenizer = getattr(dm, "tokenizer", None)
         if tokenizer is None:
             return
         if self.tokenizer is None:
             self.tokenizer = tokenizer
+            self.src_lang, self.tgt_lang = direction
             if self.hparams.share_embeddings and not tokenizer.joint:
                 log.warning("share_embeddings=True with separate source/target vocabularies: ids collide in one table")
         elif self.tokenizer != tokenizer:
@@ -358,11 +381,25 @@ class Seq2SeqTransformer(LightningModule):
                 "model's training run"
             )
 
+    def configure_model(self) -> None:
+        """With ``compile``, compile the teacher-forced forward of the loss, once (Lightning calls this hook
+        in every fit/validate/test/predict). The compiled function wraps :meth:`forward`; no child module
+        is replaced, so the state dict keeps the eager names and checkpoints of compiled and eager runs
+        are interchangeable. Greedy and beam search stay eager: the KV cache grows by one position per
+        step and beam search reorders it, so every step has new shapes and in-place cache writes that
+        would recompile or break the graph each time."""
+        if self.hparams.compile and self._compiled_forward is None:
+            self._compiled_forward = torch.compile(self.forward)
+
     def loss(self, batch: dict[str, Any]) -> tuple[Tensor, Tensor, Tensor]:
         """Teacher-forced label-smoothed cross-entropy of a batch (PAD targets ignored); returns the
         loss, the logits ``(B, T, V)`` and the targets ``(B, T)``."""
         src, tgt = batch["src"], batch["tgt"]  # (B, S), (B, 1 + T)
-        logits = self(src, tgt[:, :-1])  # (B, T, V): position t predicts token t + 1
+        tgt_in = tgt[:, :-1]  # (B, T): position t predicts token t + 1
+        if self._compiled_forward is not None:
+            logits = self._compiled_forward(src, tgt_in)  # (B, T, V)
+        else:
+            logits = self(src, tgt_in)  # (B, T, V)
         target = tgt[:, 1:]  # (B, T)
         loss = F.cross_entropy(
             logits.flatten(0, 1).float(),
@@ -390,13 +427,17 @@ class Seq2SeqTransformer(LightningModule):
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         self._shared_step(batch, "val")
+        if not self._decoding_epoch("val"):
+            return
         limit = self.hparams.bleu_max_batches
-        if self._decoding_epoch("val") and (limit is None or batch_idx < limit):
+        if limit is None or batch_idx < limit:
             self._decode_batch(batch, "val")
+        self._collect_candidates(batch, "val")  # every batch: the samples are drawn across all lengths
 
     def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         self._shared_step(batch, "test")
         self._decode_batch(batch, "test")
+        self._collect_candidates(batch, "test")
 
     def _decoding_epoch(self, stage: str) -> bool:
         if stage == "test":
@@ -416,25 +457,27 @@ class Seq2SeqTransformer(LightningModule):
             rows.append(" ".join(str(i) for i in row if i not in (PAD_ID, BOS_ID)))
         return rows
 
+    def _references(self, batch: dict[str, Any]) -> list[str]:
+        return batch["tgt_text"] if "tgt_text" in batch else self._texts(batch["tgt"])
+
     def _decode_batch(self, batch: dict[str, Any], stage: str) -> None:
         hyps = self._texts(self.generate(batch["src"]))
-        refs = batch["tgt_text"] if "tgt_text" in batch else self._texts(batch["tgt"])
         got_h, got_r = self._decoded.setdefault(stage, ([], []))
         got_h.extend(hyps)
-        got_r.extend(refs)
-        samples = self._samples.setdefault(stage, [])
-        srcs = batch["src_text"] if "src_text" in batch else [" ".join(map(str, r)) for r in batch["src"].tolist()]
-        for s, r, h in zip(srcs, refs, hyps, strict=True):
-            if len(samples) < self.hparams.n_logged_samples:
-                samples.append([s, r, h])
-        if isinstance(self.logger, WandbLogger) and stage not in self._attention_logged:
-            self._attention_logged.add(stage)  # one heatmap per decoding epoch: the first sentence decoded
-            self._log_attention(batch["src"][:1], stage)
+        got_r.extend(self._references(batch))
+
+    def _collect_candidates(self, batch: dict[str, Any], stage: str) -> None:
+        """Keep the batch's sentences (ids without padding, source and reference text) for the sample
+        table; only under a WandbLogger, the one logger that shows it, and only on the rank that logs."""
+        if not isinstance(self.logger, WandbLogger) or not self.trainer.is_global_zero:
+            return
+        rows = [row[row != PAD_ID].tolist() for row in batch["src"]]  # B x (S_b,): tokens + EOS
+        srcs = batch["src_text"] if "src_text" in batch else [" ".join(map(str, r[:-1])) for r in rows]
+        self._candidates.setdefault(stage, []).extend(zip(rows, srcs, self._references(batch), strict=True))
 
     def _end_decoding_epoch(self, stage: str) -> None:
         hyps, refs = self._decoded.pop(stage, ([], []))
-        samples = self._samples.pop(stage, [])
-        self._attention_logged.discard(stage)
+        candidates = self._candidates.pop(stage, [])
         if not self._decoding_epoch(stage):
             return
         hyps = [h for part in gather_objects(hyps) for h in part]
@@ -456,8 +499,8 @@ class Seq2SeqTransformer(LightningModule):
             if self.logger is not None:
                 self.logger.log_hyperparams(signature)
             self._signature_logged = True
-        if isinstance(self.logger, WandbLogger) and samples:
-            self.logger.log_table(key=f"{stage}/samples", columns=["source", "reference", "translation"], data=samples)
+        if isinstance(self.logger, WandbLogger) and candidates:
+            self._log_samples(candidates, stage)
 
     def on_validation_epoch_end(self) -> None:
         self._end_decoding_epoch("val")
@@ -465,23 +508,49 @@ class Seq2SeqTransformer(LightningModule):
     def on_test_epoch_end(self) -> None:
         self._end_decoding_epoch("test")
 
-    def _log_attention(self, src: Tensor, stage: str) -> None:
-        """Log the cross-attention of the model's own translation of ``src (1, S)`` as a layer x head grid."""
-        from .plots import cross_attention_figure, figure_to_array
+    def _log_samples(self, candidates: list[tuple[list[int], str, str]], stage: str) -> None:
+        """Log the sample table, ``n_logged_samples`` sentences drawn across source lengths from this epoch's
+        (seeded by ``sample_seed`` and the epoch, so every epoch shows others), translated now, and the
+        cross-attention of the drawn sentence nearest the epoch's median length."""
+        from .plots import draw_samples, figure_to_array
 
-        hyp = self.generate(src, beam_size=1)  # (1, T)
-        tgt = torch.cat((torch.full_like(hyp[:, :1], BOS_ID), hyp), dim=1)[:, :-1]  # (1, T): input predicting hyp
-        weights = [w[0] for w in self.cross_attention(src, tgt)]  # L x (H, T, S)
-        src_tokens, tgt_tokens = self._token_strings(src[0]), self._token_strings(hyp[0])
-        fig = cross_attention_figure(weights, src_tokens, tgt_tokens, title=f"{stage} epoch {self.current_epoch}")
+        lengths = [len(ids) for ids, _, _ in candidates]
+        chosen = draw_samples(lengths, self.hparams.n_logged_samples, self.hparams.sample_seed, self.current_epoch)
         assert isinstance(self.logger, WandbLogger)
+        if chosen:
+            src = torch.full((len(chosen), max(lengths[i] for i in chosen)), PAD_ID, dtype=torch.long)  # (n, S)
+            for b, i in enumerate(chosen):
+                src[b, : lengths[i]] = torch.tensor(candidates[i][0])
+            hyps = self._texts(self.generate(src.to(self.device)))
+            rows = [[candidates[i][1], candidates[i][2], h] for i, h in zip(chosen, hyps, strict=True)]
+            self.logger.log_table(key=f"{stage}/samples", columns=["source", "reference", "translation"], data=rows)
+        median = sorted(lengths)[len(lengths) // 2]
+        # a typical sentence, not the shortest: the drawn one (else any) nearest the median length
+        shown = min(chosen or range(len(lengths)), key=lambda i: (abs(lengths[i] - median), i))
+        fig = self.attention_figure(torch.tensor(candidates[shown][0]), title=f"{stage} epoch {self.current_epoch}")
         self.logger.log_image(key=f"{stage}/cross_attention", images=[figure_to_array(fig)], step=self.global_step)
 
-    def _token_strings(self, ids: Tensor) -> list[str]:
+    @torch.no_grad()
+    def attention_figure(self, src: Tensor, title: str = "") -> Figure:
+        """A layer x head grid of the cross-attention of the model's own greedy translation of one
+        sentence ``src (S,)`` (ids + EOS; padding is dropped): source tokens across, the predicted target
+        tokens (through EOS) down, no padding position on either axis."""
+        from .plots import cross_attention_figure
+
+        src = src[src != PAD_ID][None].to(self.device)  # (1, S): the real tokens only
+        hyp = self.generate(src, beam_size=1)[0]  # (T',): the translation's ids
+        ends = (hyp == EOS_ID).nonzero()
+        hyp = hyp[: int(ends[0]) + 1 if len(ends) else len(hyp)][None]  # (1, T): through the first EOS
+        tgt = torch.cat((torch.full_like(hyp[:, :1], BOS_ID), hyp[:, :-1]), dim=1)  # (1, T): BOS + all but the last
+        weights = [w[0] for w in self.cross_attention(src, tgt)]  # L x (H, T, S)
+        src_tokens, tgt_tokens = self._token_strings(src[0], "src"), self._token_strings(hyp[0], "tgt")
+        return cross_attention_figure(weights, src_tokens, tgt_tokens, title=title)
+
+    def _token_strings(self, ids: Tensor, side: Literal["src", "tgt"]) -> list[str]:
         if self.tokenizer is None:
             return [str(i) for i in ids.tolist()]
         specials = {PAD_ID: "<pad>", BOS_ID: "<s>", EOS_ID: "</s>"}
-        vocab = self.tokenizer.tgt
+        vocab = self.tokenizer.side(side)
         return [specials.get(i) or vocab.id_to_token(i) or str(i) for i in ids.tolist()]
 
     # ---------------------------------------------------------------- predict
@@ -503,12 +572,18 @@ class Seq2SeqTransformer(LightningModule):
 
     # ------------------------------------------------------- checkpoint, optim
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """The tokenizer (plain JSON types) and the direction beside the weights; ``max_len`` and the
+        decoding settings are hyperparameters, the special ids fixed (``<pad>=0 <unk>=1 <s>=2 </s>=3``)."""
         if self.tokenizer is not None:
             checkpoint["tokenizer"] = self.tokenizer.to_dict()
+        if self.src_lang is not None:
+            checkpoint["src_lang"], checkpoint["tgt_lang"] = self.src_lang, self.tgt_lang
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if "tokenizer" in checkpoint:
             self.tokenizer = BPETokenizer.from_dict(checkpoint["tokenizer"])
+        if "src_lang" in checkpoint:
+            self.src_lang, self.tgt_lang = checkpoint["src_lang"], checkpoint["tgt_lang"]
 
     def configure_optimizers(self) -> dict[str, Any]:
         hp = self.hparams

@@ -1,14 +1,39 @@
-"""Cross-attention heatmaps: one panel per (layer, head), target tokens down, source tokens across."""
+"""What the text task shows on its dashboards: the seeded draw of sample translations across source
+lengths, and cross-attention heatmaps (one panel per (layer, head), target tokens down, source tokens
+across)."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 
 import numpy as np
 from matplotlib.figure import Figure
 from torch import Tensor
 
-__all__ = ["cross_attention_figure", "figure_to_array"]
+__all__ = ["cross_attention_figure", "draw_samples", "figure_to_array"]
+
+
+def draw_samples(lengths: Sequence[int], n: int, seed: int, epoch: int) -> list[int]:
+    """Indices of ``n`` items drawn across lengths: the items, sorted by length (then index), are cut
+    into ``n`` consecutive runs of nearly equal size and one item is drawn from each run, by a generator
+    seeded with ``seed`` and ``epoch``: the same seed and epoch draw the same items, another epoch others.
+
+    Args:
+        lengths: the length of every item.
+        n: how many to draw; all items (in length order) when there are no more than ``n``.
+        seed: the run's seed.
+        epoch: the epoch the draw is for.
+
+    Returns:
+        The drawn indices, shortest item first.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+    if n >= len(order):
+        return order
+    rng = random.Random(f"{seed}/{epoch}")  # a str seed is hashed (sha512): no two (seed, epoch) collide
+    bounds = [k * len(order) // n for k in range(n + 1)]  # every run holds at least one item, as n < len
+    return [order[rng.randrange(bounds[k], bounds[k + 1])] for k in range(n)]
 
 
 def cross_attention_figure(

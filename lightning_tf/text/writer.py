@@ -22,7 +22,7 @@ class TranslationWriter(BasePredictionWriter):
     ``translations.txt`` into the run folder on its own; a writer given on the command line (to choose
     the file) takes its place::
 
-        lightning-tf predict --config configs/text/synthetic.yaml --ckpt_path last.ckpt \\
+        lightning-tf predict --config runs/lightning-tf/<run id>/config.yaml --ckpt_path last.ckpt \\
             --data.predict_file in.txt \\
             --trainer.callbacks+=lightning_tf.text.TranslationWriter --trainer.callbacks.output_file out.txt
 

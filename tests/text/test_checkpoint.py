@@ -149,10 +149,11 @@ def test_empty_lines_translate_to_empty_lines(
 def test_a_loaded_model_predicts_with_its_own_tokenizer(
     checkpoint: tuple[Path, list[str], TranslationDataModule], tmp_path: Path
 ) -> None:
-    """``trainer.predict(model, datamodule=dm)`` with a loaded model: the DataModule learnt another tokenizer
-    (other seed), whose ids mean nothing to the model's embeddings. That is one clear error; given the model's
-    tokenizer (``use_tokenizer`` or ``tokenizer_dir``) the data is encoded the model's way. A fresh model under
-    ``ckpt_path`` (as the CLI builds it) gets the checkpoint's tokenizer, and so does the DataModule."""
+    """``trainer.predict(model, datamodule=dm)`` with a loaded model: predicting never learns a tokenizer, so a
+    DataModule without one is one clear error, and one given another tokenizer (other seed, whose ids mean
+    nothing to the model's embeddings) is another; given the model's tokenizer (``use_tokenizer`` or
+    ``tokenizer_dir``) the data is encoded the model's way. A fresh model under ``ckpt_path`` (as the CLI builds
+    it) gets the checkpoint's tokenizer, and so does the DataModule."""
     path, _, _ = checkpoint
     model = Seq2SeqTransformer.load_from_checkpoint(path, map_location="cpu")
     own = model.tokenizer
@@ -180,9 +181,18 @@ def test_a_loaded_model_predicts_with_its_own_tokenizer(
         return (tmp_path / out).read_text().splitlines()
 
     dm = other_data()
-    with pytest.raises(ValueError, match=r"encoded with another tokenizer .*dm\.use_tokenizer\(model\.tokenizer\)"):
+    no_tokenizer = r"predict needs the trained model's tokenizer: give --ckpt_path .*tokenizer_dir"
+    with pytest.raises(ValueError, match=no_tokenizer):
         predict(dm, "never.txt")
-    assert dm.tokenizer != own and not (tmp_path / "never.txt").exists()
+    assert dm.tokenizer is None and not (tmp_path / "never.txt").exists()
+    learnt = TranslationDataModule(dataset="copy", n_train=200, n_val=8, n_test=8, vocab_size=64, seed=7)
+    learnt.setup("fit")
+    assert learnt.tokenizer is not None and learnt.tokenizer != own
+    learnt.tokenizer.save(tmp_path / "other_tokenizer")
+    mismatched = other_data(tokenizer_dir=str(tmp_path / "other_tokenizer"))
+    with pytest.raises(ValueError, match=r"encoded with another tokenizer .*dm\.use_tokenizer\(model\.tokenizer\)"):
+        predict(mismatched, "never.txt")
+    assert mismatched.tokenizer != own and not (tmp_path / "never.txt").exists()
     expected = model.translate(lines)
     dm.use_tokenizer(own)  # after setup: the prediction input is encoded again
     assert predict(dm, "out.txt") == expected

@@ -49,12 +49,36 @@ def test_empty_lines_are_dropped_counted_and_logged(tmp_path: Path, caplog: pyte
 
 
 def test_empty_split_is_an_error(tmp_path: Path) -> None:
-    empty = write_tsv(tmp_path / "empty.tsv", ["\t", "  \t  "])
+    empty = write_tsv(tmp_path / "empty.tsv", ["Hi.\t ", "  \tHallo!"])  # text, but every pair lacks a side
     train = write_tsv(tmp_path / "deu.txt", tatoeba_rows())
     with pytest.raises(ValueError, match=r"the test split is empty \(.*empty\.tsv: lines=2, empty_dropped=2\)"):
         small_dm(dataset=None, train_file=str(train), test_file=str(empty)).setup("fit")
+    with pytest.raises(ValueError, match=r"the train split is empty \(.*empty\.tsv: lines=2, empty_dropped=2\)"):
+        small_dm(dataset=None, train_file=str(empty)).setup("fit")
     with pytest.raises(ValueError, match=r"20 pairs cannot give 23 held-out pairs"):
         small_dm(dataset=None, train_file=str(train), n_val=3, n_test=20).setup("fit")
+
+
+@pytest.mark.parametrize("content", ["", " \n\t\n\n"], ids=["empty", "whitespace"])
+@pytest.mark.parametrize("role", ["train_tsv", "test_tsv", "aligned", "predict"])
+def test_an_empty_or_blank_file_is_named(tmp_path: Path, content: str, role: str) -> None:
+    """A file with no sentence says so and names itself, wherever it enters: not as "0 pairs cannot give
+    6 held-out pairs" or an empty split further on."""
+    train = write_tsv(tmp_path / "deu.txt", tatoeba_rows())
+    bad = tmp_path / ("x.de" if role == "aligned" else "x.txt")
+    bad.write_text(content, encoding="utf-8")
+    name = r"x\.(de|txt)"
+    expected = f"{name}: the file is empty" if not content else f"{name}: holds no sentences, only 3 blank lines"
+    if role == "aligned":
+        (tmp_path / "x.en").write_text("Hi.\nRun!\nGo.\n", encoding="utf-8")
+    dm = {
+        "train_tsv": lambda: small_dm(dataset=None, train_file=str(bad)),
+        "test_tsv": lambda: small_dm(dataset=None, train_file=str(train), test_file=str(bad)),
+        "aligned": lambda: small_dm(dataset=None, train_file=str(train), val_file=str(tmp_path / "x")),
+        "predict": lambda: small_dm(dataset="copy", n_train=50, vocab_size=40, predict_file=str(bad)),
+    }[role]()
+    with pytest.raises(ValueError, match=expected):
+        dm.setup("predict" if role == "predict" else "fit")
 
 
 def test_over_long_pairs_are_dropped_and_counted(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -242,10 +266,11 @@ def test_predict_batches_carry_line_numbers(tmp_path: Path, synthetic_dm: Transl
         batch_size=2,
     )
     dm.tokenizer, dm.datasets, dm.text = synthetic_dm.tokenizer, synthetic_dm.datasets, synthetic_dm.text
+    dm.setup("predict")
     with pytest.warns(UserWarning, match="truncated 1 of 5 lines to max_length=100"):
-        dm.setup("predict")
+        loader = dm.predict_dataloader()  # the lines are encoded once the tokenizer is known
     got = {}
-    for batch in dm.predict_dataloader():
+    for batch in loader:
         assert batch["index"].dtype == torch.long and len(batch["src_text"]) <= 2
         for i, text, row in zip(batch["index"].tolist(), batch["src_text"], batch["src"], strict=True):
             got[i] = (text, row)
@@ -417,8 +442,39 @@ def test_a_restored_tokenizer_replaces_the_one_saved_at_setup(tmp_path: Path) ->
     trained.setup("fit")
     dm = TranslationDataModule(n_train=300, n_val=20, n_test=20, vocab_size=500, seed=2)
     dm.trainer = pl.Trainer(default_root_dir=tmp_path, logger=CSVLogger(tmp_path), enable_progress_bar=False)
-    dm.setup("predict")
+    dm.setup("test")
     saved = tmp_path / "lightning_logs" / "version_0" / "tokenizer"
     assert BPETokenizer.load(saved) == dm.tokenizer != trained.tokenizer
     dm.load_state_dict(trained.state_dict())
     assert BPETokenizer.load(saved) == trained.tokenizer
+
+
+def test_predict_setup_reads_only_the_predict_file(tmp_path: Path) -> None:
+    """``setup("predict")`` reads no training data (the TSV it names is gone), learns no tokenizer and writes
+    no tokenizer folder; the lines are encoded once the checkpoint's tokenizer is restored (``load_state_dict``,
+    as Lightning does under ``ckpt_path`` after ``setup``), and without any tokenizer the loader says what to give."""
+    trained = TranslationDataModule(dataset="copy", n_train=200, n_val=8, n_test=8, vocab_size=40, seed=1)
+    trained.setup("fit")
+    (tmp_path / "in.txt").write_text("a b c\n\nc d\n", encoding="utf-8")
+    dm = TranslationDataModule(
+        dataset=None, train_file=str(tmp_path / "moved_away.tsv"), vocab_size=40, predict_file=str(tmp_path / "in.txt")
+    )
+    dm.trainer = pl.Trainer(default_root_dir=tmp_path, logger=CSVLogger(tmp_path), enable_progress_bar=False)
+    dm.setup("predict")
+    assert dm.tokenizer is None and dm.text == {} and dm.datasets == {}
+    assert dm.predict_text == ["a b c", "", "c d"]
+    no_tokenizer = r"predict needs the trained model's tokenizer: give --ckpt_path .*data\.tokenizer_dir"
+    with pytest.raises(ValueError, match=no_tokenizer):
+        dm.predict_dataloader()
+    dm.load_state_dict(trained.state_dict())
+    batches = list(dm.predict_dataloader())
+    assert sorted(i for b in batches for i in b["index"].tolist()) == [0, 1, 2]
+    first = next(b for b in batches if 0 in b["index"].tolist())
+    row = first["src"][first["index"].tolist().index(0)]
+    assert trained.tokenizer.decode(row[None], "src") == ["a b c"]
+    assert not any(tmp_path.rglob("tokenizer*")), "predict writes no tokenizer folder"
+    only_predict = TranslationDataModule(dataset=None, vocab_size=40, predict_file=str(tmp_path / "in.txt"))
+    only_predict.setup("predict")
+    assert only_predict.predict_text == ["a b c", "", "c d"]
+    with pytest.raises(ValueError, match="set dataset .* or train_file: predict_file alone only predicts"):
+        only_predict.setup("fit")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_tf.text.io import read_aligned, read_lines, read_tsv
+from lightning_tf.text.io import read_aligned, read_lines, read_sentences, read_tsv
 from tests.helpers.text import DE, EN, tatoeba_rows, write_tsv
 
 
@@ -95,3 +95,31 @@ def test_empty_lines_are_dropped_and_counted(tmp_path: Path) -> None:
     path = write_tsv(tmp_path / "deu.txt", rows)
     pairs, stats = read_tsv(path, "en", "de")
     assert len(pairs) == 18 and stats.empty == 2
+
+
+def test_empty_and_blank_files_say_so_and_name_the_file(tmp_path: Path) -> None:
+    empty, blank = tmp_path / "empty.tsv", tmp_path / "blank.tsv"
+    empty.write_text("", encoding="utf-8")
+    blank.write_text("\n  \n\t\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"empty\.tsv: the file is empty$"):
+        read_tsv(empty, "en", "de")
+    with pytest.raises(ValueError, match=r"blank\.tsv: holds no sentences, only 3 blank lines$"):
+        read_tsv(blank, "en", "de")
+    with pytest.raises(ValueError, match=r"empty\.tsv: the file is empty, expected a header line"):
+        read_tsv(empty, "en", "de", header=True)
+    with pytest.raises(ValueError, match=r"header\.tsv: the file is empty below its header line"):
+        read_tsv(write_tsv(tmp_path / "header.tsv", ["en\tde"]), "en", "de", header=True)
+    with pytest.raises(ValueError, match=r"empty\.tsv: the file is empty$"):
+        read_sentences(empty)
+    with pytest.raises(ValueError, match=r"blank\.tsv: holds no sentences, only 3 blank lines$"):
+        read_sentences(blank)
+    (tmp_path / "t.en").write_text(" \n", encoding="utf-8")
+    (tmp_path / "t.de").write_text("Hallo!\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"t\.en: holds no sentences, only 1 blank line$"):
+        read_aligned(tmp_path / "t", "en", "de")
+
+
+def test_sentences_to_translate_keep_blank_lines_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "in.txt"
+    path.write_text("  Hi there. \n\n\tRun!\n", encoding="utf-8")
+    assert read_sentences(path) == ["Hi there.", "", "Run!"]

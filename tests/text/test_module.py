@@ -13,10 +13,11 @@ import torch
 from lightning.pytorch import Callback, Trainer
 from lightning.pytorch.loggers import CSVLogger
 
-from lightning_tf.text import PRESETS, Seq2SeqTransformer, TranslationWriter
+from lightning_tf.text import PRESETS, BPETokenizer, Seq2SeqTransformer, TranslationWriter
+from lightning_tf.text.plots import draw_samples
 from lightning_tf.text.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from lightning_tf.training import noam, warmup_cosine
-from tests.helpers.text import IdDataModule, TextCopyDataModule, make_batch, pad_rows
+from tests.helpers.text import IdDataModule, TextCopyDataModule, make_batch, pad_rows, word_sentences
 
 V = 24
 TINY = dict(vocab_size=V, d_model=32, n_heads=4, n_layers=2, d_ff=64, dropout=0.0)
@@ -230,6 +231,8 @@ def test_perplexity_is_exp_of_unsmoothed_cross_entropy(tmp_path: Path) -> None:
 
 
 def test_wandb_gets_samples_table_and_attention_image(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every decoding epoch logs a sample table drawn across source lengths by ``sample_seed`` and the epoch
+    (another draw each epoch), translated by the model of that epoch, and one cross-attention grid."""
     from lightning.pytorch.loggers import WandbLogger
 
     calls: dict[str, list] = {"table": [], "image": []}
@@ -237,17 +240,52 @@ def test_wandb_gets_samples_table_and_attention_image(tmp_path: Path, monkeypatc
         WandbLogger, "log_table", lambda self, key, columns, data, **kw: calls["table"].append((key, columns, data))
     )
     monkeypatch.setattr(WandbLogger, "log_image", lambda self, key, images, **kw: calls["image"].append((key, images)))
-    dm = TextCopyDataModule(n_train=32, n_val=4, batch_size=16)
+    dm = TextCopyDataModule(n_train=32, n_val=12, batch_size=16)
     model = Seq2SeqTransformer(**(TINY | {"vocab_size": 64}), beam_size=1, extra_len=3, n_logged_samples=3)
     logger = WandbLogger(save_dir=str(tmp_path), offline=True, project="test")
-    trainer(tmp_path, max_epochs=1, logger=logger, num_sanity_val_steps=0).fit(model, datamodule=dm)
-    ((key, columns, data),) = calls["table"]
-    assert key == "val/samples" and columns == ["source", "reference", "translation"] and len(data) == 3
-    assert data[0][0] == dm.val_text[0] and data[0][1] == dm.val_text[0]
-    ((key, images),) = calls["image"]
+    trainer(tmp_path, max_epochs=2, logger=logger, num_sanity_val_steps=0).fit(model, datamodule=dm)
+    assert dm.tokenizer is not None
+    lengths = [len(ids) + 1 for ids in dm.tokenizer.encode(dm.val_text, "src")]  # the val loader keeps file order
+    drawn = []
+    for epoch, (key, columns, data) in enumerate(calls["table"]):
+        assert key == "val/samples" and columns == ["source", "reference", "translation"]
+        expected = [dm.val_text[i] for i in draw_samples(lengths, 3, seed=0, epoch=epoch)]
+        assert [row[0] for row in data] == expected and all(row[1] == row[0] for row in data)  # copy task
+        drawn.append(expected)
+    assert len(drawn) == 2 and drawn[0] != drawn[1], "each epoch shows other sentences"
+    assert [row[2] for row in calls["table"][-1][2]] == model.translate(drawn[1])  # the epoch's own translations
+    assert [key for key, _ in calls["image"]] == ["val/cross_attention"] * 2
+    images = calls["image"][0][1]
     layers, heads = 2, 4
-    assert key == "val/cross_attention" and images[0].ndim == 3 and images[0].shape[2] == 3
+    assert images[0].ndim == 3 and images[0].shape[2] == 3
     assert images[0].shape[0] > 100 * layers / 2 and images[0].shape[1] > 100 * heads / 2
+
+
+def test_attention_figure_has_no_padding_on_its_axes() -> None:
+    """The heatmap of a sentence taken from a padded batch shows its real source tokens (through </s>) across
+    and the translation's tokens (through </s>) down: no <pad> column or row."""
+    model = Seq2SeqTransformer(**(TINY | {"vocab_size": 64}), extra_len=3).eval()
+    model.tokenizer = BPETokenizer.train(word_sentences(64, 0), word_sentences(64, 0), 64)
+    ids = model.tokenizer.encode(["the big dog sees a red car."], "src")[0] + [EOS_ID]
+    fig = model.attention_figure(torch.tensor(ids + [PAD_ID] * 5))
+    assert len(fig.axes) == 2 * 4  # layers x heads
+    for ax in fig.axes:
+        xs = [t.get_text() for t in ax.get_xticklabels()]
+        ys = [t.get_text() for t in ax.get_yticklabels()]
+        assert xs == model._token_strings(torch.tensor(ids), "src") and xs[-1] == "</s>"
+        assert "<pad>" not in xs + ys and ys[-1] == "</s>" and "</s>" not in ys[:-1]
+        assert ax.images[0].get_array().shape == (len(ys), len(xs))
+
+
+def test_draw_samples_spans_lengths_and_changes_per_epoch() -> None:
+    lengths = [(7 * i) % 23 + 1 for i in range(60)]  # 60 items, lengths 1..23 in no order
+    first = draw_samples(lengths, 6, seed=0, epoch=3)
+    assert first == draw_samples(lengths, 6, seed=0, epoch=3), "deterministic given seed and epoch"
+    assert first != draw_samples(lengths, 6, seed=0, epoch=4) and first != draw_samples(lengths, 6, seed=1, epoch=3)
+    order = sorted(range(60), key=lambda i: (lengths[i], i))
+    for k, i in enumerate(first):  # one from each sixth of the items sorted by length
+        assert order.index(i) // 10 == k
+    assert draw_samples(lengths[:4], 6, seed=0, epoch=0) == sorted(range(4), key=lambda i: (lengths[i], i))
 
 
 def test_predict_writes_translations_in_input_order(tmp_path: Path) -> None:
