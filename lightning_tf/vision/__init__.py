@@ -4,6 +4,7 @@
   core encoder, head) and its presets;
 * :mod:`.module`: :class:`ViTClassifier`, training, evaluation and prediction of class probabilities;
 * :mod:`.writer`: :class:`ClassificationWriter`, the top-k classes of ``predict`` as CSV;
+* :mod:`.inputs`: files, PIL images or tensors prepared as a trained model expects (``classify``);
 * :mod:`.timm_interop`: ``ViTClassifier.from_timm``, timm ViT weights in our model;
 * :mod:`.attention_maps`: attention rollout and class-token attention, drawn over images.
 """

@@ -144,22 +144,11 @@ def draw_attention(
 
 
 def load_image(path: str | Path, image_size: int, in_chans: int, mean: Sequence[float], std: Sequence[float]) -> Tensor:
-    """An image file as a normalised ``(C, image_size, image_size)`` tensor (resize + center crop)."""
-    from PIL import Image
-    from torchvision.transforms import v2
+    """An image file as a normalised ``(C, image_size, image_size)`` tensor, prepared as for prediction
+    (:func:`~.inputs.prepare_images`: resize the shorter side, centre crop, normalise)."""
+    from .inputs import prepare_images
 
-    with Image.open(path) as img:
-        img = img.convert("L" if in_chans == 1 else "RGB")
-        tf = v2.Compose(
-            [
-                v2.PILToTensor(),
-                v2.Resize(image_size, antialias=True),
-                v2.CenterCrop(image_size),
-                v2.ToDtype(torch.float32, scale=True),
-                v2.Normalize(list(mean), list(std)),
-            ]
-        )
-        return tf(img)
+    return prepare_images([path], image_size, in_chans, mean, std)[0]  # (C, S, S)
 
 
 def plot_attention(
@@ -169,10 +158,12 @@ def plot_attention(
     mean: Sequence[float] | None = None,
     std: Sequence[float] | None = None,
     class_names: Sequence[str] | None = None,
+    labels: Sequence[int] | None = None,
     head_fusion: HeadFusion = "mean",
 ) -> Any:
-    """A figure with one row per image: the image with its predicted class, the attention rollout
-    and the last layer's class-token attention drawn over it.
+    """A figure with one row per image: the image titled with its true class (when ``labels`` are
+    given) and its predicted class, the attention rollout and the last layer's class-token attention
+    drawn over it.
 
     Args:
         model: the network (``ViTClassifier.net``).
@@ -180,7 +171,8 @@ def plot_attention(
             ``mean``/``std``, default 0.5).
         mean: per-channel normalisation mean of the images (to show them in their colours).
         std: per-channel normalisation std.
-        class_names: names of the predicted classes in the titles.
+        class_names: names of the classes in the titles.
+        labels: the true class of each image (an index into ``class_names``), shown above the prediction.
         head_fusion: how the heads combine: ``mean``, ``max`` or ``min``.
     """
     import matplotlib
@@ -198,12 +190,20 @@ def plot_attention(
     pred = maps["logits"].argmax(-1).tolist()
     B = images.shape[0]
     fig, axes = plt.subplots(B, 3, figsize=(6.6, 2.2 * B), squeeze=False)
+    if labels is not None and len(labels) != B:
+        raise ValueError(f"labels has {len(labels)} entries for {B} images")
+
+    def name(c: int) -> str:
+        return class_names[c] if class_names is not None else str(c)
+
     for b in range(B):
-        name = class_names[pred[b]] if class_names is not None else str(pred[b])
         rgb = _denormalize(images[b], mean, std)  # (H, W, C)
         axes[b, 0].imshow(rgb[..., 0] if rgb.shape[-1] == 1 else rgb, cmap="gray" if rgb.shape[-1] == 1 else None)
         axes[b, 0].set_axis_off()
-        axes[b, 0].set_title(f"predicted: {name}", fontsize=8)
+        title = f"predicted: {name(pred[b])}"
+        if labels is not None:
+            title = f"true: {name(int(labels[b]))}\n{title}"
+        axes[b, 0].set_title(title, fontsize=8)
         draw_attention(images[b], maps["rollout"][b], axes[b, 1], mean=mean, std=std, title="rollout")
         draw_attention(images[b], maps["last_layer"][b], axes[b, 2], mean=mean, std=std, title="last layer")
     fig.tight_layout()

@@ -24,6 +24,7 @@ import torch
 from lightning.pytorch import LightningDataModule
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, default_collate
+from torchvision.transforms import v2
 
 from lightning_tf.distributed import eval_sampler
 
@@ -78,7 +79,12 @@ class ImageDataModule(LightningDataModule):
 
     ``num_classes``, ``image_size``, ``in_chans``, ``class_names``, ``mean`` and ``std`` are set
     by ``__init__`` (an image folder's class folders are listed there), so a model can check them
-    (and that its patch size divides ``image_size``) before any data is read.
+    (and that its patch size divides ``image_size``) before any data is read. They are saved in every
+    checkpoint (``state_dict``). Predicting files (``predict_path``) under a checkpoint prepares them
+    with the checkpoint's size, channels and normalisation, and needs no training data: when the
+    image folder ``root`` is gone, what it would have said comes from the checkpoint (until then
+    ``num_classes``, and ``image_size`` / ``in_chans`` unless given, are unknown: reading them raises
+    AttributeError, so the CLI links nothing and the model keeps the checkpoint's values).
 
     Splits: ``digits`` and a single image folder are split class by class into test
     (``test_fraction``), validation (``val_fraction`` of the rest) and training; the other
@@ -95,7 +101,8 @@ class ImageDataModule(LightningDataModule):
             (28 for MNIST, 32 for CIFAR), 16 for digits (8x8 upsampled), 224 for image folders.
         in_chans: channels fed to the model; default: the dataset's (1 for digits and MNIST, 3 for
             CIFAR and image folders). 3 on a greyscale dataset replicates the channel; colour
-            images are never turned grey (an error names the file).
+            images in the data are never turned grey (an error names the file); images to predict
+            are (a greyscale model cannot see colour).
         batch_size: images per batch (even when Mixup/CutMix is on).
         val_fraction: share of the training pool held out for validation, stratified.
         test_fraction: share held out for test where no test set exists (digits, an image folder
@@ -119,6 +126,7 @@ class ImageDataModule(LightningDataModule):
         num_workers: DataLoader worker processes.
         download: let torchvision download missing files (needs internet).
         predict_path: an image file or a folder of images to predict; default: the test split.
+            With it, ``setup("predict")`` reads only these files.
     """
 
     def __init__(
@@ -176,56 +184,190 @@ class ImageDataModule(LightningDataModule):
         native_chans = spec.in_chans if spec else in_chans or 3
         if in_chans is not None and in_chans < native_chans:
             raise ValueError(f"{dataset} images are RGB; in_chans ({in_chans}) must be 3")
-        image_size = image_size or DEFAULT_SIZE.get(dataset) or spec.size
-        in_chans = in_chans or native_chans
+        if (mixup_alpha or cutmix_alpha) and batch_size % 2:
+            raise ValueError(f"batch_size ({batch_size}) must be even with Mixup/CutMix (pairs are mixed)")
         # the resolved values live on the model's hyperparameters (the CLI links them data -> model);
         # kept out of these, so that a logger merging both never sees the config's None beside them
         self.save_hyperparameters(ignore=["image_size", "in_chans"])
-        self.image_size: int = image_size
-        self.in_chans: int = in_chans
         self.hflip: bool = hflip if hflip is not None else (spec.hflip if spec else True)
-        if dataset == "image_folder":
-            self.class_names: list[str] = scan_image_folder(root, scan_files=False).class_names
+        self._to_rgb_from = spec.in_chans if spec else None  # arrays of this many channels, replicated to RGB
+
+        # What inference needs (the checkpoint keeps it: state_dict). Known here, except when only predicting
+        # after the training folder moved away: then the checkpoint's state brings it (load_state_dict), and
+        # until then the CLI links nothing to the model, which keeps the checkpoint's own values.
+        self.class_names: list[str] | None = None
+        self._image_size: int | None = image_size
+        self._in_chans: int | None = in_chans
+        self.mean: list[float] | None = [float(m) for m in mean] if mean is not None else None
+        self.std: list[float] | None = [float(s) for s in std] if std is not None else None
+        if dataset == "image_folder" and predict_path is not None and not Path(root).is_dir():
+            log.info("%s is not a folder: class names, image size and normalisation come from the checkpoint", root)
         else:
-            self.class_names = list(spec.class_names)
-        self.num_classes: int = len(self.class_names)
+            if dataset == "image_folder":
+                self.class_names = scan_image_folder(root, scan_files=False).class_names
+                if len(self.class_names) < 2:
+                    raise ValueError(
+                        f"{root}: one class folder ({self.class_names[0]}); a classifier needs two or more: "
+                        "add a folder of images per class"
+                    )
+            else:
+                self.class_names = list(spec.class_names)
+            self._image_size = image_size or DEFAULT_SIZE.get(dataset) or spec.size
+            self._in_chans = in_chans or native_chans
 
         self._arrays: tuple[Tensor, Tensor] | None = None  # digits, loaded once
         self.split_indices: dict[str, Tensor] = {}  # after setup: positions in the pool each split came from
-        if mean is None or std is None:
+        if (mean is None or std is None) and self._in_chans is not None:
             default_mean, default_std = self._default_stats()
-        self.mean: list[float] = [float(m) for m in (mean if mean is not None else default_mean)]
-        self.std: list[float] = [float(s) for s in (std if std is not None else default_std)]
-        for name, stats in (("mean", self.mean), ("std", self.std)):
-            if len(stats) != self.in_chans:
-                raise ValueError(f"{name} has {len(stats)} values ({stats}) but in_chans is {self.in_chans}")
-        if min(self.std) <= 0:
-            raise ValueError(f"std ({self.std}) must be positive")
+            self.mean = self.mean if self.mean is not None else default_mean
+            self.std = self.std if self.std is not None else default_std
+        self._check_stats()
 
-        self.mixup = build_mixup(
-            self.num_classes, mixup_alpha, cutmix_alpha, mixup_prob, mixup_switch_prob, mixup_mode, mixup_label_smoothing
-        )
-        if self.mixup is not None and batch_size % 2:
-            raise ValueError(f"batch_size ({batch_size}) must be even with Mixup/CutMix (pairs are mixed)")
-
-        source = "file" if dataset == "image_folder" else "array"
-        to_rgb = self.in_chans > native_chans
-        common = {"image_size": self.image_size, "mean": self.mean, "std": self.std, "to_rgb": to_rgb}
-        self.train_transform = build_transform(
-            train=True, augment=augment, hflip=self.hflip, random_erasing=random_erasing, source=source, **common
-        )
-        self.eval_transform = build_transform(train=False, source=source, **common)
-        # Files given for prediction can have any shape, whatever the dataset.
-        self.predict_transform = build_transform(train=False, source="file", **common)
+        self.mixup = None
+        if self.class_names is not None:  # training only, and training needs the class folders
+            self.mixup = build_mixup(
+                self.num_classes, mixup_alpha, cutmix_alpha, mixup_prob, mixup_switch_prob, mixup_mode,
+                mixup_label_smoothing,
+            )  # fmt: skip
+        self.train_transform: v2.Compose | None = None
+        self.eval_transform: v2.Compose | None = None
+        self.predict_transform: v2.Compose | None = None
+        self._build_transforms()
         self.train_set: ArrayImages | ImageFiles | None = None
         self.val_set: ArrayImages | ImageFiles | None = None
         self.test_set: ArrayImages | ImageFiles | None = None
         self.predict_set: _Predict | None = None
         self.predict_paths: list[str] = []
 
+    # ----------------------------------------------------------------------------------------------
+    # What the model must agree with. An AttributeError while unknown (only predicting, the training
+    # folder gone, no checkpoint state yet): the CLI skips a link whose source attribute is missing.
+
+    @property
+    def num_classes(self) -> int:
+        """Number of classes, ``len(class_names)``."""
+        if self.class_names is None:
+            raise AttributeError("num_classes is unknown until a checkpoint's state is loaded")
+        return len(self.class_names)
+
+    @property
+    def image_size(self) -> int:
+        """Side of the square images fed to the model."""
+        if self._image_size is None:
+            raise AttributeError("image_size is unknown until a checkpoint's state is loaded")
+        return self._image_size
+
+    @property
+    def in_chans(self) -> int:
+        """Channels fed to the model."""
+        if self._in_chans is None:
+            raise AttributeError("in_chans is unknown until a checkpoint's state is loaded")
+        return self._in_chans
+
+    def _knows_inputs(self) -> bool:
+        return None not in (self._image_size, self._in_chans, self.mean, self.std)
+
+    def _check_stats(self) -> None:
+        for name, stats in (("mean", self.mean), ("std", self.std)):
+            if stats is not None and self._in_chans is not None and len(stats) != self._in_chans:
+                raise ValueError(f"{name} has {len(stats)} values ({stats}) but in_chans is {self._in_chans}")
+        if self.std is not None and min(self.std) <= 0:
+            raise ValueError(f"std ({self.std}) must be positive")
+
+    def _build_transforms(self) -> None:
+        """The three pipelines from the current size, channels and normalisation (none while unknown)."""
+        if not self._knows_inputs():
+            return
+        h = self.hparams
+        to_rgb = self._to_rgb_from is not None and self.in_chans > self._to_rgb_from
+        common = {"image_size": self.image_size, "mean": self.mean, "std": self.std, "to_rgb": to_rgb}
+        source = "file" if h.dataset == "image_folder" else "array"
+        self.train_transform = build_transform(
+            train=True, augment=h.augment, hflip=self.hflip, random_erasing=h.random_erasing, source=source, **common
+        )
+        self.eval_transform = build_transform(train=False, source=source, **common)
+        # Files given for prediction can have any shape, whatever the dataset.
+        self.predict_transform = build_transform(train=False, source="file", **common)
+
+    def _attach_transforms(self) -> None:
+        """Give every built split the current pipeline (and prediction files the current channels)."""
+        if self.train_set is not None:
+            self.train_set.transform = self.train_transform
+            self.val_set.transform = self.test_set.transform = self.eval_transform
+        if self.predict_set is not None:
+            files = self.predict_set.dataset
+            if isinstance(files, ImageFiles) and files is not self.test_set:
+                files.in_chans, files.transform = self._in_chans, self.predict_transform
+
     def load_image(self, path: str | Path) -> Tensor:
-        """One image file as the model sees it at evaluation: ``(in_chans, image_size, image_size)``."""
-        return self.predict_transform(load_image(path, self.in_chans)).as_subclass(Tensor)
+        """One image file as the model sees it at prediction: ``(in_chans, image_size, image_size)``
+        (a colour file for a greyscale model is turned grey)."""
+        if self.predict_transform is None:
+            raise ValueError(self._unknown_inputs_message())
+        return self.predict_transform(load_image(path, self.in_chans, colour_to_grey=True)).as_subclass(Tensor)
+
+    def _unknown_inputs_message(self) -> str:
+        return (
+            f"{self.hparams.root} is not a folder, and no checkpoint gave the image size, channels and "
+            "normalisation to predict with: pass --ckpt_path <checkpoint> (the model's own), or restore the folder"
+        )
+
+    # ----------------------------------------------------------------------------------------------
+    # The checkpoint's copy (Lightning saves state_dict() in every checkpoint and, under ckpt_path, calls
+    # load_state_dict() after setup in every stage)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Class names, image size, channels and normalisation as plain data."""
+        if self.class_names is None or not self._knows_inputs():
+            return {}
+        return {
+            "class_names": list(self.class_names),
+            "image_size": int(self.image_size),
+            "in_chans": int(self.in_chans),
+            "mean": list(self.mean),
+            "std": list(self.std),
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Take the checkpoint's class names, image size, channels and normalisation.
+
+        Prediction of files uses all of them, whatever this DataModule was built with: images are
+        prepared as the model was trained. Fit, validate, test and prediction of the test split keep
+        their own size and normalisation (filling in only what is unknown) and need the checkpoint's
+        class names: the labels must mean the same classes.
+
+        Raises:
+            ValueError: the checkpoint's classes differ from the data's where labels are used.
+        """
+        if not state_dict:
+            return
+        theirs = [str(c) for c in state_dict["class_names"]]
+        trainer = self.trainer
+        files_only = self.hparams.predict_path is not None and (trainer is None or trainer.predicting)
+        if self.class_names is not None and self.class_names != theirs and not files_only:
+            raise ValueError(
+                f"the checkpoint's model was trained on the classes {theirs}; data {self.hparams.dataset} "
+                f"({self.hparams.root}) has {self.class_names}"
+            )
+        if self.class_names is None or files_only:
+            self.class_names = theirs
+        facts = {"image_size": "_image_size", "in_chans": "_in_chans", "mean": "mean", "std": "std"}
+        taken, replaced = [], []
+        for key, attr in facts.items():
+            value = state_dict[key]
+            value = [float(v) for v in value] if isinstance(value, (list, tuple)) else int(value)
+            ours = getattr(self, attr)
+            if ours is None or (files_only and ours != value):
+                taken.append(key)
+                if ours is not None:
+                    replaced.append(f"{key} {ours} -> {value}")
+                setattr(self, attr, value)
+        if replaced:
+            log.info("images prepared as the checkpoint's model was trained: %s", ", ".join(replaced))
+        if taken:
+            self._check_stats()
+            self._build_transforms()
+            self._attach_transforms()
 
     # ----------------------------------------------------------------------------------------------
     # Splits
@@ -258,8 +400,6 @@ class ImageDataModule(LightningDataModule):
         if spec.mean is not None:
             mean, std = list(spec.mean), list(spec.std)
         else:  # digits: measured on the training split at the model's image size (cheap: 1.3k tiny images)
-            from torchvision.transforms import v2
-
             images, targets = self._digits()
             train = images[self._holdout(targets, with_test=True)["train"]]  # (N, 1, 8, 8)
             x = v2.functional.resize(train, [self.image_size], antialias=True).float() / 255  # (N, 1, S, S)
@@ -275,10 +415,13 @@ class ImageDataModule(LightningDataModule):
             prepare_arrays(self.hparams.dataset, self.hparams.root, self.hparams.download)
 
     def setup(self, stage: str | None = None) -> None:
+        """Build the splits; for ``predict`` with ``predict_path``, only list those files (the training
+        data is not read: what preparing them needs may still come from a checkpoint)."""
         h = self.hparams
         if stage == "predict" and h.predict_path is not None:
             paths = find_images(h.predict_path)
-            self.predict_set = _Predict(ImageFiles(paths, [-1] * len(paths), self.in_chans, self.predict_transform))
+            files = ImageFiles(paths, [-1] * len(paths), self._in_chans, self.predict_transform, colour_to_grey=True)
+            self.predict_set = _Predict(files)
             self.predict_paths = paths
             return
         if self.train_set is None:
@@ -309,8 +452,7 @@ class ImageDataModule(LightningDataModule):
         self.split_indices = self._holdout(pool.targets, with_test="test" not in given, with_val="val" not in given)
         parts = {split: pool.subset(idx) for split, idx in self.split_indices.items()} | given
         self.train_set, self.val_set, self.test_set = parts["train"], parts["val"], parts["test"]
-        self.train_set.transform = self.train_transform
-        self.val_set.transform = self.test_set.transform = self.eval_transform
+        self._attach_transforms()
         log.info(
             "%s: train %d, val %d, test %d images of %dx%dx%d, %d classes",
             h.dataset, len(self.train_set), len(self.val_set), len(self.test_set),
@@ -345,6 +487,8 @@ class ImageDataModule(LightningDataModule):
         return self._loader(self.test_set)
 
     def predict_dataloader(self) -> DataLoader:
+        if self.predict_set is not None and not self._knows_inputs():
+            raise ValueError(self._unknown_inputs_message())
         return self._loader(self.predict_set)
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:

@@ -48,6 +48,7 @@ __all__ = [
     "FolderLayout",
     "ImageFiles",
     "find_images",
+    "image_from_pil",
     "load_arrays",
     "load_image",
     "prepare_arrays",
@@ -333,44 +334,66 @@ def load_arrays(name: str, root: str | Path, train: bool) -> tuple[Tensor, Tenso
 # Image files
 
 
-def load_image(path: str | Path, in_chans: int) -> tv_tensors.Image:
-    """Read one image file as a uint8 ``tv_tensors.Image`` of shape ``(in_chans, H, W)``.
+def image_from_pil(
+    img: Image.Image, in_chans: int, colour_to_grey: bool = False, name: str | Path = "image"
+) -> tv_tensors.Image:
+    """One decoded PIL image as a uint8 ``tv_tensors.Image`` of shape ``(in_chans, H, W)``.
 
     The channel rule: greyscale, palette, CMYK and alpha images are converted to RGB when
     ``in_chans`` is 3 (alpha is dropped); when ``in_chans`` is 1, greyscale images (with or
-    without alpha) are kept, but a colour image is refused rather than silently turned grey.
+    without alpha) are kept, but a colour image is refused rather than silently turned grey, unless
+    ``colour_to_grey`` (prediction: a greyscale model cannot see colour), which converts it with PIL's
+    luma ``L = (299 R + 587 G + 114 B) / 1000``.
+
+    Args:
+        img: the image (any PIL mode).
+        in_chans: channels of the result, 1 or 3.
+        colour_to_grey: convert a colour image for ``in_chans=1`` instead of refusing it.
+        name: how errors name the image (its file).
+
+    Raises:
+        ValueError: a colour image meets ``in_chans=1`` without ``colour_to_grey``, or ``in_chans`` is
+            not 1 or 3.
+    """
+    mode = img.mode
+    if in_chans == 1:
+        if mode.startswith("I") or mode == "F":  # 16/32-bit or float greyscale: scale to 0..255
+            arr = np.asarray(img, dtype=np.float64)
+            scale = 255.0 if mode == "F" and arr.max() <= 1.0 else (1 / 257 if arr.max() > 255 else 1.0)
+            array = np.clip(np.rint(arr * scale), 0, 255).astype(np.uint8)
+        elif mode in ("1", "L", "LA"):
+            array = np.asarray(img.convert("L"))
+        else:  # RGB, palette, CMYK...: accepted only if every pixel is grey (or when told to convert)
+            rgb = img.convert("RGB")
+            array = np.asarray(rgb)  # (H, W, 3)
+            if (array != array[:, :, :1]).any() and not colour_to_grey:
+                raise ValueError(
+                    f"{name}: a colour image (mode {mode}) where greyscale is expected (in_chans=1); "
+                    "set in_chans=3 or convert the file"
+                )
+            array = np.asarray(rgb.convert("L"))  # (H, W); grey pixels keep their value
+        array = array[:, :, None]  # (H, W, 1)
+    elif in_chans == 3:
+        array = np.asarray(img.convert("RGB"))  # (H, W, 3)
+    else:
+        raise ValueError(f"in_chans ({in_chans}) must be 1 or 3 for image files")
+    return tv_tensors.Image(torch.from_numpy(array.copy()).permute(2, 0, 1))  # (H, W, C) -> (C, H, W)
+
+
+def load_image(path: str | Path, in_chans: int, colour_to_grey: bool = False) -> tv_tensors.Image:
+    """Read one image file as a uint8 ``tv_tensors.Image`` of shape ``(in_chans, H, W)``, with the
+    channel rule of :func:`image_from_pil`.
 
     Raises:
         ValueError: the file cannot be decoded (names the file), or a colour image meets
-            ``in_chans=1``.
+            ``in_chans=1`` without ``colour_to_grey``.
     """
     try:
         with Image.open(path) as img:
             img.load()
-            mode = img.mode
-            if in_chans == 1:
-                if mode.startswith("I") or mode == "F":  # 16/32-bit or float greyscale: scale to 0..255
-                    arr = np.asarray(img, dtype=np.float64)
-                    scale = 255.0 if mode == "F" and arr.max() <= 1.0 else (1 / 257 if arr.max() > 255 else 1.0)
-                    array = np.clip(np.rint(arr * scale), 0, 255).astype(np.uint8)
-                elif mode in ("1", "L", "LA"):
-                    array = np.asarray(img.convert("L"))
-                else:  # RGB, palette, CMYK...: accepted only if every pixel is grey
-                    rgb = np.asarray(img.convert("RGB"))  # (H, W, 3)
-                    if (rgb != rgb[:, :, :1]).any():
-                        raise ValueError(
-                            f"{path}: a colour image (mode {mode}) where greyscale is expected (in_chans=1); "
-                            "set in_chans=3 or convert the file"
-                        )
-                    array = rgb[:, :, 0]
-                array = array[:, :, None]  # (H, W, 1)
-            elif in_chans == 3:
-                array = np.asarray(img.convert("RGB"))  # (H, W, 3)
-            else:
-                raise ValueError(f"in_chans ({in_chans}) must be 1 or 3 for image files")
+            return image_from_pil(img, in_chans, colour_to_grey, name=path)
     except (UnidentifiedImageError, OSError, SyntaxError) as err:
         raise ValueError(f"{path}: cannot read the image ({type(err).__name__}: {err})") from err
-    return tv_tensors.Image(torch.from_numpy(array.copy()).permute(2, 0, 1))  # (H, W, C) -> (C, H, W)
 
 
 class ImageFiles(Dataset):
@@ -381,25 +404,32 @@ class ImageFiles(Dataset):
         targets: class index of each file (``-1`` when unknown, e.g. for predict).
         in_chans: channels to read each image into (see :func:`load_image`).
         transform: applied to each ``tv_tensors.Image``.
+        colour_to_grey: turn colour images grey for ``in_chans=1`` (prediction) instead of refusing them.
     """
 
     def __init__(
-        self, paths: Sequence[str], targets: Sequence[int] | Tensor, in_chans: int, transform: Callable | None = None
+        self,
+        paths: Sequence[str],
+        targets: Sequence[int] | Tensor,
+        in_chans: int,
+        transform: Callable | None = None,
+        colour_to_grey: bool = False,
     ) -> None:
         self.paths, self.targets = list(paths), torch.as_tensor(targets, dtype=torch.long)
-        self.in_chans, self.transform = in_chans, transform
+        self.in_chans, self.transform, self.colour_to_grey = in_chans, transform, colour_to_grey
         self.names = self.paths
 
     def __len__(self) -> int:
         return len(self.paths)
 
     def __getitem__(self, i: int) -> tuple[Tensor, int]:
-        image = load_image(self.paths[i], self.in_chans)
+        image = load_image(self.paths[i], self.in_chans, self.colour_to_grey)
         return (self.transform(image) if self.transform else image), int(self.targets[i])
 
     def subset(self, indices: Tensor) -> ImageFiles:
         """The files at ``indices``, with this transform."""
-        return ImageFiles([self.paths[i] for i in indices], self.targets[indices], self.in_chans, self.transform)
+        paths = [self.paths[i] for i in indices]
+        return ImageFiles(paths, self.targets[indices], self.in_chans, self.transform, self.colour_to_grey)
 
 
 def find_images(path: str | Path) -> list[str]:

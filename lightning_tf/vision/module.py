@@ -3,12 +3,14 @@
 Training recipe of DeiT (Touvron et al. 2021) scaled down: AdamW with weight decay on the matrices
 only, linear warmup then cosine decay per step, label smoothing or the soft targets of Mixup/CutMix,
 stochastic depth. ``predict`` returns class probabilities; :class:`~.writer.ClassificationWriter`
-writes them to CSV.
+writes them to CSV. :meth:`ViTClassifier.classify` names the likely classes of image files, PIL images
+or tensors straight from a loaded checkpoint.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, get_args
 
@@ -23,6 +25,7 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionM
 
 from lightning_tf.training import SchedulerName, build_scheduler, check_agreement, parameter_groups
 
+from .inputs import ImageInput, as_image_list, prepare_images
 from .vit import PoolName, PosEncodingName, PresetName, VisionTransformer, preset_config
 from .writer import ClassificationWriter
 
@@ -39,7 +42,9 @@ class ViTClassifier(LightningModule):
     with the data (checked in ``setup``; evaluation and prediction may use another image size that
     ``patch_size`` divides, the learned position embedding is then resampled). ``predict`` returns
     class probabilities, written to CSV by a :class:`~.writer.ClassificationWriter` (added unless
-    the trainer already has a prediction writer).
+    the trainer already has a prediction writer). The class names, input shape and normalisation are
+    saved in every checkpoint, so ``ViTClassifier.load_from_checkpoint(path).classify(images)`` works on
+    its own.
 
     Args:
         num_classes: classes K.
@@ -73,6 +78,8 @@ class ViTClassifier(LightningModule):
         attention_images: validation images whose attention maps are logged to wandb (only with a
             WandbLogger; 0 disables).
         attention_every_n_epochs: log the attention maps every this many epochs (and after the last).
+        compile: compile the training and evaluation forward with torch.compile (the attention-map path
+            and ``classify`` stay eager).
     """
 
     # ONNX export (lightning_tf.export): the graph's input and output names; axis 0 (the batch) is dynamic
@@ -107,6 +114,7 @@ class ViTClassifier(LightningModule):
         label_smoothing: float = 0.0,
         attention_images: int = 4,
         attention_every_n_epochs: int = 5,
+        compile: bool = False,
     ) -> None:
         super().__init__()
         arch: dict[str, Any] = preset_config(preset) if preset is not None else {}
@@ -147,7 +155,10 @@ class ViTClassifier(LightningModule):
         self.val_class_acc = MulticlassAccuracy(num_classes, average=None)
         self.test_class_acc = MulticlassAccuracy(num_classes, average=None)
         self.test_confusion = MulticlassConfusionMatrix(num_classes)
-        self._attention_batch: Tensor | None = None
+        self._attention_batch: tuple[Tensor, Tensor] | None = None  # validation images and their labels
+        # torch.compile of self.net.forward (configure_model); a function, not a child module, so the
+        # state-dict keys stay those of an eager run
+        self._compiled_forward: Callable[[Tensor], Tensor] | None = None
 
     @property
     def example_input_array(self) -> Tensor:
@@ -221,19 +232,43 @@ class ViTClassifier(LightningModule):
                 )
             if theirs != size:
                 log.info("evaluating at %s pixels, trained at %s: position embedding resampled", theirs, size)
+        # what the data does not know yet (predicting after the training folder moved) stays the model's:
+        # a checkpoint restores it after setup
         if getattr(dm, "class_names", None):
             self.class_names = [str(c) for c in dm.class_names]
-        self.mean = [float(m) for m in dm.mean] if getattr(dm, "mean", None) is not None else None
-        self.std = [float(s) for s in dm.std] if getattr(dm, "std", None) is not None else None
+        if getattr(dm, "mean", None) is not None and getattr(dm, "std", None) is not None:
+            self.mean, self.std = [float(m) for m in dm.mean], [float(s) for s in dm.std]
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["class_names"] = list(self.class_names)  # plain strings: loads with weights_only=True
+        """What inference needs, as plain data (loads with ``weights_only=True``): the class names, the
+        input shape ``[C, H, W]`` and the normalisation."""
+        checkpoint["class_names"] = list(self.class_names)
+        checkpoint["input_shape"] = [self.net.in_chans, self.net.image_size, self.net.image_size]
         checkpoint["normalization"] = {"mean": self.mean, "std": self.std}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self.class_names = list(checkpoint.get("class_names", self.class_names))
+        """Restore the class names and normalisation, after checking that this model was built for the
+        checkpoint's classes and input shape (a CLI run whose data differs from the training data's
+        builds another model)."""
+        names = [str(c) for c in checkpoint.get("class_names", self.class_names)]
+        shape = checkpoint.get("input_shape")
+        ours = [self.net.in_chans, self.net.image_size, self.net.image_size]
+        if len(names) != self.net.num_classes or (shape is not None and list(shape) != ours):
+            shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+            theirs = "x".join(map(str, shape)) if shape is not None else "?"
+            raise ValueError(
+                f"the checkpoint holds a model of {len(names)} classes ({shown}) for {theirs} images; this one was "
+                f"built for {self.net.num_classes} classes and {'x'.join(map(str, ours))} images (num_classes, "
+                "in_chans and image_size come from the data): use the training run's config.yaml"
+            )
+        self.class_names = names
         norm = checkpoint.get("normalization") or {}
         self.mean, self.std = norm.get("mean"), norm.get("std")
+
+    def configure_model(self) -> None:
+        """With ``compile``: compile the network's forward once, for the training and evaluation steps."""
+        if self.hparams.get("compile", False) and self._compiled_forward is None:
+            self._compiled_forward = torch.compile(self.net.forward)
 
     # ------------------------------------------------------------------------------ forward
     def forward(self, images: Tensor) -> Tensor:
@@ -242,7 +277,7 @@ class ViTClassifier(LightningModule):
 
     def _shared_step(self, batch: tuple[Tensor, Tensor], stage: str) -> Tensor:
         images, target = batch[0], batch[1]
-        logits = self(images)  # (B, K)
+        logits = self(images) if self._compiled_forward is None else self._compiled_forward(images)  # (B, K)
         if target.is_floating_point():  # soft targets (B, K) from Mixup/CutMix
             loss = torch.sum(-target * F.log_softmax(logits, dim=-1), dim=-1).mean()
             labels = target.argmax(dim=-1)  # (B,) the dominant class, for the accuracy
@@ -268,7 +303,8 @@ class ViTClassifier(LightningModule):
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         if batch_idx == 0 and self._want_attention_maps():
-            self._attention_batch = batch[0][: self.hparams.attention_images].detach()
+            n = self.hparams.attention_images
+            self._attention_batch = (batch[0][:n].detach(), batch[1][:n].detach())  # (n, C, H, W), (n,)
         return self._shared_step(batch, "val")
 
     def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
@@ -299,8 +335,11 @@ class ViTClassifier(LightningModule):
         if isinstance(self.logger, WandbLogger) and self._attention_batch is not None:
             from .attention_maps import plot_attention
 
+            images, labels = self._attention_batch
+            if labels.is_floating_point():  # soft targets (B, K): the dominant class
+                labels = labels.argmax(dim=-1)  # (B,)
             fig = plot_attention(
-                self.net, self._attention_batch, mean=self.mean, std=self.std, class_names=self.class_names
+                self.net, images, mean=self.mean, std=self.std, class_names=self.class_names, labels=labels.tolist()
             )
             self.logger.log_image("val/attention", [fig], step=self.global_step)
             import matplotlib.pyplot as plt
@@ -354,6 +393,55 @@ class ViTClassifier(LightningModule):
             images = batch
         out["probs"] = self(images).softmax(dim=-1)  # (B, K)
         return out
+
+    @torch.no_grad()
+    def classify(
+        self, images: ImageInput | Sequence[ImageInput], top_k: int = 5, batch_size: int = 64
+    ) -> list[list[tuple[str, float]]]:
+        """The ``top_k`` most probable classes of each image, most probable first.
+
+        Images are prepared as the model was trained, whatever their size and colour mode: read into
+        the checkpoint's channels, resized (shorter side) and centre-cropped to its image size as in
+        evaluation, normalised with its mean and std (:func:`~.inputs.prepare_images`).
+
+        Args:
+            images: an image file, a PIL image, a tensor (uint8, or float in [0, 1]; ``(C, H, W)``,
+                ``(H, W, C)`` as PIL gives it, or ``(H, W)``), a batch tensor ``(B, C, H, W)``, or a
+                sequence of these.
+            top_k: classes per image (all of them when there are fewer).
+            batch_size: images per forward pass.
+
+        Returns:
+            One list per image of ``(class name, probability)``; the probabilities are the softmax over
+            all classes. Runs on the module's device in eval mode (the previous mode is restored).
+
+        Raises:
+            ValueError: ``top_k`` below 1, a model without normalisation, an unreadable image (named).
+        """
+        if top_k < 1:
+            raise ValueError(f"top_k must be at least 1, got {top_k}")
+        if self.mean is None or self.std is None:
+            raise ValueError(
+                "this model has no normalisation (it was not trained with an ImageDataModule): "
+                f"set model.mean and model.std ({self.net.in_chans} values each) first"
+            )
+        items = as_image_list(images)
+        param = next(self.parameters())
+        k = min(top_k, self.net.num_classes)
+        results: list[list[tuple[str, float]]] = []
+        was_training = self.training
+        self.eval()
+        try:
+            for start in range(0, len(items), batch_size):
+                chunk = items[start : start + batch_size]
+                x = prepare_images(chunk, self.net.image_size, self.net.in_chans, self.mean, self.std)  # (b, C, S, S)
+                probs = self.net(x.to(param.device, param.dtype)).float().softmax(dim=-1)  # (b, K)
+                top_p, top_i = probs.topk(k, dim=-1)  # (b, k) each
+                for p_row, i_row in zip(top_p.tolist(), top_i.tolist(), strict=True):
+                    results.append([(self.class_names[i], p) for i, p in zip(i_row, p_row, strict=True)])
+        finally:
+            self.train(was_training)
+        return results
 
     def configure_callbacks(self) -> list[Callback]:
         """A :class:`~.writer.ClassificationWriter` for ``predict``, unless the trainer already has a

@@ -101,6 +101,19 @@ def test_drawing_on_tensors_and_files(tmp_path: Path) -> None:
     assert len(ax.images) == 2  # the image and the map over it
 
 
+def test_panels_name_the_true_and_the_predicted_class() -> None:
+    model = VisionTransformer(image_size=8, patch_size=4, in_chans=1, num_classes=3, d_model=16, n_heads=2, n_layers=1)
+    images, names = torch.randn(3, 1, 8, 8), ["ant", "bee", "cow"]
+    pred = attention_maps(model, images)["logits"].argmax(-1).tolist()
+    fig = plot_attention(model, images, class_names=names, labels=[2, 0, 1])
+    titles = [fig.axes[3 * b].get_title() for b in range(3)]
+    assert titles == [f"true: {t}\npredicted: {names[p]}" for t, p in zip(["cow", "ant", "bee"], pred, strict=True)]
+    unnamed = plot_attention(model, images[:1], labels=torch.tensor([1]))
+    assert unnamed.axes[0].get_title() == f"true: 1\npredicted: {pred[0]}"
+    with pytest.raises(ValueError, match="labels has 2 entries for 3 images"):
+        plot_attention(model, images, labels=[0, 1])
+
+
 def test_mean_pooling_with_a_class_token_reads_the_patch_rows() -> None:
     """With ``pool="mean"`` the head reads the average patch token even when a class token exists, so the
     maps average the patch rows instead of reading the (unused) class-token row."""

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from lightning.pytorch import LightningModule, Trainer
+from PIL import Image
 from torch import Tensor
 
 from lightning_tf.vision.data import ImageDataModule
@@ -257,8 +258,16 @@ def test_image_folder_greyscale_and_mixed_modes(tmp_path: Path) -> None:
     grey = ImageDataModule("image_folder", root=str(tmp_path), in_chans=1, image_size=8, val_fraction=0.3,
                            test_fraction=0.3)
     assert grey.mean == pytest.approx([0.449]) and grey.std == pytest.approx([0.226])
+    grey.setup("fit")
+    rgb = str(tmp_path / "b" / "rgb.png")
+    split = next(part for part in (grey.train_set, grey.val_set, grey.test_set) if rgb in part.paths)
     with pytest.raises(ValueError, match=r"rgb.png: a colour image \(mode RGB\) where greyscale is expected"):
-        grey.load_image(tmp_path / "b" / "rgb.png")
+        split[split.paths.index(rgb)]  # the data: never turned grey silently
+    # an image to predict is turned grey as PIL does (the greyscale model cannot see colour)
+    with Image.open(rgb) as img:
+        img.convert("L").save(tmp_path / "luma.png")
+    prepared = grey.load_image(rgb)
+    assert prepared.shape == (1, 8, 8) and torch.equal(prepared, grey.load_image(tmp_path / "luma.png"))
 
 
 def test_corrupt_file_in_a_folder_is_named_by_the_loader(tmp_path: Path) -> None:
@@ -292,3 +301,80 @@ def test_predict_from_a_folder_of_files(tmp_path: Path) -> None:
     assert batch["image"].shape == (2, 3, 8, 8) and batch["path"] == dm.predict_paths
     assert batch["target"].tolist() == [-1, -1] and batch["index"].tolist() == [0, 1]
     assert torch.allclose(batch["image"][1], dm.load_image(dm.predict_paths[1]))
+
+
+# ------------------------------------------------------------------------ the checkpoint's copy
+
+
+def test_state_is_plain_data_and_complete(tmp_path: Path) -> None:
+    """What inference needs is in state_dict (Lightning saves it in every checkpoint), loadable with
+    weights_only=True."""
+    make_image_folder(tmp_path / "data", {"b": 2, "a": 2}, mode="L")
+    dm = ImageDataModule("image_folder", root=str(tmp_path / "data"), image_size=8, in_chans=1)
+    state = dm.state_dict()
+    assert state == {"class_names": ["a", "b"], "image_size": 8, "in_chans": 1, "mean": dm.mean, "std": dm.std}
+    torch.save(state, tmp_path / "s.pt")
+    assert torch.load(tmp_path / "s.pt", weights_only=True) == state
+
+
+def test_predict_after_the_training_folder_moved(tmp_path: Path) -> None:
+    """Only predicting, the image folder gone: nothing is known (so the CLI links nothing and the model
+    keeps its checkpoint's values) and only the files to predict are read; the checkpoint's state then
+    prepares them as in training."""
+    make_image_folder(tmp_path / "data", {"a": 2, "b": 2})
+    trained = ImageDataModule("image_folder", root=str(tmp_path / "data"), image_size=8, mean=[0.1] * 3, std=[0.3] * 3)
+    write_image(tmp_path / "new" / "wide.png", 4, size=(30, 9), mode="L")  # another size and colour mode
+    moved = ImageDataModule("image_folder", root=str(tmp_path / "gone"), predict_path=str(tmp_path / "new"))
+    for name in ("num_classes", "image_size", "in_chans"):
+        assert not hasattr(moved, name)
+    assert moved.class_names is None and moved.state_dict() == {}
+    moved.setup("predict")
+    with pytest.raises(ValueError, match=r"gone is not a folder, and no checkpoint gave the image size"):
+        moved.predict_dataloader()
+    moved.load_state_dict(trained.state_dict())
+    assert (moved.class_names, moved.num_classes, moved.image_size, moved.in_chans) == (["a", "b"], 2, 8, 3)
+    batch = next(iter(moved.predict_dataloader()))
+    assert torch.equal(batch["image"][0], trained.load_image(tmp_path / "new" / "wide.png"))
+    with pytest.raises(FileNotFoundError, match=r"image folder .*gone does not exist"):
+        moved.setup("fit")
+
+
+def test_files_to_predict_take_the_checkpoints_size_and_normalisation(tmp_path: Path) -> None:
+    make_image_folder(tmp_path / "data", {"a": 2, "b": 2})
+    write_image(tmp_path / "new" / "x.png", 4, size=(20, 20))
+    trained = ImageDataModule("image_folder", root=str(tmp_path / "data"), image_size=8)
+    dm = ImageDataModule("image_folder", root=str(tmp_path / "data"), image_size=12, mean=[0.5] * 3, std=[0.5] * 3,
+                         predict_path=str(tmp_path / "new"))  # fmt: skip
+    dm.setup("predict")
+    dm.load_state_dict(trained.state_dict())  # no trainer: as under `predict --ckpt_path`
+    assert (dm.image_size, dm.mean, dm.std) == (8, trained.mean, trained.std)
+    assert torch.equal(next(iter(dm.predict_dataloader()))["image"][0], trained.load_image(tmp_path / "new" / "x.png"))
+
+
+def test_checkpoint_classes_must_be_the_datas_where_labels_count(tmp_path: Path) -> None:
+    make_image_folder(tmp_path / "one", {"a": 2, "b": 2})
+    make_image_folder(tmp_path / "two", {"a": 2, "c": 2})
+    dm = ImageDataModule("image_folder", root=str(tmp_path / "two"), image_size=8, val_fraction=0.3, test_fraction=0.3)
+    dm.setup("test")
+    own = dm.state_dict()
+    message = r"trained on the classes \['a', 'b'\]; data image_folder \(.*two\) has \['a', 'c'\]"
+    with pytest.raises(ValueError, match=message):
+        dm.load_state_dict(ImageDataModule("image_folder", root=str(tmp_path / "one"), image_size=8).state_dict())
+    dm.load_state_dict({**own, "image_size": 16})  # evaluation keeps its own size
+    assert dm.image_size == 8
+
+
+def test_single_class_folder_empty_predict_folder_and_unreadable_image(tmp_path: Path) -> None:
+    make_image_folder(tmp_path / "one", {"ant": 3})
+    with pytest.raises(ValueError, match=r"one: one class folder \(ant\); a classifier needs two or more"):
+        ImageDataModule("image_folder", root=str(tmp_path / "one"))
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "notes.txt").write_text("no images here")
+    with pytest.raises(FileNotFoundError, match=r"empty: no image files \(looked for .png"):
+        ImageDataModule(predict_path=str(tmp_path / "empty")).setup("predict")
+    (tmp_path / "new").mkdir()
+    (tmp_path / "new" / "broken.png").write_bytes(b"garbage")
+    dm = ImageDataModule(predict_path=str(tmp_path / "new"))
+    dm.setup("predict")
+    with pytest.raises(ValueError, match=r"broken.png: cannot read the image"):
+        next(iter(dm.predict_dataloader()))

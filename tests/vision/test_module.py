@@ -19,6 +19,8 @@ from PIL import Image
 from lightning_tf.training import parameter_groups
 from lightning_tf.vision import ClassificationWriter, ImageDataModule, ViTClassifier
 
+from tests.helpers.vision import make_image_folder, write_image
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -357,6 +359,86 @@ def test_per_class_accuracy_skips_absent_classes(monkeypatch: pytest.MonkeyPatch
     assert {k: float(v) for k, v in logged.items()} == {"val/acc_class/a": 1.0, "val/acc_class/b": 0.5}
 
 
+# ------------------------------------------------------------------------------------ classify
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, ImageDataModule]:
+    """A checkpoint of one training step on an RGB image folder at 8x8 (its DataModule, to compare)."""
+    tmp = tmp_path_factory.mktemp("trained")
+    make_image_folder(tmp / "data", {"cat": 4, "dog": 4, "eel": 4}, size=(12, 10))
+    dm = ImageDataModule("image_folder", root=str(tmp / "data"), image_size=8, batch_size=4, mean=[0.4, 0.5, 0.6],
+                         std=[0.2, 0.25, 0.3])  # fmt: skip
+    model = small(num_classes=3, in_chans=3, image_size=8, warmup_steps=1)
+    t = trainer(tmp, max_steps=1, limit_val_batches=0)
+    t.fit(model, dm)
+    t.save_checkpoint(tmp / "m.ckpt")
+    return tmp / "m.ckpt", tmp / "data", dm
+
+
+def test_classify_right_after_loading_equals_the_evaluation_pipeline(trained, tmp_path: Path) -> None:
+    """Files of other sizes and colour modes are prepared as the DataModule prepares files to predict; the
+    probabilities are the softmax over every class of the logits of that batch."""
+    ckpt, _, dm = trained
+    model = ViTClassifier.load_from_checkpoint(ckpt)
+    paths = [
+        write_image(tmp_path / "grey.png", 3, size=(30, 17), mode="L"),
+        write_image(tmp_path / "w.jpg", 9, size=(5, 40)),
+    ]
+    result = model.classify(paths, top_k=3)
+    with torch.no_grad():
+        probs = model.eval()(torch.stack([dm.load_image(p) for p in paths])).softmax(-1)  # (2, 3)
+    for row, p in zip(result, probs, strict=True):
+        assert [name for name, _ in row] == [["cat", "dog", "eel"][i] for i in p.argsort(descending=True).tolist()]
+        torch.testing.assert_close(torch.tensor([q for _, q in row]), p.sort(descending=True).values)
+        assert sum(q for _, q in row) == pytest.approx(1.0)
+    assert [len(row) for row in model.classify(paths, top_k=1)] == [1, 1]
+    assert [len(row) for row in model.classify(paths)] == [3, 3]  # top_k above the class count: all of them
+
+
+def test_classify_a_path_a_pil_image_and_tensors_alike(trained, tmp_path: Path) -> None:
+    ckpt, _, _ = trained
+    model = ViTClassifier.load_from_checkpoint(ckpt)
+    path = write_image(tmp_path / "x.png", 5, size=(21, 13))
+    pil = Image.open(path)
+    hwc = torch.from_numpy(np.array(pil))  # (13, 21, 3) uint8, as PIL gives it
+    one = model.classify(path)
+    assert len(one) == 1 and len(one[0]) == 3
+    assert model.classify([pil]) == one and model.classify(hwc) == one and model.classify(hwc.permute(2, 0, 1)) == one
+    batch = model.classify([path, pil, hwc], batch_size=2)  # two forward passes
+    assert [[n for n, _ in row] for row in batch] == [[n for n, _ in one[0]]] * 3
+    for row in batch:
+        torch.testing.assert_close(torch.tensor([q for _, q in row]), torch.tensor([q for _, q in one[0]]))
+
+
+def test_classify_restores_the_mode_and_names_bad_arguments(trained, tmp_path: Path) -> None:
+    ckpt, _, _ = trained
+    model = ViTClassifier.load_from_checkpoint(ckpt).train()
+    model.classify(torch.rand(2, 3, 9, 9))
+    assert model.training and model.net.training
+    with pytest.raises(ValueError, match="top_k must be at least 1, got 0"):
+        model.classify(torch.rand(3, 9, 9), top_k=0)
+    (tmp_path / "bad.png").write_bytes(b"garbage")
+    with pytest.raises(ValueError, match=r"bad.png: cannot read the image"):
+        model.classify(tmp_path / "bad.png")
+    with pytest.raises(ValueError, match=r"no normalisation .* set model.mean and model.std \(1 values each\)"):
+        small().classify(torch.rand(1, 16, 16))
+    assert model.training
+
+
+def test_checkpoint_holds_what_inference_needs_and_refuses_another_model(trained) -> None:
+    ckpt, _, dm = trained
+    data = torch.load(ckpt, weights_only=True)
+    assert data["class_names"] == ["cat", "dog", "eel"] and data["input_shape"] == [3, 8, 8]
+    assert data["normalization"] == {"mean": dm.mean, "std": dm.std}
+    assert data["ImageDataModule"] == dm.state_dict()
+    with pytest.raises(ValueError, match=r"holds a model of 3 classes \(cat, dog, eel\) for 3x8x8 images; this one was "
+                                         r"built for 10 classes and 1x16x16 images"):
+        small().on_load_checkpoint(data)
+    with pytest.raises(ValueError, match=r"this one was built for 3 classes and 3x16x16 images"):
+        small(num_classes=3, in_chans=3).on_load_checkpoint(data)
+
+
 # ------------------------------------------------------------------------------------ wandb media
 
 
@@ -364,6 +446,14 @@ def test_wandb_logger_gets_attention_maps_and_confusion_matrix(tmp_path: Path) -
     from lightning.pytorch.loggers import WandbLogger
 
     logger = WandbLogger(project="lightning-tf-test", save_dir=str(tmp_path), offline=True)
+    panels: list = []
+    log_image = logger.log_image
+
+    def keep(key: str, images: list, **kw) -> None:
+        panels.extend((key, image) for image in images)
+        log_image(key, images, **kw)
+
+    logger.log_image = keep  # type: ignore[method-assign]
     model = small(attention_images=2)
     t = trainer(tmp_path, logger=logger, max_epochs=1, limit_train_batches=2, limit_val_batches=1, limit_test_batches=2)
     dm = ImageDataModule()
@@ -373,6 +463,12 @@ def test_wandb_logger_gets_attention_maps_and_confusion_matrix(tmp_path: Path) -
     media = {p.name.split("_")[0] + "/" + p.name for p in (tmp_path / "wandb").rglob("*.png")}
     assert any("attention" in m for m in media), media
     assert any("confusion" in m for m in media), media
+    # the attention panels show the first validation images' true class above the predicted one
+    (fig,) = [image for key, image in panels if key == "val/attention"]
+    labels = [str(int(y)) for y in dm.val_set.targets[:2]]
+    titles = [fig.axes[3 * b].get_title().split("\n") for b in range(2)]
+    assert [title[0] for title in titles] == [f"true: {y}" for y in labels]
+    assert all(re.fullmatch(r"predicted: \d", title[1]) for title in titles)
 
 
 def test_hyperparameters_merge_for_a_logger(tmp_path: Path) -> None:
@@ -414,6 +510,49 @@ def test_configs_run_with_a_logger(config: Path, tmp_path: Path, monkeypatch: py
           "--trainer.fast_dev_run", "true",
           "--trainer.default_root_dir", str(tmp_path), "--trainer.logger.init_args.save_dir", str(tmp_path),
           "--data.mixup_label_smoothing", "0.05"])
+
+
+# ------------------------------------------------------------------------------------- compile
+
+
+def _compile_unavailable() -> str | None:
+    """Why torch.compile cannot run here (None: it can)."""
+    try:
+        torch.compile(lambda x: x * 2)(torch.ones(2))
+    except Exception as err:  # dynamo/inductor raise many kinds (no compiler, unsupported platform)
+        return f"torch.compile does not work on this platform: {type(err).__name__}: {err}"
+    return None
+
+
+@pytest.mark.integration
+def test_compiled_steps_equal_eager(tmp_path: Path) -> None:
+    """Same weights, same batch: the compiled training-step loss and evaluation logits equal the eager
+    ones; the compiled module's state-dict keys are the eager ones (checkpoints interchangeable)."""
+    if reason := _compile_unavailable():
+        pytest.skip(reason)
+    eager = small(d_model=16, n_layers=1, d_ff=32, num_classes=4)
+    compiled = small(d_model=16, n_layers=1, d_ff=32, num_classes=4, compile=True)
+    compiled.load_state_dict(eager.state_dict())
+    compiled.configure_model()
+    assert compiled._compiled_forward is not None and list(compiled.state_dict()) == list(eager.state_dict())
+    images, target = torch.randn(4, 1, 16, 16), torch.tensor([0, 1, 2, 3])
+    with pytest.warns(UserWarning, match="self.log"):  # no trainer to log to
+        losses = [m.train()._shared_step((images, target), "train") for m in (eager, compiled)]
+    torch.testing.assert_close(losses[1], losses[0], rtol=1e-5, atol=0)
+    with torch.no_grad():
+        logits = compiled.eval()._compiled_forward(images)  # (4, 4)
+        torch.testing.assert_close(logits, eager.eval()(images), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.integration
+def test_cli_fit_with_compile(tmp_path: Path) -> None:
+    if reason := _compile_unavailable():
+        pytest.skip(reason)
+    from tests.helpers.cli import cli
+
+    cli("fit", "--config", "configs/vision/digits.yaml", "--model.compile", "true", "--model.d_model", "16",
+        "--model.n_layers", "1", "--model.d_ff", "32", "--trainer.fast_dev_run", "1", "--trainer.logger", "false",
+        "--trainer.enable_progress_bar", "false", "--trainer.default_root_dir", str(tmp_path))  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------- digits target

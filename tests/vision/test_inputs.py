@@ -1,0 +1,72 @@
+"""Images as a trained model sees them: every kind of input gives the DataModule's prediction pipeline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from lightning_tf.vision.data import ImageDataModule
+from lightning_tf.vision.inputs import as_image_list, prepare_images, read_image, tensor_image
+
+from tests.helpers.vision import make_image_folder, write_image
+
+MEAN, STD = [0.4, 0.5, 0.6], [0.2, 0.25, 0.3]
+
+
+def test_path_pil_and_tensor_layouts_give_the_same_batch(tmp_path: Path) -> None:
+    path = write_image(tmp_path / "x.png", 7, size=(13, 9))
+    pil = Image.open(path)
+    hwc = torch.from_numpy(np.array(pil))  # (9, 13, 3) uint8, as PIL gives it
+    chw = hwc.permute(2, 0, 1)  # (3, 9, 13)
+    batch = prepare_images([path, str(path), pil, hwc, chw, chw.float() / 255], 8, 3, MEAN, STD)  # (6, 3, 8, 8)
+    assert batch.shape == (6, 3, 8, 8) and batch.dtype == torch.float32
+    for i in range(1, 5):
+        assert torch.equal(batch[i], batch[0])
+    torch.testing.assert_close(batch[5], batch[0], atol=0.05, rtol=0)  # float: resized without uint8 rounding
+
+
+def test_the_datamodule_prepares_files_identically(tmp_path: Path) -> None:
+    make_image_folder(tmp_path / "data", {"a": 2, "b": 2})
+    path = write_image(tmp_path / "new.png", 3, size=(30, 11), mode="L")
+    dm = ImageDataModule("image_folder", root=str(tmp_path / "data"), image_size=8, mean=MEAN, std=STD)
+    assert torch.equal(prepare_images([path], 8, 3, MEAN, STD)[0], dm.load_image(path))
+
+
+def test_channel_conversions_follow_pil(tmp_path: Path) -> None:
+    """Grey to RGB repeats the channel, RGB to grey is PIL's luma (bit-exact on uint8), alpha is dropped."""
+    rgba = write_image(tmp_path / "c.png", 5, mode="RGBA")
+    pil = Image.open(rgba)
+    as_tensor = torch.from_numpy(np.array(pil))  # (10, 12, 4)
+    grey = torch.from_numpy(np.array(pil.convert("L")))[None]  # (1, 10, 12)
+    assert torch.equal(tensor_image(as_tensor, 1), grey)
+    assert torch.equal(read_image(pil, 1), grey) and torch.equal(read_image(rgba, 1), grey)
+    assert torch.equal(tensor_image(as_tensor, 3), as_tensor[..., :3].permute(2, 0, 1))
+    assert torch.equal(tensor_image(grey[0], 3), grey.expand(3, -1, -1))  # (H, W) grey -> RGB
+    floats = tensor_image(as_tensor[..., :3].permute(2, 0, 1).double() / 255, 1)  # float luma
+    torch.testing.assert_close(floats, grey.double() / 255, atol=1 / 255, rtol=0)
+
+
+def test_image_lists() -> None:
+    batch = torch.zeros(3, 1, 5, 5)
+    assert len(as_image_list(batch)) == 3 and len(as_image_list(batch[0])) == 1
+    assert as_image_list("a.png") == ["a.png"] and as_image_list(["a.png", "b.png"]) == ["a.png", "b.png"]
+
+
+def test_bad_inputs_are_named(tmp_path: Path) -> None:
+    shapes = r"must be \(H, W\), \(C, H, W\) or \(H, W, C\) with 1 to 4 channels; got shape \(5, 6, 7\)"
+    with pytest.raises(ValueError, match=shapes):
+        tensor_image(torch.zeros(5, 6, 7), 3)
+    with pytest.raises(ValueError, match=r"float image tensor must hold values in \[0, 1\], got 0\.\.255; pass uint8"):
+        tensor_image(torch.full((3, 4, 4), 255.0).index_fill_(1, torch.tensor([0]), 0.0), 3)
+    with pytest.raises(ValueError, match=r"integer image tensor must hold values 0\.\.255, got 0\.\.300"):
+        tensor_image(torch.tensor([[0, 300]]), 1)
+    with pytest.raises(TypeError, match="a path, a PIL image or a tensor; got int"):
+        read_image(3, 1)  # type: ignore[arg-type]
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"not an image")
+    with pytest.raises(ValueError, match=r"bad.png: cannot read the image"):
+        prepare_images([bad], 8, 3, MEAN, STD)
