@@ -1,5 +1,5 @@
-"""Trainer callbacks for long runs: exact resume (:class:`RNGState`) and a clear stop on non-finite
-values (:class:`NaNGuard`).
+"""Trainer callbacks: exact resume (:class:`RNGState`), a clear stop on non-finite values
+(:class:`NaNGuard`), and a model summary that lists only what has parameters (:class:`CompactModelSummary`).
 
 Both are plain Lightning callbacks; add them to ``trainer.callbacks`` (``configs/trainer/default.yaml``
 does). Everything they put into a checkpoint is plain data (tensors, lists, ints, strings), so
@@ -17,12 +17,21 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from lightning.pytorch import Callback, LightningModule, Trainer
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import ModelCheckpoint, ModelSummary
 from lightning.pytorch.trainer.states import TrainerFn
-from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities.model_summary.model_summary import get_human_readable_count
 from torch import Tensor
 
-__all__ = ["NaNGuard", "NonFiniteError", "RNGState", "get_rng_states", "last_checkpoint", "set_rng_states"]
+__all__ = [
+    "CompactModelSummary",
+    "NaNGuard",
+    "NonFiniteError",
+    "RNGState",
+    "get_rng_states",
+    "last_checkpoint",
+    "set_rng_states",
+]
 
 log = logging.getLogger(__name__)
 
@@ -411,3 +420,45 @@ def _first_non_finite(named: Any) -> tuple[str | None, Tensor | None]:
         return None, None
     i = int((~flags).nonzero()[0, 0])
     return named[i]
+
+
+# ----------------------------------------------------------------------------------------------
+# model summary
+
+
+class CompactModelSummary(ModelSummary):
+    """Lightning's model summary without what says nothing about the model: the rows of modules
+    without parameters (the metric collections), the train/eval mode column and its totals, and the
+    FLOPs column when nothing was counted (a model without ``example_input_array``).
+
+    Args:
+        max_depth: as ModelSummary: 1 lists the module's direct children, -1 every layer.
+    """
+
+    @staticmethod
+    def summarize(  # type: ignore[override]
+        summary_data: list[tuple[str, list[str]]],
+        total_parameters: int,
+        trainable_parameters: int,
+        model_size: float,
+        total_training_modes: dict[str, int],
+        total_flops: int = 0,
+        **summarize_kwargs: Any,
+    ) -> None:
+        columns = [(name, [str(v).strip() for v in values]) for name, values in summary_data
+                   if name != "Mode" and (name != "FLOPs" or total_flops)]
+        rows = [i for i, n in enumerate(dict(columns)["Params"]) if n != "0"]
+        widths = [max([len(name), *(len(values[i]) for i in rows)]) for name, values in columns]
+        lines = [" | ".join(f"{name:<{w}}" for (name, _), w in zip(columns, widths)).rstrip()]
+        lines.append("-" * len(lines[0]))
+        lines += [" | ".join(f"{values[i]:<{w}}" for (_, values), w in zip(columns, widths)).rstrip() for i in rows]
+        frozen = total_parameters - trainable_parameters
+        total = f"{_count(total_parameters)} parameters ({model_size:,.2f} MB)"
+        total += f", {_count(frozen)} frozen" if frozen else ""
+        total += f"; {_count(total_flops)} FLOPs for the example input" if total_flops else ""
+        rank_zero_info("\n".join([*lines, total]))
+
+
+def _count(n: int) -> str:
+    """``n`` as Lightning's summary writes counts: ``136 K``, ``4.5 M``."""
+    return get_human_readable_count(n).strip()

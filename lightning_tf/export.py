@@ -29,14 +29,16 @@ import os
 import pickle
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
-
-import torch
-from lightning.pytorch import LightningModule
-from safetensors.torch import load_file, save_file
-from torch import Tensor
+from typing import TYPE_CHECKING, Any, Union
 
 from lightning_tf.console import ArgumentParser
+
+# torch, Lightning and safetensors are imported where they are used, so that `lightning-tf export
+# --help` and its argument errors answer without loading them (seconds at every start).
+if TYPE_CHECKING:
+    import torch
+    from lightning.pytorch import LightningModule
+    from torch import Tensor
 
 __all__ = [
     "FORMAT",
@@ -62,7 +64,7 @@ ONNX_METADATA_KEY = "lightning_tf"
 # One protobuf may hold at most 2 GiB; larger models keep their weights in a ``.onnx.data`` file.
 _ONNX_INLINE_LIMIT = 1.5 * 2**30
 
-Source = str | Path | LightningModule
+Source = Union[str, Path, "LightningModule"]
 
 
 # ---------------------------------------------------------------------------------------- classes
@@ -88,6 +90,8 @@ def _class_path(cls: type) -> str:
 def _import_class(class_path: str) -> type[LightningModule]:
     """The LightningModule class named by ``class_path``; only lightning_tf's own modules are imported
     from a file's say-so (a sidecar or checkpoint must not make us import arbitrary code)."""
+    from lightning.pytorch import LightningModule
+
     module_name, _, name = class_path.rpartition(".")
     if module_name.split(".")[0] != "lightning_tf":
         raise ValueError(f"class_path {class_path!r} is outside lightning_tf; pass model_class=<the class> to load it")
@@ -129,6 +133,9 @@ def load_module(source: Source, model_class: type[LightningModule] | None = None
         model_class: the class to build; by default read from the checkpoint (``_class_path`` under
             LightningCLI) or recognised from its hyperparameters.
     """
+    import torch
+    from lightning.pytorch import LightningModule
+
     if isinstance(source, LightningModule):
         return source
     path = Path(source)
@@ -176,6 +183,8 @@ def _describe(model: LightningModule) -> dict[str, Any]:
     """Class path, init arguments and task extras of ``model``. The extras are exactly what the
     module's ``on_save_checkpoint`` adds to a checkpoint (the tokenizer, the class names and
     normalisation, the data scaling), so ``on_load_checkpoint`` restores them on load."""
+    import torch
+
     from lightning_tf import __version__
 
     hparams = {k: v for k, v in dict(model.hparams).items() if not k.startswith("_")}
@@ -228,6 +237,8 @@ def export_safetensors(source: Source, out_dir: str | Path, model_class: type[Li
         out_dir: directory to write (created if needed; files of the same names are replaced).
         model_class: the checkpoint's class, if it cannot be recognised (see :func:`load_module`).
     """
+    from safetensors.torch import save_file
+
     model = load_module(source, model_class)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -263,6 +274,8 @@ def load_safetensors(
             outside lightning_tf).
         device: where to put the weights.
     """
+    from safetensors.torch import load_file
+
     directory = Path(directory)
     config_path, weights_path = directory / SIDECAR, directory / WEIGHTS
     for p in (config_path, weights_path):
@@ -293,6 +306,9 @@ def _onnx_spec(model: LightningModule, batch: int) -> tuple[Tensor, str, str, li
     """Example input, input/output names and their shapes (``"batch"`` for the dynamic axis), read from
     the module: Lightning's ``example_input_array`` (one tensor, batch first) and its
     ``onnx_input_names`` / ``onnx_output_names``."""
+    import torch
+    from torch import Tensor
+
     example = getattr(model, "example_input_array", None)
     if not isinstance(example, Tensor):
         raise ValueError(
@@ -352,6 +368,8 @@ def export_onnx(
     Returns:
         The path written.
     """
+    import torch
+
     missing = [m for m in ("onnx", "onnxscript") if importlib.util.find_spec(m) is None]
     if missing:
         raise ModuleNotFoundError(
@@ -395,6 +413,8 @@ def export_onnx(
 
 
 def _verify_onnx(model: LightningModule, path: Path, x: Tensor, atol: float) -> None:
+    import torch
+
     if importlib.util.find_spec("onnxruntime") is None:
         log.warning("onnxruntime is not installed: %s was not checked against torch", path)
         return

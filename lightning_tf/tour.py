@@ -5,18 +5,19 @@ checkpoints and its (offline) wandb run.
 
 Each task is the experiment config's ``fit --test_after_fit true`` under
 ``configs/trainer/default.yaml``; arguments after ``--`` go to every task (``lightning-tf tour --
---trainer.max_epochs 1``). The table is also written to ``<root>/tour_summary.md``.
+--trainer.max_epochs 1``). The table is also written to ``runs/tour_summary.md`` (to
+``<dir>/tour_summary.md`` with ``--trainer.default_root_dir <dir>``).
 """
 
 from __future__ import annotations
 
+import argparse
 import math
+import textwrap
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from lightning.pytorch.loggers import WandbLogger
 
 from lightning_tf.console import ArgumentParser
 from lightning_tf.resources import find
@@ -60,6 +61,9 @@ def _configs_dir(root: Path | None) -> Path:
 
 def run_task(task: str, root: Path, extra: list[str]) -> TaskResult:
     """Fit and test one task through the CLI, in this process; collect its numbers and paths."""
+    # here, not at the top: `lightning-tf tour --help` and its argument errors answer without Lightning
+    from lightning.pytorch.loggers import WandbLogger
+
     from lightning_tf.cli import make_cli
 
     config, what = TASKS[task]
@@ -150,9 +154,16 @@ def tour_main(argv: list[str] | None = None) -> list[TaskResult]:
     if "--" in argv:
         cut = argv.index("--")
         argv, extra = argv[:cut], argv[cut + 1 :]
-    parser = ArgumentParser(prog="lightning-tf tour", description=" ".join(_plain_text(__doc__.split("\n\n")[0]).split()))
+    # the module docstring's first two paragraphs, wrapped without breaking `lightning-tf` at its hyphen
+    first, second = (textwrap.fill(" ".join(_plain_text(part).split()), 88, break_on_hyphens=False)
+                     for part in __doc__.split("\n\n")[:2])
+    parser = ArgumentParser(
+        prog="lightning-tf tour", usage="%(prog)s [--tasks TASK [TASK ...]] [--root DIR] [-- fit arguments ...]",
+        description=first, epilog=second, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(TASKS), help="tasks to run, in order")
-    parser.add_argument("--root", type=Path, default=None, help="the directory holding configs/ (default: found)")
+    parser.add_argument("--root", type=Path, default=None, metavar="DIR",
+                        help="the directory holding configs/ (default: found)")
     args = parser.parse_args(argv)
     root = _configs_dir(args.root)
     results = [run_task(task, root, extra) for task in args.tasks]

@@ -203,7 +203,7 @@ def check_agreement(name: str, ours: Any, theirs: Any) -> None:
         return
     raise ValueError(
         f"model.{name} ({ours}) differs from the data's {name} ({theirs}); the model takes it from the data: "
-        f"drop model.{name} from the config, or change data.{name}"
+        f"drop model.{name} from the config (the data decides it)"
     )
 
 

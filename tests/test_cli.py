@@ -1,19 +1,272 @@
-"""The real ``lightning-tf`` command, run as a subprocess, on a test-only module."""
+"""The ``lightning-tf`` command on test-only modules (``tests.helpers.tiny``): what a run writes and
+where, what it prints (the fit summary, one table of test metrics, the model summary, nothing a user
+cannot act on), and the trainer configs' switches. In process where that is enough; the real command
+in a subprocess (integration tier) where the console or the files of a whole run are the point."""
 
 from __future__ import annotations
 
+import logging
+import re
+import shlex
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 import yaml
+from lightning.pytorch import LightningModule
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, ProgressBar, RichModelSummary
+from lightning.pytorch.loggers import WandbLogger
+from lightning.pytorch.utilities.model_summary import summarize
+from torchmetrics import MeanSquaredError
 
+from lightning_tf.__main__ import COMMANDS, main
+from lightning_tf.callbacks import CompactModelSummary
+from lightning_tf.cli import make_cli
+from lightning_tf.runs import link_wandb_run, quiet_wandb
 from tests.helpers.cli import ROOT, cli, run_dir_args
 
-# subprocesses, process groups or whole training runs: the integration tier (make test-integration)
-pytestmark = pytest.mark.integration
-
 TINY = ["--model", "tests.helpers.tiny.TinyRegressor", "--data", "tests.helpers.tiny.TinyDataModule"]
+DEFAULT = str(ROOT / "configs/trainer/default.yaml")
+
+
+@pytest.fixture
+def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Run in-process commands in ``tmp_path``, as if typed there."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.argv", ["lightning-tf"])  # LightningCLI compares its args with the command line
+    return tmp_path
+
+
+# ------------------------------------------------------------------------------- trainer switches
+
+
+@pytest.mark.parametrize(
+    "overlays",
+    [
+        pytest.param([], id="default"),
+        pytest.param(["debug"], id="default+debug"),
+        pytest.param(["bf16"], id="default+bf16"),
+        pytest.param(["gpu"], id="default+gpu", marks=pytest.mark.gpu),
+        pytest.param(["fsdp"], id="default+fsdp", marks=pytest.mark.gpu),
+    ],
+)
+def test_logger_false_works_with_every_trainer_config(overlays: list[str], in_tmp: Path) -> None:
+    configs = [a for name in overlays for a in ("--config", str(ROOT / f"configs/trainer/{name}.yaml"))]
+    cli = make_cli(["fit", "--config", DEFAULT, *configs, *TINY, "--trainer.logger", "false",
+                    "--trainer.max_epochs", "1"])
+    assert cli.trainer.state.finished and cli.trainer.logger is None
+    assert not any(isinstance(cb, LearningRateMonitor) for cb in cli.trainer.callbacks)
+    assert not (in_tmp / "lightning_logs").exists() and not (in_tmp / "runs" / "lightning_logs").exists()
+
+
+def test_debug_config_alone_runs_one_batch(in_tmp: Path) -> None:
+    cli = make_cli(["fit", "--config", str(ROOT / "configs/trainer/debug.yaml"), *TINY])
+    assert cli.trainer.state.finished and cli.trainer.global_step == 1
+    assert list(in_tmp.iterdir()) == []  # no logger, no checkpoints: nothing written
+
+
+@pytest.mark.parametrize(
+    ("switch", "dropped"),
+    [("--trainer.enable_checkpointing", ModelCheckpoint), ("--trainer.enable_progress_bar", ProgressBar)],
+)
+def test_switching_off_a_callback_of_the_default_config_leaves_it_out(
+    switch: str, dropped: type, in_tmp: Path
+) -> None:
+    cli = make_cli(["--config", DEFAULT, *TINY, "--trainer.logger", "false", switch, "false"], run=False)
+    assert not any(isinstance(cb, dropped) for cb in cli.trainer.callbacks)
+    assert not any(isinstance(cb, LearningRateMonitor) for cb in cli.trainer.callbacks)  # no logger either
+
+
+@pytest.mark.integration
+def test_logger_false_works_with_ddp(tmp_path: Path) -> None:
+    proc = cli("fit", "--config", DEFAULT, "--config", str(ROOT / "configs/trainer/ddp.yaml"), *TINY,
+               "--trainer.logger", "false", "--trainer.max_epochs", "1", "--trainer.log_every_n_steps", "1",
+               cwd=tmp_path)
+    assert "fit done" in proc.stdout
+
+
+# ------------------------------------------------------------------------------- what fit prints
+
+
+def test_fit_without_logger_prints_commands_that_repeat_its_arguments(
+    in_tmp: Path, capsys: pytest.CaptureFixture
+) -> None:
+    args = ["fit", *TINY, "--trainer.logger", "false", "--trainer.max_epochs", "2", "--trainer.enable_progress_bar",
+            "false", "--test_after_fit", "true", "--trainer.enable_model_summary", "false"]
+    main(args)
+    out = capsys.readouterr().out
+    best = next(in_tmp.glob("checkpoints/*.ckpt"))
+    summary = out[out.index("fit done") :].splitlines()
+    assert summary[1].split() == ["best", "checkpoint", str(best.relative_to(in_tmp))]  # no monitor: no score
+    assert summary[2].split() == ["config", "not", "saved", "(no", "logger)"]
+    assert summary[3] == "next:"
+    fit_args = ["--model", "tests.helpers.tiny.TinyRegressor", "--data", "tests.helpers.tiny.TinyDataModule",
+                "--trainer.logger", "false", "--trainer.max_epochs", "2", "--trainer.enable_progress_bar", "false",
+                "--trainer.enable_model_summary", "false"]  # as given, without fit and --test_after_fit
+    for line, sub in zip(summary[4:6], ("test", "predict")):
+        assert shlex.split(line) == ["lightning-tf", sub, *fit_args, "--ckpt_path", str(best.relative_to(in_tmp))]
+    # the test after fit printed its one table, before the summary
+    assert re.search(r"^test:\n  loss +[0-9.e-]+$", out[: out.index("fit done")], re.M), out
+    # the printed test command runs and scores the same checkpoint the same way
+    main(shlex.split(summary[4])[1:])
+    assert re.search(r"^test:\n  loss +[0-9.e-]+$", capsys.readouterr().out, re.M)
+
+
+def test_test_prints_one_compact_table(in_tmp: Path, capsys: pytest.CaptureFixture) -> None:
+    main(["test", *TINY, "--trainer.logger", "false", "--trainer.enable_progress_bar", "false"])
+    out = capsys.readouterr().out
+    assert re.fullmatch(r"test:\n  loss +[0-9.]+\n", out), out  # Lightning's table is off
+
+
+def test_verbose_true_brings_back_lightnings_table_instead(in_tmp: Path, capsys: pytest.CaptureFixture) -> None:
+    main(["test", *TINY, "--trainer.logger", "false", "--trainer.enable_progress_bar", "false", "--verbose", "true"])
+    out = capsys.readouterr().out
+    assert "test/loss" in out and "test:" not in out
+
+
+def test_validate_prints_one_compact_table(in_tmp: Path, capsys: pytest.CaptureFixture) -> None:
+    main(["validate", *TINY, "--trainer.logger", "false", "--trainer.enable_progress_bar", "false"])
+    assert re.fullmatch(r"val:\n  loss +[0-9.]+\n", capsys.readouterr().out)
+
+
+def test_a_module_report_replaces_the_table(in_tmp: Path, capsys: pytest.CaptureFixture) -> None:
+    main(["test", "--model", "tests.helpers.tiny.ReportingRegressor", "--data", "tests.helpers.tiny.TinyDataModule",
+          "--trainer.logger", "false", "--trainer.enable_progress_bar", "false"])
+    assert re.fullmatch(r"tiny report: test loss [0-9.]+\n", capsys.readouterr().out)
+
+
+def test_help_lists_every_command(capsys: pytest.CaptureFixture) -> None:
+    main(["--help"])
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
+    assert listed == list(COMMANDS)
+
+
+def test_subcommand_help_is_named_for_the_command(in_tmp: Path, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: lightning-tf [options] fit")
+    # the classes of the three tasks are listed: `--model ViTClassifier` resolves by short name
+    for name in ("lightning_tf.text.Seq2SeqTransformer", "lightning_tf.vision.ViTClassifier",
+                 "lightning_tf.kline.KLineForecaster"):
+        assert name in out
+
+
+# ----------------------------------------------------------------------------------- model summary
+
+
+class _WithMetric(LightningModule):
+    def __init__(self, example: bool) -> None:
+        super().__init__()
+        self.net = torch.nn.Linear(4, 3)
+        self.frozen = torch.nn.Linear(3, 1).requires_grad_(False)
+        self.val_mse = MeanSquaredError()  # no parameters
+        if example:
+            self.example_input_array = torch.zeros(1, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.frozen(self.net(x))
+
+
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def _compact_summary(model: LightningModule) -> str:
+    s = summarize(model, max_depth=1)
+    logger, handler = logging.getLogger("lightning.pytorch.utilities.rank_zero"), _Collect()
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        CompactModelSummary.summarize(s._get_summary_data(), s.total_parameters, s.trainable_parameters,
+                                      s.model_size, s.total_training_modes, total_flops=s.total_flops)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    (text,) = handler.messages
+    return text
+
+
+def test_model_summary_lists_layers_with_parameters_without_mode_or_empty_flops() -> None:
+    lines = _compact_summary(_WithMetric(example=False)).splitlines()
+    assert [c.strip() for c in lines[0].split("|")] == ["", "Name", "Type", "Params"]
+    assert [[c.strip() for c in line.split("|")] for line in lines[2:4]] == [
+        ["0", "net", "Linear", "15"], ["1", "frozen", "Linear", "4"]]  # val_mse (0 parameters) left out
+    assert lines[4] == "19 parameters (0.00 MB), 4 frozen"
+    assert len(lines) == 5
+
+
+def test_model_summary_keeps_flops_when_they_were_counted() -> None:
+    lines = _compact_summary(_WithMetric(example=True)).splitlines()
+    assert [c.strip() for c in lines[0].split("|")] == ["", "Name", "Type", "Params", "FLOPs", "In sizes", "Out sizes"]
+    assert re.fullmatch(r"19 parameters \(0\.00 MB\), 4 frozen; \d+ FLOPs for the example input", lines[-1])
+
+
+def test_the_compact_summary_takes_the_place_of_lightnings(in_tmp: Path) -> None:
+    cli = make_cli(["--config", DEFAULT, *TINY, "--trainer.logger", "false"], run=False)
+    kinds = [type(cb) for cb in cli.trainer.callbacks]
+    assert CompactModelSummary in kinds and RichModelSummary not in kinds
+    cli = make_cli(["--config", DEFAULT, *TINY, "--trainer.logger", "false", "--trainer.enable_model_summary",
+                    "false"], run=False)  # as configs/trainer/fsdp.yaml sets it
+    assert not any(isinstance(cb, CompactModelSummary) for cb in cli.trainer.callbacks)
+
+
+# ------------------------------------------------------------------------------------ wandb runs
+
+
+def _offline_logger(tmp_path: Path) -> tuple[WandbLogger, Path]:
+    """A WandbLogger whose run (not started: a stand-in with wandb's attributes) lives in wandb's folder."""
+    logger = WandbLogger(project="lightning-tf", save_dir=str(tmp_path), offline=True)
+    files = tmp_path / "wandb" / "offline-run-20260101_000000-abc123" / "files"
+    files.mkdir(parents=True)
+    logger._experiment = SimpleNamespace(dir=str(files), project="lightning-tf", id="abc123")
+    return logger, files.parent
+
+
+def test_the_run_folder_links_its_wandb_run(tmp_path: Path) -> None:
+    logger, wandb_dir = _offline_logger(tmp_path)
+    written = link_wandb_run(SimpleNamespace(loggers=[logger], default_root_dir=str(tmp_path)))
+    assert written == tmp_path / "lightning-tf" / "abc123" / "wandb"
+    assert written.is_symlink() and written.resolve() == wandb_dir.resolve()
+    assert not Path(written.readlink()).is_absolute()  # the runs folder can move as a whole
+
+
+def test_without_symbolic_links_a_text_file_names_the_wandb_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise OSError("symbolic links are not supported here")
+
+    monkeypatch.setattr(Path, "symlink_to", refuse)
+    logger, wandb_dir = _offline_logger(tmp_path)
+    written = link_wandb_run(SimpleNamespace(loggers=[logger], default_root_dir=str(tmp_path)))
+    assert written == tmp_path / "lightning-tf" / "abc123" / "wandb.txt"
+    assert written.read_text() == f"{wandb_dir.resolve()}\n"
+
+
+def test_offline_wandb_runs_start_silent_and_without_the_anonymous_argument(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WANDB_SILENT", raising=False)
+    offline, online = WandbLogger(offline=True), WandbLogger(offline=False)
+    monkeypatch.setenv("WANDB_MODE", "online")
+    quiet_wandb(SimpleNamespace(loggers=[offline, online]))
+    assert "anonymous" not in offline._wandb_init and "anonymous" not in online._wandb_init
+    assert offline._wandb_init["settings"].silent is True
+    assert online._wandb_init.get("settings") is None  # an online run says where to find it
+    monkeypatch.setenv("WANDB_SILENT", "false")  # the environment decides when it says something
+    again = WandbLogger(offline=True)
+    quiet_wandb(SimpleNamespace(loggers=[again]))
+    assert again._wandb_init.get("settings") is None
+
+
+# ------------------------------------------------------------------ the real command, in subprocesses
 
 
 @pytest.fixture(scope="module")
@@ -28,6 +281,7 @@ def fitted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp
 
 
+@pytest.mark.integration
 def test_fit_writes_checkpoints_and_offline_wandb_run(fitted: Path) -> None:
     ckpts = sorted(p.name for p in fitted.rglob("*.ckpt"))
     assert "last.ckpt" in ckpts
@@ -42,25 +296,28 @@ def test_fit_writes_checkpoints_and_offline_wandb_run(fitted: Path) -> None:
     last = next(fitted.rglob("last.ckpt"))
     state = torch.load(last, weights_only=True)
     assert state["global_step"] == 3 * 4  # 3 epochs x 64 samples / batch 16
-    # test ran after fit and logged its loss
-    assert "test/loss" in (fitted / "stdout.txt").read_text()
+    # test ran after fit and printed its loss
+    assert re.search(r"^test:\n  loss +[0-9.]+$", (fitted / "stdout.txt").read_text(), re.M)
 
 
+@pytest.mark.integration
 def test_test_subcommand_from_checkpoint(fitted: Path, tmp_path: Path) -> None:
     last = next(fitted.rglob("last.ckpt"))
     proc = cli("test", *TINY, "--trainer.logger", "false", "--trainer.default_root_dir", str(tmp_path),
                "--ckpt_path", str(last))
-    assert "test/loss" in proc.stdout + proc.stderr
+    assert re.search(r"^test:\n  loss +[0-9.]+$", proc.stdout, re.M)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("subcommand", ["validate", "predict"])
 def test_validate_and_predict_run(subcommand: str, tmp_path: Path) -> None:
     proc = cli(subcommand, *TINY, "--trainer.logger", "false", "--trainer.default_root_dir", str(tmp_path),
                "--trainer.enable_progress_bar", "false")
     if subcommand == "validate":
-        assert "val/loss" in proc.stdout + proc.stderr
+        assert re.search(r"^val:\n  loss +[0-9.]+$", proc.stdout, re.M)
 
 
+@pytest.mark.integration
 def test_print_config_merges_config_files_in_order(tmp_path: Path) -> None:
     first = tmp_path / "first.yaml"
     second = tmp_path / "second.yaml"
@@ -72,6 +329,7 @@ def test_print_config_merges_config_files_in_order(tmp_path: Path) -> None:
     assert config["trainer"]["log_every_n_steps"] == 3  # keys it does not set survive
 
 
+@pytest.mark.integration
 def test_short_class_names_resolve() -> None:
     proc = cli("fit", "--model", "Seq2SeqTransformer", "--data", "TranslationDataModule", "--print_config")
     config = yaml.safe_load(proc.stdout)
@@ -79,6 +337,7 @@ def test_short_class_names_resolve() -> None:
     assert config["data"]["class_path"] == "lightning_tf.text.TranslationDataModule"
 
 
+@pytest.mark.integration
 def test_unknown_model_class_is_a_clear_error() -> None:
     proc = cli("fit", "--model", "NoSuchModel", "--print_config", check=False, timeout=120)
     assert proc.returncode == 2
@@ -86,7 +345,93 @@ def test_unknown_model_class_is_a_clear_error() -> None:
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
+@pytest.mark.integration
 def test_run_without_logger_writes_no_config_into_the_working_directory(tmp_path: Path) -> None:
     cli("fit", *TINY, "--trainer.logger", "false", "--trainer.max_epochs", "1", "--trainer.enable_checkpointing",
         "false", "--trainer.enable_progress_bar", "false", cwd=tmp_path)
     assert not (tmp_path / "config.yaml").exists()
+
+
+# A user's run under the default trainer config, typed in a fresh folder, its output piped (as into a
+# file or `tee`): the fit (with test), then the two commands its summary suggests.
+
+#: what must not reach the console: (what it is, pattern)
+NOISE = [
+    ("a Python or Lightning warning (file:line: message)", r"\.py:\d+: "),
+    ("a warning", r"(?i)\bwarn(ing)?s?\b"),
+    ("Lightning's advertisements", r"Tip:|💡|litlogger|litmodels"),
+    ("the FLOPs column of a model without example input", r"FLOPs"),
+    ("the summary's train/eval mode counts", r"Modules in (train|eval) mode"),
+    ("a terminal escape code in piped output", r"\x1b\["),
+    ("wandb's banner and closing lines", r"(?m)^wandb: "),
+    ("the TPU line", r"TPU available"),
+    ("the missing-seed notice", r"No seed found|Seed set to"),
+    ("Lightning's test table", r"DataLoader 0|Test metric"),
+    ("the checkpoint's callbacks notice", r"callbacks used to create the checkpoint|dirpath has changed"),
+]
+
+
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    cwd = tmp_path_factory.mktemp("user")
+    outputs = {}
+    fit = cli("fit", "--config", DEFAULT, *TINY, "--trainer.max_epochs", "2", "--trainer.log_every_n_steps", "1",
+              "--test_after_fit", "true", cwd=cwd, wandb_silent=False)
+    outputs["fit"] = fit.stdout + fit.stderr
+    next_commands = re.findall(r"^  (lightning-tf (?:test|predict) .*)$", fit.stdout, re.M)
+    assert len(next_commands) == 2, fit.stdout
+    for command in next_commands:
+        args = shlex.split(command)[1:]
+        proc = cli(*args, cwd=cwd, wandb_silent=False)
+        outputs[args[0]] = proc.stdout + proc.stderr
+    return cwd, outputs
+
+
+@pytest.mark.integration
+def test_fit_ends_with_a_summary_of_where_everything_is(default_run: tuple[Path, dict[str, str]]) -> None:
+    cwd, outputs = default_run
+    summary = outputs["fit"][outputs["fit"].index("fit done: ") :].splitlines()
+    folder = cwd / summary[0].removeprefix("fit done: ")
+    rows = {line[:18].strip(): line[18:].strip() for line in summary[1:5]}
+    assert folder.parent == cwd / "runs" / "lightning-tf"
+    best_text, score_text = re.fullmatch(r"(\S+) \(val/loss ([0-9.e-]+)\)", rows["best checkpoint"]).groups()
+    best = cwd / best_text
+    assert best.parent == folder / "checkpoints" and best.name.startswith("best-")
+    assert cwd / rows["last checkpoint"] == folder / "checkpoints" / "last.ckpt"
+    assert cwd / rows["config"] == folder / "config.yaml" and (folder / "config.yaml").is_file()
+    wandb_text = re.fullmatch(r"(\S+) \(offline; upload: wandb sync (\S+)\)", rows["wandb run"])
+    assert wandb_text[1] == wandb_text[2] and (cwd / wandb_text[1]).is_dir()
+    # the score printed is the one the checkpoint callback recorded
+    state = torch.load(best, weights_only=True)
+    (callback_state,) = [v for k, v in state["callbacks"].items() if k.startswith("ModelCheckpoint")]
+    assert float(score_text) == pytest.approx(float(callback_state["best_model_score"]), rel=1e-3)
+    assert summary[5] == "next:"
+    for line, sub in zip(summary[6:8], ("test", "predict")):
+        assert shlex.split(line) == ["lightning-tf", sub, "--config", rows["config"], "--ckpt_path", best_text]
+    # the suggested test scored the best checkpoint on the same data as the test after fit
+    after_fit = re.search(r"^test:\n  loss +([0-9.]+)$", outputs["fit"], re.M)[1]
+    assert re.search(r"^test:\n  loss +([0-9.]+)$", outputs["test"], re.M)[1] == after_fit
+
+
+@pytest.mark.integration
+def test_a_default_run_keeps_its_outputs_under_its_run_folder(default_run: tuple[Path, dict[str, str]]) -> None:
+    cwd, _ = default_run
+    assert sorted(p.name for p in cwd.iterdir()) == ["runs"]
+    assert sorted(p.name for p in (cwd / "runs").iterdir()) == ["lightning-tf", "wandb"]
+    assert not list(cwd.rglob("lightning_logs"))
+    folders = list((cwd / "runs" / "lightning-tf").iterdir())
+    assert len(folders) == 3  # fit, test and predict: one run each
+    for folder in folders:  # each reaches its wandb run from its own folder
+        link = folder / "wandb"
+        assert link.is_symlink() and link.resolve().name.endswith(f"-{folder.name}"), link
+        assert link.resolve().parent == (cwd / "runs" / "wandb").resolve()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("command", ["fit", "test", "predict"])
+def test_the_console_shows_nothing_a_user_cannot_act_on(
+    command: str, default_run: tuple[Path, dict[str, str]]
+) -> None:
+    output = default_run[1][command]
+    found = [(what, m[0]) for what, pattern in NOISE if (m := re.search(pattern, output))]
+    assert not found, f"{found}\n{output}"

@@ -197,5 +197,6 @@ def test_agreement_names_both_values_and_ignores_what_the_data_does_not_say() ->
     check_agreement("horizon", 5, 5)
     check_agreement("horizon", 5, None)
     check_agreement("image_size", (16, 16), [16, 16])
-    with pytest.raises(ValueError, match=r"^model\.horizon \(9\) differs from the data's horizon \(5\); .*change data\.horizon$"):
+    with pytest.raises(ValueError, match=r"^model\.horizon \(9\) differs from the data's horizon \(5\); the model takes it "
+                                         r"from the data: drop model\.horizon from the config \(the data decides it\)$"):
         check_agreement("horizon", 9, 5)

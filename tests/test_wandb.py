@@ -16,7 +16,7 @@ import pytest
 import yaml
 from jsonargparse import Namespace
 
-from lightning_tf.cli import apply_wandb_run_defaults, resolved_config, run_name
+from lightning_tf.runs import apply_wandb_run_defaults, resolved_config, run_name
 
 # subprocesses, process groups or whole training runs: the integration tier (make test-integration)
 pytestmark = pytest.mark.integration

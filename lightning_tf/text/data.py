@@ -25,7 +25,7 @@ from lightning_tf.training import run_dir
 from .io import FileFormat, Pair, read_pairs, read_sentences
 from .sampler import BatchListDataset, BucketBatchSampler, ResumableDataLoader, padding_fraction
 from .synthetic import SyntheticName, algorithmic_pairs, english_german_pairs
-from .tokenizer import BOS_ID, EOS_ID, PAD_ID, BPETokenizer
+from .tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, BPETokenizer
 
 __all__ = [
     "Dedup",
@@ -247,6 +247,8 @@ class TranslationDataModule(LightningDataModule):
                 raise ValueError(f"{name} ({value}) must be >= 1")
         if n_train is not None and n_train < 1:
             raise ValueError(f"n_train ({n_train}) must be >= 1 or null")
+        if vocab_size < 2 * len(SPECIAL_TOKENS):  # the specials, and room for the BPE alphabet
+            raise ValueError(f"vocab_size ({vocab_size}) must be at least {2 * len(SPECIAL_TOKENS)}")
         if batch_size is None and max_tokens is None:
             raise ValueError("set batch_size, max_tokens or both")
         if batch_size is not None and batch_size < 1:

@@ -366,7 +366,8 @@ class ViTClassifier(LightningModule):
         labels = self.class_names if K <= 30 else None
         fig, _ = self.test_confusion.plot(labels=labels, add_text=K <= 20)
         fig.set_size_inches(max(4.0, 0.45 * K), max(4.0, 0.45 * K))
-        fig.tight_layout()
+        if fig.get_layout_engine() is None:  # torchmetrics' figure may already have one
+            fig.tight_layout()
         return fig
 
     # ---------------------------------------------------------------------------- predict

@@ -29,13 +29,15 @@ on whole batches through ``timm.data.Mixup``; see :func:`build_mixup`.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Literal, get_args
 
 import torch
-from timm.data import Mixup
 from torch import Tensor
 from torchvision.transforms import RandomErasing as RandomErasingV1
 from torchvision.transforms import v2
+
+if TYPE_CHECKING:
+    from timm.data import Mixup
 
 __all__ = [
     "AUGMENTS",
@@ -287,6 +289,8 @@ def build_mixup(
             raise ValueError(f"{name} ({value}) must be in [0, 1]")
     if mixup_alpha == 0 and cutmix_alpha == 0:
         return None
+    from timm.data import Mixup  # imported here: timm costs about a second at every start
+
     return Mixup(
         mixup_alpha=mixup_alpha,
         cutmix_alpha=cutmix_alpha,

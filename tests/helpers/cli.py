@@ -12,10 +12,15 @@ __all__ = ["ROOT", "cli", "run_dir_args"]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def cli(*args: str, cwd: Path = ROOT, check: bool = True, timeout: int = 300) -> subprocess.CompletedProcess:
-    """``python -m lightning_tf <args>`` with the repository importable and wandb offline; with ``check``,
-    a non-zero exit fails the test with the end of both streams."""
+def cli(
+    *args: str, cwd: Path = ROOT, check: bool = True, timeout: int = 300, wandb_silent: bool = True
+) -> subprocess.CompletedProcess:
+    """``python -m lightning_tf <args>`` with the repository importable and wandb offline (and silent,
+    unless ``wandb_silent`` is false: then the command decides what wandb prints), both streams piped;
+    with ``check``, a non-zero exit fails the test with the end of both streams."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    if not wandb_silent:
+        del env["WANDB_SILENT"]
     env.pop("LIGHTNING_TF_DEBUG", None)
     proc = subprocess.run(
         [sys.executable, "-m", "lightning_tf", *args], cwd=cwd, env=env, capture_output=True, text=True,

@@ -1,4 +1,4 @@
-"""A test-only LightningModule and DataModule: linear regression on generated data, small enough
+"""Test-only LightningModules and a DataModule: linear regression on generated data, small enough
 that the real CLI runs fit, validate, test and predict in seconds."""
 
 from __future__ import annotations
@@ -79,3 +79,12 @@ class TinyRegressor(LightningModule):
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+
+
+class ReportingRegressor(TinyRegressor):
+    """TinyRegressor with its own test report (``test_report()``), which the CLI prints instead of the
+    table of test metrics."""
+
+    def test_report(self) -> str:
+        loss = float(self.trainer.callback_metrics["test/loss"])
+        return f"tiny report: test loss {loss:.6f}"
