@@ -1,22 +1,26 @@
 """K-line forecasting on the embedded MSFT daily bars, in two parts, one run.
 
 (a) Accuracy: the default config (``configs/kline/msft_daily.yaml``: 64 bars of context, next 5 daily
-    log returns) is trained for the config's epochs, the best epoch on validation loss is tested,
-    and the model is compared with the three baselines on exactly the same test windows:
-    persistence (zero return), the mean return of the context (drift) and DLinear (closed-form
-    least squares on the training windows). Errors are in log-return units and on the closes
+    log returns; a linear path plus a Transformer residual kept only where it lowers the validation
+    loss) is trained for the config's epochs with its early stopping, the best epoch on validation loss
+    is tested, and the model is compared with the baselines on exactly the same test windows:
+    persistence (zero return), the mean return of the context (drift) and the best closed-form linear
+    model (Linear or DLinear, chosen on validation). Errors are in log-return units and on the closes
     rebuilt from the returns; direction and information coefficient beside the share of up moves.
+    Beside the errors, the backtest of each forecast's sign on the test days (long/flat, the config's
+    cost per side) against buy-and-hold.
 
 (b) Speed: training windows per second (forward, MSE, backward, AdamW step) and inference windows
     per second of our forecaster against the same architecture whose encoder is
     ``torch.nn.TransformerEncoder`` (Pre-LN, learned positions, final LayerNorm), with our encoder's
     weights copied in; the two are checked to compute the same forecast before timing, then run
-    alternately, and each reports the median of the repeats.
+    alternately, and each reports the median of the repeats. Both are the Transformer alone
+    (``residual: only``), so the check compares the encoders.
 
 Run (about 3 minutes on a 2-core CPU; ``--quick`` is a < 60 s smoke run)::
 
     python benchmarks/kline.py [--epochs N] [--threads N] [--repeats N] [--quick] [--json PATH]
-        [--skip-accuracy] [--skip-speed] [--model NAME=VALUE ...]
+        [--out docs/results/kline_msft] [--skip-accuracy] [--skip-speed] [--model NAME=VALUE ...]
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 import yaml
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 from torch import Tensor, nn
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,17 +51,26 @@ from lightning_tf.kline import KLineDataModule, KLineForecaster
 
 CONFIG = ROOT / "configs" / "kline" / "msft_daily.yaml"
 METRICS = ("mse", "mae", "rmse", "mase", "dir_acc", "up_share", "ic", "rank_ic")
+BACKTEST = ("cum_return", "sharpe", "max_drawdown", "turnover", "hit_rate", "exposure")
+FORECASTS = ("model", "persistence", "mean", "drift", "linear")
 
 
-def load_config(overrides: list[str] | None = None) -> tuple[dict, dict, dict]:
-    """The config's model, data and trainer arguments; ``overrides`` (``name=value``, YAML values)
-    replace model arguments."""
+def load_config(overrides: list[str] | None = None) -> tuple[dict, dict, dict, int | None]:
+    """The config's model, data and trainer arguments and its early-stopping patience; ``overrides``
+    (``name=value``, YAML values) replace model arguments."""
     cfg = yaml.safe_load(CONFIG.read_text())
     model = dict(cfg["model"]["init_args"])
     for item in overrides or []:
         name, _, value = item.partition("=")
         model[name] = yaml.safe_load(value)
-    return model, cfg["data"]["init_args"], cfg.get("trainer", {})
+    if isinstance(model.get("residual"), bool):  # YAML 1.1 reads an unquoted on / off as a boolean
+        model["residual"] = "on" if model["residual"] else "off"
+    trainer = dict(cfg.get("trainer", {}))
+    patience = None
+    for cb in trainer.pop("callbacks+", []) + trainer.pop("callbacks", []):
+        if cb.get("class_path", "").endswith("EarlyStopping"):
+            patience = int(cb.get("init_args", {}).get("patience", 3))
+    return model, cfg["data"]["init_args"], trainer, patience
 
 
 # ---------------------------------------------------------------------------------------------
@@ -65,15 +78,18 @@ def load_config(overrides: list[str] | None = None) -> tuple[dict, dict, dict]:
 
 
 def accuracy(args: argparse.Namespace) -> dict:
-    model_args, data_args, trainer_args = load_config(args.model)
+    model_args, data_args, trainer_args, patience = load_config(args.model)
     L.seed_everything(0, verbose=False)
     dm = KLineDataModule(**data_args)
     model = KLineForecaster(**model_args)
     epochs = args.epochs or trainer_args.get("max_epochs", 10)
     ckpt = ModelCheckpoint(dirpath=args.workdir, monitor="val/loss", mode="min", save_top_k=1)
+    callbacks: list[Callback] = [ckpt]
+    if patience:
+        callbacks.append(EarlyStopping("val/loss", mode="min", patience=patience))
     trainer = L.Trainer(
         max_epochs=epochs, gradient_clip_val=trainer_args.get("gradient_clip_val"), logger=False,
-        enable_progress_bar=False, enable_model_summary=False, callbacks=[ckpt], num_sanity_val_steps=0,
+        enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks, num_sanity_val_steps=0,
         limit_train_batches=args.limit_batches, limit_val_batches=args.limit_batches,
     )
     t0 = time.perf_counter()
@@ -82,7 +98,8 @@ def accuracy(args: argparse.Namespace) -> dict:
     trainer.test(model, dm, ckpt_path="best", verbose=False)
     b = next(iter(dm.borders.values()))
     return {
-        "summary": model.test_summary, "epochs": epochs, "train_s": train_s, "best": Path(ckpt.best_model_path).name,
+        "summary": model.test_summary, "epochs": epochs, "epochs_run": trainer.current_epoch, "train_s": train_s,
+        "best": Path(ckpt.best_model_path).name,
         "windows": {s: len(dm.datasets[s]) for s in ("train", "val", "test")},
         "test_period": f"{b['test_start']:%Y-%m-%d} .. {dm.bars['timestamp'].iloc[-1]:%Y-%m-%d}"
         if b.get("test_start") is not None else "?",
@@ -93,7 +110,7 @@ def accuracy(args: argparse.Namespace) -> dict:
 def accuracy_table(summary: dict, scale: str) -> str:
     lines = ["| forecast | " + " | ".join(METRICS) + " |", "|---|" + "---|" * len(METRICS)]
     for name, scales in summary.items():
-        if scale in scales:
+        if name in FORECASTS and scale in scales:
             v = scales[scale]
             lines.append(f"| {name} | " + " | ".join(f"{v.get(m, float('nan')):.4g}" for m in METRICS) + " |")
     return "\n".join(lines)
@@ -103,14 +120,24 @@ def verdicts(summary: dict, scale: str) -> list[str]:
     model = summary["model"][scale]
     out = []
     for name, scales in summary.items():
-        if name == "model" or scale not in scales:
+        if name == "model" or name not in FORECASTS or scale not in scales:
             continue
         v = scales[scale]
         beats = model["mse"] < v["mse"] and model["mae"] < v["mae"]
-        out.append(f"model {'beats' if beats else 'does NOT beat'} {name} ({scale}): "
+        tie = model["mse"] == v["mse"] and model["mae"] == v["mae"]
+        out.append(f"model {'ties' if tie else 'beats' if beats else 'does NOT beat'} {name} ({scale}): "
                    f"MSE {model['mse']:.4g} vs {v['mse']:.4g} ({model['mse'] / v['mse'] - 1:+.1%}), "
                    f"MAE {model['mae']:.4g} vs {v['mae']:.4g} ({model['mae'] / v['mae'] - 1:+.1%})")
     return out
+
+
+def backtest_table(bt: dict) -> str:
+    lines = ["| strategy | " + " | ".join(BACKTEST) + " |", "|---|" + "---|" * len(BACKTEST)]
+    for name, values in bt["strategies"].items():
+        cells = [f"{values[m]:+.1%}" if m == "cum_return" else f"{values[m]:.1%}" if m in ("max_drawdown", "hit_rate",
+                 "exposure") else f"{values[m]:.3g}" for m in BACKTEST]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -144,9 +171,9 @@ class TorchEncoder(nn.Module):
 
 
 def speed(args: argparse.Namespace) -> list[dict]:
-    model_args, data_args, _ = load_config(args.model)
+    model_args, data_args, _, _ = load_config(args.model)
     torch.manual_seed(0)
-    ours = KLineForecaster(**model_args)
+    ours = KLineForecaster(**{**model_args, "residual": "only"})  # the Transformer alone: the encoders are compared
     h = ours.hparams
     ref = copy.deepcopy(ours)
     d_ff = h.d_ff or 4 * h.d_model
@@ -211,12 +238,36 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--skip-accuracy", action="store_true")
     p.add_argument("--skip-speed", action="store_true")
     p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--out", type=Path, default=None,
+                   help="write the accuracy and backtest tables to STEM.md and STEM.json")
     p.add_argument("--workdir", type=Path, default=Path("runs") / "bench_kline")
     args = p.parse_args(argv)
     args.limit_batches = None
     if args.quick:
         args.epochs, args.limit_batches, args.repeats, args.warmup = 1, 5, 3, 1
     return args
+
+
+def accuracy_report(acc: dict, args: argparse.Namespace, info: dict) -> str:
+    """The accuracy tables, the verdicts, the selection line and the backtest, as markdown."""
+    s = acc["summary"]
+    out = [f"# MSFT daily, next 5 log returns: {CONFIG.relative_to(ROOT)}", "",
+           f"Machine: {info['cpu']}, {info['cores']} cores (shared), {info['threads']} thread(s), "
+           f"torch {info['torch']}. {acc['epochs_run']} epochs run (at most {acc['epochs']}) in "
+           f"{acc['train_s'] / 60:.1f} min, best {acc['best']}; "
+           f"windows {acc['windows']}; validation from {acc['val_start']}, test {acc['test_period']}"
+           + (" (QUICK smoke run)" if args.quick else "") + ".", ""]
+    for line in s.get("about", {}).values():
+        out.append(f"- {line}")
+    for scale, title in (("orig", "next-5-day log returns"), ("price", "closes rebuilt from the returns")):
+        out += ["", f"Test windows, {title}:", "", accuracy_table(s, scale), ""]
+        out += [f"- {v}" for v in verdicts(s, scale)]
+    if "backtest" in s:
+        bt = s["backtest"]
+        out += ["", f"Backtest of the next-day forecast's sign on the {bt['bars']} test days "
+                f"({'long/short' if bt['short'] else 'long/flat'}, {bt['cost_bps']:g} bp per side):", "",
+                backtest_table(bt), "", f"- {bt['verdict']}"]
+    return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -233,10 +284,13 @@ def main(argv: list[str] | None = None) -> None:
         print(f"\n(a) {CONFIG.relative_to(ROOT)}{' with ' + ' '.join(args.model) if args.model else ''}: {acc['epochs']} epochs in {acc['train_s']:.0f} s, best {acc['best']}; "
               f"windows {acc['windows']}; validation from {acc['val_start']}, test {acc['test_period']}"
               + (" (QUICK smoke run)" if args.quick else ""))
-        for scale, title in (("orig", "next-5-day log returns"), ("price", "closes rebuilt from the returns")):
-            print(f"\nTest windows, {title}:")
-            print(accuracy_table(acc["summary"], scale))
-            print("\n".join(verdicts(acc["summary"], scale)))
+        report = accuracy_report(acc, args, info)
+        print(report)
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.with_suffix(".md").write_text(report + "\n")
+            payload = {"machine": info, "accuracy": acc}
+            args.out.with_suffix(".json").write_text(json.dumps(payload, indent=2, default=str))
     if not args.skip_speed:
         rows = speed(args)
         out["speed"] = rows

@@ -130,8 +130,9 @@ class LightningTFCLI(LightningCLI):
     def after_fit(self) -> None:
         trainer = self.trainer
         if self.config[self.config.subcommand].get("test_after_fit") and not trainer.interrupted:
-            has_best = bool(getattr(trainer.checkpoint_callback, "best_model_path", ""))
-            trainer.test(self.model, datamodule=self.datamodule, ckpt_path="best" if has_best else None, verbose=False)
+            # the monitored callback's best (the path, not "best": Lightning warns when there are several callbacks)
+            best = getattr(trainer.checkpoint_callback, "best_model_path", "") or None
+            trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best, verbose=False)
             self._print_results("test")
         if trainer.is_global_zero:
             print(fit_summary(trainer, getattr(self, "given_args", [])), flush=True)

@@ -23,6 +23,7 @@ __all__ = [
     "RunConfigCallback",
     "apply_wandb_run_defaults",
     "fit_summary",
+    "latest_checkpoint",
     "link_wandb_run",
     "quiet_wandb",
     "resolved_config",
@@ -273,6 +274,17 @@ def _next_command(subcommand: str, config: Path | None, ckpt: str, given_args: l
     return shlex.join(["lightning-tf", subcommand, *args, "--ckpt_path", shown(ckpt)])
 
 
+def latest_checkpoint(trainer: Trainer) -> str:
+    """The run's ``last`` checkpoint: a ModelCheckpoint's ``save_last`` file, or the one a checkpoint
+    callback writes under the name ``last`` after every epoch (``configs/trainer/default.yaml``); ""
+    when there is none."""
+    for cb in trainer.checkpoint_callbacks:
+        for path in (getattr(cb, "last_model_path", ""), getattr(cb, "best_model_path", "")):
+            if path and Path(path).stem.split("-v")[0] == "last":
+                return str(path)
+    return ""
+
+
 def fit_summary(trainer: Trainer, given_args: list[str]) -> str:
     """What a fit leaves behind, printed at its end: the run folder, the best checkpoint (with its
     monitored value) and the last one, the saved config, the wandb run, and the ``lightning-tf test``
@@ -286,7 +298,7 @@ def fit_summary(trainer: Trainer, given_args: list[str]) -> str:
     folder = run_dir(trainer) if trainer.loggers else None
     ckpt = trainer.checkpoint_callback
     best = str(getattr(ckpt, "best_model_path", "") or "")
-    last = str(getattr(ckpt, "last_model_path", "") or "")
+    last = latest_checkpoint(trainer)
     config = folder / "config.yaml" if folder is not None and (folder / "config.yaml").is_file() else None
     rows: list[tuple[str, str]] = []
     if best:

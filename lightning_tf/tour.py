@@ -75,16 +75,23 @@ def run_task(task: str, root: Path, extra: list[str]) -> TaskResult:
     trainer, model = cli.trainer, cli.model
     result.metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("test/")}
     summary: dict[str, Any] = getattr(model, "test_summary", {}) or {}
-    if summary:  # the forecaster: model and baselines on the same test windows
-        scale = "orig" if "orig" in summary.get("model", {}) else "model"
-        for name, scales in summary.items():
+    # the forecaster: the model and its baselines on the same test windows, then the backtest and the selection
+    forecasts = {n: s for n, s in summary.items() if n not in ("about", "intervals", "backtest")}
+    if "model" in forecasts:
+        scale = "orig" if "orig" in forecasts["model"] else "model"
+        for name, scales in forecasts.items():
             if scale in scales:
                 result.metrics[f"{name} MSE"] = scales[scale]["mse"]
-        ours = summary["model"][scale]["mse"]
-        for name, scales in summary.items():
+        ours = forecasts["model"][scale]["mse"]
+        for name, scales in forecasts.items():
             if name != "model" and scale in scales:
                 theirs = scales[scale]["mse"]
-                result.verdicts.append(f"{'beats' if ours < theirs else 'does not beat'} {name}")
+                verdict = "beats" if ours < theirs else "ties" if ours == theirs else "does not beat"
+                result.verdicts.append(f"{verdict} {name}")
+        if "backtest" in summary:
+            result.verdicts.append(summary["backtest"]["verdict"])
+        if "about" in summary:
+            result.verdicts.append(summary["about"]["selection"])
     ckpt = trainer.checkpoint_callback
     result.checkpoint = str(getattr(ckpt, "best_model_path", "") or getattr(ckpt, "last_model_path", "") or "")
     if isinstance(trainer.logger, WandbLogger):

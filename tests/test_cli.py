@@ -403,7 +403,7 @@ def test_fit_ends_with_a_summary_of_where_everything_is(default_run: tuple[Path,
     assert wandb_text[1] == wandb_text[2] and (cwd / wandb_text[1]).is_dir()
     # the score printed is the one the checkpoint callback recorded
     state = torch.load(best, weights_only=True)
-    (callback_state,) = [v for k, v in state["callbacks"].items() if k.startswith("ModelCheckpoint")]
+    (callback_state,) = [v for k, v in state["callbacks"].items() if k.startswith("ModelCheckpoint") and "val/loss" in k]
     assert float(score_text) == pytest.approx(float(callback_state["best_model_score"]), rel=1e-3)
     assert summary[5] == "next:"
     for line, sub in zip(summary[6:8], ("test", "predict")):

@@ -84,18 +84,18 @@ def fit(
     kill_at_step: int | None = None,
     isolate_validation: bool = True,
 ) -> tuple[LightningModule, Trainer]:
-    """One ``fit`` as a user runs it: seeded, deterministic, a ModelCheckpoint on val/loss writing
-    last.ckpt; with ``kill_at_step`` the process "dies" as that step starts (same config otherwise,
+    """One ``fit`` as a user runs it: seeded, deterministic, the checkpoints of the default trainer config
+    (the best by val/loss, last.ckpt every epoch); with ``kill_at_step`` the process "dies" as that step starts (same config otherwise,
     since e.g. a cosine schedule's length depends on ``max_epochs``)."""
     seed_everything(0)
-    checkpoint = ModelCheckpoint(  # step checkpoints keep the latest: val/loss does not exist before validation
-        dirpath=root,
-        monitor=None if every_n_train_steps else "val/loss",
-        save_last=True,
-        save_top_k=1,
-        every_n_train_steps=every_n_train_steps,
-    )
-    callbacks: list[Any] = [checkpoint] + ([RNGState(isolate_validation)] if rng else [])
+    if every_n_train_steps:  # step checkpoints keep the latest: val/loss does not exist before validation
+        checkpoints = [ModelCheckpoint(dirpath=root, save_last=True, save_top_k=1, every_n_train_steps=every_n_train_steps)]
+    else:  # as configs/trainer/default.yaml: the best by val/loss, and last.ckpt after every epoch
+        checkpoints = [
+            ModelCheckpoint(dirpath=root, monitor="val/loss", save_top_k=1, filename="best-{epoch}-{step}"),
+            ModelCheckpoint(dirpath=root, filename="last", save_top_k=1, enable_version_counter=False),
+        ]
+    callbacks: list[Any] = [*checkpoints, *([RNGState(isolate_validation)] if rng else [])]
     if kill_at_step is not None:
         callbacks.append(Kill(kill_at_step))
     model, dm = task()

@@ -7,16 +7,21 @@
   long-term forecasting protocol (ETTh/ETTm borders, M/S/MS).
 * :mod:`.windows`: the windows, split borders, calendar and loaders both DataModules share;
   :class:`DataScale` (:mod:`.scale`): what the model must know of the data's units.
-* :class:`PatchTST` (:mod:`.network`): the patch Transformer on the shared core's encoder, with RevIN
-  and a channel-independent or channel-mixing direct multi-horizon head.
-* :class:`KLineForecaster` (:mod:`.module`): trains and evaluates it, scoring the baselines of
-  :mod:`.baselines` on the same test windows (:mod:`.summary`) with the finance metrics of
-  :mod:`.metrics`; :class:`ForecastWriter` (:mod:`.writer`) writes the forecasts of ``predict``.
+* :class:`PatchTST` (:mod:`.network`): a closed-form linear path (:class:`LinearPath`, :mod:`.linear`)
+  plus the patch Transformer on the shared core's encoder as a residual, with RevIN and a
+  channel-independent or channel-mixing direct multi-horizon head (or either part alone).
+* :class:`KLineForecaster` (:mod:`.module`): fits the linear path, trains the residual, keeps it only
+  where validation says so, and evaluates the model, scoring the baselines of :mod:`.baselines` (the
+  strongest the closed-form :class:`LinearBaseline`) on the same test windows (:mod:`.summary`) with the
+  finance metrics of :mod:`.metrics` and a cost-aware backtest (:mod:`.backtest`); ``forecast(bars)``
+  forecasts new bars from a checkpoint alone (:mod:`.inference`); :class:`ForecastWriter`
+  (:mod:`.writer`) writes the forecasts of ``predict``.
 """
 
-from .baselines import DLinearBaseline, drift, mean_forecast, moving_average, persistence
+from .baselines import LinearBaseline, drift, mean_forecast, moving_average, persistence
 from .data import KLineDataModule
 from .io import read_bars
+from .linear import LinearPath
 from .layers import RevIN, RevINStats, n_patches, patchify
 from .metrics import ForecastMetrics
 from .module import KLineForecaster
@@ -28,13 +33,14 @@ from .windows import EpochShuffleSampler, WindowDataset, chronological_borders, 
 from .writer import ForecastWriter
 
 __all__ = [
-    "DLinearBaseline",
     "DataScale",
     "EpochShuffleSampler",
     "ForecastMetrics",
     "ForecastWriter",
     "KLineDataModule",
     "KLineForecaster",
+    "LinearBaseline",
+    "LinearPath",
     "MultivariateDataModule",
     "PatchTST",
     "RevIN",

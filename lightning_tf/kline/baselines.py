@@ -7,14 +7,14 @@
   (the random walk with drift).
 * :func:`drift`: level targets: the line through the first and last context values, extended
   (Hyndman and Athanasopoulos, "Forecasting: Principles and Practice", sec. 5.2).
-* :class:`DLinearBaseline`: Zeng et al. 2023, "Are Transformers Effective for Time Series
-  Forecasting?" (DLinear): the context is split by a moving average into trend and remainder, and
-  one linear map of each gives the forecast. Both parts are linear in the input, so the least-squares
-  weights have a closed form; they are fit on the training windows (ridge penalty chosen on the
-  validation windows), accumulating only Gram matrices, so any number of windows fits in memory.
-  ``shared`` (DLinear's ``individual=False``) maps each target channel's own history with one set
-  of weights; ``mixing`` maps every input channel of the window to every target (for targets that
-  are not input channels, such as future returns built from several price features).
+* :class:`LinearBaseline`: the strongest simple linear model, Zeng et al. 2023, "Are Transformers
+  Effective for Time Series Forecasting?": a linear map from the context to the horizon, either of
+  the context itself (Linear) or of its moving-average trend and the remainder (DLinear), one map
+  shared by the target channels (``pooled``, DLinear's ``individual=False``) or one per channel
+  (``per_channel``), each from the channel's own history; for targets that are not input channels,
+  one map from every channel's window (``mixing``). Every variant is linear in its weights, so the
+  least-squares weights have a closed form (:mod:`.linear`); all are fit on the training windows in
+  one pass, and the variant and ridge penalty with the lowest validation error are kept.
 """
 
 from __future__ import annotations
@@ -23,10 +23,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["DLinearBaseline", "drift", "mean_forecast", "moving_average", "persistence"]
+from .linear import RIDGES, GramStats, moving_average, plain_stats, ridge_solutions, sum_halves, validation_error
+
+__all__ = ["LinearBaseline", "drift", "mean_forecast", "moving_average", "persistence"]
 
 
 def persistence(past: Tensor, horizon: int, returns: bool = False) -> Tensor:
@@ -59,32 +60,30 @@ def drift(past: Tensor, horizon: int) -> Tensor:
     return past[:, -1:] + slope * steps[None, :, None]  # (B, F, K)
 
 
-def moving_average(x: Tensor, kernel_size: int) -> Tensor:
-    """DLinear's trend: a centred moving average of ``x`` (B, L, C) along time, the ends padded with
-    copies of the first and last values (``series_decomp``), ``(B, L, C)``."""
-    front, back = (kernel_size - 1) // 2, kernel_size // 2
-    x = x.transpose(1, 2)  # (B, C, L)
-    x = F.pad(x, (front, back), mode="replicate")  # (B, C, L + k - 1)
-    return F.avg_pool1d(x, kernel_size, stride=1).transpose(1, 2)  # (B, L, C)
+class LinearBaseline(nn.Module):
+    """The best of the closed-form linear forecasts on the validation windows, kept as buffers (saved with
+    the module that holds it, never trained by its optimizer).
 
-
-class DLinearBaseline(nn.Module):
-    """DLinear with weights from (ridge) least squares, kept as buffers (saved with the module that
-    holds it, never trained by its optimizer).
+    Variants (``variant`` names): ``pooled`` / ``per_channel`` (one map for every target channel, or one
+    each, from the channel's own history) or ``mixing`` (every input channel to every target), each as
+    ``linear`` (the context) or ``dlinear`` (its trend and remainder). The two ``linear``/``dlinear``
+    forms span the same maps and differ only under the ridge penalty.
 
     Args:
         context_len: context length L.
         horizon: forecast horizon F.
-        kernel_size: moving-average window of the trend.
-        target_channels: ``shared`` mode: the input channels that are the targets (each is
-            forecast from its own history with one weight set). None selects ``mixing``: every
-            input channel feeds every target. May be set until :meth:`fit`.
-        n_targets: number of targets K (``mixing`` mode).
+        kernel_size: moving-average window of the DLinear trend.
+        target_channels: the input channels that are the targets (each forecast from its own history);
+            None selects ``mixing``. May be set until :meth:`fit`.
+        n_targets: number of targets K (``mixing``).
+        variants: the variants tried, as ``"<pooled|per_channel|mixing>_<linear|dlinear>"``; None: all
+            that apply.
     """
 
     weight: Tensor
     channels: Tensor
     penalty: Tensor
+    form: Tensor
 
     def __init__(
         self,
@@ -93,15 +92,21 @@ class DLinearBaseline(nn.Module):
         kernel_size: int = 25,
         target_channels: Sequence[int] | None = None,
         n_targets: int = 1,
+        variants: Sequence[str] | None = None,
     ) -> None:
         super().__init__()
         self.context_len, self.horizon, self.kernel_size = context_len, horizon, kernel_size
         self.n_mixing_targets = n_targets
-        # empty until fit: (2 L C_in + 1, F K_out) float64 weights, the shared mode's target channels (K,)
-        # and the chosen ridge penalty; _load_from_state_dict takes a checkpoint's shapes
-        self.register_buffer("weight", torch.zeros(0, 0, dtype=torch.float64))
+        known = {f"{p}_{f}" for p in ("pooled", "per_channel", "mixing") for f in ("linear", "dlinear")}
+        if variants is not None and (not variants or set(variants) - known):
+            raise ValueError(f"variants {list(variants)} must be some of {sorted(known)}")
+        self.variants = None if variants is None else list(variants)
+        # empty until fit: weights (groups, features, outputs) float64, the target channels (K,) (empty:
+        # mixing), the chosen ridge and form (pooled, decomposed); _load_from_state_dict takes a checkpoint's shapes
+        self.register_buffer("weight", torch.zeros(0, 0, 0, dtype=torch.float64))
         self.register_buffer("channels", torch.zeros(0, dtype=torch.long))
         self.register_buffer("penalty", torch.tensor(float("nan"), dtype=torch.float64))
+        self.register_buffer("form", torch.zeros(2, dtype=torch.long))
         self.target_channels = target_channels
 
     @property
@@ -118,10 +123,6 @@ class DLinearBaseline(nn.Module):
         return int(self.channels.numel()) if self.channels.numel() else self.n_mixing_targets
 
     @property
-    def mode(self) -> str:
-        return "shared" if self.channels.numel() else "mixing"
-
-    @property
     def fitted(self) -> bool:
         return self.weight.numel() > 0
 
@@ -129,6 +130,22 @@ class DLinearBaseline(nn.Module):
     def ridge(self) -> float | None:
         """The ridge penalty chosen by :meth:`fit` (None before)."""
         return None if self.penalty.isnan() else float(self.penalty)
+
+    @property
+    def variant(self) -> str | None:
+        """The variant chosen by :meth:`fit`, e.g. ``per_channel_dlinear`` (None before)."""
+        if not self.fitted:
+            return None
+        pooling = "mixing" if not self.channels.numel() else ("pooled" if self.form[0] else "per_channel")
+        return f"{pooling}_{'dlinear' if self.form[1] else 'linear'}"
+
+    def describe(self) -> str:
+        """The chosen variant in words, e.g. ``per-channel DLinear, ridge 0.01``."""
+        if not self.fitted:
+            return "not fitted"
+        pooling, form = self.variant.rsplit("_", 1)  # type: ignore[union-attr]
+        words = {"pooled": "pooled", "per_channel": "per-channel", "mixing": "all-channel"}[pooling]
+        return f"{words} {'DLinear' if form == 'dlinear' else 'Linear'}, ridge {self.ridge:g}"
 
     def _set(self, name: str, value: Tensor) -> None:
         """Replace buffer ``name`` in place (same tensor object: data-parallel wrappers keep theirs)."""
@@ -142,85 +159,97 @@ class DLinearBaseline(nn.Module):
                 getattr(self, name).resize_(state_dict[prefix + name].shape)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
-    def _features(self, x: Tensor) -> Tensor:
-        """Design matrix rows ``[remainder, trend, 1]`` of each sample: ``(B * K, 2L + 1)`` in shared
-        mode, ``(B, 2 L C + 1)`` in mixing mode."""
+    def _decomposed(self, x: Tensor) -> list[Tensor]:
+        """DLinear design rows ``[remainder, trend, 1]`` per group: per target channel ``(B, 2L + 1)``, or
+        one group ``(B, 2 L C + 1)`` in mixing mode (remainder then trend, each flattened as (L, C))."""
         x = x.double()
         channels = self.target_channels
         if channels is not None:
             x = x[..., channels]  # (B, L, K)
         trend = moving_average(x, self.kernel_size)  # (B, L, C')
         parts = torch.cat((x - trend, trend), dim=1)  # (B, 2L, C')
+        ones = parts.new_ones(parts.shape[0], 1)
         if channels is not None:
-            z = parts.transpose(1, 2).reshape(-1, parts.shape[1])  # (B * K, 2L)
-        else:
-            z = parts.reshape(parts.shape[0], -1)  # (B, 2L * C)
-        return torch.cat((z, z.new_ones(z.shape[0], 1)), dim=1)  # (rows, features + 1)
+            return [torch.cat((parts[:, :, k], ones), dim=1) for k in range(parts.shape[2])]  # K x (B, 2L + 1)
+        return [torch.cat((parts.reshape(parts.shape[0], -1), ones), dim=1)]  # 1 x (B, 2 L C + 1)
 
-    def _targets(self, y: Tensor) -> Tensor:
+    def _targets(self, y: Tensor) -> list[Tensor]:
         y = y.double()
         if self.channels.numel():
-            return y.transpose(1, 2).reshape(-1, y.shape[1])  # (B * K, F)
-        return y.reshape(y.shape[0], -1)  # (B, F * K)
+            return [y[:, :, k] for k in range(y.shape[2])]  # K x (B, F)
+        return [y.reshape(y.shape[0], -1)]  # 1 x (B, F * K)
+
+    def _accumulate(self, batches: Iterable[tuple[Tensor, Tensor]]) -> list[GramStats]:
+        stats: list[GramStats] = []
+        for x, y in batches:
+            rows = list(zip(self._decomposed(x.cpu()), self._targets(y.cpu()), strict=True))
+            if not stats:
+                stats = [GramStats() for _ in rows]
+            for s, (z, t) in zip(stats, rows, strict=True):
+                s.add(z, t)
+        return stats
 
     @torch.no_grad()
     def fit(
         self,
         train: Iterable[tuple[Tensor, Tensor]],
         val: Iterable[tuple[Tensor, Tensor]] | None = None,
-        ridges: Sequence[float] = (0.0, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0),
-    ) -> DLinearBaseline:
-        """Fit on ``(x (B, L, C), y (B, F, K))`` training batches; with validation batches, pick the
-        ridge penalty (relative to the mean diagonal of the Gram matrix) with the lowest validation
-        MSE, otherwise use the smallest. Returns self."""
-        gram, cross, n = self._accumulate(train)
-        if n == 0:
-            raise ValueError("DLinearBaseline.fit: the training windows are empty")
-        scale = float(gram.diagonal().mean())
-        eye = torch.eye(gram.shape[0], dtype=gram.dtype)
-        eye[-1, -1] = 0.0  # never shrink the intercept
-        solutions = []
-        for r in ridges:
-            # lstsq rather than solve: with no ridge the Gram matrix may be singular
-            w = torch.linalg.lstsq(gram + r * scale * eye, cross, driver="gelsd").solution  # (features, outputs)
-            solutions.append((r, w))
-        ridge, weight = solutions[0]
-        if val is not None and len(ridges) > 1:
-            vgram, vcross, vn = self._accumulate(val)
-            if vn > 0:
-                # validation squared error from the Gram statistics: sum ||y||^2 - 2 tr(W' Z'y) + tr(W' Z'Z W);
-                # the first term is the same for every W, so it is left out of the comparison
-                def score(w: Tensor) -> float:
-                    return float(-2 * (w * vcross).sum() + (w * (vgram @ w)).sum())
-
-                ridge, weight = min(solutions, key=lambda s: score(s[1]))
-        self._set("weight", weight.to(self.weight.device))
+        ridges: Sequence[float] = RIDGES,
+    ) -> LinearBaseline:
+        """Fit every variant on ``(x (B, L, C), y (B, F, K))`` training batches; with validation batches,
+        keep the variant and ridge penalty (relative to the mean diagonal of the Gram matrix) with the
+        lowest validation MSE, otherwise the first variant with the smallest ridge. Returns self."""
+        tr = self._accumulate(train)
+        if not tr or tr[0].rows == 0:
+            raise ValueError("LinearBaseline.fit: the training windows are empty")
+        va = self._accumulate(val) if val is not None else []
+        mixing = not self.channels.numel()
+        poolings = ["mixing"] if mixing else (["pooled", "per_channel"] if len(tr) > 1 else ["per_channel"])
+        names = [f"{p}_{f}" for p in poolings for f in ("dlinear", "linear")]
+        if self.variants is not None:  # with one target channel, pooled is per-channel
+            wanted = {v.replace("pooled", "per_channel") if len(tr) == 1 else v for v in self.variants}
+            names = [n for n in names if n in wanted]
+        if not names:
+            kind = "mixing" if mixing else "channel"
+            raise ValueError(f"none of the variants {self.variants} applies to {kind} targets")
+        best: tuple[float, str, float, list[Tensor]] | None = None
+        for name in names:
+            pooling, form = name.rsplit("_", 1)
+            train_stats = tr if form == "dlinear" else [plain_stats(s) for s in tr]
+            val_stats = va if form == "dlinear" else [plain_stats(s) for s in va]
+            if pooling == "pooled":
+                total = train_stats[0]
+                for s in train_stats[1:]:
+                    total = total + s
+                candidates = [(r, [w] * len(tr)) for r, w in ridge_solutions(total, ridges)]
+            else:
+                per = [ridge_solutions(s, ridges) for s in train_stats]
+                candidates = [(per[0][i][0], [p[i][1] for p in per]) for i in range(len(ridges))]
+            for r, ws in candidates:
+                score = sum(validation_error(w, s) for w, s in zip(ws, val_stats, strict=True)) if va else 0.0
+                if best is None or score < best[0]:
+                    best = (score, name, r, ws)
+        assert best is not None
+        _, name, ridge, ws = best
+        pooling, form = name.rsplit("_", 1)
+        self._set("weight", torch.stack(ws).to(self.weight.device))
         self._set("penalty", torch.tensor(float(ridge), dtype=torch.float64))
+        self._set("form", torch.tensor([int(pooling == "pooled"), int(form == "dlinear")]))
         return self
-
-    def _accumulate(self, batches: Iterable[tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor, int]:
-        gram: Tensor | None = None
-        cross: Tensor | None = None
-        n = 0
-        for x, y in batches:
-            z, t = self._features(x.cpu()), self._targets(y.cpu())  # (rows, features), (rows, outputs)
-            g, c = z.T @ z, z.T @ t
-            gram = g if gram is None else gram + g
-            cross = c if cross is None else cross + c
-            n += z.shape[0]
-        if gram is None or cross is None:
-            return torch.zeros(1, 1, dtype=torch.float64), torch.zeros(1, 1, dtype=torch.float64), 0
-        return gram, cross, n
 
     @torch.no_grad()
     def forward(self, x: Tensor) -> Tensor:
         """Forecast ``(B, F, K)`` from ``x`` (B, L, C), in ``x``'s dtype and device."""
         if not self.fitted:
-            raise RuntimeError("DLinearBaseline is not fitted: call fit() first")
+            raise RuntimeError("LinearBaseline is not fitted: call fit() first")
         B = x.shape[0]
-        out = self._features(x) @ self.weight.to(x.device)  # (rows, outputs)
+        rows = self._decomposed(x)
+        if not self.form[1]:
+            rows = [sum_halves(z) for z in rows]
+        w = self.weight.to(x.device)
+        outs = [z @ w[g] for g, z in enumerate(rows)]  # groups x (B, outputs)
         if self.channels.numel():
-            out = out.view(B, self.n_targets, self.horizon).transpose(1, 2)  # (B, F, K)
+            out = torch.stack(outs, dim=2)  # (B, F, K)
         else:
-            out = out.view(B, self.horizon, self.n_targets)  # (B, F, K)
+            out = outs[0].view(B, self.horizon, self.n_targets)  # (B, F, K)
         return out.to(x.dtype)

@@ -147,6 +147,9 @@ class KLineDataModule(LightningDataModule):
         self.datasets: dict[str, WindowDataset] = {}
         self.data_scale: DataScale | None = None  # the training statistics, after setup
         self._frame: pd.DataFrame | None = None
+        self._checkpoint_state: dict = {}  # a checkpoint's training statistics (load_state_dict)
+        self.predict_ticker_names: list[str] = []  # the series to forecast, indexed by predict batches' ``ticker``
+        self.predict_scaling: dict[str, str] = {}  # how each was scaled: a trained ticker's statistics or its own
 
     # ------------------------------------------------------------------ building
     def _read(self, path: str) -> pd.DataFrame:
@@ -253,7 +256,7 @@ class KLineDataModule(LightningDataModule):
         self.data_scale = DataScale(
             feature_names=self.feature_names, target_names=self.target_names, target_kind=self.target_kind,
             ticker_names=self.ticker_names, feature_mean=f_mean, feature_std=f_std, target_mean=t_mean,
-            target_std=t_std, has_prices=True,
+            target_std=t_std, has_prices=True, volatility_window=h.volatility_window, volume_window=h.volume_window,
         )
         self._rows = {
             "x": torch.tensor(np.concatenate(xs), dtype=torch.float32),  # (N, C)
@@ -267,16 +270,38 @@ class KLineDataModule(LightningDataModule):
             self.datasets[split] = WindowDataset(
                 ends=torch.tensor(np.concatenate(parts)), context_len=L, horizon=F, **self._rows
             )
-        if len(self.datasets["train"]) == 0:
-            raise ValueError(
-                f"{h.path}: no training windows; context_len + horizon ({L + F}) exceeds the training rows"
-            )
+        self._check_splits()
         log.info(
             "%s: %d tickers, windows train/val/test = %d/%d/%d",
             h.path,
             len(self.ticker_names),
             *(len(self.datasets[s]) for s in ("train", "val", "test")),
         )
+
+    def _check_splits(self) -> None:
+        """One line naming the split, its length and what a window needs, for a training or validation split
+        left without windows (an empty test split is refused when testing starts: a fit need not test)."""
+        h = self.hparams
+        L, F = self.context_len, self.horizon
+        lengths = {
+            "train": max(b["train_end"] - b["first"] for b in self.borders.values()),
+            "val": max(b["val_end"] - b["train_end"] for b in self.borders.values()),
+            "test": max(b["n"] - b["val_end"] for b in self.borders.values()),
+        }
+        names = {"train": "training", "val": "validation", "test": "test"}
+        for split in ("train", "val"):
+            if len(self.datasets[split]) or (split == "val" and h.val_fraction == 0 and h.val_start is None):
+                continue
+            n = lengths[split]
+            if split == "train":
+                need = f"a training window needs context_len + horizon = {L} + {F} = {L + F} bars"
+            else:
+                need = f"a {names[split]} window needs horizon ({F}) bars in the split (its context may come before)"
+            warm_up = " (after the warm-up)" if split == "train" else ""
+            raise ValueError(
+                f"{h.path}: the {names[split]} split has {n} usable bars{warm_up}, too few: {need}; lower horizon or "
+                "context_len, or move the split borders"
+            )
 
     def _warn_overlapping_fraction_splits(self) -> None:
         """Fraction splits are per ticker: in a panel whose tickers cover different years, one
@@ -299,57 +324,80 @@ class KLineDataModule(LightningDataModule):
                 earliest_test[1],
             )
 
-    def _build_predict(self) -> None:
+    def _read_predict(self) -> None:
+        """Read the bars to forecast (``predict_path``, else ``path``) and nothing else."""
         h = self.hparams
-        L = self.context_len
-        path = h.predict_path or h.path
-        frame = self._frame if h.predict_path is None else self._read(path)
-        names = list(pd.unique(frame["ticker"]))
-        xs, raws, closes, times, ids, ends = [], [], [], [], [], []
-        self._predict_times: dict[int, pd.DatetimeIndex] = {}
-        self._predict_bars: dict[int, pd.DataFrame] = {}
-        offset = 0
-        for name in names:
-            if name in self.ticker_names:
-                k = self.ticker_names.index(name)
-            elif len(names) == 1 and len(self.ticker_names) == 1:
-                k = 0  # one series trained, one series to forecast: the same instrument under another file name
-            else:
-                raise ValueError(f"{path}: ticker {name!r} was not in the training data {self.ticker_names}")
+        self._predict_source = str(h.predict_path or h.path)
+        frame = self._frame if h.predict_path is None and self._frame is not None else self._read(self._predict_source)
+        self._predict_frame = frame
+        self.predict_ticker_names = [str(n) for n in pd.unique(frame["ticker"])]
+        self._predict_bars = {}
+        self._predict_times = {}
+        for k, name in enumerate(self.predict_ticker_names):
             bars = frame[frame["ticker"] == name].reset_index(drop=True)
-            feats, target, first, _ = self._series(bars)
-            n = len(bars)
-            if n - first < L:
-                raise ValueError(
-                    f"{path}: ticker {name!r} has {n - first} usable bars; predict needs context_len ({L})"
-                )
-            x = (feats - self.feature_mean[k].numpy()) / self.feature_std[k].numpy()
-            xs.append(np.nan_to_num(x))  # warm-up rows are never read
-            raws.append(np.nan_to_num(target)[:, None])
-            closes.append(bars["close"].to_numpy(np.float64))
-            times.append(bars["timestamp"].to_numpy().astype("datetime64[ns]").astype(np.int64))
-            ids.append(np.full(n, k, dtype=np.int64))
-            ends.append(offset + n - 1)
-            self._predict_times[k] = pd.DatetimeIndex(bars["timestamp"])
             self._predict_bars[k] = bars
-            offset += n
+            self._predict_times[k] = pd.DatetimeIndex(bars["timestamp"])
+        self.datasets.pop("predict", None)
+
+    def _trained_statistics(self) -> dict[str, tuple[np.ndarray, ...]]:
+        """Each trained ticker's statistics: from this process's training data, or from the checkpoint
+        (:meth:`load_state_dict`); empty when neither is known."""
+        if "train" in self.datasets:
+            names, stats = self.ticker_names, (self.feature_mean, self.feature_std, self.target_mean, self.target_std)
+        elif self._checkpoint_state:
+            state = self._checkpoint_state
+            names = list(state["ticker_names"])
+            keys = ("feature_mean", "feature_std", "target_mean", "target_std")
+            stats = tuple(torch.as_tensor(state[k]) for k in keys)
+        else:
+            return {}
+        return {name: tuple(s[k].double().numpy() for s in stats) for k, name in enumerate(names)}
+
+    def _build_predict(self) -> None:
+        from .inference import series_windows
+
+        h = self.hparams
+        trained = self._trained_statistics()
+        if not trained:
+            log.warning(
+                "%s: no training statistics (predict without --ckpt_path and without training in this process): "
+                "every series is scaled by its own history", self._predict_source,
+            )
+        windows = series_windows(
+            self._predict_frame, feature_names=self.feature_names, target=h.target, context_len=self.context_len,
+            volatility_window=h.volatility_window, volume_window=h.volume_window, trained=trained,
+            source=self._predict_source,
+        )
+        self.predict_scaling = {w.name: w.scaled_by for w in windows}
+        for w in windows:
+            log.info("%s: ticker %r scaled by %s", self._predict_source, w.name, w.scaled_by)
+        L, n = self.context_len, len(windows)
+        ids = [self.predict_ticker_names.index(w.name) for w in windows]
+        times = [self._predict_times[k][-1].value for k in ids]
         self.datasets["predict"] = WindowDataset(
-            x=torch.tensor(np.concatenate(xs), dtype=torch.float32),  # (N, C)
-            ends=torch.tensor(ends),
+            x=torch.tensor(np.concatenate([w.x for w in windows]), dtype=torch.float32),  # (n L, C)
+            ends=torch.arange(1, n + 1) * L - 1,  # (n,): each series' last row
             context_len=L,
             horizon=self.horizon,
             y=None,
-            raw_target=torch.tensor(np.concatenate(raws), dtype=torch.float32),  # (N, K)
-            anchor=torch.tensor(np.concatenate(closes), dtype=torch.float64),  # (N,)
-            ticker=torch.tensor(np.concatenate(ids)),  # (N,)
-            time=torch.tensor(np.concatenate(times)),  # (N,)
+            raw_target=torch.tensor(np.concatenate([w.raw_target for w in windows]), dtype=torch.float32),  # (n L, K)
+            anchor=torch.tensor(np.repeat([w.anchor for w in windows], L), dtype=torch.float64),  # (n L,)
+            ticker=torch.tensor(np.repeat(ids, L)),  # (n L,)
+            time=torch.tensor(np.repeat(times, L)),  # (n L,)
+            scale_mean=torch.tensor(np.repeat(np.stack([w.target_mean for w in windows]), L, axis=0)),  # (n L, K)
+            scale_std=torch.tensor(np.repeat(np.stack([w.target_std for w in windows]), L, axis=0)),  # (n L, K)
         )
 
     def setup(self, stage: str | None = None) -> None:
-        if "train" not in self.datasets:
+        """``fit``, ``validate``, ``test``: read ``path``, build the splits and fit the scalers on the
+        training rows. ``predict``: read only the bars to forecast (``predict_path``, else ``path``); the
+        training statistics come from this process's training or from the checkpoint
+        (:meth:`load_state_dict`, which Lightning calls after ``setup``), and the windows are built by
+        :meth:`predict_dataloader`."""
+        if stage != "predict" and "train" not in self.datasets:
             self._build()
-        if stage in (None, "predict") and "predict" not in self.datasets:
-            self._build_predict()
+        if stage in (None, "predict"):
+            self._read_predict()
 
     # ------------------------------------------------------------------ loaders
     def _loader(self, split: str) -> DataLoader:
@@ -367,6 +415,10 @@ class KLineDataModule(LightningDataModule):
         return self._loader("test")
 
     def predict_dataloader(self) -> DataLoader:
+        if "predict" not in self.datasets:
+            if not hasattr(self, "_predict_frame"):
+                self._read_predict()
+            self._build_predict()
         return self._loader("predict")
 
     # ------------------------------------------------------------------ units
@@ -407,10 +459,15 @@ class KLineDataModule(LightningDataModule):
         }
 
     def load_state_dict(self, state: dict) -> None:
-        """Compare a checkpoint's training statistics with the ones just computed from ``path``: a
-        difference means the training file changed since the checkpoint and the model would see
-        inputs on another scale."""
-        if not state or "train" not in self.datasets:
+        """A checkpoint's training statistics: kept for ``predict`` (which never reads the training file);
+        when this process has built the training data, compared with it (a difference means the training
+        file changed since the checkpoint and the model would see inputs on another scale)."""
+        if not state:
+            return
+        self._checkpoint_state = {k: state[k] for k in ("ticker_names", "feature_mean", "feature_std",
+                                                        "target_mean", "target_std") if k in state}
+        self.datasets.pop("predict", None)  # scale the predict windows with these
+        if "train" not in self.datasets:
             return
         same = state["ticker_names"] == self.ticker_names and all(
             torch.allclose(state[k], getattr(self, k))
@@ -431,14 +488,14 @@ class KLineDataModule(LightningDataModule):
 
     def recent_bars(self, n: int, ticker: int = 0) -> pd.DataFrame:
         """The last ``n`` canonical bars of the predict data of ticker id ``ticker`` (for charts)."""
-        if "predict" not in self.datasets:
+        if not self.predict_ticker_names:
             self.setup("predict")
         return self._predict_bars[ticker].tail(n).reset_index(drop=True)
 
     def future_timestamps(self, n: int | None = None, ticker: int = 0) -> pd.DatetimeIndex:
         """Timestamps of the ``n`` (default ``horizon``) bars after the end of the predict data of ticker
         id ``ticker``, on the series' own calendar (see :func:`~lightning_tf.kline.windows.next_timestamps`)."""
-        if "predict" not in self.datasets:
+        if not self.predict_ticker_names:
             self.setup("predict")
         return next_timestamps(self._predict_times[ticker], self.horizon if n is None else n)
 

@@ -177,7 +177,7 @@ def find_table(lines: list[str], source: str) -> TextTable:
     """Locate the table in ``lines``: separator, title lines, header (or none), footer lines."""
     head = _nonblank(lines, range(len(lines)), 50)
     if not head:
-        raise ValueError(f"{source}: no rows")
+        raise ValueError(f"{source}: the file is empty (no rows)")
     for sep in SEPARATORS:
         counts = [len(split_fields(lines[i], sep)) for i in head]
         widths = Counter(c for c in counts if c > 1)

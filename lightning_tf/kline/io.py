@@ -29,6 +29,7 @@ import logging
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -377,6 +378,8 @@ def _canonical_frame(
 
 def _describe(attrs: dict) -> str:
     """How a file was stored, in one line for the log."""
+    if attrs.get("kind") == "frame":
+        return "a DataFrame"
     if attrs.get("kind") == "parquet":
         return "Parquet" + (f" ({attrs['compression']})" if attrs.get("compression") else "")
     parts = [attrs["compression"]] if attrs.get("compression") else []
@@ -396,7 +399,7 @@ def _describe(attrs: dict) -> str:
 
 
 def read_bars(
-    path: str | Path,
+    path: str | Path | pd.DataFrame,
     columns: Mapping[str, str] | None = None,
     ticker_column: str | None = None,
     on_error: OnError = "error",
@@ -404,12 +407,14 @@ def read_bars(
     decimal: str | None = None,
     thousands: str | None = None,
     timezone: str | None = None,
+    name: str | None = None,
 ) -> pd.DataFrame:
     """Read bars into the canonical frame (see the module docstring), validated.
 
     Args:
         path: a bar file, or a folder with one file per ticker (the ticker is the file stem, or the
-            code in a TongDaXin title line).
+            code in a TongDaXin title line), or a DataFrame in any layout a file may have (columns
+            detected the same way; a DatetimeIndex becomes the timestamp column).
         columns: canonical name -> file column, overriding detection (e.g. ``{"close": "Adj Close"}``).
         ticker_column: column holding the ticker in a long table (detected by name when None:
             ticker, symbol, ts_code, code, 股票代码).
@@ -422,6 +427,8 @@ def read_bars(
         timezone: the exchange's time zone (e.g. ``"Asia/Shanghai"``), used only for Unix epoch
             timestamps (and strings with a UTC offset), which are converted from UTC to it. None:
             epochs are kept in UTC. Local time strings are never shifted.
+        name: the ticker of a DataFrame without a ticker column (default ``series``), and the name its
+            errors give it.
 
     Returns:
         The canonical frame, sorted by ticker then timestamp, with a fresh RangeIndex.
@@ -429,13 +436,22 @@ def read_bars(
     check_number_options(decimal, thousands)
     check_timezone(timezone)
     frames = []
-    files = list_bar_files(path)
-    origin: dict[str, Path] = {}
-    for file in files:
-        df = read_table(file, () if ticker_column is None else (ticker_column,), decimal, thousands)
+    if isinstance(path, pd.DataFrame):
+        table = path.reset_index() if not isinstance(path.index, pd.RangeIndex) else path.reset_index(drop=True)
+        table.attrs = {"kind": "frame", "header_lines": 0}
+        sources: list[tuple[Any, pd.DataFrame | None]] = [(name or "series", table)]
+    else:
+        sources = [(file, None) for file in list_bar_files(path)]
+    origin: dict[str, Any] = {}
+    for file, given in sources:
+        if given is None:
+            df = read_table(file, () if ticker_column is None else (ticker_column,), decimal, thousands)
+        else:
+            df = given
         csv = df.attrs.get("kind") == "csv"
         if df.empty:
-            raise ValueError(f"{file}: no rows")
+            raise ValueError(f"{file}: the file is empty (no rows below the header)" if given is None
+                             else f"{file}: the table is empty (no rows)")
         explicit = dict(columns or {})
         if ticker_column is not None:
             explicit["ticker"] = ticker_column
@@ -451,7 +467,8 @@ def read_bars(
         if "ticker" in found:
             tickers = df[found["ticker"]].astype(str).str.strip()
         else:
-            tickers = pd.Series(df.attrs.get("ticker") or _split_name(file)[0], index=df.index)
+            default = file if given is not None else _split_name(file)[0]
+            tickers = pd.Series(df.attrs.get("ticker") or default, index=df.index)
         for name, idx in tickers.groupby(tickers, sort=True).groups.items():
             name = str(name)
             if name in origin:

@@ -16,6 +16,12 @@ for level targets, a zero return for return targets):
 * ``ic``, ``rank_ic``: Pearson and Spearman correlation between predicted and realised changes (for
   returns: predicted and realised returns), pooled over windows, horizons and targets. A constant
   forecast (persistence) has no defined correlation: NaN.
+
+:class:`ResidualWeight`: the validation statistics that weigh a forecast's residual part per target.
+
+Quantile forecasts (``(B, F, K, Q)``): :func:`pinball_loss` (the quantile loss, Koenker and Bassett
+1978) and :class:`IntervalMetrics`, the share of outcomes inside each central interval (``coverage``,
+to compare with its nominal level) and the interval's mean width.
 """
 
 from __future__ import annotations
@@ -26,7 +32,16 @@ import torch
 from torch import Tensor, nn
 from torchmetrics import MeanAbsoluteError, MeanSquaredError, Metric, PearsonCorrCoef, SpearmanCorrCoef
 
-__all__ = ["METRIC_NAMES", "DirectionalAccuracy", "ForecastMetrics", "MeanAbsoluteScaledError"]
+__all__ = [
+    "METRIC_NAMES",
+    "ResidualWeight",
+    "DirectionalAccuracy",
+    "ForecastMetrics",
+    "IntervalMetrics",
+    "MeanAbsoluteScaledError",
+    "central_intervals",
+    "pinball_loss",
+]
 
 METRIC_NAMES = ("mse", "mae", "rmse", "mase", "dir_acc", "up_share", "ic", "rank_ic")
 
@@ -140,3 +155,97 @@ def _correlation(metric: Metric) -> float:
     if isinstance(metric, SpearmanCorrCoef) and metric.preds and float(torch.cat(metric.preds).double().var()) == 0:
         return float("nan")  # torchmetrics answers 0 for a constant input; the correlation is undefined
     return float(metric.compute())  # Pearson already answers NaN for a constant input
+
+
+def pinball_loss(quantiles: Tensor, target: Tensor, levels: list[float]) -> Tensor:
+    """Mean pinball loss of ``quantiles`` (B, F, K, Q) at ``levels`` (Q,) against ``target`` (B, F, K):
+    ``max(tau e, (tau - 1) e)`` with ``e = target - quantile``, averaged over every element."""
+    tau = torch.tensor(levels, dtype=quantiles.dtype, device=quantiles.device)  # (Q,)
+    e = target[..., None] - quantiles  # (B, F, K, Q)
+    return torch.maximum(tau * e, (tau - 1) * e).mean()
+
+
+def central_intervals(levels: list[float]) -> list[tuple[int, int]]:
+    """Index pairs ``(lo, hi)`` of the central intervals among ``levels``: ``tau`` and ``1 - tau``, both
+    present, ``tau < 0.5``; the widest first."""
+    pairs = []
+    for i, tau in enumerate(levels):
+        if tau < 0.5:
+            for j, other in enumerate(levels):
+                if abs(other - (1 - tau)) < 1e-9:
+                    pairs.append((i, j))
+    return pairs
+
+
+class IntervalMetrics(Metric):
+    """Coverage and mean width of the central intervals of quantile forecasts.
+
+    Args:
+        levels: the quantile levels, ascending (the forecast's last axis).
+    """
+
+    full_state_update = False
+
+    def __init__(self, levels: list[float]) -> None:
+        super().__init__()
+        self.levels = list(levels)
+        self.pairs = central_intervals(self.levels)
+        n = max(len(self.pairs), 1)
+        self.add_state("inside", torch.zeros(n, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("width", torch.zeros(n, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("total", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+
+    def update(self, quantiles: Tensor, target: Tensor) -> None:
+        """Add forecasts ``quantiles`` (B, F, K, Q) of outcomes ``target`` (B, F, K)."""
+        q, t = quantiles.detach().double(), target.detach().double()
+        for p, (lo, hi) in enumerate(self.pairs):
+            self.inside[p] += ((t >= q[..., lo]) & (t <= q[..., hi])).sum()
+            self.width[p] += (q[..., hi] - q[..., lo]).sum()
+        self.total += t.numel()
+
+    def compute(self) -> dict[str, float]:
+        """``coverage_<lo>_<hi>`` and ``width_<lo>_<hi>`` per interval, e.g. ``coverage_10_90``."""
+        out = {}
+        for p, (lo, hi) in enumerate(self.pairs):
+            name = f"{100 * self.levels[lo]:g}_{100 * self.levels[hi]:g}"
+            out[f"coverage_{name}"] = float(self.inside[p] / self.total)
+            out[f"width_{name}"] = float(self.width[p] / self.total)
+        return out
+
+
+class ResidualWeight(Metric):
+    """Chooses, per target, the weight ``a_k`` in [0, 1] of a residual ``r`` added to a base forecast ``l``
+    that minimises the squared error of ``l + a_k r`` on the windows seen (least squares in one variable:
+    ``a_k = clip(sum e r / sum r^2, 0, 1)`` with ``e = y - l``), from three sums per target.
+
+    Args:
+        n_targets: targets K.
+    """
+
+    full_state_update = False
+
+    def __init__(self, n_targets: int) -> None:
+        super().__init__()
+        for name in ("er", "rr", "ee"):
+            self.add_state(name, torch.zeros(n_targets, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("count", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+
+    def update(self, base: Tensor, residual: Tensor, target: Tensor) -> None:
+        """Add windows: the base forecast, the residual part and the outcome, each ``(B, F, K)``."""
+        e = (target - base).detach().double()  # (B, F, K)
+        r = residual.detach().double()  # (B, F, K)
+        self.er += (e * r).sum(dim=(0, 1))
+        self.rr += (r * r).sum(dim=(0, 1))
+        self.ee += (e * e).sum(dim=(0, 1))
+        self.count += e.numel()
+
+    def compute(self) -> tuple[Tensor, float, float, float]:
+        """The weights ``(K,)`` and the mean squared errors of the base alone, of base + residual, and of
+        base + weighted residual."""
+        weight = torch.where(self.rr > 0, self.er / self.rr.clamp_min(1e-300), torch.zeros_like(self.rr))
+        weight = weight.clamp(0.0, 1.0)
+        n = self.count.clamp_min(1.0)
+        base = float(self.ee.sum() / n)
+        full = float((self.ee - 2 * self.er + self.rr).sum() / n)
+        chosen = float((self.ee - 2 * weight * self.er + weight * weight * self.rr).sum() / n)
+        return weight, base, full, chosen

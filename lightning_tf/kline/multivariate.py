@@ -90,7 +90,10 @@ class MultivariateDataModule(LightningDataModule):
         if not self.path.is_file():
             raise FileNotFoundError(f"{path}: no such file")
         # The header alone fixes the channel counts the model must agree with.
-        header = list(pd.read_csv(self.path, nrows=0).columns)
+        try:
+            header = list(pd.read_csv(self.path, nrows=0).columns)
+        except pd.errors.EmptyDataError:
+            raise ValueError(f"{path}: the file is empty (no header, no rows)") from None
         self._date_column = date_column or ("date" if "date" in header else header[0])
         if self._date_column not in header:
             raise ValueError(f"{path}: date_column {date_column!r} not found; columns are {header}")
@@ -130,6 +133,8 @@ class MultivariateDataModule(LightningDataModule):
         h = self.hparams
         L, F = self.context_len, self.horizon
         df = pd.read_csv(self.path, keep_default_na=False)  # keep 'n/a' and '' as written, for the message
+        if df.empty:
+            raise ValueError(f"{self.path}: the file is empty (a header but no rows)")
         numbers = df[self.feature_names].apply(pd.to_numeric, errors="coerce")
         values = numbers.to_numpy(np.float64)  # (n, C)
         if not np.isfinite(values).all():
@@ -187,11 +192,14 @@ class MultivariateDataModule(LightningDataModule):
         # Rows past test_end (ETT files hold 20 months of 30 days and a few days more) are unused.
         for split, e in split_ends(train_end, val_end, test_end, 0, L, F).items():
             self.datasets[split] = WindowDataset(ends=torch.tensor(e), context_len=L, horizon=F, **rows)
-        if len(self.datasets["train"]) == 0:
-            raise ValueError(
-                f"{self.path}: no training windows; context_len + horizon ({L + F}) exceeds the "
-                f"{train_end} training rows"
-            )
+        # an empty test split is refused when testing starts (window_loader): a fit need not test
+        lengths = {"training": train_end, "validation": val_end - train_end}
+        for (name, n), split in zip(lengths.items(), ("train", "val"), strict=True):
+            if len(self.datasets[split]) == 0:
+                need = (f"a training window needs context_len + horizon = {L} + {F} = {L + F} rows" if split == "train"
+                        else f"a {name} window needs horizon ({F}) rows in the split (its context may come before)")
+                raise ValueError(f"{self.path}: the {name} split has {n} rows, too few: {need}; lower horizon or "
+                                 "context_len, or move the split borders")
         last = torch.tensor([len(df) - 1])
         self.datasets["predict"] = WindowDataset(ends=last, context_len=L, horizon=F, **{**rows, "y": None})
         log.info(

@@ -1,10 +1,26 @@
-"""The patch Transformer forecaster network (PatchTST) on the shared core's encoder.
+"""The forecaster network: a linear path plus the patch Transformer (PatchTST) on the shared core's
+encoder, as a residual.
 
 Nie et al. 2023, "A Time Series is Worth 64 Words: Long-term Forecasting with Transformers":
 each channel's context is normalised by RevIN, cut into patches, each patch embedded linearly,
 given a position and encoded by a Transformer encoder shared by all channels (channel-independent);
 a flat linear head maps the patch representations to all F horizons at once (direct multi-horizon
 forecasting, no autoregression).
+
+Zeng et al. 2023, "Are Transformers Effective for Time Series Forecasting?": one linear map from the
+look-back window to the horizon matches or beats such Transformers on the long-term benchmarks. So
+the network can forecast ``linear(window) + residual(window)`` on the RevIN-normalised scale
+(``residual``):
+
+* ``on``: :class:`~.linear.LinearPath` (its weights set in closed form on the training windows before
+  training, see :meth:`PatchTST.fit_linear`) plus the Transformer, whose output layer starts at
+  exactly zero, so training starts from the linear model's forecast and error;
+* ``off``: the linear path alone (RLinear, Li et al. 2023);
+* ``only``: the Transformer alone (PatchTST as published; the default of this class).
+
+``residual_gate`` (a buffer, one weight in [0, 1] per target) scales the residual in evaluation: the
+model keeps it only in the measure that it lowers the validation loss (:class:`~.module.KLineForecaster`
+sets it); 0 leaves the linear path alone.
 
 Two heads:
 
@@ -15,23 +31,69 @@ Two heads:
   forecasts the K targets, for targets that are not input channels, e.g. future log returns of a
   K-line series predicted from returns, ranges, volume and calendar features.
 
+Quantiles (``quantiles``): the point forecast is the median; the other quantiles are the median minus
+or plus cumulative sums of positive gaps (softplus), so they never cross. The gaps come from a second
+head over the same representations (zero at the start) plus a learnt offset per target, horizon and
+gap, set from the linear fit's training error as a Gaussian's quantiles.
+
 The layout follows the reference ``PatchTST_backbone`` (``layers/PatchTST_backbone.py``): RevIN, the
 patch projection ``W_P``, the encoder over the patches of each channel, the ``Flatten_Head``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
+from typing import Literal, NamedTuple
+
+import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lightning_tf.core import Encoder, NormName, PositionalName
 
 from .layers import RevIN, n_patches, patchify
+from .linear import RIDGES, LinearFit, LinearInput, LinearPath, Pooling
 
-__all__ = ["PatchTST"]
+__all__ = ["ForecastParts", "PatchTST", "ResidualMode", "check_quantiles"]
+
+ResidualMode = Literal["on", "off", "only"]
+
+
+def check_quantiles(quantiles: Sequence[float] | None) -> list[float] | None:
+    """``quantiles`` as a sorted list of distinct levels in (0, 1) that holds the median 0.5 (the point
+    forecast), or a ValueError naming them."""
+    if quantiles is None:
+        return None
+    levels = [float(q) for q in quantiles]
+    if sorted(set(levels)) != levels or any(not 0 < q < 1 for q in levels) or 0.5 not in levels:
+        raise ValueError(
+            f"quantiles {list(quantiles)} must be distinct levels in (0, 1), ascending, and include 0.5 "
+            "(the point forecast)"
+        )
+    return levels
+
+
+class ForecastParts(NamedTuple):
+    """The parts of a forecast before they are added and mapped back to the model scale.
+
+    Attributes:
+        linear: the linear path's forecast ``(B, F, K)`` on the normalised scale, or None.
+        residual: the Transformer's forecast ``(B, F, K)`` on the normalised scale, or None.
+        gaps: raw quantile gaps ``(B, F, K, Q - 1)`` of the Transformer (None without quantiles or encoder).
+        mean: the targets' window means ``(B, 1, K)`` (zeros without RevIN).
+        std: the targets' window scales ``(B, 1, K)`` (ones without RevIN).
+    """
+
+    linear: Tensor | None
+    residual: Tensor | None
+    gaps: Tensor | None
+    mean: Tensor
+    std: Tensor
 
 
 class PatchTST(nn.Module):
-    """RevIN, patching, patch embedding, the core encoder and a flat direct multi-horizon head.
+    """RevIN, a linear path and/or patching, patch embedding, the core encoder and a flat direct
+    multi-horizon head.
 
     Args:
         n_features: input channels C.
@@ -42,7 +104,19 @@ class PatchTST(nn.Module):
             channels); the channel-independent head needs it unless every channel is a target (K = C),
             the channel-mixing head uses it only to map the forecast back through RevIN. May be set
             later (the attribute of the same name).
-        channel_mixing: one head over all channels instead of PatchTST's channel-independent head.
+        channel_mixing: one head over all channels instead of PatchTST's channel-independent head
+            (and a linear path from every channel's window to every target).
+        residual: ``only`` (the Transformer alone), ``on`` (linear path plus the Transformer as a
+            residual that starts at zero) or ``off`` (the linear path alone).
+        linear_pooling: the linear path's maps: ``pooled`` (one for every target), ``per_channel`` or
+            ``auto`` (chosen on the validation windows by :meth:`fit_linear`).
+        linear_trainable: fine-tune the linear path after its closed-form fit (else it stays frozen).
+        linear_input: what the linear path reads: ``revin`` (the RevIN-normalised window, forecasting the
+            normalised future), ``raw`` (the window on the model scale), or ``auto`` (the one with the
+            lower validation error, see :meth:`fit_linear`); ``raw`` without RevIN.
+        dlinear_kernel: moving-average window of the DLinear form the linear path's fit also tries.
+        quantiles: forecast these quantile levels (must include 0.5, the point forecast); None: the
+            point forecast only.
         patch_len: patch length P.
         stride: stride between patch starts.
         pad_end: extend the context by ``stride`` copies of its last bar before patching (PatchTST).
@@ -58,8 +132,10 @@ class PatchTST(nn.Module):
             patch tokens of the batch, PatchTST's choice).
         pos_encoding: positional encoding of the patches.
         revin: normalise each window per channel and map the forecast back (RevIN).
-        revin_affine: learn RevIN's per-channel scale and shift.
+        revin_affine: learn RevIN's per-channel scale and shift (on the Transformer's input).
     """
+
+    residual_gate: Tensor
 
     def __init__(
         self,
@@ -70,6 +146,12 @@ class PatchTST(nn.Module):
         target_channels: list[int] | None = None,
         *,
         channel_mixing: bool = False,
+        residual: ResidualMode = "only",
+        linear_pooling: Pooling = "auto",
+        linear_trainable: bool = False,
+        linear_input: LinearInput = "auto",
+        dlinear_kernel: int = 25,
+        quantiles: Sequence[float] | None = None,
         patch_len: int = 8,
         stride: int = 4,
         pad_end: bool = True,
@@ -91,26 +173,68 @@ class PatchTST(nn.Module):
                             ("horizon", horizon), ("patch_len", patch_len), ("stride", stride)):
             if value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
+        if residual not in ("on", "off", "only"):
+            raise ValueError(f"residual must be 'on', 'off' or 'only', got {residual!r}")
+        if linear_input not in ("auto", "revin", "raw"):
+            raise ValueError(f"linear_input must be 'auto', 'revin' or 'raw', got {linear_input!r}")
+        if linear_input == "revin" and not revin:
+            raise ValueError("linear_input 'revin' needs revin: true")
         if patch_len > context_len:
             raise ValueError(f"patch_len ({patch_len}) must not exceed context_len ({context_len})")
+        unused = (context_len - patch_len) % stride
+        if residual != "off" and not pad_end and unused:
+            # refused rather than warned: the newest bars carry the most information, and a model that never
+            # reads them trains and tests without a sign that anything is wrong
+            raise ValueError(
+                f"pad_end false with context_len {context_len}, patch_len {patch_len} and stride {stride} would "
+                f"ignore the newest {unused} bars of every window (the patches cover bars "
+                f"0..{context_len - unused - 1}): "
+                f"set pad_end: true, or a context_len with (context_len - patch_len) divisible by stride, e.g. "
+                f"{context_len - unused} or {context_len - unused + stride}"
+            )
         self.n_features, self.n_targets, self.context_len, self.horizon = n_features, n_targets, context_len, horizon
         self.patch_len, self.stride, self.pad_end = patch_len, stride, pad_end
-        self.channel_mixing = channel_mixing
+        self.channel_mixing, self.residual = channel_mixing, residual
+        self.linear_input = linear_input if revin else "raw"
         self.target_channels = target_channels
+        self.quantiles = check_quantiles(quantiles)
         self.n_patches = n_patches(context_len, patch_len, stride, pad_end)  # N
 
         self.revin = RevIN(n_features, affine=revin_affine) if revin else None
-        self.patch_embed = nn.Linear(patch_len, d_model)  # PatchTST's W_P
-        self.encoder = Encoder(
-            d_model, n_heads, n_layers, d_ff, dropout=dropout, attn_dropout=attn_dropout,
-            norm_first=norm_first, norm=norm, pos_encoding=pos_encoding, max_len=self.n_patches,
+        if residual != "off":
+            self.patch_embed = nn.Linear(patch_len, d_model)  # PatchTST's W_P
+            self.encoder = Encoder(
+                d_model, n_heads, n_layers, d_ff, dropout=dropout, attn_dropout=attn_dropout,
+                norm_first=norm_first, norm=norm, pos_encoding=pos_encoding, max_len=self.n_patches,
+            )
+            self.head_dropout = nn.Dropout(head_dropout)
+            flat = self.n_patches * d_model
+            if channel_mixing:
+                self.head = nn.Linear(n_features * flat, horizon * n_targets)
+            else:
+                self.head = nn.Linear(flat, horizon)  # shared by all channels
+            if residual == "on":
+                # the residual starts at exactly zero: training starts from the linear path's forecast
+                nn.init.zeros_(self.head.weight)
+                nn.init.zeros_(self.head.bias)
+        # built after the Transformer, from zeros: the Transformer initialises as without them
+        self.linear = (
+            LinearPath(context_len, horizon, n_features, n_targets, mixing=channel_mixing, pooling=linear_pooling,
+                       trainable=linear_trainable, kernel_size=dlinear_kernel)
+            if residual != "only" else None
         )
-        self.head_dropout = nn.Dropout(head_dropout)
-        flat = self.n_patches * d_model
-        if channel_mixing:
-            self.head = nn.Linear(n_features * flat, horizon * n_targets)
-        else:
-            self.head = nn.Linear(flat, horizon)  # shared by all channels
+        if self.quantiles is not None:
+            G = len(self.quantiles) - 1
+            # per target, horizon and gap; a unit Gaussian's gaps until fit_linear sets them from the fit's error
+            self.quantile_offset = nn.Parameter(self._gap_offsets(torch.ones(n_targets, horizon)))  # (K, F, Q-1)
+            if residual != "off":
+                outputs = horizon * n_targets * G if channel_mixing else horizon * G
+                self.quantile_head = nn.Linear(n_features * flat if channel_mixing else flat, outputs)
+                nn.init.zeros_(self.quantile_head.weight)
+                nn.init.zeros_(self.quantile_head.bias)
+        self.register_buffer("residual_gate", torch.ones(n_targets))  # (K,)
+
+    # ------------------------------------------------------------------ targets
 
     @property
     def target_channels(self) -> list[int] | None:
@@ -127,8 +251,43 @@ class PatchTST(nn.Module):
                 raise ValueError(f"target_channels {channels} must index the n_features ({self.n_features}) inputs")
         self._target_channels = channels
 
-    def _encode(self, x: Tensor, need_weights: bool) -> tuple[Tensor, list[Tensor]]:
-        """Forecast ``(B, F, K)`` and, with ``need_weights``, each layer's attention ``(B, C, H, N, N)``."""
+    def _own_channels(self) -> list[int]:
+        """Each target's input channel, for the channel-independent head and linear path."""
+        if self.target_channels is not None:
+            return self.target_channels
+        if self.n_targets != self.n_features:
+            raise ValueError(
+                "the channel-independent head forecasts input channels, but target_channels is unknown: "
+                "pass model target_channels, attach a DataModule that has them, or set channel_mixing: true"
+            )
+        return list(range(self.n_features))
+
+    @property
+    def has_encoder(self) -> bool:
+        """Whether the network has the Transformer (``residual`` is ``on`` or ``only``)."""
+        return self.residual != "off"
+
+    # ------------------------------------------------------------------ the parts
+
+    def _target_scale(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The window normalised without RevIN's affine map ``(B, L, C)`` and the targets' window means
+        and scales ``(B, 1, K)`` each (zeros and ones where the forecast is not mapped back)."""
+        B = x.shape[0]
+        one = x.new_ones(B, 1, self.n_targets)
+        if self.revin is None:
+            return x, torch.zeros_like(one), one
+        mean = x.mean(dim=1, keepdim=True).detach()  # (B, 1, C), as RevIN.normalize
+        std = torch.sqrt(x.var(dim=1, keepdim=True, unbiased=False) + self.revin.eps).detach()  # (B, 1, C)
+        plain = (x - mean) / std  # (B, L, C)
+        channels = self._own_channels() if not self.channel_mixing else self.target_channels
+        if channels is None:  # mixing targets that are not input channels: forecast on the model scale
+            return plain, torch.zeros_like(one), one
+        return plain, mean[..., channels], std[..., channels]  # (B, L, C), (B, 1, K), (B, 1, K)
+
+    def _transformer(self, x: Tensor, need_weights: bool) -> tuple[Tensor, Tensor | None, list[Tensor]]:
+        """The Transformer's forecast ``(B, F, K)`` on the normalised scale (RevIN's affine map undone),
+        its raw quantile gaps ``(B, F, K, Q-1)`` or None, and with ``need_weights`` each layer's attention
+        ``(B, C, H, N, N)``."""
         B, _L, C = x.shape
         stats = None
         if self.revin is not None:
@@ -144,29 +303,152 @@ class PatchTST(nn.Module):
         else:
             h = self.encoder(h)  # (B*C, N, D)
         K, Fh = self.n_targets, self.horizon
+        gaps = None
         if self.channel_mixing:
             h = h.reshape(B, C * N * h.shape[-1])  # (B, C*N*D)
             y = self.head(self.head_dropout(h)).view(B, Fh, K)  # (B, F, K)
-            if self.revin is not None and stats is not None and self.target_channels is not None:
-                y = self.revin.denormalize(y, stats, self.target_channels)  # (B, F, K)
-            return y, weights
-        h = h.reshape(B, C, N * h.shape[-1])  # (B, C, N*D)
-        y = self.head(self.head_dropout(h)).transpose(1, 2)  # (B, F, C)
-        if self.revin is not None and stats is not None:
-            y = self.revin.denormalize(y, stats)  # (B, F, C)
-        if self.target_channels is None:
-            if K != C:
-                raise ValueError(
-                    "the channel-independent head forecasts input channels, but target_channels is unknown: "
-                    "pass model target_channels, attach a DataModule that has them, or set channel_mixing: true"
-                )
-            return y, weights
-        return y[..., self.target_channels], weights  # (B, F, K)
+            if self.quantiles is not None:
+                gaps = self.quantile_head(self.head_dropout(h)).view(B, Fh, K, -1)  # (B, F, K, Q-1)
+            channels = self.target_channels
+        else:
+            h = h.reshape(B, C, N * h.shape[-1])  # (B, C, N*D)
+            channels = self._own_channels()
+            y = self.head(self.head_dropout(h)).transpose(1, 2)[..., channels]  # (B, F, K)
+            if self.quantiles is not None:
+                g = self.quantile_head(self.head_dropout(h)).view(B, C, Fh, -1)  # (B, C, F, Q-1)
+                gaps = g.transpose(1, 2)[:, :, channels]  # (B, F, K, Q-1)
+        if self.revin is not None and stats is not None and self.revin.affine and channels is not None:
+            # undo RevIN's affine map: the residual lives on the plainly normalised scale, as the linear path
+            weight, bias = self.revin.weight[channels], self.revin.bias[channels]  # (K,)
+            y = (y - bias) / (weight + self.revin.eps * self.revin.eps)  # (B, F, K)
+        return y, gaps, weights
+
+    def parts(self, x: Tensor, need_weights: bool = False) -> tuple[ForecastParts, list[Tensor]]:
+        """The forecast's parts (:class:`ForecastParts`) from the context ``x`` (B, L, C) and, with
+        ``need_weights``, each encoder layer's attention ``(B, C, H, N, N)``."""
+        plain, mean, std = self._target_scale(x)
+        linear = None
+        if self.linear is not None:
+            channels = list(range(self.n_features)) if self.channel_mixing else self._own_channels()
+            linear = self.linear(plain if self.linear.reads_normalized else x, channels)  # (B, F, K)
+        residual, gaps, weights = None, None, []
+        if self.has_encoder:
+            residual, gaps, weights = self._transformer(x, need_weights)
+        return ForecastParts(linear, residual, gaps, mean, std), weights
+
+    def combine(self, parts: ForecastParts, gate: float | None = None) -> Tensor:
+        """The forecast on the model scale: ``(B, F, K)``, or ``(B, F, K, Q)`` with quantiles. The
+        Transformer's part is weighted by ``gate`` (1: added, 0: the linear path alone; None: the
+        ``residual_gate`` buffer, one weight per target, what the model was selected as)."""
+        linear, res, gaps, mean, std = parts
+        gate_t = self.residual_gate if gate is None else torch.full_like(self.residual_gate, gate)
+        if linear is None:
+            assert res is not None
+            point = res * std + mean  # (B, F, K): the Transformer alone, mapped back as RevIN does
+        else:
+            assert self.linear is not None
+            base = linear * std + mean if self.linear.reads_normalized else linear  # (B, F, K), model scale
+            # the residual is on the normalised scale; a gate of 1 adds it bit for bit, a zero residual adds nothing
+            point = base if res is None else base + res * gate_t.to(res.dtype) * std  # (B, F, K)
+        if self.quantiles is None:
+            return point  # (B, F, K)
+        raw = self.quantile_offset.to(point.dtype).expand(point.shape[0], -1, -1, -1).transpose(1, 2)  # (B, F, K, Q-1)
+        if gaps is not None:
+            raw = raw + (gaps * gate_t.to(gaps.dtype)[:, None] if linear is not None else gaps)  # (B, F, K, Q-1)
+        g = F.softplus(raw)  # (B, F, K, Q-1) > 0: quantiles never cross
+        m = self.quantiles.index(0.5)
+        below = g[..., :m].flip(-1).cumsum(-1).flip(-1)  # (B, F, K, m): distance of each lower quantile
+        above = g[..., m:].cumsum(-1)  # (B, F, K, Q-1-m)
+        offsets = torch.cat((-below, torch.zeros_like(point)[..., None], above), dim=-1)  # (B, F, K, Q)
+        return point[..., None] + offsets * std[..., None]  # (B, F, K, Q)
+
+    # ------------------------------------------------------------------ forward
+
+    def forward_quantiles(self, x: Tensor) -> Tensor:
+        """Forecast ``(B, F, K, Q)`` (or ``(B, F, K)`` without quantiles) on the model scale from ``x`` (B, L, C)."""
+        return self.combine(self.parts(x)[0])
 
     def forward(self, x: Tensor) -> Tensor:
-        """Forecast ``(B, F, K)`` on the model scale from the context ``x`` (B, L, C)."""
-        return self._encode(x, need_weights=False)[0]
+        """Point forecast ``(B, F, K)`` on the model scale (the median with quantiles) from the context
+        ``x`` (B, L, C)."""
+        y = self.forward_quantiles(x)
+        return y if self.quantiles is None else y[..., self.quantiles.index(0.5)]  # (B, F, K)
 
     def forward_with_attention(self, x: Tensor) -> tuple[Tensor, list[Tensor]]:
         """Forecast ``(B, F, K)`` and each encoder layer's attention over patches ``(B, C, H, N, N)``."""
-        return self._encode(x, need_weights=True)
+        if not self.has_encoder:
+            raise ValueError("residual 'off' has no Transformer, so no attention over patches")
+        parts, weights = self.parts(x, need_weights=True)
+        y = self.combine(parts)
+        return (y if self.quantiles is None else y[..., self.quantiles.index(0.5)]), weights
+
+    # ------------------------------------------------------------------ the closed-form fit
+
+    @staticmethod
+    def _gap_offsets_for(quantiles: Sequence[float], sigma: Tensor) -> Tensor:
+        """Raw offsets ``(K, F, Q-1)`` whose softplus are a Gaussian's quantile gaps of scale ``sigma`` (K, F)."""
+        normal = torch.distributions.Normal(0.0, 1.0)
+        z = normal.icdf(torch.tensor(quantiles, dtype=torch.float64))  # (Q,)
+        gaps = sigma.double()[..., None] * (z[1:] - z[:-1])  # (K, F, Q-1)
+        gaps = gaps.clamp_min(1e-6)
+        return (gaps + torch.log(-torch.expm1(-gaps))).float()  # softplus^-1(g) = g + log(1 - exp(-g))
+
+    def _gap_offsets(self, sigma: Tensor) -> Tensor:
+        assert self.quantiles is not None
+        return self._gap_offsets_for(self.quantiles, sigma)
+
+    def _linear_batches(
+        self, batches: Iterable[tuple[Tensor, Tensor]], normalized: bool
+    ) -> Iterable[tuple[Tensor, Tensor, Tensor]]:
+        """``(x, y)`` model-scale batches as the linear path's ``(x, y, weight)`` in float64: RevIN-normalised
+        with the squared window scale as weight, or as they are with weight 1."""
+        for x, y in batches:
+            x, y = x.double(), y.double()
+            if not normalized:
+                yield x, y, x.new_ones(x.shape[0], self.n_targets)
+                continue
+            plain, mean, std = self._target_scale(x)
+            yield plain, (y - mean) / std, (std * std)[:, 0, :]  # (B, L, C), (B, F, K), (B, K)
+
+    @torch.no_grad()
+    def fit_linear(
+        self,
+        train: Callable[[], Iterable[tuple[Tensor, Tensor]]],
+        val: Callable[[], Iterable[tuple[Tensor, Tensor]]] | None = None,
+        ridges: Sequence[float] = RIDGES,
+    ) -> LinearFit:
+        """Set the linear path to the closed-form ridge least-squares fit on the training windows.
+
+        Args:
+            train: returns an iterable of ``(x (B, L, C), y (B, F, K))`` training batches on the model scale
+                (called once per input tried).
+            val: the same for the validation windows, or None; they choose the input (``linear_input:
+                auto``), the ridge and the pooling, by the validation MSE on the model scale.
+            ridges: the penalties tried.
+
+        The fit on the RevIN-normalised window is weighted by each window's squared scale, so both inputs
+        minimise the model-scale squared error. With quantiles, the gaps start as a Gaussian's with the
+        fit's training error per target and horizon.
+        """
+        if self.linear is None:
+            raise ValueError("residual 'only' has no linear path to fit")
+        channels = list(range(self.n_features)) if self.channel_mixing else self._own_channels()
+        inputs = {"auto": [True, False], "revin": [True], "raw": [False]}[self.linear_input]
+        fits: list[tuple[LinearFit, Tensor]] = []
+        for normalized in inputs:
+            fit = self.linear.fit(
+                self._linear_batches(train(), normalized),
+                None if val is None else self._linear_batches(val(), normalized), channels, ridges, normalized,
+            )
+            fits.append((fit, {k: v.clone() for k, v in self.linear.state_dict().items()}))
+        scores = [f.val_mse if f.val_mse is not None else float("inf") for f, _ in fits]
+        fit, state = fits[min(range(len(fits)), key=scores.__getitem__)]  # ties and no validation: the first (revin)
+        self.linear.load_state_dict(state)
+        if self.quantiles is not None:
+            sigma = fit.residual_std  # (K, F)
+            if fit.input == "raw" and self.revin is not None:
+                # a model-scale error, while the gaps are scaled by each window's RevIN scale
+                sq = [(self._target_scale(x.double())[2] ** 2).mean(dim=(0, 1)) for x, _ in train()]
+                sigma = sigma / torch.stack(sq).mean(0).sqrt()[:, None]
+            self.quantile_offset.data.copy_(self._gap_offsets(sigma))
+        return fit

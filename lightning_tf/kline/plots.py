@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
 
-__all__ = ["attention_figure", "candlestick_figure", "forecast_figure"]
+__all__ = ["attention_figure", "candlestick_figure", "equity_figure", "forecast_figure"]
 
 UP, DOWN, FORECAST = "#26a69a", "#ef5350", "#1f4e9c"
 
@@ -113,7 +113,12 @@ def attention_figure(weights: np.ndarray, channel_names: Sequence[str], title: s
 
 
 def forecast_figure(
-    past: np.ndarray | None, true: np.ndarray, pred: np.ndarray, target_name: str = "target", title: str = ""
+    past: np.ndarray | None,
+    true: np.ndarray,
+    pred: np.ndarray,
+    target_name: str = "target",
+    title: str = "",
+    band: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> Figure:
     """Forecast against what happened, for a few windows (one panel each).
 
@@ -124,6 +129,7 @@ def forecast_figure(
         pred: ``(W, F)`` the forecast.
         target_name: the y-axis label.
         title: figure title.
+        band: optional ``(W, F)`` lower and upper quantiles of the forecast, shaded.
 
     Step 0 is the first forecast bar; the context is drawn at negative steps.
     """
@@ -137,11 +143,30 @@ def forecast_figure(
             L = past.shape[1]
             ax.plot(np.arange(-L, 0), past[w], color="0.45", lw=1, label="context")
         ax.plot(future, true[w], color=UP, lw=1.6, marker="o", ms=3, label="actual")
+        if band is not None:
+            ax.fill_between(future, band[0][w], band[1][w], color=FORECAST, alpha=0.15, linewidth=0, label="interval")
         ax.plot(future, pred[w], color=FORECAST, lw=1.6, marker="o", ms=3, ls="--", label="forecast")
         ax.axvline(-0.5, color="0.7", lw=0.8)
         ax.set_ylabel(target_name)
-    axes[0].legend(loc="upper left", fontsize=8, ncol=3)
+    axes[0].legend(loc="upper left", fontsize=8, ncol=4)
     axes[-1].set_xlabel("bar (0 = first forecast bar)")
     fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def equity_figure(curves: pd.DataFrame, title: str = "") -> Figure:
+    """Equity curves (one column per strategy, indexed by time, starting near 1) on a log scale."""
+    fig = Figure(figsize=(10, 4.2), dpi=100)
+    ax = fig.subplots()
+    for name in curves.columns:
+        style = {"color": FORECAST, "lw": 1.8} if name == "model" else {"lw": 1.1}
+        ax.plot(curves.index, curves[name].to_numpy(dtype=float), label=name, **style)
+    ax.set_yscale("log")
+    ax.axhline(1.0, color="0.6", lw=0.8, ls=":")
+    ax.set_ylabel("equity (start = 1)")
+    ax.set_title(title)
+    ax.legend(loc="upper left", fontsize=8)
+    ax.grid(alpha=0.2)
     fig.tight_layout()
     return fig

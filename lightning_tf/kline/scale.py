@@ -61,6 +61,8 @@ class DataScale:
         target_std: ``(n_tickers, K)`` training standard deviations of the targets.
         has_prices: whether the batches' ``anchor`` is the last close of each window, so that closes
             can be rebuilt from return targets (K-line bars; not a generic CSV).
+        volatility_window: bars in the rolling volatility feature (K-line bars; how features are built).
+        volume_window: bars in the rolling volume z-score feature.
     """
 
     feature_names: tuple[str, ...]
@@ -72,6 +74,8 @@ class DataScale:
     target_mean: tuple[tuple[float, ...], ...] = field(repr=False)
     target_std: tuple[tuple[float, ...], ...] = field(repr=False)
     has_prices: bool = False
+    volatility_window: int = 20
+    volume_window: int = 20
 
     def __post_init__(self) -> None:
         def put(name: str, value: Any) -> None:
@@ -87,6 +91,8 @@ class DataScale:
             raise ValueError(f"target_kind must be 'return' or 'level', got {kind!r}")
         put("target_kind", kind)
         put("has_prices", bool(self.has_prices))
+        put("volatility_window", int(self.volatility_window))
+        put("volume_window", int(self.volume_window))
         n, C, K = len(self.ticker_names), len(self.feature_names), len(self.target_names)
         for name, cols in zip(_STATISTICS, (C, C, K, K), strict=True):
             put(name, _rows(name, getattr(self, name), n, cols))
@@ -101,6 +107,8 @@ class DataScale:
             "ticker_names": list(self.ticker_names),
             **{k: [list(row) for row in getattr(self, k)] for k in _STATISTICS},
             "has_prices": self.has_prices,
+            "volatility_window": self.volatility_window,
+            "volume_window": self.volume_window,
         }
 
     @classmethod
@@ -110,7 +118,9 @@ class DataScale:
         missing = [k for k in keys if k not in data]
         if missing:
             raise ValueError(f"data scale lacks {missing}; it has {sorted(data)}")
-        return cls(**{k: data[k] for k in keys}, has_prices=bool(data.get("has_prices", False)))
+        return cls(**{k: data[k] for k in keys}, has_prices=bool(data.get("has_prices", False)),
+                   volatility_window=int(data.get("volatility_window", 20)),
+                   volume_window=int(data.get("volume_window", 20)))
 
     # ------------------------------------------------------------------------------ units
     @property
@@ -139,6 +149,10 @@ class DataScale:
         """Original-unit targets ``(B, F, K)`` to the model scale (inverse of :meth:`inverse_targets`)."""
         mean, std = self._per_window(y, ticker)  # (B, K)
         return (y - mean[:, None, :]) / std[:, None, :]  # (B, F, K)
+
+    def ticker_index(self, name: str) -> int | None:
+        """The index of ticker ``name`` among the trained tickers, or None for a series not trained on."""
+        return self.ticker_names.index(name) if name in self.ticker_names else None
 
     def to_prices(self, y: Tensor, anchor: Tensor) -> Tensor:
         """Original-unit targets ``(B, F, K)`` to the prices ``(B, F)`` of the first target: rebuilt from

@@ -9,9 +9,9 @@ test summary.
 
 The baselines (:mod:`.baselines`) are scored on exactly the model's windows: level targets that are
 input channels on the model scale (persistence, mean and drift of the scaled context), other targets in
-original units from the batch's ``x_raw_target`` (the target over the context), and DLinear on the
-model scale. Every score also gets the persistence forecast of its scale (``naive``), which MASE,
-direction and IC are measured against.
+original units from the batch's ``x_raw_target`` (the target over the context), and the linear
+baseline (:class:`~.baselines.LinearBaseline`) on the model scale. Every score also gets the persistence
+forecast of its scale (``naive``), which MASE, direction and IC are measured against.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ __all__ = [
     "summary_text",
 ]
 
-BASELINES = ("persistence", "mean", "drift", "dlinear")
+BASELINES = ("persistence", "mean", "drift", "linear")
 SCALES = ("model", "orig", "price")
 SUMMARY_METRICS = ("mse", "mae", "mase", "dir_acc", "up_share", "ic", "rank_ic")
 
@@ -61,7 +61,7 @@ def baseline_forecasts(
     batch: Batch, horizon: int, target_channels: list[int] | None, returns: bool
 ) -> dict[str, tuple[Tensor, bool]]:
     """Persistence, mean and (for levels) drift forecasts ``(B, F, K)`` of a batch's windows, each with
-    whether it is on the model scale (True) or in original units (False). DLinear is the model's."""
+    whether it is on the model scale (True) or in original units (False). The linear baseline is the model's."""
     x = batch["x"]
     out: dict[str, tuple[Tensor, bool]] = {}
     if target_channels is not None and not returns:
@@ -110,7 +110,7 @@ def score(
 
     Args:
         metrics: the metrics by name; ``{key}model``, ``{key}orig`` and ``{key}price`` are updated.
-        key: the name prefix, e.g. ``"val_"`` or ``"test_dlinear_"``.
+        key: the name prefix, e.g. ``"val_"`` or ``"test_linear_"``.
         batch: the batch (``y``, and ``ticker``, ``anchor``, ``x_raw_target`` when it has them).
         forecast: the forecast, on the model scale (``model_scale``) or in original units.
         naive: persistence on the model scale (:func:`naive_model_scale`), or None.
@@ -142,9 +142,9 @@ def score(
 def summary_text(summary: dict[str, dict[str, dict[str, float]]], scale: str) -> str:
     """A plain-text table of the model and the baselines on ``scale`` and one line per baseline
     saying whether the model beats it: lower MSE and lower MAE ("beats"), neither ("does NOT beat"),
-    or only one of them."""
+    only one of them, or equal errors ("ties", e.g. a model that is the linear baseline's own map)."""
     unit = {"model": "model scale", "orig": "original units", "price": "prices"}[scale]
-    rows = [(name, r[scale]) for name, r in summary.items() if scale in r]
+    rows = [(name, r[scale]) for name, r in summary.items() if isinstance(r, dict) and scale in r and "mse" in r[scale]]
     lines = [f"Test windows, {unit}:", f"{'':14s}" + "".join(f"{m:>12s}" for m in SUMMARY_METRICS)]
     for name, values in rows:
         lines.append(f"{name:14s}" + "".join(f"{values.get(m, float('nan')):12.5g}" for m in SUMMARY_METRICS))
@@ -153,7 +153,9 @@ def summary_text(summary: dict[str, dict[str, dict[str, float]]], scale: str) ->
         if name == "model" or not model:
             continue
         wins = [m.upper() for m in ("mse", "mae") if model[m] < values[m]]
-        if len(wins) == 2:
+        if all(model[m] == values[m] for m in ("mse", "mae")):
+            verdict = f"ties {name} (the same forecast)"
+        elif len(wins) == 2:
             verdict = f"beats {name}"
         elif wins:
             verdict = f"beats {name} on {wins[0]} only"

@@ -16,6 +16,8 @@ Batches are dicts:
 ``anchor``          (B,)           float64 close of the last context bar (zeros for ETT)
 ``ticker``          (B,)           int64 ticker id (index into ``ticker_names``)
 ``time``            (B,)           int64 timestamp (ns since epoch) of the last context bar
+``scale_mean``      (B, K)         float64 predict only: the target statistics the window's series
+``scale_std``       (B, K)         was scaled with (a trained ticker's, or the series' own)
 ==================  =============  ===========================================================
 """
 
@@ -70,6 +72,8 @@ class WindowDataset(Dataset):
         anchor: close price per row ``(N,)`` float64 (zeros where meaningless).
         ticker: ticker id per row ``(N,)`` int64.
         time: timestamp per row ``(N,)`` int64 nanoseconds.
+        scale_mean: the target mean each row's series was scaled with ``(N, K)`` float64 (predict), or None.
+        scale_std: the target standard deviation likewise, or None.
     """
 
     def __init__(
@@ -83,8 +87,11 @@ class WindowDataset(Dataset):
         anchor: Tensor,
         ticker: Tensor,
         time: Tensor,
+        scale_mean: Tensor | None = None,
+        scale_std: Tensor | None = None,
     ) -> None:
         self.x, self.y, self.raw_target = x, y, raw_target
+        self.scale_mean, self.scale_std = scale_mean, scale_std
         self.anchor, self.ticker, self.time = anchor, ticker, time
         self.ends = ends
         self.context_offsets = torch.arange(-context_len + 1, 1)  # (L,)
@@ -105,6 +112,8 @@ class WindowDataset(Dataset):
         }
         if self.y is not None:
             batch["y"] = self.y[t[:, None] + self.target_offsets]  # (B, F, K)
+        if self.scale_mean is not None and self.scale_std is not None:
+            batch["scale_mean"], batch["scale_std"] = self.scale_mean[t], self.scale_std[t]  # (B, K) each
         return batch
 
     def __getitem__(self, i: int) -> dict[str, Tensor]:

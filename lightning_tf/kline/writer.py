@@ -29,8 +29,10 @@ class ForecastWriter(BasePredictionWriter):
     <lightning_tf.kline.KLineForecaster.predict_step>`, gather every process's share and write, once on
     global rank 0 and in input order:
 
-    * the CSV: ``ticker, timestamp, step, pred_<target>...`` and ``close`` (the closes rebuilt from
-      predicted returns); values in original units when the model knows its data's scaling;
+    * the CSV: ``ticker, timestamp, step, pred_<target>...``, the quantile columns
+      ``pred_<target>_q<level>`` of a quantile model, ``close`` (the closes rebuilt from predicted returns)
+      and ``scaled_by`` (how the series was scaled: a trained ticker's statistics, or its own history for
+      a series the model was not trained on); values in the series' own units;
     * next to it, ``<csv stem>_<ticker>.png``: the last ``plot_bars`` bars of each series as
       candlesticks with the forecast closes after them (when the DataModule has the bars), also
       logged to wandb under a WandbLogger.
@@ -83,8 +85,15 @@ class ForecastWriter(BasePredictionWriter):
         scale = getattr(pl_module, "data_scale", None)
         W, Fh, K = forecast["pred"].shape
         target_names = list(scale.target_names) if scale is not None else [f"target{k}" for k in range(K)]
-        ticker_names = list(scale.ticker_names) if scale is not None else list(getattr(dm, "ticker_names", None) or [])
+        # predict batches index the predict data's own series; otherwise the model's trained tickers
+        ticker_names = list(getattr(dm, "predict_ticker_names", None) or [])
+        if not ticker_names:
+            trained = scale.ticker_names if scale is not None else getattr(dm, "ticker_names", None)
+            ticker_names = list(trained or [])
+        scaling = dict(getattr(dm, "predict_scaling", None) or {})
         values = forecast.get("pred_orig", forecast["pred"]).double().numpy()  # (W, F, K)
+        quantiles = getattr(pl_module, "quantiles", None)
+        q_values = forecast["quantiles_orig"].double().numpy() if "quantiles_orig" in forecast else None  # (W, F, K, Q)
         path.parent.mkdir(parents=True, exist_ok=True)
         frames, figures = [], []
         for w in range(W):
@@ -94,14 +103,28 @@ class ForecastWriter(BasePredictionWriter):
             frame = pd.DataFrame({"ticker": ticker, "timestamp": stamps, "step": np.arange(1, Fh + 1)})
             for k, name in enumerate(target_names):
                 frame[f"pred_{name}"] = values[w, :, k]
+                if q_values is not None and quantiles is not None:
+                    for j, level in enumerate(quantiles):
+                        frame[f"pred_{name}_q{level:g}"] = q_values[w, :, k, j]
             if "price" in forecast:
                 frame["close"] = forecast["price"][w].numpy()
+            if scaling:
+                frame["scaled_by"] = scaling.get(ticker, "")
             frames.append(frame)
             recent = getattr(dm, "recent_bars", None)
             closes = frame["close"] if "close" in frame else frame.get("pred_close")
+            band = None
+            if "price_quantiles" in forecast and quantiles is not None:
+                from .metrics import central_intervals
+
+                pairs = central_intervals(quantiles)
+                if pairs:
+                    band = (forecast["price_quantiles"][w, :, pairs[0][0]].numpy(),
+                            forecast["price_quantiles"][w, :, pairs[0][1]].numpy())
             if recent is not None and closes is not None:
                 fig = candlestick_figure(
-                    recent(self.plot_bars, ticker_id), stamps, closes.to_numpy(), title=f"{ticker}: next {Fh} bars"
+                    recent(self.plot_bars, ticker_id), stamps, closes.to_numpy(), title=f"{ticker}: next {Fh} bars",
+                    forecast_band=band,
                 )
                 fig.savefig(path.with_name(f"{path.stem}_{_safe(ticker)}.png"))
                 figures.append((ticker, fig))

@@ -30,17 +30,20 @@ def run(*args: str) -> subprocess.CompletedProcess:
 def test_kline_benchmark_smoke(tmp_path: Path) -> None:
     proc = run("benchmarks/kline.py", "--quick", "--workdir", str(tmp_path / "ckpt"), "--json", str(tmp_path / "out.json"))
     assert "| forecast | mse | mae | rmse | mase | dir_acc | up_share | ic | rank_ic |" in proc.stdout
-    for name in ("model", "persistence", "mean", "dlinear"):
+    for name in ("model", "persistence", "mean", "linear"):
         assert f"| {name} |" in proc.stdout
+    assert "| strategy | cum_return | sharpe | max_drawdown | turnover | hit_rate | exposure |" in proc.stdout
+    assert "| buy_and_hold |" in proc.stdout and "long/flat strategy" in proc.stdout
     assert "| mode | ours windows/s | torch.nn.TransformerEncoder windows/s | ours/torch |" in proc.stdout
     out = json.loads((tmp_path / "out.json").read_text())
     assert [r["mode"] for r in out["speed"]] == ["train", "eval"]
+    assert set(out["accuracy"]["summary"]["backtest"]["strategies"]) >= {"model", "buy_and_hold", "linear"}
 
 
 @pytest.mark.skipif(not ETTH1.is_file(), reason=f"{ETTH1} not present")
 def test_ett_benchmark_smoke(tmp_path: Path) -> None:
     proc = run("benchmarks/ett.py", "--quick", "--workdir", str(tmp_path / "ckpt"))
-    assert "| look-back | horizon | ours MSE / MAE |" in proc.stdout and "| 96 | 24 |" in proc.stdout
+    assert "| look-back | horizon | model MSE / MAE | beats linear |" in proc.stdout and "| 96 | 24 |" in proc.stdout
 
 
 def test_published_protocol_scores_the_windows_the_published_loader_keeps(tmp_path: Path) -> None:

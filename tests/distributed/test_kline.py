@@ -51,12 +51,17 @@ def test_every_test_window_scored_once(ddp_runs: Runs) -> None:
 
 def test_baseline_summary_matches_one_process(ddp_runs: Runs) -> None:
     one, two = ddp_runs.record(1, "kline")["test_summary"], ddp_runs.record(2, "kline")["test_summary"]
-    assert set(one) == set(two) == {"model", "persistence", "mean", "dlinear"}
-    for name in one:
+    forecasts = ("model", "persistence", "mean", "linear")
+    assert set(one) == set(two) == {*forecasts, "about", "backtest"}
+    assert one["about"] == two["about"]
+    for name in forecasts:
         assert one[name].keys() == two[name].keys()
         for scale in one[name]:
             for key, value in one[name][scale].items():
                 assert _close(value, two[name][scale][key], key), (name, scale, key)
+    for strategy, values in one["backtest"]["strategies"].items():
+        for key, value in values.items():
+            assert _close(value, two["backtest"]["strategies"][strategy][key], key), (strategy, key)
     for scale in ("orig", "price"):  # the same verdicts ("beats" / "does NOT beat"; the numbers are above)
         assert _verdicts(summary_text(one, scale)) == _verdicts(summary_text(two, scale))
         assert len(_verdicts(summary_text(one, scale))) == 3

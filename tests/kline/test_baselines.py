@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lightning_tf.kline.baselines import DLinearBaseline, drift, mean_forecast, moving_average, persistence
+from lightning_tf.kline.baselines import LinearBaseline, drift, mean_forecast, moving_average, persistence
 
 PAST = torch.tensor([1.0, 2.0, 3.0, 6.0]).view(1, 4, 1)  # (B=1, L=4, K=1)
 
@@ -38,7 +38,9 @@ def _windows(series: torch.Tensor, L: int, F: int) -> tuple[torch.Tensor, torch.
     return x, y
 
 
-def test_dlinear_recovers_an_exactly_linear_rule() -> None:
+@pytest.mark.parametrize("variant", ["pooled_dlinear", "pooled_linear", "per_channel_dlinear", "per_channel_linear",
+                                     "mixing_dlinear", "mixing_linear"])
+def test_every_linear_variant_recovers_an_exactly_linear_rule(variant: str) -> None:
     # an AR(2) with no noise: every future value is a fixed linear function of the context
     T, L, F = 300, 12, 4
     s = torch.zeros(T, 2, dtype=torch.float64)
@@ -46,10 +48,11 @@ def test_dlinear_recovers_an_exactly_linear_rule() -> None:
     for t in range(2, T):
         s[t] = 1.6 * s[t - 1] - 0.8 * s[t - 2] + 0.1
     x, y = _windows(s, L, F)
-    for channels in ([0, 1], None):
-        base = DLinearBaseline(L, F, kernel_size=5, target_channels=channels, n_targets=2)
-        base.fit([(x[:150], y[:150]), (x[150:200], y[150:200])], ridges=(0.0,))
-        torch.testing.assert_close(base(x[200:]), y[200:], atol=1e-6, rtol=1e-6)
+    channels = None if variant.startswith("mixing") else [0, 1]
+    base = LinearBaseline(L, F, kernel_size=5, target_channels=channels, n_targets=2, variants=[variant])
+    base.fit([(x[:150], y[:150]), (x[150:200], y[150:200])], ridges=(0.0,))
+    assert base.variant == variant
+    torch.testing.assert_close(base(x[200:]), y[200:], atol=1e-6, rtol=1e-6)
 
 
 def test_dlinear_is_the_dlinear_architecture() -> None:
@@ -58,8 +61,9 @@ def test_dlinear_is_the_dlinear_architecture() -> None:
     L, F, k = 16, 3, 5
     x = torch.randn(64, L, 1, dtype=torch.float64)
     y = torch.randn(64, F, 1, dtype=torch.float64)
-    base = DLinearBaseline(L, F, kernel_size=k, target_channels=[0]).fit([(x, y)], ridges=(0.1,))
-    w = base.weight  # (2L + 1, F)
+    base = LinearBaseline(L, F, kernel_size=k, target_channels=[0], variants=["per_channel_dlinear"])
+    base.fit([(x, y)], ridges=(0.1,))
+    w = base.weight[0]  # (2L + 1, F)
     trend = moving_average(x, k)[..., 0]  # (B, L)
     seasonal = x[..., 0] - trend
     expected = seasonal @ w[:L] + trend @ w[L : 2 * L] + w[-1]  # (B, F)
@@ -74,26 +78,47 @@ def test_dlinear_chooses_the_ridge_on_validation() -> None:
     y = x[:, -1:, :].expand(-1, F, -1) + torch.randn(60, F, 1, generator=g, dtype=torch.float64)
     xv = torch.randn(200, L, 1, generator=g, dtype=torch.float64)
     yv = xv[:, -1:, :].expand(-1, F, -1) + torch.randn(200, F, 1, generator=g, dtype=torch.float64)
-    chosen = DLinearBaseline(L, F, 5, target_channels=[0]).fit([(x, y)], [(xv, yv)])
-    plain = DLinearBaseline(L, F, 5, target_channels=[0]).fit([(x, y)], ridges=(0.0,))
+    chosen = LinearBaseline(L, F, 5, target_channels=[0]).fit([(x, y)], [(xv, yv)])
+    plain = LinearBaseline(L, F, 5, target_channels=[0]).fit([(x, y)], ridges=(0.0,))
     assert chosen.ridge is not None and chosen.ridge > 0
     mse = lambda b: float(((b(xv) - yv) ** 2).mean())
     assert mse(chosen) < mse(plain)
 
 
-def test_dlinear_weights_are_buffers_that_a_fresh_one_loads() -> None:
-    """The fit is module state: a state dict carries it (shapes included) to an unfitted DLinear."""
+def test_linear_baseline_weights_are_buffers_that_a_fresh_one_loads() -> None:
+    """The fit is module state: a state dict carries it (shapes and variant included) to an unfitted one."""
     L, F = 12, 3
     x, y = torch.randn(40, L, 2, dtype=torch.float64), torch.randn(40, F, 1, dtype=torch.float64)
-    base = DLinearBaseline(L, F, 5, n_targets=1)
-    assert not base.fitted and base.ridge is None and base.mode == "mixing"
+    base = LinearBaseline(L, F, 5, n_targets=1)
+    assert not base.fitted and base.ridge is None and base.variant is None
     base.target_channels = [1]
     base.fit([(x, y)], [(x[:10], y[:10])])
-    assert base.fitted and base.mode == "shared" and base.weight.shape == (2 * L + 1, F)
-    assert not list(base.parameters()) and set(base.state_dict()) == {"weight", "channels", "penalty"}
-    fresh = DLinearBaseline(L, F, 5, n_targets=1)
+    assert base.fitted and base.variant in ("per_channel_linear", "per_channel_dlinear")
+    assert base.weight.shape[0] == 1 and base.weight.shape[2] == F
+    assert not list(base.parameters()) and set(base.state_dict()) == {"weight", "channels", "penalty", "form"}
+    fresh = LinearBaseline(L, F, 5, n_targets=1)
     fresh.load_state_dict(base.state_dict())
-    assert fresh.target_channels == [1] and fresh.ridge == base.ridge
+    assert fresh.target_channels == [1] and fresh.ridge == base.ridge and fresh.variant == base.variant
     torch.testing.assert_close(fresh(x), base(x), rtol=0, atol=0)
     with pytest.raises(RuntimeError, match="not fitted"):
-        DLinearBaseline(L, F)(x)
+        LinearBaseline(L, F)(x)
+    with pytest.raises(ValueError, match=r"variants \['cubic'\] must be some of"):
+        LinearBaseline(L, F, variants=["cubic"])
+
+
+def test_linear_baseline_keeps_the_variant_that_validates_best() -> None:
+    """Two channels with different dynamics: one map per channel fits both; a pooled map cannot. The
+    validation windows pick per-channel; two channels driven by one rule pick either (equal), and the
+    choice is reported in words."""
+    T, L, F = 400, 8, 2
+    t = torch.arange(T, dtype=torch.float64)
+    g = torch.Generator().manual_seed(1)
+    s = torch.stack((torch.sin(t / 3), torch.sin(t / 11)), dim=1) + 0.01 * torch.randn(T, 2, generator=g, dtype=torch.float64)
+    x, y = _windows(s, L, F)
+    base = LinearBaseline(L, F, 3, target_channels=[0, 1]).fit([(x[:250], y[:250])], [(x[250:], y[250:])])
+    assert base.variant.startswith("per_channel")
+    assert base.describe().startswith("per-channel")
+    pooled = LinearBaseline(L, F, 3, target_channels=[0, 1], variants=["pooled_linear"]).fit([(x[:250], y[:250])])
+    mse = lambda b: float(((b(x[250:]) - y[250:]) ** 2).mean())
+    assert mse(base) < mse(pooled)
+    torch.testing.assert_close(pooled.weight[0], pooled.weight[1])  # one map shared by the channels

@@ -194,15 +194,48 @@ def test_predict_window_and_future_timestamps(msft: KLineDataModule) -> None:
     assert list(future) == list(pd.to_datetime(["2017-11-13", "2017-11-14", "2017-11-15", "2017-11-16"]))
 
 
-def test_predict_other_file_uses_training_scalers(bars_csv: Path, tmp_path: Path) -> None:
-    make_bars(40, seed=9, start="2024-06-18 09:30", freq="5min").to_csv(tmp_path / "new.csv", index=False)
-    dm = KLineDataModule(str(bars_csv), context_len=16, horizon=3, predict_path=str(tmp_path / "new.csv"))
+def test_predict_reads_only_the_predict_file_and_scales_a_trained_ticker_with_the_checkpoint(
+    bars_csv: Path, tmp_path: Path
+) -> None:
+    """``setup("predict")`` reads the predict file alone (the training file is moved away); the trained
+    ticker's statistics come from the checkpoint's DataModule state (``load_state_dict``)."""
+    trained = KLineDataModule(str(bars_csv), context_len=16, horizon=3)
+    trained.setup("fit")
+    state = trained.state_dict()
+    later = tmp_path / "later"
+    later.mkdir()
+    make_bars(80, seed=9, start="2024-06-18 09:30", freq="5min").to_csv(later / "rw.csv", index=False)  # ticker 'rw'
+    bars_csv.rename(tmp_path / "moved_away.csv")
+    dm = KLineDataModule(str(bars_csv), context_len=16, horizon=3, predict_path=str(later / "rw.csv"))
     dm.setup("predict")
+    dm.load_state_dict(state)  # as Lightning does under --ckpt_path, after setup
     batch = next(iter(dm.predict_dataloader()))
-    raw = np.diff(np.log(pd.read_csv(tmp_path / "new.csv")["Close"].to_numpy()))[-16:]
-    scaled = (raw - dm.feature_mean[0, 0].item()) / dm.feature_std[0, 0].item()
+    raw = np.diff(np.log(pd.read_csv(later / "rw.csv")["Close"].to_numpy()))[-16:]
+    scaled = (raw - trained.feature_mean[0, 0].item()) / trained.feature_std[0, 0].item()
     np.testing.assert_allclose(batch["x"][0, :, 0].numpy(), scaled, rtol=1e-5, atol=1e-6)
-    assert dm.future_timestamps(2)[0] == pd.Timestamp("2024-06-18 09:30") + 40 * pd.Timedelta("5min")
+    np.testing.assert_allclose(batch["scale_std"][0].numpy(), trained.target_std[0].numpy())
+    assert dm.predict_ticker_names == ["rw"] and dm.predict_scaling == {"rw": "training statistics of 'rw'"}
+    assert dm.future_timestamps(2)[0] == pd.Timestamp("2024-06-18 09:30") + 80 * pd.Timedelta("5min")
+
+
+def test_predict_scales_an_unseen_series_by_its_own_history(bars_csv: Path, tmp_path: Path) -> None:
+    """A series whose ticker was not trained on is never scaled or named as the trained ticker."""
+    trained = KLineDataModule(str(bars_csv), context_len=16, horizon=3)
+    trained.setup("fit")
+    frame = make_bars(120, seed=5)
+    frame[["Open", "High", "Low", "Close"]] *= 1000
+    frame.to_csv(tmp_path / "other.csv", index=False)
+    dm = KLineDataModule(str(bars_csv), context_len=16, horizon=3, predict_path=str(tmp_path / "other.csv"))
+    dm.setup("predict")
+    dm.load_state_dict(trained.state_dict())
+    batch = next(iter(dm.predict_dataloader()))
+    ret = np.diff(np.log(frame["Close"].to_numpy()))  # the first bar has no return: the warm-up
+    feats = dm.feature_names.index("log_return")
+    own = (ret[-16:] - ret[19:].mean()) / ret[19:].std()  # 20 warm-up rows (the 20-bar volatility)
+    np.testing.assert_allclose(batch["x"][0, :, feats].numpy(), own, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(batch["scale_mean"][0, 0].item(), ret[19:].mean(), rtol=1e-6)
+    assert dm.predict_ticker_names == ["other"] and dm.predict_scaling == {"other": "its own history (100 bars)"}
+    assert batch["anchor"][0].item() == pytest.approx(frame["Close"].iloc[-1])
 
 
 def test_state_dict_flags_a_changed_training_file(bars_csv: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -246,8 +279,15 @@ def test_argument_errors(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"english.csv: ticker 'english' has \d usable training rows"):
         short.setup("fit")
     make_bars(60).to_csv(tmp_path / "s.csv", index=False)
-    with pytest.raises(ValueError, match=r"s.csv: no training windows; context_len \+ horizon \(50\)"):
+    with pytest.raises(ValueError, match=r"s.csv: the training split has 22 usable bars \(after the warm-up\), too "
+                                         r"few: a training window needs context_len \+ horizon = 45 \+ 5 = 50 bars"):
         KLineDataModule(str(tmp_path / "s.csv"), context_len=45, horizon=5).setup("fit")
+    with pytest.raises(ValueError, match=r"s.csv: the validation split has 6 usable bars, too few: a validation "
+                                         r"window needs horizon \(8\) bars in the split"):
+        KLineDataModule(str(tmp_path / "s.csv"), context_len=4, horizon=8).setup("fit")
+    (tmp_path / "empty.csv").write_text("  \n")
+    with pytest.raises(ValueError, match=r"empty.csv: the file is empty"):
+        KLineDataModule(str(tmp_path / "empty.csv")).setup("fit")
 
 
 def test_reader_options_reach_the_reader(bars_csv: Path, tmp_path: Path) -> None:

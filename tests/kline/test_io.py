@@ -469,7 +469,7 @@ def test_table_errors_name_file_and_line(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"nohead.csv: the first line '1.5,2,3,4,5,6' has no column names"):
         read_bars(tmp_path / "nohead.csv")
     (tmp_path / "empty.csv").write_text("\n\n")
-    with pytest.raises(ValueError, match=r"empty.csv: no rows"):
+    with pytest.raises(ValueError, match=r"empty.csv: the file is empty \(no rows\)"):
         read_bars(tmp_path / "empty.csv")
 
 

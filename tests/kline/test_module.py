@@ -1,5 +1,5 @@
 """KLineForecaster: data agreement and the one hand-over, a learnable series beaten well below
-persistence, baselines on the same windows, the DLinear fit kept in checkpoints, schedules."""
+persistence, baselines on the same windows, the linear fits kept in checkpoints, schedules."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def trainer(max_epochs: int = 1, **kw) -> L.Trainer:
 
 def test_network_is_built_in_one_place() -> None:
     model = tiny(channel_mixing=True, target_channels=[0, 1, 2]).eval()
-    assert [name for name, _ in model.named_children()] == ["net", "metrics", "dlinear"]
+    assert [name for name, _ in model.named_children()] == ["net", "metrics", "val_losses", "linear_baseline"]
     assert {n.split(".")[0] for n, _ in model.named_parameters()} == {"net"}
     x = torch.randn(2, 32, 3)
     torch.testing.assert_close(model(x), model.net(x))
@@ -108,7 +108,7 @@ def test_kline_fit_test_baselines_and_checkpoint(tmp_path: Path) -> None:
     assert model.data_scale == dm.data_scale
     t.test(model, dm, verbose=False)
     s = model.test_summary
-    assert set(s) == {"model", "persistence", "mean", "dlinear"}
+    assert set(s) == {"model", "persistence", "mean", "linear", "about", "backtest"}
     batches = list(dm.test_dataloader())
     y = torch.cat([dm.inverse_targets(b["y"], b["ticker"]) for b in batches]).double()  # (W, F, 1) log returns
     past = torch.cat([b["x_raw_target"] for b in batches]).double()  # (W, L, 1)
@@ -125,51 +125,56 @@ def test_kline_fit_test_baselines_and_checkpoint(tmp_path: Path) -> None:
     state = torch.load(ckpt, weights_only=True, map_location="cpu")
     assert state["target_channels"] == [0] and state["hyper_parameters"]["target_channels"] is None
     assert DataScale.from_dict(state["data_scale"]) == dm.data_scale
-    assert state["state_dict"]["dlinear.weight"].shape == (2 * 32 + 1, 4)  # shared mode: [remainder, trend, 1]
+    # one target channel: one map, of the context (33 = 32 + 1) or of its trend and remainder (65 = 2 * 32 + 1)
+    assert state["state_dict"]["linear_baseline.weight"].shape in ((1, 33, 4), (1, 65, 4))
+    assert state["state_dict"]["net.linear.weight"].shape == (1, 33, 4) and bool(state["state_dict"]["net.linear.fitted"])
     loaded = KLineForecaster.load_from_checkpoint(ckpt, map_location="cpu").eval()
     assert loaded.target_channels == [0] and loaded.data_scale == dm.data_scale
     x = batches[0]["x"]
     torch.testing.assert_close(loaded(x), model.eval()(x))
-    torch.testing.assert_close(loaded.dlinear(x), model.dlinear(x), rtol=0, atol=0)
+    torch.testing.assert_close(loaded.linear_baseline(x), model.linear_baseline(x), rtol=0, atol=0)
 
 
-def test_dlinear_is_fit_when_training_starts_and_kept_by_the_checkpoint(
+def test_linear_fits_happen_when_training_starts_and_are_kept_by_the_checkpoint(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Trained here: DLinear is scored. Tested from the checkpoint by a fresh model (``test --ckpt_path``):
-    the same DLinear numbers, no refit. Never trained: DLinear is skipped, saying so once."""
+    """Trained here: the linear baseline is scored. Tested from the checkpoint by a fresh model (``test
+    --ckpt_path``): the same numbers, no refit. A run resumed from the checkpoint keeps the linear path and
+    the baseline (no refit). Never trained: the baseline is skipped, saying so once."""
     write_bars(tmp_path / "bars.csv")
     dm = KLineDataModule(str(tmp_path / "bars.csv"), context_len=32, horizon=4, batch_size=32)
     kw = dict(n_features=6, n_targets=1, context_len=32, horizon=4, **TINY)
     model = KLineForecaster(**kw)
-    assert not model.dlinear.fitted
+    assert not model.linear_baseline.fitted and not model.net.linear.fitted
     t = trainer(max_steps=3, limit_val_batches=2, default_root_dir=tmp_path)
     t.fit(model, dm)
-    assert model.dlinear.fitted and model.dlinear.ridge is not None
+    assert model.linear_baseline.fitted and model.linear_baseline.ridge is not None and model.net.linear.fitted
     path = tmp_path / "fit.ckpt"
     t.save_checkpoint(path)
     t.test(model, dm, verbose=False)
     fresh = KLineForecaster(**kw)
     trainer().test(fresh, dm, ckpt_path=str(path), verbose=False)
-    assert fresh.test_summary["dlinear"] == model.test_summary["dlinear"]
-    # resuming from the checkpoint keeps its fit: a changed weight survives the next training start
+    assert fresh.test_summary["linear"] == model.test_summary["linear"]
+    # resuming from the checkpoint keeps its fits: changed weights survive the next training start
     with torch.no_grad():
-        fresh.dlinear.weight.add_(1.0)
-    expected = fresh.dlinear.weight.clone()
+        fresh.linear_baseline.weight.add_(1.0)
+        fresh.net.linear.weight.add_(1.0)
+    expected = fresh.linear_baseline.weight.clone(), fresh.net.linear.weight.clone()
     torch.save({**torch.load(path, weights_only=True), "state_dict": fresh.state_dict()}, tmp_path / "moved.ckpt")
     resumed = KLineForecaster(**kw)
     trainer(max_steps=4, limit_val_batches=1).fit(resumed, dm, ckpt_path=str(tmp_path / "moved.ckpt"))
-    torch.testing.assert_close(resumed.dlinear.weight, expected, rtol=0, atol=0)
+    torch.testing.assert_close(resumed.linear_baseline.weight, expected[0], rtol=0, atol=0)
+    torch.testing.assert_close(resumed.net.linear.weight, expected[1], rtol=0, atol=0)  # frozen, not refit
     with caplog.at_level(logging.INFO, logger="lightning_tf.kline.module"):
         untrained = KLineForecaster(**kw)
         trainer().test(untrained, dm, verbose=False)
-    assert "dlinear" not in untrained.test_summary and {"persistence", "mean"} <= set(untrained.test_summary)
-    assert caplog.text.count("DLinear baseline skipped") == 1
+    assert "linear" not in untrained.test_summary and {"persistence", "mean"} <= set(untrained.test_summary)
+    assert caplog.text.count("linear baseline skipped") == 1
 
 
 def test_fitting_the_baseline_leaves_training_untouched(tmp_path: Path) -> None:
-    """The DLinear fit reads every training window when training starts: it must not move the random
-    state that shuffles and drops out, so a model trains the same with and without baselines."""
+    """The linear baseline's fit reads every training window when training starts: it must not move the
+    random state that shuffles and drops out, so a model trains the same with and without baselines."""
     write_bars(tmp_path / "bars.csv")
     params = []
     for baselines in (True, False):
@@ -202,7 +207,7 @@ def test_multivariate_csv_end_to_end(tmp_path: Path, features: str, channel_mixi
     t_.test(model, dm, verbose=False)
     s = model.test_summary
     assert model.target_channels == dm.target_channels
-    assert set(s) == {"model", "persistence", "mean", "drift", "dlinear"}
+    assert set(s) == {"model", "persistence", "mean", "drift", "linear", "about"}
     batches = list(dm.test_dataloader())
     y = torch.cat([b["y"] for b in batches])
     last = torch.cat([b["x"][:, -1:, dm.target_channels] for b in batches])
@@ -299,11 +304,17 @@ def test_constant_schedule_warms_up_then_stays_at_the_peak() -> None:
 
 
 def test_weight_decay_on_matrices_only_and_the_betas() -> None:
-    model = tiny(weight_decay=0.1, betas=(0.8, 0.95))
+    model = tiny(weight_decay=0.1, betas=(0.8, 0.95), linear="tuned")
     model.trainer = L.Trainer(max_steps=10, logger=False, enable_progress_bar=False)
     optimizer = model.configure_optimizers()["optimizer"]
     decay, no_decay = optimizer.param_groups
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
-    assert all(p.dim() >= 2 for p in decay["params"]) and all(p.dim() < 2 for p in no_decay["params"])
+    linear = model.net.linear.weight  # ridge-regularised in closed form: never decayed
+    assert all(p.dim() >= 2 for p in decay["params"]) and all(p.dim() < 2 or p is linear for p in no_decay["params"])
+    assert any(p is linear for p in no_decay["params"])
     assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
+    frozen = tiny(weight_decay=0.1)  # the default: the linear path is frozen, so not in the optimizer
+    frozen.trainer = model.trainer
+    groups = frozen.configure_optimizers()["optimizer"].param_groups
+    assert not any(p is frozen.net.linear.weight for g in groups for p in g["params"])
     assert decay["betas"] == (0.8, 0.95)

@@ -62,8 +62,11 @@ def test_baselines_of_levels_are_on_the_model_scale_and_of_returns_in_original_u
 def test_summary_says_plainly_whether_the_model_beats_each_baseline() -> None:
     row = lambda mse, mae: {"orig": {"mse": mse, "mae": mae}}
     text = summary_text({"model": row(1.0, 1.0), "persistence": row(2.0, 2.0), "mean": row(1.5, 0.5),
-                         "dlinear": row(0.9, 0.9)}, "orig")
+                         "linear": row(0.9, 0.9), "drift": row(1.0, 1.0),
+                         "about": {"selection": "tested model: ..."}}, "orig")
     assert text.splitlines()[0] == "Test windows, original units:"
     assert "model beats persistence: MSE 1 vs 2, MAE 1 vs 2" in text
     assert "model beats mean on MSE only" in text
-    assert "model does NOT beat dlinear" in text
+    assert "model does NOT beat linear" in text
+    assert "model ties drift (the same forecast)" in text
+    assert "about" not in text  # the notes beside the forecasts are not rows of the table

@@ -44,7 +44,8 @@ def test_predict_writes_the_forecast_csv_and_chart(tmp_path: Path, capsys: pytes
     (pred,) = trainer(callbacks=[ForecastWriter(output_file=str(out))]).predict(model, dm)
     assert f"wrote 1 forecasts to {out}" in capsys.readouterr().out
     table = pd.read_csv(out, parse_dates=["timestamp"])
-    assert list(table.columns) == ["ticker", "timestamp", "step", "pred_log_return", "close"]
+    assert list(table.columns) == ["ticker", "timestamp", "step", "pred_log_return", "close", "scaled_by"]
+    assert table["scaled_by"].unique().tolist() == ["training statistics of 'bars'"]
     assert len(table) == 4 and table["step"].tolist() == [1, 2, 3, 4]
     last = pd.Timestamp(df["Date"].iloc[-1])
     assert (table["timestamp"] > last).all() and table["timestamp"].is_monotonic_increasing
@@ -67,10 +68,10 @@ def test_level_target_writes_prices_directly(tmp_path: Path) -> None:
     t.fit(model, dm)
     t.test(model, dm, verbose=False)
     # close targets are levels: persistence repeats the last close, drift is scored too
-    assert {"persistence", "mean", "drift", "dlinear"} <= set(model.test_summary)
+    assert {"persistence", "mean", "drift", "linear"} <= set(model.test_summary)
     t.predict(model, dm)
     table = pd.read_csv(tmp_path / "forecast.csv")  # the default writer: the run folder
-    assert list(table.columns) == ["ticker", "timestamp", "step", "pred_close"] and len(table) == 3
+    assert list(table.columns) == ["ticker", "timestamp", "step", "pred_close", "scaled_by"] and len(table) == 3
     assert (tmp_path / f"forecast_{table['ticker'].iloc[0]}.png").is_file()
 
 
@@ -121,12 +122,10 @@ def test_predict_through_the_cli_from_a_checkpoint(tmp_path: Path, monkeypatch: 
     table = pd.read_csv(out / "forecast.csv", parse_dates=["timestamp"])
     assert table["timestamp"].tolist() == list(pd.bdate_range(pd.Timestamp(df["Date"].iloc[-1]) + pd.offsets.BDay(1),
                                                               periods=4))
+    assert table["scaled_by"].unique().tolist() == ["training statistics of 'bars'"]  # from the checkpoint
     loaded = KLineForecaster.load_from_checkpoint(ckpt, map_location="cpu").eval()
-    dm = KLineDataModule(str(tmp_path / "bars.csv"), context_len=32, horizon=4)
-    dm.setup("predict")
-    batch = next(iter(dm.predict_dataloader()))
-    with torch.no_grad():  # the checkpoint alone maps the forecast to original units
-        returns = loaded.data_scale.inverse_targets(loaded(batch["x"]), batch["ticker"])[0, :, 0].double().numpy()
+    # the checkpoint alone scales the window and maps the forecast to original units
+    returns = loaded.forecast(tmp_path / "bars.csv")["pred_log_return"].to_numpy()
     np.testing.assert_allclose(table["pred_log_return"].to_numpy(), returns, rtol=1e-5, atol=1e-9)
     np.testing.assert_allclose(table["close"].to_numpy(), df["Close"].iloc[-1] * np.exp(np.cumsum(returns)), rtol=1e-6)
     assert (out / f"forecast_{table['ticker'].iloc[0]}.png").stat().st_size > 10_000

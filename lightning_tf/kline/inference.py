@@ -1,0 +1,185 @@
+"""The last window of each series of new bars, scaled for a trained forecaster, without its training data.
+
+Both ``predict`` paths use it: :class:`~.data.KLineDataModule` (``setup("predict")`` reads only the
+predict file; the training statistics come from the checkpoint) and
+:meth:`KLineForecaster.forecast <lightning_tf.kline.KLineForecaster.forecast>` (the statistics of the
+model's :class:`~.scale.DataScale`). A series whose ticker the model was trained on is scaled with that
+ticker's training statistics. Any other series is never taken for a trained ticker: it is scaled by its
+own history (the mean and standard deviation of its own features and targets over all its bars, as a
+StandardScaler fit on them), keeps its own name, and its forecast is mapped back to its own units with
+those statistics; ``scaled_by`` says which happened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from .features import compute_features, compute_target
+from .scale import DataScale, rebuild_prices
+
+__all__ = ["SeriesWindow", "Statistics", "forecast_table", "series_windows"]
+
+#: a ticker's training statistics: feature mean and std (C,), target mean and std (K,)
+Statistics = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+@dataclass
+class SeriesWindow:
+    """The last window of one series, scaled.
+
+    Attributes:
+        name: the series' ticker (its ticker column, or its file name).
+        x: scaled features of the last ``context_len`` bars ``(L, C)``.
+        raw_target: the target over those bars in original units ``(L, K)``.
+        anchor: the last close.
+        target_mean: ``(K,)`` the target statistics the forecast is mapped back with.
+        target_std: ``(K,)``.
+        scaled_by: ``training statistics of '<ticker>'`` or ``its own history (<n> bars)``.
+        bars: the series' canonical bars.
+    """
+
+    name: str
+    x: np.ndarray
+    raw_target: np.ndarray
+    anchor: float
+    target_mean: np.ndarray
+    target_std: np.ndarray
+    scaled_by: str
+    bars: pd.DataFrame
+
+
+def _own(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and standard deviation per column of the finite rows, as StandardScaler computes them (a
+    constant column gets scale 1)."""
+    mean = values.mean(axis=0)
+    std = values.std(axis=0)
+    return mean, np.where(std > 0, std, 1.0)
+
+
+def series_windows(
+    frame: pd.DataFrame,
+    *,
+    feature_names: list[str],
+    target: str,
+    context_len: int,
+    volatility_window: int,
+    volume_window: int,
+    trained: Mapping[str, Statistics],
+    source: str,
+) -> list[SeriesWindow]:
+    """The scaled last window of every ticker of ``frame`` (canonical bars, see :func:`~.io.read_bars`).
+
+    Args:
+        frame: the bars.
+        feature_names: the model's input features, in order.
+        target: the model's target (``log_return`` or ``close``).
+        context_len: bars per window L.
+        volatility_window: bars of the rolling volatility feature (as in training).
+        volume_window: bars of the rolling volume z-score feature.
+        trained: the training statistics of each ticker the model was trained on.
+        source: the file (or name) the bars came from, for the errors.
+    """
+    out = []
+    for name, bars in frame.groupby("ticker", sort=False):
+        bars = bars.reset_index(drop=True)
+        feats = compute_features(bars, feature_names, volatility_window, volume_window).to_numpy()  # (n, C)
+        tgt = compute_target(bars, target)[:, None]  # (n, 1)
+        finite = np.isfinite(feats).all(axis=1) & np.isfinite(tgt[:, 0])
+        first = int(np.argmax(finite)) if finite.any() else len(bars)
+        usable = len(bars) - first
+        if usable < context_len:
+            raise ValueError(
+                f"{source}: ticker {name!r} has {usable} usable bars ({len(bars)} bars, {first} warm-up rows for "
+                f"the features); a forecast needs context_len ({context_len})"
+            )
+        name = str(name)
+        if name in trained:
+            f_mean, f_std, t_mean, t_std = (np.asarray(v, dtype=np.float64) for v in trained[name])
+            scaled_by = f"training statistics of {name!r}"
+        else:
+            # never another ticker's scale: a series in other units (or another market) would be misread
+            f_mean, f_std = _own(feats[first:])
+            t_mean, t_std = _own(tgt[first:])
+            scaled_by = f"its own history ({usable} bars)"
+        x = (feats[-context_len:] - f_mean) / f_std  # (L, C)
+        out.append(SeriesWindow(
+            name=name, x=x, raw_target=tgt[-context_len:], anchor=float(bars["close"].iloc[-1]),
+            target_mean=t_mean, target_std=t_std, scaled_by=scaled_by, bars=bars,
+        ))
+    return out
+
+
+def forecast_table(
+    model: Any,
+    bars: pd.DataFrame | str | Path,
+    *,
+    columns: Mapping[str, str] | None = None,
+    ticker_column: str | None = None,
+    on_error: str = "error",
+    timezone: str | None = None,
+    name: str | None = None,
+) -> pd.DataFrame:
+    """The forecast of :meth:`KLineForecaster.forecast <lightning_tf.kline.KLineForecaster.forecast>`: one
+    row per future bar and series, in the series' own units (see there)."""
+    from .io import read_bars
+    from .windows import next_timestamps, resolve_path
+
+    scale: DataScale | None = model.data_scale
+    if scale is None or not scale.has_prices:
+        raise ValueError(
+            "forecast() needs a model trained on K-line bars: its checkpoint holds no bar data scale "
+            "(train it on a KLineDataModule, or load a checkpoint of such a run)"
+        )
+    source = name or (str(bars) if not isinstance(bars, pd.DataFrame) else "the bars")
+    data = bars if isinstance(bars, pd.DataFrame) else resolve_path(str(bars))
+    frame = read_bars(data, columns=columns, ticker_column=ticker_column, on_error=on_error,  # type: ignore[arg-type]
+                      timezone=timezone, name=name)
+    trained = {
+        t: (scale.feature_mean[k], scale.feature_std[k], scale.target_mean[k], scale.target_std[k])
+        for k, t in enumerate(scale.ticker_names)
+    }
+    hp = model.hparams
+    windows = series_windows(
+        frame, feature_names=list(scale.feature_names), target=scale.target_names[0], context_len=hp.context_len,
+        volatility_window=scale.volatility_window, volume_window=scale.volume_window,
+        trained=trained, source=source,
+    )
+    x = torch.tensor(np.stack([w.x for w in windows]), dtype=torch.float32, device=model.device)  # (n, L, C)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = model.net.combine(model._parts(x)).double().cpu()  # (n, F, K[, Q])
+    finally:
+        model.train(was_training)
+    mean = torch.tensor(np.stack([w.target_mean for w in windows]))[:, None, :]  # (n, 1, K)
+    std = torch.tensor(np.stack([w.target_std for w in windows]))[:, None, :]  # (n, 1, K)
+    quantiles = model.quantiles
+    point = out if quantiles is None else out[..., quantiles.index(0.5)]  # (n, F, K)
+    values = point * std + mean  # (n, F, K)
+    rows = []
+    horizon = point.shape[1]
+    for i, w in enumerate(windows):
+        table = pd.DataFrame({
+            "ticker": w.name,
+            "timestamp": next_timestamps(pd.DatetimeIndex(w.bars["timestamp"]), horizon),
+            "step": np.arange(1, horizon + 1),
+        })
+        for k, target in enumerate(scale.target_names):
+            table[f"pred_{target}"] = values[i, :, k].numpy()
+            if quantiles is not None:
+                for j, level in enumerate(quantiles):
+                    table[f"pred_{target}_q{level:g}"] = (out[i, :, k, j] * std[i, 0, k] + mean[i, 0, k]).numpy()
+        if scale.returns:
+            anchor = torch.tensor([w.anchor], dtype=torch.float64)
+            table["close"] = rebuild_prices(values[i : i + 1, :, 0], anchor)[0].numpy()
+        table["scaled_by"] = w.scaled_by
+        rows.append(table)
+    return pd.concat(rows, ignore_index=True)
