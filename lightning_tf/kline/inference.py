@@ -20,11 +20,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
+from torch import Tensor
 
 from .features import compute_features, compute_target
 from .scale import DataScale, rebuild_prices
 
-__all__ = ["SeriesWindow", "Statistics", "forecast_table", "series_windows"]
+__all__ = ["SeriesWindow", "Statistics", "forecast_table", "predict_outputs", "series_windows"]
 
 #: a ticker's training statistics: feature mean and std (C,), target mean and std (K,)
 Statistics = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
@@ -183,3 +184,41 @@ def forecast_table(
         table["scaled_by"] = w.scaled_by
         rows.append(table)
     return pd.concat(rows, ignore_index=True)
+
+
+def predict_outputs(
+    batch: dict[str, Tensor], pred: Tensor, quantiles: Tensor | None, scale: DataScale | None
+) -> dict[str, Tensor]:
+    """What ``predict`` returns for a batch of windows: ``pred`` (B, F, K) on the model scale and, with the
+    data's scaling, ``pred_orig`` (B, F, K) in original units and, for returns of price data, ``price``
+    (B, F) (the rebuilt closes); with ``quantiles`` (B, F, K, Q) also ``quantiles_orig`` (B, F, K, Q) (and
+    ``price_quantiles`` (B, F, Q) for level targets); the batch's ``ticker``, ``time`` and ``anchor`` (B,)
+    as it carries them. A batch may carry its own ``scale_mean`` and ``scale_std`` (B, K) (a series the
+    model was not trained on, scaled by its own history), which win over ``scale``."""
+    result: dict[str, Tensor] = {"pred": pred}
+    result.update({k: batch[k] for k in ("ticker", "time", "anchor") if k in batch})
+    if "scale_mean" in batch:  # the series' own statistics
+        mean, std = batch["scale_mean"][:, None, :], batch["scale_std"][:, None, :]  # (B, 1, K)
+
+        def inverse(y: Tensor) -> Tensor:
+            return y * std.to(y.dtype) + mean.to(y.dtype)
+
+    elif scale is not None:
+        known = scale
+
+        def inverse(y: Tensor) -> Tensor:
+            return known.inverse_targets(y, batch.get("ticker"))
+
+    else:
+        return result
+    result["pred_orig"] = inverse(pred)  # (B, F, K)
+    if quantiles is not None:
+        levels = [inverse(quantiles[..., q]) for q in range(quantiles.shape[-1])]  # Q x (B, F, K)
+        result["quantiles_orig"] = torch.stack(levels, dim=-1)  # (B, F, K, Q)
+    if scale is not None and scale.has_prices and "anchor" in batch:
+        if scale.returns:
+            returns = result["pred_orig"][..., 0].double()  # (B, F)
+            result["price"] = rebuild_prices(returns, batch["anchor"].double())  # (B, F)
+        elif quantiles is not None:
+            result["price_quantiles"] = result["quantiles_orig"][..., 0, :].double()  # (B, F, Q)
+    return result

@@ -20,13 +20,17 @@ validation windows follows from the validation Gram matrices without another pas
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from .module import KLineForecaster
 
 __all__ = [
     "RIDGES",
@@ -35,6 +39,7 @@ __all__ = [
     "LinearInput",
     "LinearPath",
     "Pooling",
+    "fit_closed_form",
     "fold_decomposed",
     "moving_average",
     "plain_stats",
@@ -43,6 +48,8 @@ __all__ = [
     "trend_matrix",
     "validation_error",
 ]
+
+log = logging.getLogger(__name__)
 
 Pooling = Literal["auto", "pooled", "per_channel"]
 LinearInput = Literal["auto", "revin", "raw"]
@@ -371,3 +378,38 @@ class LinearPath(nn.Module):
         return LinearFit("revin" if normalized else "raw", form, pooling, ridge, train_mse, val_mse,
                          residual_std.float(),
                          mean_weight.float())
+
+
+def fit_closed_form(model: KLineForecaster) -> None:
+    """Fit ``model``'s linear path and linear baseline on its trainer's training windows, once: closed form
+    on every training window, the ridge (and the path's input and pooling, the baseline's variant) chosen
+    on the validation windows when the trainer validates. Every process reads all windows in order, so
+    all fit the same weights. A fitted path is kept; a fitted baseline is kept when resuming."""
+    from lightning.pytorch.utilities import rank_zero_info
+
+    from .windows import in_order, xy_pairs
+
+    trainer = model.trainer
+    path, base = model.net.linear, model.linear_baseline
+    fit_path = path is not None and not bool(path.fitted)
+    fit_base = base is not None and not (base.fitted and trainer.ckpt_path is not None)
+    if not (fit_path or fit_base):
+        return
+    train = in_order(trainer.train_dataloader)
+    if train is None:
+        log.info("linear fits skipped: the training loader has no dataset to read in order")
+        return
+    val = in_order(trainer.val_dataloaders)
+    if fit_path:
+        ridge = model.hparams.linear_ridge
+        val_pairs = None if val is None else (lambda: xy_pairs(val))
+        fit = model.net.fit_linear(lambda: xy_pairs(train), val_pairs,
+                                   ridges=RIDGES if ridge is None else (float(ridge),))
+        val_mse = f", validation MSE {fit.val_mse:.5g}" if fit.val_mse is not None else ""
+        rank_zero_info(f"linear path fit in closed form on the training windows: {fit.input} input, {fit.form}, "
+                       f"{fit.pooling}, ridge {fit.ridge:g}, training MSE {fit.train_mse:.5g}{val_mse}")
+    if fit_base:
+        assert base is not None
+        base.target_channels = model.target_channels
+        base.fit(xy_pairs(train), None if val is None else xy_pairs(val))
+        log.info("linear baseline fit on the training windows: %s", base.describe())

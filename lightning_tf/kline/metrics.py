@@ -17,7 +17,6 @@ for level targets, a zero return for return targets):
   returns: predicted and realised returns), pooled over windows, horizons and targets. A constant
   forecast (persistence) has no defined correlation: NaN.
 
-:class:`ResidualWeight`: the validation statistics that weigh a forecast's residual part per target.
 
 Quantile forecasts (``(B, F, K, Q)``): :func:`pinball_loss` (the quantile loss, Koenker and Bassett
 1978) and :class:`IntervalMetrics`, the share of outcomes inside each central interval (``coverage``,
@@ -34,7 +33,6 @@ from torchmetrics import MeanAbsoluteError, MeanSquaredError, Metric, PearsonCor
 
 __all__ = [
     "METRIC_NAMES",
-    "ResidualWeight",
     "DirectionalAccuracy",
     "ForecastMetrics",
     "IntervalMetrics",
@@ -157,12 +155,14 @@ def _correlation(metric: Metric) -> float:
     return float(metric.compute())  # Pearson already answers NaN for a constant input
 
 
-def pinball_loss(quantiles: Tensor, target: Tensor, levels: list[float]) -> Tensor:
-    """Mean pinball loss of ``quantiles`` (B, F, K, Q) at ``levels`` (Q,) against ``target`` (B, F, K):
-    ``max(tau e, (tau - 1) e)`` with ``e = target - quantile``, averaged over every element."""
+def pinball_loss(quantiles: Tensor, target: Tensor, levels: list[float], reduce: bool = True) -> Tensor:
+    """Pinball loss of ``quantiles`` (B, F, K, Q) at ``levels`` (Q,) against ``target`` (B, F, K):
+    ``max(tau e, (tau - 1) e)`` with ``e = target - quantile``, averaged over every element (or each
+    element's ``(B, F, K, Q)`` with ``reduce=False``)."""
     tau = torch.tensor(levels, dtype=quantiles.dtype, device=quantiles.device)  # (Q,)
     e = target[..., None] - quantiles  # (B, F, K, Q)
-    return torch.maximum(tau * e, (tau - 1) * e).mean()
+    loss = torch.maximum(tau * e, (tau - 1) * e)  # (B, F, K, Q)
+    return loss.mean() if reduce else loss
 
 
 def central_intervals(levels: list[float]) -> list[tuple[int, int]]:
@@ -211,41 +211,3 @@ class IntervalMetrics(Metric):
             out[f"coverage_{name}"] = float(self.inside[p] / self.total)
             out[f"width_{name}"] = float(self.width[p] / self.total)
         return out
-
-
-class ResidualWeight(Metric):
-    """Chooses, per target, the weight ``a_k`` in [0, 1] of a residual ``r`` added to a base forecast ``l``
-    that minimises the squared error of ``l + a_k r`` on the windows seen (least squares in one variable:
-    ``a_k = clip(sum e r / sum r^2, 0, 1)`` with ``e = y - l``), from three sums per target.
-
-    Args:
-        n_targets: targets K.
-    """
-
-    full_state_update = False
-
-    def __init__(self, n_targets: int) -> None:
-        super().__init__()
-        for name in ("er", "rr", "ee"):
-            self.add_state(name, torch.zeros(n_targets, dtype=torch.float64), dist_reduce_fx="sum")
-        self.add_state("count", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
-
-    def update(self, base: Tensor, residual: Tensor, target: Tensor) -> None:
-        """Add windows: the base forecast, the residual part and the outcome, each ``(B, F, K)``."""
-        e = (target - base).detach().double()  # (B, F, K)
-        r = residual.detach().double()  # (B, F, K)
-        self.er += (e * r).sum(dim=(0, 1))
-        self.rr += (r * r).sum(dim=(0, 1))
-        self.ee += (e * e).sum(dim=(0, 1))
-        self.count += e.numel()
-
-    def compute(self) -> tuple[Tensor, float, float, float]:
-        """The weights ``(K,)`` and the mean squared errors of the base alone, of base + residual, and of
-        base + weighted residual."""
-        weight = torch.where(self.rr > 0, self.er / self.rr.clamp_min(1e-300), torch.zeros_like(self.rr))
-        weight = weight.clamp(0.0, 1.0)
-        n = self.count.clamp_min(1.0)
-        base = float(self.ee.sum() / n)
-        full = float((self.ee - 2 * self.er + self.rr).sum() / n)
-        chosen = float((self.ee - 2 * weight * self.er + weight * weight * self.rr).sum() / n)
-        return weight, base, full, chosen

@@ -19,10 +19,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from .baselines import drift, mean_forecast, persistence
-from .metrics import ForecastMetrics
+from .metrics import ForecastMetrics, IntervalMetrics
 from .scale import DataScale, rebuild_prices
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "baseline_forecasts",
     "naive_model_scale",
     "score",
+    "stage_metrics",
     "summary_text",
 ]
 
@@ -166,3 +167,21 @@ def summary_text(summary: dict[str, dict[str, dict[str, float]]], scale: str) ->
             f"MAE {model['mae']:.5g} vs {values['mae']:.5g}"
         )
     return "\n".join(lines)
+
+
+def stage_metrics(levels: list[float] | None) -> nn.ModuleDict:
+    """The metrics of a forecaster's stages: ``<stage>_model`` (train, val, test), ``<stage>_orig`` and
+    ``<stage>_price`` (val, test), ``test_<baseline>_<scale>`` for every baseline and scale, and
+    ``<stage>_intervals`` (val, test) for quantile ``levels``."""
+    metrics = nn.ModuleDict()
+    for stage in ("train", "val", "test"):
+        metrics[f"{stage}_model"] = ForecastMetrics(full=stage != "train")
+    for stage in ("val", "test"):
+        metrics[f"{stage}_orig"] = ForecastMetrics()
+        metrics[f"{stage}_price"] = ForecastMetrics()
+        if levels is not None:
+            metrics[f"{stage}_intervals"] = IntervalMetrics(levels)
+    for name in BASELINES:
+        for scale in SCALES:
+            metrics[f"test_{name}_{scale}"] = ForecastMetrics()
+    return metrics

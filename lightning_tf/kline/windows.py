@@ -23,9 +23,9 @@ Batches are dicts:
 
 from __future__ import annotations
 
-from collections.abc import Sized
+from collections.abc import Iterator, Sized
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -41,10 +41,12 @@ __all__ = [
     "WindowDataset",
     "chronological_borders",
     "ett_borders",
+    "in_order",
     "next_timestamps",
     "resolve_path",
     "split_ends",
     "window_loader",
+    "xy_pairs",
 ]
 
 
@@ -258,3 +260,19 @@ def window_loader(
         num_workers=num_workers,
         persistent_workers=num_workers > 0,
     )
+
+
+def in_order(loaders: object) -> DataLoader | None:
+    """A plain, unsharded, in-order loader over the dataset of a trainer's (first) loader, in its batch
+    size; its own generator leaves the global random state (dropout, shuffling) untouched."""
+    loader: Any = loaders[0] if isinstance(loaders, (list, tuple)) and loaders else loaders
+    dataset = getattr(loader, "dataset", None)
+    if dataset is None or not hasattr(dataset, "__len__") or len(dataset) == 0:
+        return None
+    return DataLoader(dataset, batch_size=loader.batch_size or 1, collate_fn=loader.collate_fn,
+                      generator=torch.Generator())
+
+
+def xy_pairs(loader: DataLoader) -> Iterator[tuple[Tensor, Tensor]]:
+    """The ``(x, y)`` of every batch of ``loader``."""
+    return ((b["x"], b["y"]) for b in loader)

@@ -18,7 +18,6 @@ import torch.nn.functional as F
 from lightning.pytorch import Callback, LightningModule
 from lightning.pytorch.callbacks import BasePredictionWriter
 from lightning.pytorch.loggers import WandbLogger
-from sacrebleu.metrics import BLEU, CHRF
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.text import Perplexity
@@ -36,7 +35,8 @@ from lightning_tf.training import SchedulerName, build_scheduler, check_agreemen
 
 from .decoding import beam_search, greedy_search
 from .embedding import OutputProjection, TokenEmbedding
-from .tokenizer import BOS_ID, EOS_ID, PAD_ID, BPETokenizer
+from .scoring import corpus_scores, target_texts
+from .tokenizer import BOS_ID, EOS_ID, PAD_ID, BPETokenizer, source_ids
 from .writer import TranslationWriter
 
 if TYPE_CHECKING:
@@ -290,19 +290,11 @@ class Seq2SeqTransformer(LightningModule):
 
     def encode_texts(self, texts: Sequence[str]) -> Tensor:
         """Tokenise raw source sentences into ids ``(B, S)``: tokens + EOS, right-padded with PAD."""
-        tok = self._require_tokenizer()
-        rows = [ids + [EOS_ID] for ids in tok.encode(list(texts), side="src")]
-        longest = max((len(r) for r in rows), default=0)
-        if self.hparams.pos_encoding in _ABSOLUTE_PE and longest > self.hparams.max_len:
-            i = max(range(len(rows)), key=lambda j: len(rows[j]))
-            raise ValueError(
-                f"sentence {i} has {len(rows[i])} tokens (EOS included), more than max_len ({self.hparams.max_len}) "
-                f"of the {self.hparams.pos_encoding} positional encoding"
-            )
-        src = torch.full((len(rows), longest), PAD_ID, dtype=torch.long)
-        for b, r in enumerate(rows):
-            src[b, : len(r)] = torch.tensor(r)
-        return src.to(self.device)
+        hp = self.hparams
+        limit = hp.max_len if hp.pos_encoding in _ABSOLUTE_PE else None
+        return source_ids(self._require_tokenizer(), texts, limit, f"of the {hp.pos_encoding} positional encoding").to(
+            self.device
+        )
 
     @torch.no_grad()
     def translate(
@@ -447,15 +439,7 @@ class Seq2SeqTransformer(LightningModule):
         return (self.current_epoch + 1) % self.hparams.bleu_every_n_epochs == 0
 
     def _texts(self, ids: Tensor) -> list[str]:
-        """Target ids -> text; without a tokenizer, the ids themselves joined by spaces (so BLEU still
-        measures id sequences)."""
-        if self.tokenizer is not None:
-            return self.tokenizer.decode(ids, side="tgt")
-        rows = []
-        for row in ids.tolist():
-            row = row[: row.index(EOS_ID)] if EOS_ID in row else row
-            rows.append(" ".join(str(i) for i in row if i not in (PAD_ID, BOS_ID)))
-        return rows
+        return target_texts(self.tokenizer, ids)
 
     def _references(self, batch: dict[str, Any]) -> list[str]:
         return batch["tgt_text"] if "tgt_text" in batch else self._texts(batch["tgt"])
@@ -484,23 +468,19 @@ class Seq2SeqTransformer(LightningModule):
         refs = [r for part in gather_objects(refs) for r in part]
         if not hyps:
             return
-        bleu, chrf = BLEU(), CHRF()
-        bleu_score = bleu.corpus_score(hyps, [refs])
-        chrf_score = chrf.corpus_score(hyps, [refs])
+        bleu_score, chrf_score, signature = corpus_scores(hyps, refs)
         self.log(f"{stage}/bleu", bleu_score.score, prog_bar=True, rank_zero_only=True)
         self.log(f"{stage}/chrf", chrf_score.score, rank_zero_only=True)
         log.info("%s: %s | %s (%d sentences)", stage, bleu_score, chrf_score, len(hyps))
         if not self._signature_logged:
-            signature = {
-                "sacrebleu_bleu_signature": str(bleu.get_signature()),
-                "sacrebleu_chrf_signature": str(chrf.get_signature()),
-            }
             log.info("sacreBLEU signatures: %s", signature)
             if self.logger is not None:
                 self.logger.log_hyperparams(signature)
             self._signature_logged = True
         if isinstance(self.logger, WandbLogger) and candidates:
-            self._log_samples(candidates, stage)
+            from .plots import log_samples
+
+            log_samples(self, candidates, stage)
 
     def on_validation_epoch_end(self) -> None:
         self._end_decoding_epoch("val")
@@ -508,34 +488,12 @@ class Seq2SeqTransformer(LightningModule):
     def on_test_epoch_end(self) -> None:
         self._end_decoding_epoch("test")
 
-    def _log_samples(self, candidates: list[tuple[list[int], str, str]], stage: str) -> None:
-        """Log the sample table, ``n_logged_samples`` sentences drawn across source lengths from this epoch's
-        (seeded by ``sample_seed`` and the epoch, so every epoch shows others), translated now, and the
-        cross-attention of the drawn sentence nearest the epoch's median length."""
-        from .plots import draw_samples, figure_to_array
-
-        lengths = [len(ids) for ids, _, _ in candidates]
-        chosen = draw_samples(lengths, self.hparams.n_logged_samples, self.hparams.sample_seed, self.current_epoch)
-        assert isinstance(self.logger, WandbLogger)
-        if chosen:
-            src = torch.full((len(chosen), max(lengths[i] for i in chosen)), PAD_ID, dtype=torch.long)  # (n, S)
-            for b, i in enumerate(chosen):
-                src[b, : lengths[i]] = torch.tensor(candidates[i][0])
-            hyps = self._texts(self.generate(src.to(self.device)))
-            rows = [[candidates[i][1], candidates[i][2], h] for i, h in zip(chosen, hyps, strict=True)]
-            self.logger.log_table(key=f"{stage}/samples", columns=["source", "reference", "translation"], data=rows)
-        median = sorted(lengths)[len(lengths) // 2]
-        # a typical sentence, not the shortest: the drawn one (else any) nearest the median length
-        shown = min(chosen or range(len(lengths)), key=lambda i: (abs(lengths[i] - median), i))
-        fig = self.attention_figure(torch.tensor(candidates[shown][0]), title=f"{stage} epoch {self.current_epoch}")
-        self.logger.log_image(key=f"{stage}/cross_attention", images=[figure_to_array(fig)], step=self.global_step)
-
     @torch.no_grad()
     def attention_figure(self, src: Tensor, title: str = "") -> Figure:
         """A layer x head grid of the cross-attention of the model's own greedy translation of one
         sentence ``src (S,)`` (ids + EOS; padding is dropped): source tokens across, the predicted target
         tokens (through EOS) down, no padding position on either axis."""
-        from .plots import cross_attention_figure
+        from .plots import cross_attention_figure, token_strings
 
         src = src[src != PAD_ID][None].to(self.device)  # (1, S): the real tokens only
         hyp = self.generate(src, beam_size=1)[0]  # (T',): the translation's ids
@@ -543,17 +501,9 @@ class Seq2SeqTransformer(LightningModule):
         hyp = hyp[: int(ends[0]) + 1 if len(ends) else len(hyp)][None]  # (1, T): through the first EOS
         tgt = torch.cat((torch.full_like(hyp[:, :1], BOS_ID), hyp[:, :-1]), dim=1)  # (1, T): BOS + all but the last
         weights = [w[0] for w in self.cross_attention(src, tgt)]  # L x (H, T, S)
-        src_tokens, tgt_tokens = self._token_strings(src[0], "src"), self._token_strings(hyp[0], "tgt")
+        src_tokens, tgt_tokens = token_strings(self.tokenizer, src[0], "src"), token_strings(self.tokenizer, hyp[0], "tgt")
         return cross_attention_figure(weights, src_tokens, tgt_tokens, title=title)
 
-    def _token_strings(self, ids: Tensor, side: Literal["src", "tgt"]) -> list[str]:
-        if self.tokenizer is None:
-            return [str(i) for i in ids.tolist()]
-        specials = {PAD_ID: "<pad>", BOS_ID: "<s>", EOS_ID: "</s>"}
-        vocab = self.tokenizer.side(side)
-        return [specials.get(i) or vocab.id_to_token(i) or str(i) for i in ids.tolist()]
-
-    # ---------------------------------------------------------------- predict
     def configure_callbacks(self) -> list[Callback]:
         """A :class:`TranslationWriter` into the run folder, unless the Trainer already has a prediction
         writer (one given in the config or on the command line wins)."""
@@ -570,7 +520,6 @@ class Seq2SeqTransformer(LightningModule):
         index = batch["index"].tolist() if "index" in batch else list(range(len(hyps)))
         return {"index": index, "translation": hyps}
 
-    # ------------------------------------------------------- checkpoint, optim
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """The tokenizer (plain JSON types) and the direction beside the weights; ``max_len`` and the
         decoding settings are hyperparameters, the special ids fixed (``<pad>=0 <unk>=1 <s>=2 </s>=3``)."""

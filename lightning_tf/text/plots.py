@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 from matplotlib.figure import Figure
 from torch import Tensor
 
-__all__ = ["cross_attention_figure", "draw_samples", "figure_to_array"]
+if TYPE_CHECKING:
+    from .module import Seq2SeqTransformer
+    from .tokenizer import BPETokenizer
+
+__all__ = ["cross_attention_figure", "draw_samples", "figure_to_array", "log_samples", "token_strings"]
 
 
 def draw_samples(lengths: Sequence[int], n: int, seed: int, epoch: int) -> list[int]:
@@ -71,3 +76,41 @@ def figure_to_array(fig: Figure) -> np.ndarray:
     canvas = FigureCanvasAgg(fig)
     canvas.draw()
     return np.asarray(canvas.buffer_rgba())[..., :3].copy()
+
+
+def log_samples(model: Seq2SeqTransformer, candidates: list[tuple[list[int], str, str]], stage: str) -> None:
+    """Log to wandb the sample table, ``n_logged_samples`` sentences drawn across source lengths from this epoch's
+    (seeded by ``sample_seed`` and the epoch, so every epoch shows others), translated now, and the
+    cross-attention of the drawn sentence nearest the epoch's median length."""
+    import torch
+    from lightning.pytorch.loggers import WandbLogger
+
+    from .tokenizer import PAD_ID
+
+    lengths = [len(ids) for ids, _, _ in candidates]
+    chosen = draw_samples(lengths, model.hparams.n_logged_samples, model.hparams.sample_seed, model.current_epoch)
+    assert isinstance(model.logger, WandbLogger)
+    if chosen:
+        src = torch.full((len(chosen), max(lengths[i] for i in chosen)), PAD_ID, dtype=torch.long)  # (n, S)
+        for b, i in enumerate(chosen):
+            src[b, : lengths[i]] = torch.tensor(candidates[i][0])
+        hyps = model._texts(model.generate(src.to(model.device)))
+        rows = [[candidates[i][1], candidates[i][2], h] for i, h in zip(chosen, hyps, strict=True)]
+        model.logger.log_table(key=f"{stage}/samples", columns=["source", "reference", "translation"], data=rows)
+    median = sorted(lengths)[len(lengths) // 2]
+    # a typical sentence, not the shortest: the drawn one (else any) nearest the median length
+    shown = min(chosen or range(len(lengths)), key=lambda i: (abs(lengths[i] - median), i))
+    fig = model.attention_figure(torch.tensor(candidates[shown][0]), title=f"{stage} epoch {model.current_epoch}")
+    model.logger.log_image(key=f"{stage}/cross_attention", images=[figure_to_array(fig)], step=model.global_step)
+
+
+
+def token_strings(tokenizer: BPETokenizer | None, ids: Tensor, side: Literal["src", "tgt"]) -> list[str]:
+    """The tokens of ``ids`` (S,) as strings (special tokens named; the ids themselves without a tokenizer)."""
+    from .tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+    if tokenizer is None:
+        return [str(i) for i in ids.tolist()]
+    specials = {PAD_ID: "<pad>", BOS_ID: "<s>", EOS_ID: "</s>"}
+    vocab = tokenizer.side(side)
+    return [specials.get(i) or vocab.id_to_token(i) or str(i) for i in ids.tolist()]

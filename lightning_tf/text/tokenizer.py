@@ -14,10 +14,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from torch import Tensor
 
-__all__ = ["BOS_ID", "EOS_ID", "PAD_ID", "SPECIAL_TOKENS", "UNK_ID", "BPETokenizer", "Side"]
+__all__ = ["BOS_ID", "EOS_ID", "PAD_ID", "SPECIAL_TOKENS", "UNK_ID", "BPETokenizer", "Side", "source_ids"]
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 SPECIAL_TOKENS = ("<pad>", "<unk>", "<s>", "</s>")  # index == id
@@ -202,3 +203,17 @@ class BPETokenizer:
             f"{self.src.get_vocab_size()}" if self.joint else f"{self.src.get_vocab_size()}/{self.tgt.get_vocab_size()}"
         )
         return f"BPETokenizer(vocab_size={self.vocab_size}, joint={self.joint}, trained={sizes})"
+
+
+def source_ids(tokenizer: BPETokenizer, texts: Sequence[str], max_len: int | None = None, why: str = "") -> Tensor:
+    """Raw source sentences as ids ``(B, S)``: tokens + EOS, right-padded with PAD; a sentence longer than
+    ``max_len`` (EOS included) is refused, naming it, its length and ``why`` the limit exists."""
+    rows = [ids + [EOS_ID] for ids in tokenizer.encode(list(texts), side="src")]
+    longest = max((len(r) for r in rows), default=0)
+    if max_len is not None and longest > max_len:
+        i = max(range(len(rows)), key=lambda j: len(rows[j]))
+        raise ValueError(f"sentence {i} has {len(rows[i])} tokens (EOS included), more than max_len ({max_len}) {why}")
+    src = torch.full((len(rows), longest), PAD_ID, dtype=torch.long)  # (B, S)
+    for b, r in enumerate(rows):
+        src[b, : len(r)] = torch.tensor(r)
+    return src

@@ -198,7 +198,8 @@ def test_a_residual_that_never_beats_the_linear_path_is_switched_off() -> None:
     assert torch.equal(model(x), model.net.combine(model.net.parts(x)[0], gate=0.0))
     t.test(model, dm, verbose=False)
     assert model.test_summary["about"]["selection"].startswith(
-        "tested model: the linear path alone; the Transformer residual did not beat it on validation (loss "
+        "tested model: the linear path alone; the Transformer residual did not beat it on validation by more than "
+        "noise (loss "
     )
 
 
@@ -214,36 +215,25 @@ def test_under_mse_a_noisy_residual_is_weighed_down_on_validation() -> None:
     m = t.callback_metrics
     assert float(m["val/loss"]) <= min(float(m["val/loss_linear"]), float(m["val/loss_residual"]))
     assert bool((model.net.residual_gate < 0.2).all())
-    full, linear, weighted = model.val_selection.tolist()
+    full, linear, weighted, se = model.val_selection.tolist()
     assert weighted == pytest.approx(float(m["val/loss"])) and linear == pytest.approx(float(m["val/loss_linear"]))
-    # a gain under residual_min_gain is not kept: the model is the linear path alone
-    L.seed_everything(0)
-    strict = _NoisyResidual(n_features=2, n_targets=2, context_len=32, horizon=6, residual_min_gain=0.5, **TINY)
-    t = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                  enable_model_summary=False)
-    t.fit(strict, dm)
-    assert not strict.residual_kept and float(t.callback_metrics["val/loss"]) == pytest.approx(linear, rel=1e-4)
-    assert "did not beat it by at least 50.00% on validation" in strict.selection_line()
-    with pytest.raises(ValueError, match=r"residual_min_gain must be in \[0, 1\), got 1.5"):
-        KLineForecaster(n_features=2, n_targets=2, context_len=32, horizon=6, residual_min_gain=1.5)
-
-
-def test_the_residual_weight_is_the_clipped_least_squares_weight() -> None:
-    from lightning_tf.kline.metrics import ResidualWeight
-
-    g = torch.Generator().manual_seed(0)
-    base = torch.randn(50, 4, 3, generator=g)
-    r = torch.randn(50, 4, 3, generator=g)
-    y = base + r * torch.tensor([0.3, -0.5, 2.0]) + 0.01 * torch.randn(50, 4, 3, generator=g)
-    metric = ResidualWeight(3)
-    metric.update(base[:20], r[:20], y[:20])
-    metric.update(base[20:], r[20:], y[20:])
-    weight, alone, full, chosen = metric.compute()
-    torch.testing.assert_close(weight[0], torch.tensor(0.3, dtype=torch.float64), atol=0.01, rtol=0)
-    assert weight[1] == 0.0 and weight[2] == 1.0  # a harmful residual is dropped; a weight is at most 1
-    mse = lambda w: float(((y - base - r * w.float()) ** 2).mean())  # noqa: E731
-    assert chosen == pytest.approx(mse(weight), rel=1e-5)
-    assert alone == pytest.approx(mse(torch.zeros(3)), rel=1e-5) and full == pytest.approx(mse(torch.ones(3)), rel=1e-5)
+    # a residual that helps is kept under "any gain" and dropped under a rule no gain can pass
+    for keep_se, kept in ((0.0, True), (1e6, False)):
+        L.seed_everything(0)
+        model = KLineForecaster(n_features=2, n_targets=2, context_len=32, horizon=6, residual_keep_se=keep_se, **TINY)
+        t = L.Trainer(max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                      enable_model_summary=False)
+        t.fit(model, dm)
+        full, linear, weighted, se = model.val_selection.tolist()
+        assert weighted < linear and se > 0  # the same training either way: the residual lowers the loss
+        assert model.residual_kept is kept
+        assert float(t.callback_metrics["val/loss"]) == pytest.approx(weighted if kept else linear, rel=1e-4)
+    assert "did not beat it on validation by more than noise" in model.selection_line()
+    assert "1e+06 standard error" in model.selection_line()
+    with pytest.raises(ValueError, match=r"residual_keep_se must be >= 0, got -1"):
+        KLineForecaster(n_features=2, n_targets=2, context_len=32, horizon=6, residual_keep_se=-1)
+    with pytest.raises(ValueError, match=r"selection_blocks must be >= 2, got 1"):
+        KLineForecaster(n_features=2, n_targets=2, context_len=32, horizon=6, selection_blocks=1)
 
 
 def test_configuration_errors_name_the_values() -> None:

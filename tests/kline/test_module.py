@@ -30,7 +30,7 @@ def trainer(max_epochs: int = 1, **kw) -> L.Trainer:
 
 def test_network_is_built_in_one_place() -> None:
     model = tiny(channel_mixing=True, target_channels=[0, 1, 2]).eval()
-    assert [name for name, _ in model.named_children()] == ["net", "metrics", "val_losses", "linear_baseline"]
+    assert [name for name, _ in model.named_children()] == ["net", "metrics", "val_loss", "selection", "linear_baseline"]
     assert {n.split(".")[0] for n, _ in model.named_parameters()} == {"net"}
     x = torch.randn(2, 32, 3)
     torch.testing.assert_close(model(x), model.net(x))

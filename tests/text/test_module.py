@@ -14,7 +14,7 @@ from lightning.pytorch import Callback, Trainer
 from lightning.pytorch.loggers import CSVLogger
 
 from lightning_tf.text import PRESETS, BPETokenizer, Seq2SeqTransformer, TranslationWriter
-from lightning_tf.text.plots import draw_samples
+from lightning_tf.text.plots import draw_samples, token_strings
 from lightning_tf.text.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from lightning_tf.training import noam, warmup_cosine
 from tests.helpers.text import IdDataModule, TextCopyDataModule, make_batch, pad_rows, word_sentences
@@ -272,7 +272,7 @@ def test_attention_figure_has_no_padding_on_its_axes() -> None:
     for ax in fig.axes:
         xs = [t.get_text() for t in ax.get_xticklabels()]
         ys = [t.get_text() for t in ax.get_yticklabels()]
-        assert xs == model._token_strings(torch.tensor(ids), "src") and xs[-1] == "</s>"
+        assert xs == token_strings(model.tokenizer, torch.tensor(ids), "src") and xs[-1] == "</s>"
         assert "<pad>" not in xs + ys and ys[-1] == "</s>" and "</s>" not in ys[:-1]
         assert ax.images[0].get_array().shape == (len(ys), len(xs))
 

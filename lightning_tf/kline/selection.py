@@ -1,0 +1,150 @@
+"""Whether the Transformer residual earns its place: a decision on the validation windows, made before
+any test window is read, by a rule fixed in advance.
+
+Validation windows overlap and neighbouring errors are correlated, so a gain of a few hundredths of a
+percent in the mean validation loss says nothing. :class:`ResidualSelection` keeps, per validation
+window, what the decision needs; :meth:`ResidualSelection.compute` sorts the windows by time, cuts them
+into ``blocks`` contiguous blocks, and keeps the residual only when its mean gain over the linear path
+alone exceeds ``keep_se`` standard errors of that gain, the standard error taken from the spread of the
+block means (a block bootstrap's variance in closed form; the "one-standard-error rule" of Hastie,
+Tibshirani and Friedman, *The Elements of Statistical Learning*, 7.10, with ``keep_se: 1``). Under the
+MSE loss the residual is first weighted per target by the least-squares weight in [0, 1] on the same
+windows; under other losses it is kept or dropped whole.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from torchmetrics import Metric
+from torchmetrics.utilities import dim_zero_cat
+
+__all__ = ["Decision", "ResidualSelection", "block_standard_error", "selection_line"]
+
+
+def block_standard_error(values: Tensor, blocks: int) -> float:
+    """Standard error of the mean of ``values`` (N,) (in time order) from the means of ``blocks``
+    contiguous blocks: ``std(block means) / sqrt(blocks)``; ``inf`` with fewer than two blocks."""
+    n = min(blocks, values.numel())
+    if n < 2:
+        return math.inf
+    means = torch.stack([part.mean() for part in torch.tensor_split(values.double(), n)])  # (n,)
+    return float(means.std(unbiased=True) / math.sqrt(n))
+
+
+@dataclass
+class Decision:  # not frozen: torchmetrics rebuilds what compute() returns
+    """The residual's validation verdict.
+
+    Attributes:
+        weight: the residual's weight per target ``(K,)``: zeros when it is not kept.
+        full: validation loss with the whole residual.
+        linear: validation loss of the linear path alone.
+        best: validation loss of the best weighting (before the keep rule).
+        chosen: validation loss of the model as selected.
+        gain_se: the standard error of the mean gain ``linear - best`` (``inf``: too few windows).
+        kept: whether the residual is kept.
+    """
+
+    weight: Tensor
+    full: float
+    linear: float
+    best: float
+    chosen: float
+    gain_se: float
+    kept: bool
+
+
+class ResidualSelection(Metric):
+    """Per validation window: its time and, per target, the sums over the horizon of ``e^2``, ``e r`` and
+    ``r^2`` (``e = y - linear``, ``r`` the residual) under MSE, or the window's loss with and without the
+    residual under other losses. States are concatenated across processes; windows are ordered by time.
+
+    Args:
+        n_targets: targets K.
+        mse: whether the loss is the MSE (weights per target) or another loss (all or nothing).
+        blocks: contiguous blocks for the standard error.
+        keep_se: standard errors the mean gain must exceed (0: any gain keeps the residual).
+    """
+
+    full_state_update = False
+
+    def __init__(self, n_targets: int, mse: bool = True, blocks: int = 10, keep_se: float = 1.0) -> None:
+        super().__init__()
+        if blocks < 2:
+            raise ValueError(f"selection_blocks must be >= 2, got {blocks}")
+        if keep_se < 0:
+            raise ValueError(f"residual_keep_se must be >= 0, got {keep_se}")
+        self.n_targets, self.mse, self.blocks, self.keep_se = n_targets, mse, blocks, keep_se
+        for name in ("time", "ee", "er", "rr", "loss_linear", "loss_full"):
+            self.add_state(name, default=[], dist_reduce_fx="cat")
+        self.add_state("count", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+
+    def update(self, time: Tensor, base: Tensor, residual: Tensor, target: Tensor,
+               loss_linear: Tensor | None = None, loss_full: Tensor | None = None) -> None:
+        """Add windows: their times ``(B,)``, the linear forecast, the residual and the outcome ``(B, F, K)``;
+        under a loss other than MSE, each window's loss without and with the residual ``(B,)``."""
+        self.time.append(time.detach().long())
+        self.count += base.shape[0]
+        if self.mse:
+            e = (target - base).detach().double()  # (B, F, K)
+            r = residual.detach().double()  # (B, F, K)
+            self.ee.append((e * e).mean(dim=1))  # (B, K) means over the horizon
+            self.er.append((e * r).mean(dim=1))  # (B, K)
+            self.rr.append((r * r).mean(dim=1))  # (B, K)
+        else:
+            if loss_linear is None or loss_full is None:
+                raise ValueError("ResidualSelection(mse=False) needs each window's loss_linear and loss_full")
+            self.loss_linear.append(loss_linear.detach().double())
+            self.loss_full.append(loss_full.detach().double())
+
+    def compute(self) -> Decision:
+        order = torch.argsort(dim_zero_cat(self.time), stable=True)  # (N,)
+        if self.mse:
+            ee, er, rr = (dim_zero_cat(s)[order] for s in (self.ee, self.er, self.rr))  # (N, K) each
+            er_sum, rr_sum = er.sum(0), rr.sum(0)  # (K,)
+            weight = torch.where(rr_sum > 0, er_sum / rr_sum.clamp_min(1e-300), torch.zeros_like(rr_sum))
+            weight = weight.clamp(0.0, 1.0)  # (K,) least squares in one variable per target
+            per_linear = ee.mean(1)  # (N,) each window's MSE without the residual
+            per_full = (ee - 2 * er + rr).mean(1)  # (N,) with the whole residual
+            per_best = (ee - 2 * weight * er + weight * weight * rr).mean(1)  # (N,) with the weighted residual
+        else:
+            per_linear = dim_zero_cat(self.loss_linear)[order]  # (N,)
+            per_full = dim_zero_cat(self.loss_full)[order]  # (N,)
+            keep_all = bool(per_full.mean() < per_linear.mean())  # ties go to the simpler model
+            weight = torch.full((self.n_targets,), 1.0 if keep_all else 0.0, dtype=torch.float64)
+            per_best = per_full if keep_all else per_linear
+        gain = per_linear - per_best  # (N,) in time order
+        se = block_standard_error(gain, self.blocks)
+        linear, full, best = (float(v.mean()) for v in (per_linear, per_full, per_best))
+        kept = bool((weight > 0).any()) and linear - best > self.keep_se * se
+        if not kept:
+            weight = torch.zeros_like(weight)
+        return Decision(weight.float(), full, linear, best, best if kept else linear, se, kept)
+
+
+def selection_line(residual: str, values: Tensor, gate: Tensor, keep_se: float) -> str:
+    """One plain line: which model is tested, and why. ``values``: the last decision's validation losses
+    with the whole residual, of the linear path alone, with the weighted residual, and the gain's
+    standard error (``-1``: no decision yet); ``gate``: the residual's weight per target."""
+    if residual == "only":
+        return "tested model: the Transformer alone (residual: only)"
+    if residual == "off":
+        return "tested model: the linear path alone (residual: off)"
+    full, linear, best, se = (float(v) for v in values)
+    if full < 0:
+        return "tested model: linear path + Transformer residual (no validation decided between them)"
+    noise = "" if se >= 1e300 else f"; gain {linear - best:.3g}, {keep_se:g} standard error {keep_se * se:.3g}"
+    if not bool((gate > 0).any()):
+        return (f"tested model: the linear path alone; the Transformer residual did not beat it on validation by more "
+                f"than noise (loss {best:.5g} with it vs {linear:.5g}{noise})")
+    if bool((gate == 1).all()):
+        return (f"tested model: linear path + Transformer residual, which beat the linear path alone on validation "
+                f"(loss {full:.5g} vs {linear:.5g}{noise})")
+    weights = ", ".join(f"{float(w):.2f}" for w in gate)
+    return (f"tested model: linear path + Transformer residual weighted per target by [{weights}] (least squares on "
+            f"validation): validation loss {best:.5g}, vs {linear:.5g} for the linear path alone and {full:.5g} "
+            f"with the whole residual{noise}")
