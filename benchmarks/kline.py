@@ -37,7 +37,6 @@ from pathlib import Path
 import lightning as L
 import torch
 import torch.nn.functional as F
-import yaml
 from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 from torch import Tensor, nn
 
@@ -46,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from core_layers import machine_info
+from ett import load_config
 
 from lightning_tf.kline import KLineDataModule, KLineForecaster
 
@@ -55,30 +55,12 @@ BACKTEST = ("cum_return", "sharpe", "max_drawdown", "turnover", "hit_rate", "exp
 FORECASTS = ("model", "persistence", "mean", "drift", "linear")
 
 
-def load_config(overrides: list[str] | None = None) -> tuple[dict, dict, dict, int | None]:
-    """The config's model, data and trainer arguments and its early-stopping patience; ``overrides``
-    (``name=value``, YAML values) replace model arguments."""
-    cfg = yaml.safe_load(CONFIG.read_text())
-    model = dict(cfg["model"]["init_args"])
-    for item in overrides or []:
-        name, _, value = item.partition("=")
-        model[name] = yaml.safe_load(value)
-    if isinstance(model.get("residual"), bool):  # YAML 1.1 reads an unquoted on / off as a boolean
-        model["residual"] = "on" if model["residual"] else "off"
-    trainer = dict(cfg.get("trainer", {}))
-    patience = None
-    for cb in trainer.pop("callbacks+", []) + trainer.pop("callbacks", []):
-        if cb.get("class_path", "").endswith("EarlyStopping"):
-            patience = int(cb.get("init_args", {}).get("patience", 3))
-    return model, cfg["data"]["init_args"], trainer, patience
-
-
 # ---------------------------------------------------------------------------------------------
 # (a) accuracy
 
 
 def accuracy(args: argparse.Namespace) -> dict:
-    model_args, data_args, trainer_args, patience = load_config(args.model)
+    model_args, data_args, trainer_args, patience = load_config(CONFIG, args.model)
     L.seed_everything(0, verbose=False)
     dm = KLineDataModule(**data_args)
     model = KLineForecaster(**model_args)
@@ -171,7 +153,7 @@ class TorchEncoder(nn.Module):
 
 
 def speed(args: argparse.Namespace) -> list[dict]:
-    model_args, data_args, _, _ = load_config(args.model)
+    model_args, data_args, _, _ = load_config(CONFIG, args.model)
     torch.manual_seed(0)
     ours = KLineForecaster(**{**model_args, "residual": "only"})  # the Transformer alone: the encoders are compared
     h = ours.hparams

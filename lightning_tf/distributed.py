@@ -22,7 +22,15 @@ from typing import Any, TypeVar
 import torch.distributed as dist
 from torch.utils.data import DistributedSampler
 
-__all__ = ["UnpaddedDistributedSampler", "eval_sampler", "gather_objects", "interleave", "predict_size", "world_size"]
+__all__ = [
+    "UnpaddedDistributedSampler",
+    "eval_sampler",
+    "gather_objects",
+    "gather_predictions",
+    "interleave",
+    "predict_size",
+    "world_size",
+]
 
 T = TypeVar("T")
 
@@ -85,6 +93,18 @@ def gather_objects(obj: T) -> list[T]:
     parts: list[Any] = [None] * n
     dist.all_gather_object(parts, obj)
     return parts
+
+
+def gather_predictions(predictions: Sequence[Any], to_cpu: bool = False) -> list[list[Any]]:
+    """What ``predict`` returned on every process, in rank order: each process's batches (one list,
+    several predict loaders flattened in order); ``to_cpu`` moves a batch dict's tensors to the CPU
+    first. A collective: every process must call it."""
+    batches = list(predictions)
+    if batches and isinstance(batches[0], list):  # several predict loaders: one list per loader
+        batches = [b for loader in batches for b in loader]
+    if to_cpu:
+        batches = [{k: v.detach().cpu() for k, v in b.items()} for b in batches]
+    return gather_objects(batches)
 
 
 def interleave(parts: Sequence[Sequence[T]], n: int | None = None) -> list[T]:

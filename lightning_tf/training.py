@@ -25,15 +25,19 @@ import math
 import os
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from lightning.pytorch import LightningModule
 
 __all__ = [
     "SchedulerName",
     "build_scheduler",
     "check_agreement",
+    "configure_adamw",
     "constant_with_warmup",
     "noam",
     "parameter_groups",
@@ -224,3 +228,16 @@ def prediction_path(trainer: Any, output: str | os.PathLike[str] | None, name: s
         path = folder / f"{stem}-{n}{dot}{suffix}"
         n += 1
     return path
+
+
+def configure_adamw(module: LightningModule) -> dict[str, Any]:
+    """``configure_optimizers`` of a module whose hyperparameters name ``lr``, ``weight_decay``, ``betas``,
+    ``scheduler``, ``warmup_steps`` and ``min_lr``: AdamW over :func:`parameter_groups` and
+    :func:`build_scheduler` over the run's estimated steps."""
+    hp = module.hparams
+    optimizer = torch.optim.AdamW(parameter_groups(module, hp.weight_decay), lr=hp.lr, betas=tuple(hp.betas))
+    scheduler = build_scheduler(
+        optimizer, hp.scheduler, lr=hp.lr, warmup_steps=hp.warmup_steps,
+        total_steps=module.trainer.estimated_stepping_batches, min_lr=hp.min_lr,
+    )
+    return {"optimizer": optimizer} if scheduler is None else {"optimizer": optimizer, "lr_scheduler": scheduler}

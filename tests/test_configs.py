@@ -11,8 +11,6 @@ import random
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
 import pytest
 import yaml
 
@@ -75,14 +73,9 @@ def _fashion_mnist(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def _etth1(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    rows = 20 * 30 * 24  # the 12/4/4-month ETT-hour borders
-    t = np.arange(rows)
-    rng = np.random.default_rng(0)
-    frame = pd.DataFrame({"date": pd.date_range("2016-07-01", periods=rows, freq="h").strftime("%Y-%m-%d %H:%M:%S")})
-    for k, name in enumerate(["HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT"]):
-        frame[name] = np.sin(2 * np.pi * t / 24 + k) + 0.1 * rng.standard_normal(rows)
-    frame.to_csv(tmp / "ETTh1.csv", index=False)
-    return ["--data.init_args.path", str(tmp / "ETTh1.csv")]
+    from tests.helpers.kline import write_etth1
+
+    return ["--data.init_args.path", str(write_etth1(tmp))]
 
 
 USER_DATA: dict[str, Callable[[Path, pytest.MonkeyPatch], list[str]]] = {

@@ -16,7 +16,7 @@ from lightning.pytorch.callbacks import BasePredictionWriter
 from lightning.pytorch.loggers import WandbLogger
 from torch import Tensor
 
-from lightning_tf.distributed import gather_objects, interleave, predict_size
+from lightning_tf.distributed import gather_predictions, interleave, predict_size
 from lightning_tf.training import prediction_path
 
 __all__ = ["ForecastWriter"]
@@ -62,11 +62,7 @@ class ForecastWriter(BasePredictionWriter):
     def write_on_epoch_end(
         self, trainer: Trainer, pl_module: LightningModule, predictions: Sequence[Any], batch_indices: Sequence[Any]
     ) -> None:
-        batches = list(predictions)
-        if batches and isinstance(batches[0], list):  # several predict loaders: one list per loader
-            batches = [b for loader in batches for b in loader]
-        batches = [{k: v.detach().cpu() for k, v in b.items()} for b in batches]
-        parts = gather_objects(batches)  # every process's share, in rank order
+        parts = gather_predictions(predictions, to_cpu=True)  # every process's batches, in rank order
         if not trainer.is_global_zero:
             return
         merged = _merge_windows(parts, predict_size(trainer))

@@ -501,7 +501,7 @@ class Seq2SeqTransformer(LightningModule):
         hyp = hyp[: int(ends[0]) + 1 if len(ends) else len(hyp)][None]  # (1, T): through the first EOS
         tgt = torch.cat((torch.full_like(hyp[:, :1], BOS_ID), hyp[:, :-1]), dim=1)  # (1, T): BOS + all but the last
         weights = [w[0] for w in self.cross_attention(src, tgt)]  # L x (H, T, S)
-        src_tokens, tgt_tokens = token_strings(self.tokenizer, src[0], "src"), token_strings(self.tokenizer, hyp[0], "tgt")
+        src_tokens, tgt_tokens = (token_strings(self.tokenizer, i, s) for i, s in ((src[0], "src"), (hyp[0], "tgt")))
         return cross_attention_figure(weights, src_tokens, tgt_tokens, title=title)
 
     def configure_callbacks(self) -> list[Callback]:

@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
-from lightning_tf.training import SchedulerName, build_scheduler, check_agreement, parameter_groups
+from lightning_tf.training import SchedulerName, check_agreement, configure_adamw
 
 from .inputs import ImageInput, as_image_list, prepare_images
 from .vit import PoolName, PosEncodingName, PresetName, VisionTransformer, preset_config
@@ -459,10 +459,5 @@ class ViTClassifier(LightningModule):
         return {"pos_embed", "cls_token"}
 
     def configure_optimizers(self) -> dict[str, Any]:
-        hp = self.hparams
-        optimizer = torch.optim.AdamW(parameter_groups(self, hp.weight_decay), lr=hp.lr, betas=tuple(hp.betas))
-        scheduler = build_scheduler(
-            optimizer, hp.scheduler, lr=hp.lr, warmup_steps=hp.warmup_steps,
-            total_steps=self.trainer.estimated_stepping_batches, min_lr=hp.min_lr,
-        )
-        return {"optimizer": optimizer} if scheduler is None else {"optimizer": optimizer, "lr_scheduler": scheduler}
+        """AdamW (matrices decay; what :meth:`no_weight_decay` lists does not) and the ``scheduler``."""
+        return configure_adamw(self)

@@ -12,7 +12,7 @@ import torch
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import BasePredictionWriter
 
-from lightning_tf.distributed import gather_objects, interleave, predict_size
+from lightning_tf.distributed import gather_predictions, interleave, predict_size
 from lightning_tf.training import prediction_path
 
 __all__ = ["ClassificationWriter"]
@@ -51,10 +51,7 @@ class ClassificationWriter(BasePredictionWriter):
     def write_on_epoch_end(
         self, trainer: Trainer, pl_module: LightningModule, predictions: Sequence[Any], batch_indices: Sequence[Any]
     ) -> None:
-        batches = list(predictions)
-        if batches and isinstance(batches[0], list):  # several predict loaders: one list per loader
-            batches = [b for loader in batches for b in loader]
-        parts = gather_objects(batches)  # every process's share, in rank order
+        parts = gather_predictions(predictions)  # every process's batches, in rank order
         if not trainer.is_global_zero:
             return
         merged = _merge_predictions(parts, predict_size(trainer))
