@@ -2,7 +2,7 @@
 protocol: 12/4/4-month borders, a StandardScaler fit on the training months, MSE and MAE on that
 normalised scale, EVERY test window scored. Each cell trains the one ETT config
 (``configs/kline/patchtst_etth1.yaml``, untouched but for the look-back and horizon): a linear path fit
-in closed form plus a patch Transformer residual kept only where it lowers the validation loss, early
+in closed form plus a patch Transformer residual kept only where its validation gain exceeds one standard error, early
 stopping and the checkpoint chosen on validation loss. Beside it, in the same run and on the same
 windows: the strongest closed-form linear model (pooled or per-channel, Linear or DLinear, chosen on
 validation; the variant is named), the model's own linear path alone, persistence, and the published

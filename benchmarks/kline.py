@@ -1,8 +1,8 @@
 """K-line forecasting on the embedded MSFT daily bars, in two parts, one run.
 
 (a) Accuracy: the default config (``configs/kline/msft_daily.yaml``: 64 bars of context, next 5 daily
-    log returns; a linear path plus a Transformer residual kept only where it lowers the validation
-    loss) is trained for the config's epochs with its early stopping, the best epoch on validation loss
+    log returns; a linear path plus a Transformer residual kept only where its validation gain over the
+    linear path exceeds one standard error) is trained for the config's epochs with its early stopping, the best epoch on validation loss
     is tested, and the model is compared with the baselines on exactly the same test windows:
     persistence (zero return), the mean return of the context (drift) and the best closed-form linear
     model (Linear or DLinear, chosen on validation). Errors are in log-return units and on the closes

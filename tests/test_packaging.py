@@ -71,3 +71,29 @@ def test_the_installed_defaults_work_from_an_empty_folder(wheel: Path, tmp_path:
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert (work / "runs" / "tour_summary.md").is_file()
     assert list((work / "runs").rglob("*.ckpt")), "the tour left no checkpoint in the empty folder"
+    # the shipped configs by their repository paths, from the empty folder
+    proc = subprocess.run(
+        [sys.executable, "-m", "lightning_tf", "fit", "--config", "configs/trainer/default.yaml",
+         "--config=configs/kline/msft_daily.yaml", "--print_config"],
+        cwd=work, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "class_path: lightning_tf.kline.KLineForecaster" in proc.stdout
+
+
+def test_shipped_configs_are_found_from_any_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--config configs/...`` names the package's own config from a folder that has none; a file of
+    the working directory wins, a path that exists nowhere is left for the parser to report."""
+    from lightning_tf.__main__ import bundled_configs
+
+    monkeypatch.chdir(tmp_path)
+    args = ["fit", "--config", "configs/trainer/default.yaml", "--config=configs/kline/msft_daily.yaml",
+            "--config", "configs/nowhere.yaml", "--model.lr", "0.1"]
+    out = bundled_configs(args)
+    assert Path(out[2]).is_file() and Path(out[2]).samefile(ROOT / "configs" / "trainer" / "default.yaml")
+    assert out[3].startswith("--config=") and Path(out[3].split("=", 1)[1]).samefile(
+        ROOT / "configs" / "kline" / "msft_daily.yaml")
+    assert out[4:] == ["--config", "configs/nowhere.yaml", "--model.lr", "0.1"]
+    (tmp_path / "configs" / "trainer").mkdir(parents=True)
+    (tmp_path / "configs" / "trainer" / "default.yaml").write_text("trainer: {}\n")
+    assert bundled_configs(["--config", "configs/trainer/default.yaml"]) == ["--config", "configs/trainer/default.yaml"]

@@ -19,8 +19,8 @@ the network can forecast ``linear(window) + residual(window)`` on the RevIN-norm
 * ``only``: the Transformer alone (PatchTST as published; the default of this class).
 
 ``residual_gate`` (a buffer, one weight in [0, 1] per target) scales the residual in evaluation: the
-model keeps it only in the measure that it lowers the validation loss (:class:`~.module.KLineForecaster`
-sets it); 0 leaves the linear path alone.
+model keeps it only where it beats the linear path on validation by more than noise
+(:class:`~.module.KLineForecaster` sets it); 0 leaves the linear path alone.
 
 Two heads:
 
