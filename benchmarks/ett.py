@@ -156,7 +156,7 @@ def run_one(context_len: int, horizon: int, args: argparse.Namespace) -> dict:
     pub_mse, pub_mae = published_protocol(model, dm)
     path_scores = linear_path_scores(model, dm)
     best = ckpt.best_model_path
-    full, linear, weighted, gain_se = (float(v) for v in model.val_selection)
+    full, linear, weighted, gain, gain_se = (float(v) for v in model.val_selection)
     return {
         "context_len": context_len, "horizon": horizon, "epochs": trainer.current_epoch,
         "best_epoch": int(Path(best).stem.split("epoch=")[-1].split("-")[0]) if "epoch=" in best else None,
@@ -165,7 +165,7 @@ def run_one(context_len: int, horizon: int, args: argparse.Namespace) -> dict:
         "published_mse": pub_mse, "published_mae": pub_mae,
         "residual_kept": model.residual_kept, "selection": s["about"]["selection"],
         "val_loss_with_residual": full, "val_loss_linear_path": linear, "val_loss_weighted_residual": weighted,
-        "val_gain_standard_error": gain_se,
+        "val_gain_out_of_sample": gain, "val_gain_standard_error": gain_se,
         "residual_weight": [round(float(w), 4) for w in model.net.residual_gate],
         "linear_path_mse": path_scores[0] if path_scores else None,
         "linear_path_mae": path_scores[1] if path_scores else None,

@@ -196,10 +196,10 @@ class KLineForecaster(LightningModule):
         self.linear_baseline = (
             LinearBaseline(context_len, horizon, dlinear_kernel, n_targets=n_targets) if baselines else None
         )
-        # validation loss with the whole residual, of the linear path alone, with the residual weighted per target
-        # (the best the residual did), and the standard error of that gain, at the last decision; -1 (no loss is
-        # negative): none yet. Not NaN, so that two checkpoints of the same state compare equal
-        self.register_buffer("val_selection", torch.full((4,), -1.0, dtype=torch.float64))
+        # validation loss with the whole residual, of the linear path alone, with the residual weighted per target,
+        # the gain judged out of sample and its standard error, at the last decision; -1 (no loss is negative):
+        # none yet. Not NaN, so that two checkpoints of the same state compare equal
+        self.register_buffer("val_selection", torch.full((5,), -1.0, dtype=torch.float64))
         self.data_scale: DataScale | None = None  # the data's scaling, from setup or a checkpoint
         self.test_summary: dict[str, Any] = {}
         self.backtest_curves: pd.DataFrame | None = None  # equity curves of the last test's backtest
@@ -484,8 +484,8 @@ class KLineForecaster(LightningModule):
             self.log("val/loss_residual", decision.full)
             if not self.trainer.sanity_checking:
                 self.net.residual_gate.copy_(decision.weight.to(self.net.residual_gate))
-                self.val_selection.copy_(torch.tensor([decision.full, decision.linear, decision.best,
-                                                       min(decision.gain_se, 1e300)], dtype=torch.float64))
+                values = [decision.full, decision.linear, decision.best, decision.gain, min(decision.gain_se, 1e300)]
+                self.val_selection.copy_(torch.tensor(values, dtype=torch.float64))
         self.log("val/loss", chosen, prog_bar=True)
 
     def on_test_start(self) -> None:

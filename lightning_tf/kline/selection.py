@@ -8,8 +8,10 @@ into ``blocks`` contiguous blocks, and keeps the residual only when its mean gai
 alone exceeds ``keep_se`` standard errors of that gain, the standard error taken from the spread of the
 block means (a block bootstrap's variance in closed form; the "one-standard-error rule" of Hastie,
 Tibshirani and Friedman, *The Elements of Statistical Learning*, 7.10, with ``keep_se: 1``). Under the
-MSE loss the residual is first weighted per target by the least-squares weight in [0, 1] on the same
-windows; under other losses it is kept or dropped whole.
+MSE loss the residual is weighted per target by the least-squares weight in [0, 1]; weights fit on the
+windows they are judged on flatter the residual, so the gain is measured by blocked cross-validation
+(each block with the weights of the other blocks), and the model keeps the weights fit on all windows.
+Under other losses the residual is kept or dropped whole.
 """
 
 from __future__ import annotations
@@ -45,7 +47,9 @@ class Decision:  # not frozen: torchmetrics rebuilds what compute() returns
         linear: validation loss of the linear path alone.
         best: validation loss of the best weighting (before the keep rule).
         chosen: validation loss of the model as selected.
-        gain_se: the standard error of the mean gain ``linear - best`` (``inf``: too few windows).
+        gain: the mean gain over the linear path, out of sample (MSE: each block of windows weighted by
+            the weights fit on the other blocks).
+        gain_se: the standard error of ``gain`` (``inf``: too few windows).
         kept: whether the residual is kept.
     """
 
@@ -54,6 +58,7 @@ class Decision:  # not frozen: torchmetrics rebuilds what compute() returns
     linear: float
     best: float
     chosen: float
+    gain: float
     gain_se: float
     kept: bool
 
@@ -105,39 +110,52 @@ class ResidualSelection(Metric):
         order = torch.argsort(dim_zero_cat(self.time), stable=True)  # (N,)
         if self.mse:
             ee, er, rr = (dim_zero_cat(s)[order] for s in (self.ee, self.er, self.rr))  # (N, K) each
-            er_sum, rr_sum = er.sum(0), rr.sum(0)  # (K,)
-            weight = torch.where(rr_sum > 0, er_sum / rr_sum.clamp_min(1e-300), torch.zeros_like(rr_sum))
-            weight = weight.clamp(0.0, 1.0)  # (K,) least squares in one variable per target
+            weight = _clipped_weight(er.sum(0), rr.sum(0))  # (K,) least squares in one variable per target
             per_linear = ee.mean(1)  # (N,) each window's MSE without the residual
             per_full = (ee - 2 * er + rr).mean(1)  # (N,) with the whole residual
             per_best = (ee - 2 * weight * er + weight * weight * rr).mean(1)  # (N,) with the weighted residual
+            # the gain is judged out of sample: each block's windows with the weights fit on the other blocks
+            per_judged = torch.empty_like(per_linear)  # (N,)
+            blocks = torch.tensor_split(torch.arange(len(per_linear)), min(self.blocks, len(per_linear)))
+            for idx in blocks if len(blocks) > 1 else ():
+                w = _clipped_weight(er.sum(0) - er[idx].sum(0), rr.sum(0) - rr[idx].sum(0))  # (K,)
+                per_judged[idx] = (ee[idx] - 2 * w * er[idx] + w * w * rr[idx]).mean(1)
+            if len(blocks) < 2:
+                per_judged = per_best
         else:
             per_linear = dim_zero_cat(self.loss_linear)[order]  # (N,)
             per_full = dim_zero_cat(self.loss_full)[order]  # (N,)
             keep_all = bool(per_full.mean() < per_linear.mean())  # ties go to the simpler model
             weight = torch.full((self.n_targets,), 1.0 if keep_all else 0.0, dtype=torch.float64)
-            per_best = per_full if keep_all else per_linear
-        gain = per_linear - per_best  # (N,) in time order
+            per_best = per_judged = per_full if keep_all else per_linear
+        gain = per_linear - per_judged  # (N,) in time order
         se = block_standard_error(gain, self.blocks)
-        linear, full, best = (float(v.mean()) for v in (per_linear, per_full, per_best))
-        kept = bool((weight > 0).any()) and linear - best > self.keep_se * se
+        linear, full, best, judged = (float(v.mean()) for v in (per_linear, per_full, per_best, gain))
+        threshold = self.keep_se * se if self.keep_se > 0 else 0.0
+        kept = bool((weight > 0).any()) and judged > threshold
         if not kept:
             weight = torch.zeros_like(weight)
-        return Decision(weight.float(), full, linear, best, best if kept else linear, se, kept)
+        return Decision(weight.float(), full, linear, best, best if kept else linear, judged, se, kept)
+
+
+def _clipped_weight(er: Tensor, rr: Tensor) -> Tensor:
+    """``clip(sum e r / sum r^2, 0, 1)`` per target (0 where the residual is zero)."""
+    return torch.where(rr > 0, er / rr.clamp_min(1e-300), torch.zeros_like(rr)).clamp(0.0, 1.0)
 
 
 def selection_line(residual: str, values: Tensor, gate: Tensor, keep_se: float) -> str:
     """One plain line: which model is tested, and why. ``values``: the last decision's validation losses
-    with the whole residual, of the linear path alone, with the weighted residual, and the gain's
-    standard error (``-1``: no decision yet); ``gate``: the residual's weight per target."""
+    with the whole residual, of the linear path alone and with the weighted residual, the gain judged
+    out of sample and its standard error (``-1``: no decision yet); ``gate``: the residual's weight per
+    target."""
     if residual == "only":
         return "tested model: the Transformer alone (residual: only)"
     if residual == "off":
         return "tested model: the linear path alone (residual: off)"
-    full, linear, best, se = (float(v) for v in values)
+    full, linear, best, gain, se = (float(v) for v in values)
     if full < 0:
         return "tested model: linear path + Transformer residual (no validation decided between them)"
-    noise = "" if se >= 1e300 else f"; gain {linear - best:.3g}, {keep_se:g} standard error {keep_se * se:.3g}"
+    noise = "" if se >= 1e300 else f"; gain out of sample {gain:.3g}, {keep_se:g} standard error {keep_se * se:.3g}"
     if not bool((gate > 0).any()):
         return (f"tested model: the linear path alone; the Transformer residual did not beat it on validation by more "
                 f"than noise (loss {best:.5g} with it vs {linear:.5g}{noise})")
