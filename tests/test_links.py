@@ -86,3 +86,18 @@ def test_ckpt_path_last_under_a_new_wandb_run_is_refused(
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "--ckpt_path last" in err and "--trainer.logger.init_args.id <run id>" in err and "Traceback" not in err
+
+
+def test_printing_a_datamodule_builds_nothing() -> None:
+    """jsonargparse formats the DataModule into a debug line for each link it skips; Lightning's own
+    ``__str__`` would build every loader (the training corpus, predict windows without statistics)."""
+    from lightning_tf.kline import KLineDataModule
+    from lightning_tf.text import TranslationDataModule
+    from lightning_tf.vision import ImageDataModule
+
+    dms = [KLineDataModule(), TranslationDataModule(), ImageDataModule()]
+    assert [str(dm) for dm in dms] == [
+        "KLineDataModule(path='data/msft.csv')", "TranslationDataModule(dataset='synthetic')",
+        "ImageDataModule(dataset='digits')",
+    ]
+    assert not dms[0].datasets and not hasattr(dms[0], "_predict_frame")

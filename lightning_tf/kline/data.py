@@ -388,6 +388,11 @@ class KLineDataModule(LightningDataModule):
             scale_std=torch.tensor(np.repeat(np.stack([w.target_std for w in windows]), L, axis=0)),  # (n L, K)
         )
 
+    def __str__(self) -> str:
+        # Lightning's __str__ builds every loader (training data, and predict windows without statistics);
+        # jsonargparse formats the DataModule into a debug line for every link it skips
+        return f"{type(self).__name__}(path={self.hparams.path!r})"
+
     def setup(self, stage: str | None = None) -> None:
         """``fit``, ``validate``, ``test``: read ``path``, build the splits and fit the scalers on the
         training rows. ``predict``: read only the bars to forecast (``predict_path``, else ``path``); the

@@ -127,6 +127,11 @@ class MultivariateDataModule(LightningDataModule):
             raise ValueError(f"{self.path}: {n} rows, but borders={kind!r} needs {test_end}")
         return train_end, val_end, test_end
 
+    def __str__(self) -> str:
+        # Lightning's __str__ builds every loader (training data, and predict windows without statistics);
+        # jsonargparse formats the DataModule into a debug line for every link it skips
+        return f"{type(self).__name__}(path={self.hparams.path!r})"
+
     def setup(self, stage: str | None = None) -> None:
         if "train" in self.datasets:
             return

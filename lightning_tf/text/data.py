@@ -398,6 +398,11 @@ class TranslationDataModule(LightningDataModule):
         self.stats["predict/truncated"] = long
         self.predict_set = PredictDataset([r[: h.max_length] for r in ids], lines)
 
+    def __str__(self) -> str:
+        # Lightning's __str__ builds every loader (training data, and predict windows without statistics);
+        # jsonargparse formats the DataModule into a debug line for every link it skips
+        return f"{type(self).__name__}(dataset={self.hparams.dataset!r})"
+
     def setup(self, stage: str | None = None) -> None:
         """``fit``, ``validate`` and ``test`` read (or generate) the splits, learn the tokenizer on the
         training split unless one is given, encode the splits and save the tokenizer to the run folder.

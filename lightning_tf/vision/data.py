@@ -414,6 +414,11 @@ class ImageDataModule(LightningDataModule):
         if self.hparams.dataset in SPECS:
             prepare_arrays(self.hparams.dataset, self.hparams.root, self.hparams.download)
 
+    def __str__(self) -> str:
+        # Lightning's __str__ builds every loader (training data, and predict windows without statistics);
+        # jsonargparse formats the DataModule into a debug line for every link it skips
+        return f"{type(self).__name__}(dataset={self.hparams.dataset!r})"
+
     def setup(self, stage: str | None = None) -> None:
         """Build the splits; for ``predict`` with ``predict_path``, only list those files (the training
         data is not read: what preparing them needs may still come from a checkpoint)."""
