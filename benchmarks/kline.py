@@ -2,9 +2,9 @@
 
 (a) Accuracy: the default config (``configs/kline/msft_daily.yaml``: 64 bars of context, next 5 daily
     log returns; a linear path plus a Transformer residual kept only where its validation gain over the
-    linear path exceeds one standard error) is trained for the config's epochs with its early stopping, the best epoch on validation loss
-    is tested, and the model is compared with the baselines on exactly the same test windows:
-    persistence (zero return), the mean return of the context (drift) and the best closed-form linear
+    linear path exceeds one standard error) is trained for the config's epochs with its early stopping,
+    the best epoch on validation loss is tested, and the model is compared with the baselines on
+    exactly the same test windows: persistence (zero return), the mean return of the context (drift) and the best closed-form linear
     model (Linear or DLinear, chosen on validation). Errors are in log-return units and on the closes
     rebuilt from the returns; direction and information coefficient beside the share of up moves.
     Beside the errors, the backtest of each forecast's sign on the test days (long/flat, the config's
@@ -48,6 +48,7 @@ from core_layers import machine_info
 from ett import load_config
 
 from lightning_tf.kline import KLineDataModule, KLineForecaster
+from lightning_tf.kline.backtest import format_stat
 
 CONFIG = ROOT / "configs" / "kline" / "msft_daily.yaml"
 METRICS = ("mse", "mae", "rmse", "mase", "dir_acc", "up_share", "ic", "rank_ic")
@@ -116,8 +117,7 @@ def verdicts(summary: dict, scale: str) -> list[str]:
 def backtest_table(bt: dict) -> str:
     lines = ["| strategy | " + " | ".join(BACKTEST) + " |", "|---|" + "---|" * len(BACKTEST)]
     for name, values in bt["strategies"].items():
-        cells = [f"{values[m]:+.1%}" if m == "cum_return" else f"{values[m]:.1%}" if m in ("max_drawdown", "hit_rate",
-                 "exposure") else f"{values[m]:.3g}" for m in BACKTEST]
+        cells = [format_stat(m, values[m]) for m in BACKTEST]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -33,6 +33,7 @@ import pandas as pd
 
 __all__ = [
     "STATS",
+    "format_stat",
     "backtest",
     "beats_line",
     "equity_curve",
@@ -43,6 +44,15 @@ __all__ = [
 ]
 
 STATS = ("cum_return", "sharpe", "max_drawdown", "turnover", "hit_rate", "exposure")
+
+
+def format_stat(name: str, value: float) -> str:
+    """A backtest statistic as it reads best: returns and shares in percent, the rest to 3 digits."""
+    if name == "cum_return":
+        return f"{value:+.1%}"
+    if name in ("max_drawdown", "hit_rate", "exposure"):
+        return f"{value:.1%}"
+    return f"{value:.3g}"
 
 
 def positions(signal: np.ndarray, short: bool = False) -> np.ndarray:

@@ -19,7 +19,7 @@ from torch import Tensor
 from lightning_tf.distributed import gather_objects
 
 from .backtest import STATS as BACKTEST_STATS
-from .backtest import backtest, beats_line
+from .backtest import backtest, beats_line, format_stat
 from .scale import DataScale
 from .summary import BASELINES, summary_text
 
@@ -201,7 +201,7 @@ def backtest_text(bt: dict[str, Any]) -> str:
              f"per side, {bt['bars']} bars):")
     lines = [title, f"{'':14s}" + "".join(f"{m:>14s}" for m in BACKTEST_STATS)]
     for name, values in bt["strategies"].items():
-        lines.append(f"{name:14s}" + "".join(f"{values[m]:14.4g}" for m in BACKTEST_STATS))
+        lines.append(f"{name:14s}" + "".join(f"{format_stat(m, values[m]):>14s}" for m in BACKTEST_STATS))
     lines.append(bt["verdict"])
     return "\n".join(lines)
 

@@ -134,3 +134,9 @@ def test_the_model_backtests_its_test_windows_and_draws_the_equity(tmp_path: Pat
     curves = pd.read_csv(run / "backtest.csv", index_col=0)
     assert list(curves.columns) == ["model", "buy_and_hold", "mean", "linear"] and len(curves) == bt["bars"]
     assert (run / "backtest.png").stat().st_size > 10_000
+    # the report the CLI prints: the tables, the selection line, the backtest in percent and its verdict
+    report = model.test_report()
+    assert report.startswith("Test windows, original units:") and "Test windows, prices:" in report
+    assert "tested model: " in report and report.endswith(bt["verdict"])
+    hold = bt["strategies"]["buy_and_hold"]
+    assert f"{hold['cum_return']:+.1%}" in report and f"{hold['exposure']:.1%}" in report
