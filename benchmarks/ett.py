@@ -185,7 +185,7 @@ def markdown(rows: list[dict]) -> str:
     for r in sorted(rows, key=lambda r: (r["context_len"], r["horizon"])):
         h, lb = r["horizon"], r["context_len"]
         pub = published_patchtst(lb).get(h)
-        beats = "yes" if r["mse"] < r["linear_mse"] else "NO"
+        beats = "yes" if r["mse"] < r["linear_mse"] else "tie" if r["mse"] == r["linear_mse"] else "NO"
         below = "-" if pub is None else ("yes" if round(r["mse"], 3) <= pub[0] else "NO")
         path = fmt((r["linear_path_mse"], r["linear_path_mae"])) if r.get("linear_path_mse") is not None else "-"
         lines.append(
@@ -208,6 +208,7 @@ def write_results(rows: list[dict], stem: Path, meta: dict) -> None:
     stem.parent.mkdir(parents=True, exist_ok=True)
     cells = len(rows)
     beats = sum(r["mse"] < r["linear_mse"] for r in rows)
+    ties = sum(r["mse"] == r["linear_mse"] for r in rows)
     below = sum(
         round(r["mse"], 3) <= published_patchtst(r["context_len"])[r["horizon"]][0]
         for r in rows if r["horizon"] in published_patchtst(r["context_len"])
@@ -219,8 +220,10 @@ def write_results(rows: list[dict], stem: Path, meta: dict) -> None:
         f"MSE / MAE on the training months' standardised scale. Machine: {_machine(meta['machine'])}. "
         f"{meta.get('note', '')}",
         "",
-        f"The model is strictly below the closed-form linear model in {beats} of {cells} cells and at or below "
-        f"PatchTST's published MSE (rounded to 3 decimals, as published) in {below} of {cells}.",
+        f"The model is strictly below the closed-form linear model in {beats} of {cells} cells, equal to it in {ties} "
+        f"(the residual was not kept, and the model's linear path is the baseline's map), above it in "
+        f"{cells - beats - ties}; at or below PatchTST's published MSE (rounded to 3 decimals, as published) in "
+        f"{below} of {cells}.",
         "",
         markdown(rows),
         "",

@@ -405,11 +405,9 @@ class KLineForecaster(LightningModule):
             if self.hparams.residual == "on":
                 linear = self.net.combine(parts, gate=0.0)  # (B, F, K[, Q])
                 time = batch.get("time", torch.arange(x.shape[0], device=x.device) + self.selection.count)  # (B,)
-                if self.hparams.loss == "mse":
-                    self.selection.update(time, linear, out - linear, y)
-                else:
-                    self.selection.update(time, linear, out - linear, y, self._loss(linear, y, per_window=True),
-                                          self._loss(out, y, per_window=True))
+                losses = (None, None) if self.hparams.loss == "mse" else (
+                    self._loss(linear, y, per_window=True), self._loss(out, y, per_window=True))
+                self.selection.update(time, linear, out - linear, y, *losses, series=batch.get("ticker"))
         else:
             # a float batch size: Lightning averages the summed count over processes in its dtype, and an integer
             # count truncates (73.5 -> 73) when the processes scored different numbers of windows (Lightning #21859)

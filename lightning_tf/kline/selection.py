@@ -84,15 +84,18 @@ class ResidualSelection(Metric):
         if keep_se < 0:
             raise ValueError(f"residual_keep_se must be >= 0, got {keep_se}")
         self.n_targets, self.mse, self.blocks, self.keep_se = n_targets, mse, blocks, keep_se
-        for name in ("time", "ee", "er", "rr", "loss_linear", "loss_full"):
+        for name in ("time", "series", "ee", "er", "rr", "loss_linear", "loss_full"):
             self.add_state(name, default=[], dist_reduce_fx="cat")
         self.add_state("count", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
 
     def update(self, time: Tensor, base: Tensor, residual: Tensor, target: Tensor,
-               loss_linear: Tensor | None = None, loss_full: Tensor | None = None) -> None:
+               loss_linear: Tensor | None = None, loss_full: Tensor | None = None, series: Tensor | None = None) -> None:
         """Add windows: their times ``(B,)``, the linear forecast, the residual and the outcome ``(B, F, K)``;
-        under a loss other than MSE, each window's loss without and with the residual ``(B,)``."""
+        under a loss other than MSE, each window's loss without and with the residual ``(B,)``; ``series``
+        (B,) tells windows of several series at the same time apart (their order then does not depend on
+        how processes shared them)."""
         self.time.append(time.detach().long())
+        self.series.append(torch.zeros_like(self.time[-1]) if series is None else series.detach().long())
         self.count += base.shape[0]
         if self.mse:
             e = (target - base).detach().double()  # (B, F, K)
@@ -107,7 +110,9 @@ class ResidualSelection(Metric):
             self.loss_full.append(loss_full.detach().double())
 
     def compute(self) -> Decision:
-        order = torch.argsort(dim_zero_cat(self.time), stable=True)  # (N,)
+        series = dim_zero_cat(self.series)  # (N,)
+        by_series = torch.argsort(series, stable=True)  # (N,)
+        order = by_series[torch.argsort(dim_zero_cat(self.time)[by_series], stable=True)]  # (N,) by time, then series
         if self.mse:
             ee, er, rr = (dim_zero_cat(s)[order] for s in (self.ee, self.er, self.rr))  # (N, K) each
             weight = _clipped_weight(er.sum(0), rr.sum(0))  # (K,) least squares in one variable per target

@@ -68,7 +68,8 @@ def test_baseline_summary_matches_one_process(ddp_runs: Runs) -> None:
 
 
 def _verdicts(text: str) -> list[str]:
-    return [line.split(":")[0] for line in text.splitlines() if " beat" in line]
+    return [line.split(":")[0] for line in text.splitlines() if line.startswith("model ") and (" beat" in line
+            or " ties " in line)]
 
 
 def test_forecast_csv_matches_one_process(ddp_runs: Runs) -> None:

@@ -105,6 +105,20 @@ def test_windows_are_put_in_time_order_before_blocking() -> None:
     torch.testing.assert_close(a.weight, b.weight)
 
 
+def test_windows_of_several_series_at_one_time_are_ordered_by_series() -> None:
+    """Two series with the same timestamps, dealt to processes differently: the same decision."""
+    t, base, r, y = _windows(n=400, signal=(0.05, 0.05, 0.05), seed=4)
+    time = torch.arange(400) // 2  # two series per timestamp
+    series = torch.arange(400) % 2
+    one = ResidualSelection(3)
+    one.update(time, base, r, y, series=series)
+    dealt = ResidualSelection(3)
+    for part in (torch.arange(0, 400, 4), torch.arange(1, 400, 4), torch.arange(2, 400, 4), torch.arange(3, 400, 4)):
+        dealt.update(time[part], base[part], r[part], y[part], series=series[part])
+    a, b = one.compute(), dealt.compute()
+    assert a.gain == b.gain and a.gain_se == b.gain_se and a.kept == b.kept
+
+
 def test_other_losses_keep_or_drop_the_residual_whole() -> None:
     t = torch.arange(200)
     z = torch.zeros(200, 2, 1)
