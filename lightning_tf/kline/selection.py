@@ -66,7 +66,8 @@ class Decision:  # not frozen: torchmetrics rebuilds what compute() returns
 class ResidualSelection(Metric):
     """Per validation window: its time and, per target, the sums over the horizon of ``e^2``, ``e r`` and
     ``r^2`` (``e = y - linear``, ``r`` the residual) under MSE, or the window's loss with and without the
-    residual under other losses. States are concatenated across processes; windows are ordered by time.
+    residual under other losses. States are concatenated across processes; windows are ordered by time
+    (then series).
 
     Args:
         n_targets: targets K.
