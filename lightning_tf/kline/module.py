@@ -69,9 +69,9 @@ class KLineForecaster(LightningModule):
             None: chosen on the validation windows among ``lightning_tf.kline.linear.RIDGES``.
         linear_input: what the linear path reads: ``revin`` (the RevIN-normalised window), ``raw`` (the
             window on the model scale) or ``auto`` (the one with the lower validation error).
-        residual_keep_se: standard errors (from contiguous blocks of validation windows) by which the
-            residual's validation gain over the linear path must exceed zero for it to be kept (1: the
-            one-standard-error rule; 0: any gain); see :mod:`.selection`.
+        residual_keep_se: how many standard errors (from contiguous blocks of validation windows) the
+            residual's cross-validated gain over the linear path must exceed for the residual to be kept
+            (1: the one-standard-error rule; 0: any gain); see :mod:`.selection`.
         selection_blocks: contiguous blocks of validation windows for that standard error.
         quantiles: quantile levels to forecast, with 0.5 (the point forecast) among them; needs
             ``loss: quantile``, which defaults them to ``[0.1, 0.5, 0.9]``.
