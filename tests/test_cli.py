@@ -24,7 +24,7 @@ from lightning_tf.__main__ import COMMANDS, main
 from lightning_tf.callbacks import CompactModelSummary
 from lightning_tf.cli import make_cli
 from lightning_tf.runs import link_wandb_run, quiet_wandb
-from tests.helpers.cli import ROOT, cli, run_dir_args
+from tests.helpers.cli import ROOT, LogCollector, cli, run_dir_args
 
 TINY = ["--model", "tests.helpers.tiny.TinyRegressor", "--data", "tests.helpers.tiny.TinyDataModule"]
 DEFAULT = str(ROOT / "configs/trainer/default.yaml")
@@ -170,18 +170,9 @@ class _WithMetric(LightningModule):
         return self.frozen(self.net(x))
 
 
-class _Collect(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__()
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
-
-
 def _compact_summary(model: LightningModule) -> str:
     s = summarize(model, max_depth=1)
-    logger, handler = logging.getLogger("lightning.pytorch.utilities.rank_zero"), _Collect()
+    logger, handler = logging.getLogger("lightning.pytorch.utilities.rank_zero"), LogCollector()
     logger.addHandler(handler)
     level = logger.level
     logger.setLevel(logging.INFO)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from lightning_tf.console import ArgumentParser, metrics_table, quiet, quiet_eval
+from tests.helpers.cli import LogCollector
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -77,18 +78,9 @@ def test_quiet_eval_silences_checkpoint_callback_warnings_until_the_block_ends()
     assert len(caught) == 2
 
 
-class _Collect(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__()
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
-
-
 def test_quiet_drops_listed_info_lines_only_inside() -> None:
     logger = logging.getLogger("lightning.pytorch.utilities.rank_zero")
-    handler, level = _Collect(), logger.level
+    handler, level = LogCollector(), logger.level
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     try:

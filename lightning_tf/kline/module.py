@@ -404,7 +404,7 @@ class KLineForecaster(LightningModule):
             self.val_loss.update(loss.detach(), B)
             if self.hparams.residual == "on":
                 linear = self.net.combine(parts, gate=0.0)  # (B, F, K[, Q])
-                time = batch.get("time", torch.arange(x.shape[0], device=x.device) + self.selection.count)  # (B,)
+                time = batch["time"] if "time" in batch else torch.arange(x.shape[0]) + self.selection.count  # (B,)
                 losses = (None, None) if self.hparams.loss == "mse" else (
                     self._loss(linear, y, per_window=True), self._loss(out, y, per_window=True))
                 self.selection.update(time, linear, out - linear, y, *losses, series=batch.get("ticker"))

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["ROOT", "cli", "run_dir_args"]
+__all__ = ["ROOT", "LogCollector", "cli", "run_dir_args"]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,3 +37,14 @@ def cli(
 def run_dir_args(tmp: Path) -> list[str]:
     """Arguments that keep a run's outputs (checkpoints, wandb, config) under ``tmp``."""
     return ["--trainer.default_root_dir", str(tmp), "--trainer.logger.init_args.save_dir", str(tmp)]
+
+
+class LogCollector(logging.Handler):
+    """A logging handler that keeps the messages it is given (``messages``), for asserting on log lines."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
