@@ -25,7 +25,16 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .linear import RIDGES, GramStats, moving_average, plain_stats, ridge_solutions, sum_halves, validation_error
+from .closed_form import (
+    RIDGES,
+    GramStats,
+    ValidationRows,
+    choose_candidate,
+    closed_form_candidates,
+    moving_average,
+    sum_halves,
+    trend_matrix,
+)
 
 __all__ = ["LinearBaseline", "drift", "mean_forecast", "moving_average", "persistence"]
 
@@ -101,6 +110,7 @@ class LinearBaseline(nn.Module):
         if variants is not None and (not variants or set(variants) - known):
             raise ValueError(f"variants {list(variants)} must be some of {sorted(known)}")
         self.variants = None if variants is None else list(variants)
+        self._channels_seen = 0  # input channels of the training windows (mixing rows hold each one's window)
         # empty until fit: weights (groups, features, outputs) float64, the target channels (K,) (empty:
         # mixing), the chosen ridge and form (pooled, decomposed); _load_from_state_dict takes a checkpoint's shapes
         self.register_buffer("weight", torch.zeros(0, 0, 0, dtype=torch.float64))
@@ -179,13 +189,18 @@ class LinearBaseline(nn.Module):
             return [y[:, :, k] for k in range(y.shape[2])]  # K x (B, F)
         return [y.reshape(y.shape[0], -1)]  # 1 x (B, F * K)
 
-    def _accumulate(self, batches: Iterable[tuple[Tensor, Tensor]]) -> list[GramStats]:
+    def _accumulate(self, batches: Iterable[tuple[Tensor, Tensor]], rows: ValidationRows | None = None) -> list[GramStats]:
+        """Training statistics per group, or (``rows`` given) the validation windows kept row by row."""
         stats: list[GramStats] = []
         for x, y in batches:
-            rows = list(zip(self._decomposed(x.cpu()), self._targets(y.cpu()), strict=True))
+            self._channels_seen = x.shape[2]
+            parts = list(zip(self._decomposed(x.cpu()), self._targets(y.cpu()), strict=True))
+            if rows is not None:
+                rows.add([(z, t, z.new_ones(z.shape[0])) for z, t in parts])
+                continue
             if not stats:
-                stats = [GramStats() for _ in rows]
-            for s, (z, t) in zip(stats, rows, strict=True):
+                stats = [GramStats() for _ in parts]
+            for s, (z, t) in zip(stats, parts, strict=True):
                 s.add(z, t)
         return stats
 
@@ -195,14 +210,22 @@ class LinearBaseline(nn.Module):
         train: Iterable[tuple[Tensor, Tensor]],
         val: Iterable[tuple[Tensor, Tensor]] | None = None,
         ridges: Sequence[float] = RIDGES,
+        blocks: int = 10,
+        select_se: float = 0.0,
     ) -> LinearBaseline:
         """Fit every variant on ``(x (B, L, C), y (B, F, K))`` training batches; with validation batches,
-        keep the variant and ridge penalty (relative to the mean diagonal of the Gram matrix) with the
-        lowest validation MSE, otherwise the first variant with the smallest ridge. Returns self."""
+        keep the variant and ridge penalty (relative to the mean diagonal of the Gram matrix) with the lowest
+        validation MSE (``select_se > 0``: the one-standard-error rule of
+        :func:`~.closed_form.choose_candidate`), otherwise the first variant with the smallest ridge.
+        Returns self."""
         tr = self._accumulate(train)
         if not tr or tr[0].rows == 0:
             raise ValueError("LinearBaseline.fit: the training windows are empty")
-        va = self._accumulate(val) if val is not None else []
+        va: ValidationRows | None = None
+        if val is not None:
+            va = ValidationRows()
+            self._accumulate(val, va)
+            va = va if va.rows else None
         mixing = not self.channels.numel()
         poolings = ["mixing"] if mixing else (["pooled", "per_channel"] if len(tr) > 1 else ["per_channel"])
         names = [f"{p}_{f}" for p in poolings for f in ("dlinear", "linear")]
@@ -212,29 +235,18 @@ class LinearBaseline(nn.Module):
         if not names:
             kind = "mixing" if mixing else "channel"
             raise ValueError(f"none of the variants {self.variants} applies to {kind} targets")
-        best: tuple[float, str, float, list[Tensor]] | None = None
+        trend = trend_matrix(self.context_len, self.kernel_size)
+        found = []
         for name in names:
             pooling, form = name.rsplit("_", 1)
-            train_stats = tr if form == "dlinear" else [plain_stats(s) for s in tr]
-            val_stats = va if form == "dlinear" else [plain_stats(s) for s in va]
-            if pooling == "pooled":
-                total = train_stats[0]
-                for s in train_stats[1:]:
-                    total = total + s
-                candidates = [(r, [w] * len(tr)) for r, w in ridge_solutions(total, ridges)]
-            else:
-                per = [ridge_solutions(s, ridges) for s in train_stats]
-                candidates = [(per[0][i][0], [p[i][1] for p in per]) for i in range(len(ridges))]
-            for r, ws in candidates:
-                score = sum(validation_error(w, s) for w, s in zip(ws, val_stats, strict=True)) if va else 0.0
-                if best is None or score < best[0]:
-                    best = (score, name, r, ws)
-        assert best is not None
-        _, name, ridge, ws = best
-        pooling, form = name.rsplit("_", 1)
-        self._set("weight", torch.stack(ws).to(self.weight.device))
-        self._set("penalty", torch.tensor(float(ridge), dtype=torch.float64))
-        self._set("form", torch.tensor([int(pooling == "pooled"), int(form == "dlinear")]))
+            found += closed_form_candidates(tr, va, [pooling], [form], ridges, trend,
+                                            self._channels_seen if mixing else 1)
+            if va is None:
+                break
+        chosen = choose_candidate(found, blocks, select_se)
+        self._set("weight", torch.stack(chosen.weights()).to(self.weight.device))
+        self._set("penalty", torch.tensor(float(chosen.ridge), dtype=torch.float64))
+        self._set("form", torch.tensor([int(chosen.pooling == "pooled"), int(chosen.form == "dlinear")]))
         return self
 
     @torch.no_grad()

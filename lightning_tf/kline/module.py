@@ -64,11 +64,15 @@ class KLineForecaster(LightningModule):
             the Transformer alone (PatchTST). An unquoted YAML ``on`` / ``off`` means the same.
         linear: the linear path after its closed-form fit: ``frozen`` or ``tuned`` (trained with the rest).
         linear_pooling: the linear path's maps: ``pooled`` (one shared by the target channels),
-            ``per_channel``, or ``auto`` (the one with the lower validation error).
+            ``per_channel``, or ``auto`` (chosen on validation).
         linear_ridge: the linear path's ridge penalty (relative to the Gram matrix's mean diagonal);
-            None: chosen on the validation windows among ``lightning_tf.kline.linear.RIDGES``.
+            None: chosen on the validation windows among ``lightning_tf.kline.closed_form.RIDGES``.
         linear_input: what the linear path reads: ``revin`` (the RevIN-normalised window), ``raw`` (the
-            window on the model scale) or ``auto`` (the one with the lower validation error).
+            window on the model scale) or ``auto`` (chosen on validation).
+        linear_select_se: 0 (default): the linear path's (and baseline's) input, form, pooling and ridge are
+            the ones with the lowest validation error; > 0: the ones with the fewest effective degrees of
+            freedom within this many block standard errors of the lowest (1: the one-standard-error rule,
+            worse on ETTh1's test months in 4 of 8 cells; docs/results/ett_etth1_linear_one_se.md).
         residual_keep_se: how many standard errors (from contiguous blocks of validation windows) the
             residual's cross-validated gain over the linear path must exceed for the residual to be kept
             (1: the one-standard-error rule; 0: any gain); see :mod:`.selection`.
@@ -126,6 +130,7 @@ class KLineForecaster(LightningModule):
         linear_pooling: Pooling = "auto",
         linear_ridge: float | None = None,
         linear_input: LinearInput = "auto",
+        linear_select_se: float = 0.0,
         residual_keep_se: float = 1.0,
         selection_blocks: int = 10,
         quantiles: list[float] | None = None,
@@ -173,6 +178,8 @@ class KLineForecaster(LightningModule):
         if quantiles is not None and loss != "quantile":
             raise ValueError(f"quantiles {quantiles} are trained by the pinball loss: set loss: quantile")
         levels = check_quantiles(DEFAULT_QUANTILES if loss == "quantile" and quantiles is None else quantiles)
+        if linear_select_se < 0:
+            raise ValueError(f"linear_select_se must be >= 0, got {linear_select_se}")
         if linear_ridge is not None and linear_ridge < 0:
             raise ValueError(f"linear_ridge must be >= 0 (or None: chosen on validation), got {linear_ridge}")
         if backtest_cost_bps < 0:

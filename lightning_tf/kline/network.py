@@ -51,8 +51,9 @@ from torch import Tensor, nn
 
 from lightning_tf.core import Encoder, NormName, PositionalName
 
+from .closed_form import RIDGES, choose_candidate
 from .layers import RevIN, n_patches, patchify
-from .linear import RIDGES, LinearFit, LinearInput, LinearPath, Pooling
+from .linear import LinearFit, LinearInput, LinearPath, Pooling
 
 __all__ = ["ForecastParts", "PatchTST", "ResidualMode", "check_quantiles"]
 
@@ -416,6 +417,8 @@ class PatchTST(nn.Module):
         train: Callable[[], Iterable[tuple[Tensor, Tensor]]],
         val: Callable[[], Iterable[tuple[Tensor, Tensor]]] | None = None,
         ridges: Sequence[float] = RIDGES,
+        blocks: int = 10,
+        select_se: float = 0.0,
     ) -> LinearFit:
         """Set the linear path to the closed-form ridge least-squares fit on the training windows.
 
@@ -423,8 +426,11 @@ class PatchTST(nn.Module):
             train: returns an iterable of ``(x (B, L, C), y (B, F, K))`` training batches on the model scale
                 (called once per input tried).
             val: the same for the validation windows, or None; they choose the input (``linear_input:
-                auto``), the ridge and the pooling, by the validation MSE on the model scale.
+                auto``), the form, the ridge and the pooling by the model-scale validation error
+                (:func:`~.closed_form.choose_candidate`).
             ridges: the penalties tried.
+            blocks: contiguous blocks of validation windows for the rule's standard error.
+            select_se: standard errors a richer map must win by (0: the lowest validation error).
 
         The fit on the RevIN-normalised window is weighted by each window's squared scale, so both inputs
         minimise the model-scale squared error. With quantiles, the gaps start as a Gaussian's with the
@@ -434,16 +440,15 @@ class PatchTST(nn.Module):
             raise ValueError("residual 'only' has no linear path to fit")
         channels = list(range(self.n_features)) if self.channel_mixing else self._own_channels()
         inputs = {"auto": [True, False], "revin": [True], "raw": [False]}[self.linear_input]
-        fits: list[tuple[LinearFit, Tensor]] = []
-        for normalized in inputs:
-            fit = self.linear.fit(
+        found = []
+        for normalized in inputs:  # without validation: the first input (revin)
+            found += self.linear.candidates(
                 self._linear_batches(train(), normalized),
                 None if val is None else self._linear_batches(val(), normalized), channels, ridges, normalized,
             )
-            fits.append((fit, {k: v.clone() for k, v in self.linear.state_dict().items()}))
-        scores = [f.val_mse if f.val_mse is not None else float("inf") for f, _ in fits]
-        fit, state = fits[min(range(len(fits)), key=scores.__getitem__)]  # ties and no validation: the first (revin)
-        self.linear.load_state_dict(state)
+        chosen = choose_candidate(found, blocks, select_se)
+        lowest = min(found, key=lambda c: c.val_mse if c.val_mse is not None else 0.0)
+        fit = self.linear.apply(chosen, lowest)
         if self.quantiles is not None:
             sigma = fit.residual_std  # (K, F)
             if fit.input == "raw" and self.revin is not None:

@@ -44,6 +44,32 @@ def test_kline_benchmark_smoke(tmp_path: Path) -> None:
 def test_ett_benchmark_smoke(tmp_path: Path) -> None:
     proc = run("benchmarks/ett.py", "--quick", "--workdir", str(tmp_path / "ckpt"))
     assert "| look-back | horizon | model MSE / MAE | beats linear |" in proc.stdout and "| 96 | 24 |" in proc.stdout
+    assert "| linear by lowest validation error (variant) |" in proc.stdout
+
+
+def test_the_lowest_validation_linear_is_the_default_baseline_scored_on_every_test_window(tmp_path: Path) -> None:
+    """With the default selection (the lowest validation error) the benchmark's extra column is the model's own
+    baseline: the same variant, and its MSE over every test window equals the baseline's scored by hand."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import torch
+    from ett import lowest_validation_linear
+
+    from lightning_tf.kline import KLineForecaster, LinearBaseline, MultivariateDataModule
+    from lightning_tf.kline.windows import in_order
+    from tests.helpers.kline import write_etth1
+
+    dm = MultivariateDataModule(str(write_etth1(tmp_path)), context_len=48, horizon=24, features="M", batch_size=50)
+    dm.setup("fit")
+    dm.setup("test")
+    model = KLineForecaster(n_features=7, n_targets=7, target_channels=list(range(7)), context_len=48, horizon=24,
+                            patch_len=8, stride=8, d_model=8, n_heads=2, n_layers=1, d_ff=16)
+    got = lowest_validation_linear(model, dm)
+    base = LinearBaseline(48, 24, target_channels=list(range(7))).fit(
+        ((b["x"], b["y"]) for b in in_order(dm.train_dataloader())), ((b["x"], b["y"]) for b in in_order(dm.val_dataloader())))
+    with torch.no_grad():
+        errs = torch.cat([base(b["x"]) - b["y"] for b in dm.test_dataloader()])  # (N, F, C)
+    assert got["variant"] == base.describe()
+    assert got["mse"] == pytest.approx(float(errs.pow(2).mean()), rel=1e-6)  # float32 sums in another order
 
 
 def test_published_protocol_scores_the_windows_the_published_loader_keeps(tmp_path: Path) -> None:

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from lightning_tf.kline import KLineForecaster, MultivariateDataModule, PatchTST
-from lightning_tf.kline.linear import GramStats, LinearPath, ridge_solutions
+from lightning_tf.kline.closed_form import GramStats, ridge_solutions
+from lightning_tf.kline.linear import LinearPath
 from tests.helpers.kline import TINY, SineDataModule
 
 
@@ -87,7 +88,7 @@ def test_revin_fit_minimises_the_model_scale_error() -> None:
 
 def test_validation_chooses_the_input_and_a_fixed_ridge_is_kept() -> None:
     """A level series (absolute values matter): the plain window validates better than the normalised one,
-    and ``auto`` keeps it; a given ridge is the one used."""
+    and ``auto`` keeps it under the lowest-validation-error rule (``select_se=0``); a given ridge is the one used."""
     dm = SineDataModule(n_features=2, context_len=24, horizon=4, n_bars=600, noise=0.3)
     dm.setup()
     pairs = lambda ds: [(torch.stack([ds[i]["x"] for i in range(len(ds))]), torch.stack([ds[i]["y"] for i in range(len(ds))]))]  # noqa: E731
@@ -95,7 +96,7 @@ def test_validation_chooses_the_input_and_a_fixed_ridge_is_kept() -> None:
     for choice in ("revin", "raw", "auto"):
         net = PatchTST(2, 2, 24, 4, [0, 1], residual="off", linear_input=choice, patch_len=4, stride=4)
         ridges = (1e-3,) if choice == "auto" else (0.0, 1e-3, 1e-1)
-        fit = net.fit_linear(lambda: pairs(dm.train_set), lambda: pairs(dm.val_set), ridges=ridges)
+        fit = net.fit_linear(lambda: pairs(dm.train_set), lambda: pairs(dm.val_set), ridges=ridges, select_se=0.0)
         scores[choice] = fit
     assert scores["auto"].input == min(("revin", "raw"), key=lambda c: scores[c].val_mse)
     assert scores["auto"].ridge == 1e-3
@@ -249,6 +250,8 @@ def test_configuration_errors_name_the_values() -> None:
         KLineForecaster(**kw, linear="warm")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="linear_input 'revin' needs revin: true"):
         KLineForecaster(**kw, revin=False, linear_input="revin")
+    with pytest.raises(ValueError, match=r"linear_select_se must be >= 0, got -1"):
+        KLineForecaster(**kw, linear_select_se=-1.0)
     assert KLineForecaster(**kw, residual=False, linear="tuned").hparams.residual == "off"  # YAML's unquoted off
     with pytest.raises(ValueError, match="residual 'only' has no linear path to fit"):
         PatchTST(2, 2, 32, 6).fit_linear(lambda: [])
@@ -257,7 +260,7 @@ def test_configuration_errors_name_the_values() -> None:
 def test_the_dlinear_form_folds_into_one_map_of_the_window() -> None:
     """Weights over ``[remainder, trend, 1]`` give the same forecast as their fold over ``[window, 1]``, per
     target channel and over every channel (mixing)."""
-    from lightning_tf.kline.linear import fold_decomposed, moving_average, trend_matrix
+    from lightning_tf.kline.closed_form import fold_decomposed, moving_average, trend_matrix
 
     g = torch.Generator().manual_seed(0)
     L, C, O, k = 12, 3, 5, 5
