@@ -26,6 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from .closed_form import (
+    FORM_NAMES,
     RIDGES,
     GramStats,
     ValidationRows,
@@ -75,8 +76,11 @@ class LinearBaseline(nn.Module):
 
     Variants (``variant`` names): ``pooled`` / ``per_channel`` (one map for every target channel, or one
     each, from the channel's own history) or ``mixing`` (every input channel to every target), each as
-    ``linear`` (the context) or ``dlinear`` (its trend and remainder). The two ``linear``/``dlinear``
-    forms span the same maps and differ only under the ridge penalty.
+    ``linear`` (the context), ``dlinear`` (its trend and remainder) or, from a channel's own history,
+    ``nlinear`` (its change from the last value: the weights over the window sum to one, so a level shift
+    of the window shifts the forecast alike). ``linear`` and ``dlinear`` span the same maps and differ
+    only under the ridge penalty; a ridge shrinks ``linear`` toward the training mean and ``nlinear``
+    toward persistence.
 
     Args:
         context_len: context length L.
@@ -85,8 +89,8 @@ class LinearBaseline(nn.Module):
         target_channels: the input channels that are the targets (each forecast from its own history);
             None selects ``mixing``. May be set until :meth:`fit`.
         n_targets: number of targets K (``mixing``).
-        variants: the variants tried, as ``"<pooled|per_channel|mixing>_<linear|dlinear>"``; None: all
-            that apply.
+        variants: the variants tried, as ``"<pooled|per_channel>_<linear|dlinear|nlinear>"`` or
+            ``"mixing_<linear|dlinear>"``; None: all that apply.
     """
 
     weight: Tensor
@@ -106,13 +110,13 @@ class LinearBaseline(nn.Module):
         super().__init__()
         self.context_len, self.horizon, self.kernel_size = context_len, horizon, kernel_size
         self.n_mixing_targets = n_targets
-        known = {f"{p}_{f}" for p in ("pooled", "per_channel", "mixing") for f in ("linear", "dlinear")}
+        known = {f"{p}_{f}" for p in ("pooled", "per_channel") for f in FORM_NAMES} | {"mixing_linear", "mixing_dlinear"}
         if variants is not None and (not variants or set(variants) - known):
             raise ValueError(f"variants {list(variants)} must be some of {sorted(known)}")
         self.variants = None if variants is None else list(variants)
         self._channels_seen = 0  # input channels of the training windows (mixing rows hold each one's window)
         # empty until fit: weights (groups, features, outputs) float64, the target channels (K,) (empty:
-        # mixing), the chosen ridge and form (pooled, decomposed); _load_from_state_dict takes a checkpoint's shapes
+        # mixing), the chosen ridge and form (pooled, index in FORM_NAMES); _load_from_state_dict takes a checkpoint's shapes
         self.register_buffer("weight", torch.zeros(0, 0, 0, dtype=torch.float64))
         self.register_buffer("channels", torch.zeros(0, dtype=torch.long))
         self.register_buffer("penalty", torch.tensor(float("nan"), dtype=torch.float64))
@@ -147,7 +151,7 @@ class LinearBaseline(nn.Module):
         if not self.fitted:
             return None
         pooling = "mixing" if not self.channels.numel() else ("pooled" if self.form[0] else "per_channel")
-        return f"{pooling}_{'dlinear' if self.form[1] else 'linear'}"
+        return f"{pooling}_{list(FORM_NAMES)[int(self.form[1])]}"
 
     def describe(self) -> str:
         """The chosen variant in words, e.g. ``per-channel DLinear, ridge 0.01``."""
@@ -155,7 +159,7 @@ class LinearBaseline(nn.Module):
             return "not fitted"
         pooling, form = self.variant.rsplit("_", 1)  # type: ignore[union-attr]
         words = {"pooled": "pooled", "per_channel": "per-channel", "mixing": "all-channel"}[pooling]
-        return f"{words} {'DLinear' if form == 'dlinear' else 'Linear'}, ridge {self.ridge:g}"
+        return f"{words} {FORM_NAMES[form]}, ridge {self.ridge:g}"
 
     def _set(self, name: str, value: Tensor) -> None:
         """Replace buffer ``name`` in place (same tensor object: data-parallel wrappers keep theirs)."""
@@ -228,7 +232,7 @@ class LinearBaseline(nn.Module):
             va = va if va.rows else None
         mixing = not self.channels.numel()
         poolings = ["mixing"] if mixing else (["pooled", "per_channel"] if len(tr) > 1 else ["per_channel"])
-        names = [f"{p}_{f}" for p in poolings for f in ("dlinear", "linear")]
+        names = [f"{p}_{f}" for p in poolings for f in (("dlinear", "linear") if mixing else ("dlinear", "linear", "nlinear"))]
         if self.variants is not None:  # with one target channel, pooled is per-channel
             wanted = {v.replace("pooled", "per_channel") if len(tr) == 1 else v for v in self.variants}
             names = [n for n in names if n in wanted]
@@ -244,9 +248,10 @@ class LinearBaseline(nn.Module):
             if va is None:
                 break
         chosen = choose_candidate(found, blocks, select_se)
-        self._set("weight", torch.stack(chosen.weights()).to(self.weight.device))
+        ws = chosen.weights()  # over the form's rows; NLinear's folded into a map of the window
+        self._set("weight", torch.stack(chosen.fold(ws) if chosen.form == "nlinear" else ws).to(self.weight.device))
         self._set("penalty", torch.tensor(float(chosen.ridge), dtype=torch.float64))
-        self._set("form", torch.tensor([int(chosen.pooling == "pooled"), int(chosen.form == "dlinear")]))
+        self._set("form", torch.tensor([int(chosen.pooling == "pooled"), list(FORM_NAMES).index(chosen.form)]))
         return self
 
     @torch.no_grad()
@@ -256,7 +261,7 @@ class LinearBaseline(nn.Module):
             raise RuntimeError("LinearBaseline is not fitted: call fit() first")
         B = x.shape[0]
         rows = self._decomposed(x)
-        if not self.form[1]:
+        if int(self.form[1]) != 1:  # Linear, and NLinear folded into a map of the window
             rows = [sum_halves(z) for z in rows]
         w = self.weight.to(x.device)
         outs = [z @ w[g] for g, z in enumerate(rows)]  # groups x (B, outputs)

@@ -30,6 +30,7 @@ from torch import Tensor
 from .selection import block_standard_error
 
 __all__ = [
+    "FORM_NAMES",
     "RIDGES",
     "Candidate",
     "GramStats",
@@ -38,12 +39,18 @@ __all__ = [
     "closed_form_candidates",
     "effective_dof",
     "fold_decomposed",
+    "last_value_matrix",
+    "last_value_stats",
     "moving_average",
     "plain_stats",
     "ridge_solutions",
     "sum_halves",
     "trend_matrix",
 ]
+
+#: the forms of a linear map: of the window, of its trend and remainder (DLinear), of its change from the
+#: last value (NLinear); Zeng et al. 2023
+FORM_NAMES = {"linear": "Linear", "dlinear": "DLinear", "nlinear": "NLinear"}
 
 #: ridge penalties tried, relative to the mean diagonal of the Gram matrix (the intercept is never shrunk)
 RIDGES = (0.0, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
@@ -114,6 +121,32 @@ def plain_stats(stats: GramStats) -> GramStats:
     out.gram = sum_halves(sum_halves(stats.gram).T).T
     out.cross = sum_halves(stats.cross.T).T
     out.sq, out.weight, out.rows = stats.sq, stats.weight, stats.rows
+    return out
+
+
+def last_value_matrix(features: int) -> Tensor:
+    """``M`` (D, D) float64 with ``[window - last, 1] = [window, 1] @ M`` for ``[window, 1]`` rows of ``D - 1``
+    values: NLinear's input, each value less the window's last."""
+    m = torch.eye(features, dtype=torch.float64)
+    m[features - 2, : features - 1] -= 1.0
+    return m
+
+
+def last_value_stats(stats: GramStats) -> GramStats:
+    """The statistics of NLinear's rows ``[window - last, 1]`` with outputs ``t - last`` (Zeng et al. 2023: the
+    map forecasts the change from the last value, so its weights over the window sum to one and a ridge
+    shrinks the forecast toward persistence rather than toward the training mean), from those of the
+    ``[window, 1]`` rows: ``M'GM``, ``M'(C - G e 1')`` and ``sq - 2 C_e + G_ee`` with ``e`` the last value's
+    column."""
+    assert stats.gram is not None and stats.cross is not None and stats.sq is not None
+    g, c = stats.gram, stats.cross
+    last = g.shape[0] - 2
+    m = last_value_matrix(g.shape[0])
+    out = GramStats()
+    out.gram = m.T @ g @ m
+    out.cross = m.T @ (c - g[:, last : last + 1])  # (D, O): the outputs less the last value
+    out.sq = stats.sq - 2 * c[last] + g[last, last]
+    out.weight, out.rows = stats.weight, stats.rows
     return out
 
 
@@ -234,13 +267,23 @@ class Candidate:
 
     def fold(self, weights: Sequence[Tensor]) -> list[Tensor]:
         """``weights`` (per group, over the form's rows) as maps of ``[window, 1]`` rows."""
-        return list(weights) if self.form == "linear" else [fold_decomposed(w, self.trend, self.channels) for w in weights]
+        if self.form == "dlinear":
+            return [fold_decomposed(w, self.trend, self.channels) for w in weights]
+        if self.form == "nlinear":  # Z_n W + z_last 1' = Z (M W + e_last 1')
+            m = last_value_matrix(weights[0].shape[0])
+            out = []
+            for w in weights:
+                folded = m @ w  # (D, O)
+                folded[-2] += 1.0
+                out.append(folded)
+            return out
+        return list(weights)
 
     def describe(self) -> str:
         """E.g. ``pooled DLinear on the RevIN-normalised window, ridge 0.1``."""
         words = {"pooled": "pooled", "per_channel": "per-channel", "mixing": "all-channel"}[self.pooling]
         source = {"revin": " on the RevIN-normalised window", "raw": ""}.get(self.input, "")
-        return f"{words} {'DLinear' if self.form == 'dlinear' else 'Linear'}{source}, ridge {self.ridge:g}"
+        return f"{words} {FORM_NAMES[self.form]}{source}, ridge {self.ridge:g}"
 
 
 def closed_form_candidates(
@@ -261,6 +304,10 @@ def closed_form_candidates(
     groups = len(train)
     for form in forms:
         stats = train if form == "dlinear" else [plain_stats(s) for s in train]
+        if form == "nlinear":
+            if channels != 1:
+                raise ValueError("the NLinear form needs each group's own window (not mixing)")
+            stats = [last_value_stats(s) for s in stats]
         for pooling in poolings:
             if val is None:
                 return [Candidate(source, form, pooling, float(ridges[0]), math.nan, stats, None, trend, channels)]

@@ -48,7 +48,8 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class LinearFit:
     """What :meth:`LinearPath.fit` chose: the input (``revin`` or ``raw``), the form (``linear``: the window;
-    ``dlinear``: its trend and remainder, folded back into one map of the window), the pooling, the ridge, the
+    ``dlinear``: its trend and remainder; ``nlinear``: its change from the last value; each folded back into
+    one map of the window), the pooling, the ridge, the
     training and validation mean squared errors on the model scale (None without validation windows), the
     training error's root mean square per target and horizon on the normalised scale, the mean squared
     window scale per target (the weights), the effective degrees of freedom, and the candidate with the
@@ -174,7 +175,7 @@ class LinearPath(nn.Module):
             normalized: whether the batches are RevIN-normalised.
 
         Returns:
-            The candidates in the order tried: the plain form before DLinear, ``pooled`` before
+            The candidates in the order tried: the plain form, DLinear, NLinear (not with ``mixing``), ``pooled`` before
             ``per_channel`` (under ``auto``), ridges ascending.
         """
         groups = 1 if self.mixing else len(channels)
@@ -194,7 +195,8 @@ class LinearPath(nn.Module):
         )
         trend = trend_matrix(self.context_len, self.kernel_size)
         # without validation: only the first, the plain form with the smallest ridge and the first pooling
-        return closed_form_candidates(tr, va, poolings, ("linear", "dlinear"), ridges, trend,
+        forms = ("linear", "dlinear") if self.mixing else ("linear", "dlinear", "nlinear")
+        return closed_form_candidates(tr, va, poolings, forms, ridges, trend,
                                       self.n_features if self.mixing else 1, "revin" if normalized else "raw")
 
     @torch.no_grad()

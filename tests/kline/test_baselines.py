@@ -55,6 +55,37 @@ def test_every_linear_variant_recovers_an_exactly_linear_rule(variant: str) -> N
     torch.testing.assert_close(base(x[200:]), y[200:], atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.parametrize("variant", ["pooled_nlinear", "per_channel_nlinear"])
+def test_nlinear_recovers_a_rule_that_moves_with_the_level(variant: str) -> None:
+    """NLinear forecasts the change from the last value, so its weights over the window sum to one: exact on
+    an AR(2) with drift whose coefficients sum to one (a level shift of the past shifts the future alike);
+    on a noisy mean-reverting series the constraint binds and the plain form fits the training windows
+    better."""
+    T, L, F = 300, 12, 4
+    s = torch.zeros(T, 2, dtype=torch.float64)
+    s[:2] = torch.tensor([[1.0, -0.5], [0.3, 0.8]], dtype=torch.float64)
+    for t in range(2, T):
+        s[t] = 1.5 * s[t - 1] - 0.5 * s[t - 2] + 0.1
+    x, y = _windows(s, L, F)
+    base = LinearBaseline(L, F, kernel_size=5, target_channels=[0, 1], variants=[variant])
+    base.fit([(x[:150], y[:150]), (x[150:200], y[150:200])], ridges=(0.0,))
+    assert base.variant == variant and base.describe().endswith("NLinear, ridge 0")
+    torch.testing.assert_close(base(x[200:]), y[200:], atol=1e-6, rtol=1e-6)
+    sums = base.weight[:, :L].sum(dim=1)  # (groups, F): the window's weights per output
+    torch.testing.assert_close(sums, torch.ones_like(sums), atol=1e-9, rtol=0)
+    g = torch.Generator().manual_seed(0)
+    noisy = torch.zeros(2000, 2, dtype=torch.float64)
+    for t in range(1, 2000):
+        noisy[t] = 0.5 * noisy[t - 1] + torch.randn(2, generator=g, dtype=torch.float64)
+    x, y = _windows(noisy, L, F)
+    mse = {}
+    for form in ("linear", "nlinear"):
+        fit = LinearBaseline(L, F, kernel_size=5, target_channels=[0, 1], variants=[variant.replace("nlinear", form)])
+        fit.fit([(x, y)], ridges=(0.0,))
+        mse[form] = float((fit(x) - y).pow(2).mean())
+    assert mse["nlinear"] > 1.05 * mse["linear"]
+
+
 def test_dlinear_is_the_dlinear_architecture() -> None:
     """The fitted weights, read as DLinear's two linear layers over remainder and trend, give the
     same forecast as the closed form."""

@@ -144,7 +144,7 @@ def test_shared_dynamics_get_one_pooled_map_and_distinct_ones_per_channel_maps()
     default = path.fit([(x, y, torch.ones(len(x), 4))], [(xv, yv, torch.ones(len(xv), 4))], [0, 1, 2, 3],
                        normalized=False)  # select_se 0: the lowest validation error, nothing simpler preferred
     assert default.val_mse == min(c.val_mse for c in found) and default.lowest is None  # type: ignore[type-var]
-    assert len(found) == 2 * 2 * 8  # forms x poolings x ridges
+    assert len(found) == 3 * 2 * 8  # forms (Linear, DLinear, NLinear) x poolings x ridges
     apart = torch.cat((shared[:, :2], _shared_rule(3000, 2, 1.0, 1, a1=-0.9, a2=0.0)), dim=1)  # 2 and 3 oscillate
     x, y = _pairs(apart[:2000], L, F)
     xv, yv = _pairs(apart[2000:], L, F)
@@ -174,3 +174,29 @@ def test_the_chosen_weights_are_the_ridge_solution_of_the_chosen_candidate() -> 
             (_, wd), = ridge_solutions(stats, (fit.ridge,))
             w = torch.cat(((torch.eye(L, dtype=torch.float64) - trend) @ wd[:L] + trend @ wd[L : 2 * L], wd[-1:]))
         assert torch.allclose(path.weight[k].double(), w, atol=1e-6)
+
+
+def test_last_value_statistics_are_those_of_the_nlinear_rows() -> None:
+    """``last_value_stats`` from the ``[window, 1]`` statistics equals accumulating NLinear's rows
+    ``[window - last, 1]`` and outputs ``t - last`` directly (weighted), and the folded weights forecast
+    ``last + [window - last, 1] @ W``."""
+    from lightning_tf.kline.closed_form import last_value_stats
+
+    torch.manual_seed(4)
+    n, L, O = 60, 7, 3
+    window = torch.randn(n, L, dtype=torch.float64) + 2.0
+    ones = torch.ones(n, 1, dtype=torch.float64)
+    t, w = torch.randn(n, O, dtype=torch.float64), torch.rand(n, dtype=torch.float64)
+    plain, direct = GramStats(), GramStats()
+    plain.add(torch.cat((window, ones), dim=1), t, w)
+    last = window[:, -1:]
+    direct.add(torch.cat((window - last, ones), dim=1), t - last, w)
+    got = last_value_stats(plain)
+    for name in ("gram", "cross", "sq"):
+        torch.testing.assert_close(getattr(got, name), getattr(direct, name), rtol=1e-12, atol=1e-10)
+    assert (got.weight, got.rows) == (direct.weight, direct.rows)
+    weights = torch.randn(L + 1, O, dtype=torch.float64)
+    cand = Candidate("raw", "nlinear", "per_channel", 0.0, 1.0, [direct], None, torch.zeros(L, L))
+    (folded,) = cand.fold([weights])
+    torch.testing.assert_close(torch.cat((window, ones), dim=1) @ folded,
+                               last + torch.cat((window - last, ones), dim=1) @ weights, rtol=1e-12, atol=1e-10)
