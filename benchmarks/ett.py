@@ -181,6 +181,7 @@ def run_one(context_len: int, horizon: int, args: argparse.Namespace) -> dict:
         "best_epoch": int(Path(best).stem.split("epoch=")[-1].split("-")[0]) if "epoch=" in best else None,
         "train_s": train_s, "train_windows": len(dm.datasets["train"]), "test_windows": len(dm.datasets["test"]),
         "mse": s["model"]["model"]["mse"], "mae": s["model"]["model"]["mae"],
+        "best_val_loss": None if ckpt.best_model_score is None else float(ckpt.best_model_score),
         "published_mse": pub_mse, "published_mae": pub_mae,
         "residual_kept": model.residual_kept, "selection": s["about"]["selection"],
         "val_loss_with_residual": full, "val_loss_linear_path": linear, "val_loss_weighted_residual": weighted,
