@@ -38,16 +38,21 @@ def _windows(series: torch.Tensor, L: int, F: int) -> tuple[torch.Tensor, torch.
     return x, y
 
 
+def _ar2(a1: float, a2: float, T: int = 300) -> torch.Tensor:
+    """Two channels of a noiseless AR(2) with drift, ``s_t = a1 s_{t-1} + a2 s_{t-2} + 0.1``, ``(T, 2)``."""
+    s = torch.zeros(T, 2, dtype=torch.float64)
+    s[:2] = torch.tensor([[1.0, -0.5], [0.3, 0.8]], dtype=torch.float64)
+    for t in range(2, T):
+        s[t] = a1 * s[t - 1] + a2 * s[t - 2] + 0.1
+    return s
+
+
 @pytest.mark.parametrize("variant", ["pooled_dlinear", "pooled_linear", "per_channel_dlinear", "per_channel_linear",
                                      "mixing_dlinear", "mixing_linear"])
 def test_every_linear_variant_recovers_an_exactly_linear_rule(variant: str) -> None:
     # an AR(2) with no noise: every future value is a fixed linear function of the context
-    T, L, F = 300, 12, 4
-    s = torch.zeros(T, 2, dtype=torch.float64)
-    s[:2] = torch.tensor([[1.0, -0.5], [0.3, 0.8]], dtype=torch.float64)
-    for t in range(2, T):
-        s[t] = 1.6 * s[t - 1] - 0.8 * s[t - 2] + 0.1
-    x, y = _windows(s, L, F)
+    L, F = 12, 4
+    x, y = _windows(_ar2(1.6, -0.8), L, F)
     channels = None if variant.startswith("mixing") else [0, 1]
     base = LinearBaseline(L, F, kernel_size=5, target_channels=channels, n_targets=2, variants=[variant])
     base.fit([(x[:150], y[:150]), (x[150:200], y[150:200])], ridges=(0.0,))
@@ -61,12 +66,8 @@ def test_nlinear_recovers_a_rule_that_moves_with_the_level(variant: str) -> None
     an AR(2) with drift whose coefficients sum to one (a level shift of the past shifts the future alike);
     on a noisy mean-reverting series the constraint binds and the plain form fits the training windows
     better."""
-    T, L, F = 300, 12, 4
-    s = torch.zeros(T, 2, dtype=torch.float64)
-    s[:2] = torch.tensor([[1.0, -0.5], [0.3, 0.8]], dtype=torch.float64)
-    for t in range(2, T):
-        s[t] = 1.5 * s[t - 1] - 0.5 * s[t - 2] + 0.1
-    x, y = _windows(s, L, F)
+    L, F = 12, 4
+    x, y = _windows(_ar2(1.5, -0.5), L, F)
     base = LinearBaseline(L, F, kernel_size=5, target_channels=[0, 1], variants=[variant])
     base.fit([(x[:150], y[:150]), (x[150:200], y[150:200])], ridges=(0.0,))
     assert base.variant == variant and base.describe().endswith("NLinear, ridge 0")
