@@ -60,8 +60,9 @@ class KLineForecaster(LightningModule):
         channel_mixing: one head over all channels (targets that are not input channels, such as
             future returns) instead of PatchTST's channel-independent head.
         residual: ``on``: the linear path plus the Transformer as a residual that starts at zero and is
-            kept only where it beats the linear path on validation; ``off``: the linear path alone; ``only``:
-            the Transformer alone (PatchTST). An unquoted YAML ``on`` / ``off`` means the same.
+            kept only where it beats the linear path on validation; ``blend``: the Transformer trained alone,
+            stacked with the linear path by weights chosen on validation; ``off``: the linear path alone;
+            ``only``: the Transformer alone (PatchTST). An unquoted YAML ``on`` / ``off`` means the same.
         linear: the linear path after its closed-form fit: ``frozen`` or ``tuned`` (trained with the rest).
         linear_pooling: the linear path's maps: ``pooled`` (one shared by the target channels),
             ``per_channel``, or ``auto`` (chosen on validation).
@@ -166,10 +167,10 @@ class KLineForecaster(LightningModule):
         super().__init__()
         if isinstance(residual, bool):  # an unquoted YAML on / off
             residual = "on" if residual else "off"
-        if residual not in ("on", "off", "only"):
-            raise ValueError(f"residual must be 'on', 'off' or 'only', got {residual!r}")
-        if linear not in ("frozen", "tuned"):
-            raise ValueError(f"linear must be 'frozen' or 'tuned', got {linear!r}")
+        if residual not in ("on", "off", "only", "blend"):
+            raise ValueError(f"residual must be 'on', 'off', 'only' or 'blend', got {residual!r}")
+        if linear not in ("frozen", "tuned") or (linear == "tuned" and residual == "blend"):
+            raise ValueError(f"linear must be 'frozen' or 'tuned' (with residual: blend, 'frozen'), got {linear!r}")
         if loss not in ("mse", "huber", "quantile"):
             raise ValueError(f"loss must be 'mse', 'huber' or 'quantile', got {loss!r}")
         if residual == "off" and linear == "frozen" and loss != "quantile":
@@ -313,10 +314,9 @@ class KLineForecaster(LightningModule):
 
     @property
     def residual_kept(self) -> bool:
-        """Whether the forecast includes the Transformer (``residual: only``, or ``on`` and kept on validation)."""
-        if self.hparams.residual == "off":
-            return False
-        return self.hparams.residual == "only" or bool((self.net.residual_gate > 0).any())
+        """Whether the forecast includes the Transformer (``only``, or ``on`` / ``blend`` and kept on validation)."""
+        hp = self.hparams
+        return hp.residual == "only" or (hp.residual != "off" and bool((self.net.residual_gate > 0).any()))
 
     # ------------------------------------------------------------------ the data, once
 
@@ -409,7 +409,7 @@ class KLineForecaster(LightningModule):
         loss = self._loss(out, y)
         if stage == "val":
             self.val_loss.update(loss.detach(), B)
-            if self.hparams.residual == "on":
+            if self.hparams.residual in ("on", "blend"):
                 linear = self.net.combine(parts, gate=0.0)  # (B, F, K[, Q])
                 time = batch["time"] if "time" in batch else torch.arange(x.shape[0]) + self.selection.count  # (B,)
                 losses = (None, None) if self.hparams.loss == "mse" else (
@@ -481,7 +481,7 @@ class KLineForecaster(LightningModule):
             return
         chosen = float(self.val_loss.compute())
         self.val_loss.reset()
-        if self.hparams.residual == "on" and self.selection.update_called:
+        if self.hparams.residual in ("on", "blend") and self.selection.update_called:
             decision = self.selection.compute()
             self.selection.reset()
             chosen = decision.chosen
@@ -541,9 +541,7 @@ class KLineForecaster(LightningModule):
         """A :class:`~.writer.ForecastWriter` for ``predict``, unless the trainer already has a prediction
         writer (one given in the config or on the command line wins)."""
         callbacks = self.trainer.callbacks if self._trainer is not None else []
-        if any(isinstance(cb, BasePredictionWriter) for cb in callbacks):
-            return []
-        return [ForecastWriter()]
+        return [] if any(isinstance(cb, BasePredictionWriter) for cb in callbacks) else [ForecastWriter()]
 
     def configure_optimizers(self) -> dict[str, Any]:
         """AdamW (matrices decay; what :meth:`no_weight_decay` lists does not) and the ``scheduler``."""

@@ -16,6 +16,10 @@ the network can forecast ``linear(window) + residual(window)`` on the RevIN-norm
   training, see :meth:`PatchTST.fit_linear`) plus the Transformer, whose output layer starts at
   exactly zero, so training starts from the linear model's forecast and error;
 * ``off``: the linear path alone (RLinear, Li et al. 2023);
+* ``blend``: both, trained apart: the linear path in closed form and the Transformer alone on the
+  target (as ``only``); the Transformer's part is its forecast minus the linear path's, so a weight
+  ``w`` forecasts ``(1 - w) linear + w Transformer``: stacking (Wolpert 1992; Breiman 1996,
+  "Stacked Regressions"), the weight chosen on validation;
 * ``only``: the Transformer alone (PatchTST as published; the default of this class).
 
 ``residual_gate`` (a buffer, one weight in [0, 1] per target) scales the residual in evaluation: the
@@ -57,7 +61,7 @@ from .linear import LinearFit, LinearInput, LinearPath, Pooling
 
 __all__ = ["ForecastParts", "PatchTST", "ResidualMode", "check_quantiles"]
 
-ResidualMode = Literal["on", "off", "only"]
+ResidualMode = Literal["on", "off", "only", "blend"]
 
 
 def check_quantiles(quantiles: Sequence[float] | None) -> list[float] | None:
@@ -79,7 +83,8 @@ class ForecastParts(NamedTuple):
 
     Attributes:
         linear: the linear path's forecast ``(B, F, K)`` on the normalised scale, or None.
-        residual: the Transformer's forecast ``(B, F, K)`` on the normalised scale, or None.
+        residual: the Transformer's forecast ``(B, F, K)`` on the normalised scale (``blend``: less the
+            linear path's), or None.
         gaps: raw quantile gaps ``(B, F, K, Q - 1)`` of the Transformer (None without quantiles or encoder).
         mean: the targets' window means ``(B, 1, K)`` (zeros without RevIN).
         std: the targets' window scales ``(B, 1, K)`` (ones without RevIN).
@@ -108,7 +113,8 @@ class PatchTST(nn.Module):
         channel_mixing: one head over all channels instead of PatchTST's channel-independent head
             (and a linear path from every channel's window to every target).
         residual: ``only`` (the Transformer alone), ``on`` (linear path plus the Transformer as a
-            residual that starts at zero) or ``off`` (the linear path alone).
+            residual that starts at zero), ``blend`` (the Transformer trained alone, its part the
+            difference from the linear path) or ``off`` (the linear path alone).
         linear_pooling: the linear path's maps: ``pooled`` (one for every target), ``per_channel`` or
             ``auto`` (chosen on the validation windows by :meth:`fit_linear`).
         linear_trainable: fine-tune the linear path after its closed-form fit (else it stays frozen).
@@ -174,8 +180,8 @@ class PatchTST(nn.Module):
                             ("horizon", horizon), ("patch_len", patch_len), ("stride", stride)):
             if value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
-        if residual not in ("on", "off", "only"):
-            raise ValueError(f"residual must be 'on', 'off' or 'only', got {residual!r}")
+        if residual not in ("on", "off", "only", "blend"):
+            raise ValueError(f"residual must be 'on', 'off', 'only' or 'blend', got {residual!r}")
         if linear_input not in ("auto", "revin", "raw"):
             raise ValueError(f"linear_input must be 'auto', 'revin' or 'raw', got {linear_input!r}")
         if linear_input == "revin" and not revin:
@@ -335,6 +341,10 @@ class PatchTST(nn.Module):
         residual, gaps, weights = None, None, []
         if self.has_encoder:
             residual, gaps, weights = self._transformer(x, need_weights)
+        if self.residual == "blend" and linear is not None and residual is not None:
+            # the Transformer's forecast less the linear path's, both on the normalised scale
+            assert self.linear is not None
+            residual = residual - (linear if self.linear.reads_normalized else (linear - mean) / std)  # (B, F, K)
         return ForecastParts(linear, residual, gaps, mean, std), weights
 
     def combine(self, parts: ForecastParts, gate: float | None = None) -> Tensor:

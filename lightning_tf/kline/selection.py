@@ -11,7 +11,8 @@ Tibshirani and Friedman, *The Elements of Statistical Learning*, 7.10, with ``ke
 MSE loss the residual is weighted per target by the least-squares weight in [0, 1]; weights fit on the
 windows they are judged on flatter the residual, so the gain is measured by blocked cross-validation
 (each block with the weights of the other blocks), and the model keeps the weights fit on all windows.
-Under other losses the residual is kept or dropped whole.
+Under other losses the residual is kept or dropped whole. With ``residual: blend`` the residual is the forecast of
+the Transformer trained alone less the linear path's, so the weight stacks the two models.
 """
 
 from __future__ import annotations
@@ -159,16 +160,19 @@ def selection_line(residual: str, values: Tensor, gate: Tensor, keep_se: float) 
     if residual == "off":
         return "tested model: the linear path alone (residual: off)"
     full, linear, best, gain, se = (float(v) for v in values)
+    what = "Transformer residual" if residual == "on" else "Transformer (trained alone)"
     if full < 0:
-        return "tested model: linear path + Transformer residual (no validation decided between them)"
+        return f"tested model: linear path + {what} (no validation decided between them)"
     noise = "" if se >= 1e300 else f"; gain out of sample {gain:.3g}, {keep_se:g} standard error {keep_se * se:.3g}"
     if not bool((gate > 0).any()):
-        return (f"tested model: the linear path alone; the Transformer residual did not beat it on validation by more "
+        return (f"tested model: the linear path alone; the {what} did not beat it on validation by more "
                 f"than noise (loss {best:.5g} with it vs {linear:.5g}{noise})")
     if bool((gate == 1).all()):
-        return (f"tested model: linear path + Transformer residual, which beat the linear path alone on validation "
+        model = "the Transformer alone (trained alone)" if residual == "blend" else f"linear path + {what}"
+        return (f"tested model: {model}, which beat the linear path alone on validation "
                 f"(loss {full:.5g} vs {linear:.5g}{noise})")
     weights = ", ".join(f"{float(w):.2f}" for w in gate)
-    return (f"tested model: linear path + Transformer residual weighted per target by [{weights}] (least squares on "
-            f"validation): validation loss {best:.5g}, vs {linear:.5g} for the linear path alone and {full:.5g} "
-            f"with the whole residual{noise}")
+    model = (f"linear path + {what} weighted per target by [{weights}]" if residual == "on" else
+             f"(1 - w) linear path + w {what}, w per target [{weights}]")
+    return (f"tested model: {model} (least squares on validation): validation loss {best:.5g}, vs {linear:.5g} "
+            f"for the linear path alone and {full:.5g} with the whole {what}{noise}")

@@ -244,10 +244,12 @@ def test_configuration_errors_name_the_values() -> None:
     kw = dict(n_features=2, n_targets=2, context_len=32, horizon=6)
     with pytest.raises(ValueError, match="residual 'off' with linear 'frozen' leaves nothing to train"):
         KLineForecaster(**kw, residual="off")
-    with pytest.raises(ValueError, match=r"residual must be 'on', 'off' or 'only', got 'maybe'"):
+    with pytest.raises(ValueError, match=r"residual must be 'on', 'off', 'only' or 'blend', got 'maybe'"):
         KLineForecaster(**kw, residual="maybe")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"linear must be 'frozen' or 'tuned', got 'warm'"):
+    with pytest.raises(ValueError, match=r"linear must be 'frozen' or 'tuned' \(with .*\), got 'warm'"):
         KLineForecaster(**kw, linear="warm")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"with residual: blend, 'frozen'\), got 'tuned'"):
+        KLineForecaster(**kw, residual="blend", linear="tuned")  # the Transformer trains alone: nothing to tune
     with pytest.raises(ValueError, match="linear_input 'revin' needs revin: true"):
         KLineForecaster(**kw, revin=False, linear_input="revin")
     with pytest.raises(ValueError, match=r"linear_select_se must be >= 0, got -1"):
