@@ -96,3 +96,19 @@ def test_published_protocol_scores_the_windows_the_published_loader_keeps(tmp_pa
     assert mse == pytest.approx(float(kept.pow(2).mean()), rel=1e-5)
     assert mae == pytest.approx(float(kept.abs().mean()), rel=1e-5)
     assert published_protocol(model, dm, batch_size=1)[0] == pytest.approx(float(errs.pow(2).mean()), rel=1e-5)
+
+
+def test_verdict_counts_compare_each_scoring_with_the_published_row() -> None:
+    """Below / tie against the linear model on the same windows; at or below PatchTST's published MSE after
+    rounding to 3 decimals, counted for every-window scoring and for the published loader's windows apart."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from ett import published_patchtst, verdict_counts
+
+    pub = published_patchtst(336)[96][0]  # 0.375
+    rows = [
+        {"context_len": 336, "horizon": 96, "mse": pub + 0.0004, "published_mse": pub + 0.0006, "linear_mse": 0.5},
+        {"context_len": 336, "horizon": 96, "mse": pub + 0.0006, "published_mse": pub - 0.01, "linear_mse": pub + 0.0006},
+        {"context_len": 336, "horizon": 96, "mse": 0.9, "published_mse": 0.9, "linear_mse": 0.8},
+        {"context_len": 336, "horizon": 24, "mse": 0.1, "published_mse": 0.1, "linear_mse": 0.2},  # no published row
+    ]
+    assert verdict_counts(rows) == (2, 1, 1, 1)
