@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 import warnings
@@ -76,22 +77,26 @@ class EpochReport(Callback):
               f"(with residual {get('val/loss_residual'):.4f}, linear path {get('val/loss_linear'):.4f})", flush=True)
 
 
-def load_config(path: Path, overrides: list[str] | None = None) -> tuple[dict, dict, dict, int | None]:
-    """The config's model and data arguments, trainer arguments and early-stopping patience; ``overrides``
-    (``name=value``, YAML values) replace model arguments."""
+def load_config(path: Path, overrides: list[str] | None = None) -> tuple[dict, dict, dict, dict | None]:
+    """The config's model and data arguments, trainer arguments and early stopping (its ``monitor`` and
+    ``patience``, None without one); ``overrides`` (``name=value``, YAML values) replace model arguments."""
     cfg = yaml.safe_load(path.read_text())
     trainer = dict(cfg.get("trainer", {}))
-    patience = None
+    stopping = None
     for cb in trainer.pop("callbacks+", []) + trainer.pop("callbacks", []):
         if cb.get("class_path", "").endswith("EarlyStopping"):
-            patience = int(cb.get("init_args", {}).get("patience", 3))
+            args = cb.get("init_args", {})
+            stopping = {"monitor": args.get("monitor", "val/loss"), "patience": int(args.get("patience", 3))}
     model = dict(cfg["model"]["init_args"])
     for item in overrides or []:
         name, _, value = item.partition("=")
-        model[name] = yaml.safe_load(value)
+        parsed = yaml.safe_load(value)
+        if isinstance(parsed, str) and re.fullmatch(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+", parsed):
+            parsed = float(parsed)  # YAML 1.1 reads 1e-4 (no dot) as a string
+        model[name] = parsed
     if isinstance(model.get("residual"), bool):  # YAML 1.1 reads an unquoted on / off as a boolean
         model["residual"] = "on" if model["residual"] else "off"
-    return model, dict(cfg["data"]["init_args"]), trainer, patience
+    return model, dict(cfg["data"]["init_args"]), trainer, stopping
 
 
 @torch.inference_mode()
@@ -146,7 +151,7 @@ def lowest_validation_linear(model: KLineForecaster, dm: MultivariateDataModule)
 
 
 def run_one(context_len: int, horizon: int, args: argparse.Namespace) -> dict:
-    model_args, data_args, trainer_args, patience = load_config(args.config, args.model)
+    model_args, data_args, trainer_args, stopping = load_config(args.config, args.model)
     L.seed_everything(args.seed, verbose=False)
     dm = MultivariateDataModule(str(args.data), context_len=context_len, horizon=horizon,
                                 features=data_args.get("features", "M"), borders=data_args.get("borders", "auto"),
@@ -156,8 +161,8 @@ def run_one(context_len: int, horizon: int, args: argparse.Namespace) -> dict:
     ckpt = ModelCheckpoint(dirpath=args.workdir / f"L{context_len}_H{horizon}", monitor="val/loss", mode="min",
                            save_top_k=1)
     callbacks: list[Callback] = [ckpt, EpochReport()]
-    if patience:
-        callbacks.append(EarlyStopping("val/loss", mode="min", patience=patience))
+    if stopping:
+        callbacks.append(EarlyStopping(stopping["monitor"], mode="min", patience=stopping["patience"]))
     epochs = args.epochs or trainer_args.get("max_epochs", 8)
     trainer = L.Trainer(
         max_epochs=epochs, logger=False, enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks,

@@ -61,15 +61,15 @@ FORECASTS = ("model", "persistence", "mean", "drift", "linear")
 
 
 def accuracy(args: argparse.Namespace) -> dict:
-    model_args, data_args, trainer_args, patience = load_config(CONFIG, args.model)
+    model_args, data_args, trainer_args, stopping = load_config(CONFIG, args.model)
     L.seed_everything(0, verbose=False)
     dm = KLineDataModule(**data_args)
     model = KLineForecaster(**model_args)
     epochs = args.epochs or trainer_args.get("max_epochs", 10)
     ckpt = ModelCheckpoint(dirpath=args.workdir, monitor="val/loss", mode="min", save_top_k=1)
     callbacks: list[Callback] = [ckpt]
-    if patience:
-        callbacks.append(EarlyStopping("val/loss", mode="min", patience=patience))
+    if stopping:
+        callbacks.append(EarlyStopping(stopping["monitor"], mode="min", patience=stopping["patience"]))
     trainer = L.Trainer(
         max_epochs=epochs, gradient_clip_val=trainer_args.get("gradient_clip_val"), logger=False,
         enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks, num_sanity_val_steps=0,

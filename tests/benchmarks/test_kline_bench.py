@@ -112,3 +112,23 @@ def test_verdict_counts_compare_each_scoring_with_the_published_row() -> None:
         {"context_len": 336, "horizon": 24, "mse": 0.1, "published_mse": 0.1, "linear_mse": 0.2},  # no published row
     ]
     assert verdict_counts(rows) == (2, 1, 1, 1)
+
+
+def test_the_benchmarks_stop_early_as_the_config_says(tmp_path: Path) -> None:
+    """``load_config`` reads the config's EarlyStopping monitor and patience (None without one) and applies
+    model overrides as YAML values."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from ett import load_config
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "trainer:\n  max_epochs: 2\n  callbacks+:\n    - class_path: lightning.pytorch.callbacks.EarlyStopping\n"
+        "      init_args: {monitor: val/loss_residual, patience: 5}\n"
+        "model:\n  init_args: {residual: on, lr: 0.001}\ndata:\n  init_args: {batch_size: 4}\n"
+    )
+    model, data, trainer, stopping = load_config(cfg, ["lr=1e-4", "residual=blend"])
+    assert stopping == {"monitor": "val/loss_residual", "patience": 5}
+    assert model == {"residual": "blend", "lr": 1e-4} and data == {"batch_size": 4} and trainer == {"max_epochs": 2}
+    cfg.write_text("model:\n  init_args: {residual: off}\ndata:\n  init_args: {}\n")
+    model, _, _, stopping = load_config(cfg)
+    assert stopping is None and model == {"residual": "off"}  # YAML 1.1's unquoted off, read back as the word
