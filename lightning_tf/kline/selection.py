@@ -11,8 +11,8 @@ Tibshirani and Friedman, *The Elements of Statistical Learning*, 7.10, with ``ke
 MSE loss the residual is weighted per target by the least-squares weight in [0, 1]; weights fit on the
 windows they are judged on flatter the residual, so the gain is measured by blocked cross-validation
 (each block with the weights of the other blocks), and the model keeps the weights fit on all windows.
-Under other losses the residual is kept or dropped whole. With ``residual: blend`` the residual is the forecast of
-the Transformer trained alone less the linear path's, so the weight stacks the two models.
+Under other losses the residual is kept or dropped whole. With ``residual: blend`` the residual is the
+forecast of the Transformer trained alone less the linear path's, so the weight stacks the two models.
 """
 
 from __future__ import annotations
@@ -168,7 +168,7 @@ def selection_line(residual: str, values: Tensor, gate: Tensor, keep_se: float) 
         return (f"tested model: the linear path alone; the {what} did not beat it on validation by more "
                 f"than noise (loss {best:.5g} with it vs {linear:.5g}{noise})")
     if bool((gate == 1).all()):
-        model = "the Transformer alone (trained alone)" if residual == "blend" else f"linear path + {what}"
+        model = "the Transformer alone (weight 1 on every target)" if residual == "blend" else f"linear path + {what}"
         return (f"tested model: {model}, which beat the linear path alone on validation "
                 f"(loss {full:.5g} vs {linear:.5g}{noise})")
     weights = ", ".join(f"{float(w):.2f}" for w in gate)
