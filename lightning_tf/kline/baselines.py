@@ -110,13 +110,15 @@ class LinearBaseline(nn.Module):
         super().__init__()
         self.context_len, self.horizon, self.kernel_size = context_len, horizon, kernel_size
         self.n_mixing_targets = n_targets
-        known = {f"{p}_{f}" for p in ("pooled", "per_channel") for f in FORM_NAMES} | {"mixing_linear", "mixing_dlinear"}
+        known = {f"{p}_{f}" for p in ("pooled", "per_channel") for f in FORM_NAMES}
+        known |= {"mixing_linear", "mixing_dlinear"}  # NLinear needs each target's own window
         if variants is not None and (not variants or set(variants) - known):
             raise ValueError(f"variants {list(variants)} must be some of {sorted(known)}")
         self.variants = None if variants is None else list(variants)
         self._channels_seen = 0  # input channels of the training windows (mixing rows hold each one's window)
         # empty until fit: weights (groups, features, outputs) float64, the target channels (K,) (empty:
-        # mixing), the chosen ridge and form (pooled, index in FORM_NAMES); _load_from_state_dict takes a checkpoint's shapes
+        # mixing), the chosen ridge and form (pooled, index in FORM_NAMES); _load_from_state_dict takes a
+        # checkpoint's shapes
         self.register_buffer("weight", torch.zeros(0, 0, 0, dtype=torch.float64))
         self.register_buffer("channels", torch.zeros(0, dtype=torch.long))
         self.register_buffer("penalty", torch.tensor(float("nan"), dtype=torch.float64))
@@ -232,7 +234,8 @@ class LinearBaseline(nn.Module):
             va = va if va.rows else None
         mixing = not self.channels.numel()
         poolings = ["mixing"] if mixing else (["pooled", "per_channel"] if len(tr) > 1 else ["per_channel"])
-        names = [f"{p}_{f}" for p in poolings for f in (("dlinear", "linear") if mixing else ("dlinear", "linear", "nlinear"))]
+        forms = ("dlinear", "linear") if mixing else ("dlinear", "linear", "nlinear")
+        names = [f"{p}_{f}" for p in poolings for f in forms]
         if self.variants is not None:  # with one target channel, pooled is per-channel
             wanted = {v.replace("pooled", "per_channel") if len(tr) == 1 else v for v in self.variants}
             names = [n for n in names if n in wanted]

@@ -300,13 +300,13 @@ def closed_form_candidates(
     scored on each validation window, in the order tried (forms, then poolings, then ridges ascending).
     ``pooled`` fits one map on all groups; ``trend`` (L, L) folds DLinear weights into maps of the window
     of ``channels`` channels per group. Without validation only the first is returned."""
+    if "nlinear" in forms and channels != 1:
+        raise ValueError("the NLinear form needs each group's own window (not mixing)")
     out: list[Candidate] = []
     groups = len(train)
     for form in forms:
         stats = train if form == "dlinear" else [plain_stats(s) for s in train]
         if form == "nlinear":
-            if channels != 1:
-                raise ValueError("the NLinear form needs each group's own window (not mixing)")
             stats = [last_value_stats(s) for s in stats]
         for pooling in poolings:
             if val is None:

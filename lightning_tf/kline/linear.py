@@ -49,8 +49,7 @@ log = logging.getLogger(__name__)
 class LinearFit:
     """What :meth:`LinearPath.fit` chose: the input (``revin`` or ``raw``), the form (``linear``: the window;
     ``dlinear``: its trend and remainder; ``nlinear``: its change from the last value; each folded back into
-    one map of the window), the pooling, the ridge, the
-    training and validation mean squared errors on the model scale (None without validation windows), the
+    one map of the window), the pooling, the ridge, the training and validation mean squared errors on the model scale (None without validation windows), the
     training error's root mean square per target and horizon on the normalised scale, the mean squared
     window scale per target (the weights), the effective degrees of freedom, and the candidate with the
     lowest validation error when the one-standard-error rule chose a simpler one (else None) with its error."""
@@ -175,8 +174,8 @@ class LinearPath(nn.Module):
             normalized: whether the batches are RevIN-normalised.
 
         Returns:
-            The candidates in the order tried: the plain form, DLinear, NLinear (not with ``mixing``), ``pooled`` before
-            ``per_channel`` (under ``auto``), ridges ascending.
+            The candidates in the order tried: the plain form, DLinear, NLinear (not with ``mixing``),
+            ``pooled`` before ``per_channel`` (under ``auto``), ridges ascending.
         """
         groups = 1 if self.mixing else len(channels)
         tr = [GramStats() for _ in range(groups)]

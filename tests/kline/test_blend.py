@@ -48,7 +48,7 @@ def test_a_weight_mixes_the_linear_path_and_the_transformer_alone_exactly(linear
     for w in (0.25, 0.7):
         torch.testing.assert_close(blend.combine(parts, gate=w), (1 - w) * linear + w * transformer,
                                    rtol=1e-10, atol=1e-10)
-    blend.residual_gate.copy_(torch.tensor([0.0, 0.6], dtype=torch.float64))  # per target, as the validation rule leaves it
+    blend.residual_gate.copy_(torch.tensor([0.0, 0.6], dtype=torch.float64))  # per target, as validation leaves it
     out = blend.forward_quantiles(x)
     torch.testing.assert_close(out[..., 0], linear[..., 0], rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(out[..., 1], 0.4 * linear[..., 1] + 0.6 * transformer[..., 1], rtol=1e-10, atol=1e-10)

@@ -200,3 +200,12 @@ def test_last_value_statistics_are_those_of_the_nlinear_rows() -> None:
     (folded,) = cand.fold([weights])
     torch.testing.assert_close(torch.cat((window, ones), dim=1) @ folded,
                                last + torch.cat((window - last, ones), dim=1) @ weights, rtol=1e-12, atol=1e-10)
+
+
+def test_the_nlinear_form_is_refused_for_a_map_of_every_channel() -> None:
+    """NLinear forecasts a target's change from its own last value, so a map that reads every channel's window
+    (mixing) cannot take that form: one message, before any fit."""
+    from lightning_tf.kline.closed_form import GramStats, closed_form_candidates, trend_matrix
+
+    with pytest.raises(ValueError, match=r"the NLinear form needs each group's own window \(not mixing\)"):
+        closed_form_candidates([GramStats()], None, ["mixing"], ["nlinear"], [0.0], trend_matrix(8, 3), channels=3)
