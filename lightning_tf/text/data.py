@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 import numpy as np
@@ -25,7 +26,8 @@ from lightning_tf.training import run_dir
 from .io import FileFormat, Pair, read_pairs, read_sentences
 from .sampler import BatchListDataset, BucketBatchSampler, ResumableDataLoader, padding_fraction
 from .synthetic import SyntheticName, algorithmic_pairs, english_german_pairs
-from .tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, BPETokenizer
+from .tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, BPETokenizer, TextTokenizer
+from .tokenizer import load_tokenizer, tokenizer_from_dict
 
 __all__ = [
     "Dedup",
@@ -94,29 +96,33 @@ class PredictDataset(Dataset):
         return self.src_ids[i], self.src_text[i], i
 
 
-def _pad(rows: list[list[int]], prefix: list[int], suffix: list[int]) -> Tensor:
-    out = torch.full((len(rows), max(len(r) for r in rows) + len(prefix) + len(suffix)), PAD_ID)  # (B, L)
+def _pad(rows: list[list[int]], prefix: list[int], suffix: list[int], pad_id: int) -> Tensor:
+    out = torch.full((len(rows), max(len(r) for r in rows) + len(prefix) + len(suffix)), pad_id)  # (B, L)
     for b, r in enumerate(rows):
         out[b, : len(r) + len(prefix) + len(suffix)] = torch.tensor(prefix + r + suffix)
     return out
 
 
-def collate_translation(items: list[tuple[list[int], list[int], str, str]]) -> dict[str, Any]:
-    """``src (B, S)`` = tokens + </s> and ``tgt (B, T)`` = <s> + tokens + </s>, right-padded with <pad>;
-    ``src_text`` and ``tgt_text`` are the raw sentences."""
+def collate_translation(
+    items: list[tuple[list[int], list[int], str, str]], pad_id: int = PAD_ID, bos_id: int = BOS_ID, eos_id: int = EOS_ID
+) -> dict[str, Any]:
+    """``src (B, S)`` = tokens + </s> and ``tgt (B, T)`` = <s> + tokens + </s>, right-padded with <pad> (the
+    tokenizer's ids; <s> is the decoder's start token); ``src_text`` and ``tgt_text`` are the raw sentences."""
     src, tgt, src_text, tgt_text = zip(*items, strict=True)
     return {
-        "src": _pad(list(src), [], [EOS_ID]),  # (B, S)
-        "tgt": _pad(list(tgt), [BOS_ID], [EOS_ID]),  # (B, T)
+        "src": _pad(list(src), [], [eos_id], pad_id),  # (B, S)
+        "tgt": _pad(list(tgt), [bos_id], [eos_id], pad_id),  # (B, T)
         "src_text": list(src_text),
         "tgt_text": list(tgt_text),
     }
 
 
-def collate_predict(items: list[tuple[list[int], str, int]]) -> dict[str, Any]:
+def collate_predict(
+    items: list[tuple[list[int], str, int]], pad_id: int = PAD_ID, eos_id: int = EOS_ID
+) -> dict[str, Any]:
     """``src (B, S)`` = tokens + </s>, ``src_text`` and ``index (B,)``, the input line numbers."""
     src, src_text, index = zip(*items, strict=True)
-    return {"src": _pad(list(src), [], [EOS_ID]), "src_text": list(src_text), "index": torch.tensor(index)}  # (B, S)
+    return {"src": _pad(list(src), [], [eos_id], pad_id), "src_text": list(src_text), "index": torch.tensor(index)}
 
 
 # ---------------------------------------------------------------------------------------------- the DataModule
@@ -188,11 +194,11 @@ class TranslationDataModule(LightningDataModule):
             translations), the same whole ``pair``, a held-out sentence on ``either`` side, or ``none``.
         max_length: longest sentence in BPE tokens (without specials); longer pairs are dropped and counted,
             longer prediction inputs truncated.
-        vocab_size: BPE vocabulary capacity per side, specials included; every id is below it.
+        vocab_size: BPE vocabulary capacity per side, specials included; every id is below it (null: tokenizer_dir's).
         joint_vocab: one vocabulary for both languages (allows tied embeddings) or one per side.
         min_frequency: least count of a pair of symbols for a BPE merge.
-        tokenizer_dir: a directory written by ``BPETokenizer.save`` (a training run's ``tokenizer`` folder)
-            to use instead of training one.
+        tokenizer_dir: a tokenizer to use instead of training one, read at once: a run's ``tokenizer`` folder, or a
+            Marian / OPUS-MT model's folder or hub name (its SentencePiece tokenizer; with ``vocab_size: null``).
         batch_size: most pairs per batch (None: only ``max_tokens``).
         max_tokens: most ``pairs * longest side`` tokens per batch (None: only ``batch_size``).
         pool_batches: batches per length-sorted pool when shuffling.
@@ -219,7 +225,7 @@ class TranslationDataModule(LightningDataModule):
         max_words: int = 10,
         dedup: Dedup = "source",
         max_length: int = 100,
-        vocab_size: int = 1000,
+        vocab_size: int | None = 1000,
         joint_vocab: bool = True,
         min_frequency: int = 2,
         tokenizer_dir: str | None = None,
@@ -247,7 +253,9 @@ class TranslationDataModule(LightningDataModule):
                 raise ValueError(f"{name} ({value}) must be >= 1")
         if n_train is not None and n_train < 1:
             raise ValueError(f"n_train ({n_train}) must be >= 1 or null")
-        if vocab_size < 2 * len(SPECIAL_TOKENS):  # the specials, and room for the BPE alphabet
+        if vocab_size is None and tokenizer_dir is None:
+            raise ValueError("vocab_size: null takes the capacity of the tokenizer_dir tokenizer; set tokenizer_dir")
+        if vocab_size is not None and vocab_size < 2 * len(SPECIAL_TOKENS):  # the specials and the BPE alphabet
             raise ValueError(f"vocab_size ({vocab_size}) must be at least {2 * len(SPECIAL_TOKENS)}")
         if batch_size is None and max_tokens is None:
             raise ValueError("set batch_size, max_tokens or both")
@@ -260,7 +268,7 @@ class TranslationDataModule(LightningDataModule):
         self.pad_id, self.bos_id, self.eos_id = PAD_ID, BOS_ID, EOS_ID
         self.src_lang, self.tgt_lang = src_lang, tgt_lang
         self.columns = list(columns) if columns is not None else ["en", "de"]
-        self.tokenizer: BPETokenizer | None = None
+        self.tokenizer: TextTokenizer | None = None
         self.datasets: dict[str, TranslationDataset] = {}
         self.predict_text: list[str] | None = None  # the lines of predict_file, read by setup
         self.predict_set: PredictDataset | None = None  # ... encoded by predict_dataloader
@@ -268,6 +276,8 @@ class TranslationDataModule(LightningDataModule):
         self.stats: dict[str, int] = {}
         self.padding_fraction: float | None = None
         self._tokenizer_saved = False
+        if tokenizer_dir is not None:  # now: vocab_size (linked to the model) and the special ids are its
+            self.use_tokenizer(load_tokenizer(tokenizer_dir))
 
     # ---------------------------------------------------------------------------- reading
 
@@ -404,12 +414,9 @@ class TranslationDataModule(LightningDataModule):
         return f"{type(self).__name__}(dataset={self.hparams.dataset!r})"
 
     def setup(self, stage: str | None = None) -> None:
-        """``fit``, ``validate`` and ``test`` read (or generate) the splits, learn the tokenizer on the
-        training split unless one is given, encode the splits and save the tokenizer to the run folder.
-        ``predict`` reads ``predict_file`` only. ``None`` does both."""
+        """``fit``/``validate``/``test``: read (or generate) the splits, learn a tokenizer on the train split unless
+        one is given, encode the splits, save the tokenizer in the run folder; ``predict``: predict_file; None: both."""
         h = self.hparams
-        if self.tokenizer is None and h.tokenizer_dir is not None:
-            self.use_tokenizer(BPETokenizer.load(h.tokenizer_dir))
         if stage != "predict":
             if not self.datasets:
                 self._load_text()
@@ -454,7 +461,7 @@ class TranslationDataModule(LightningDataModule):
         return (ResumableDataLoader if shuffle else DataLoader)(
             self.datasets[split],
             batch_sampler=sampler,
-            collate_fn=collate_translation,
+            collate_fn=partial(collate_translation, pad_id=self.pad_id, bos_id=self.bos_id, eos_id=self.eos_id),
             num_workers=self.hparams.num_workers,
             persistent_workers=self.hparams.num_workers > 0,
         )
@@ -499,7 +506,8 @@ class TranslationDataModule(LightningDataModule):
         lengths = [len(r) + 1 for r in self.predict_set.src_ids]
         max_tokens = None if h.max_tokens is None else max(h.max_tokens, max(lengths, default=1))
         batches = BucketBatchSampler(lengths, None, h.batch_size, max_tokens, shuffle=False).all_batches()
-        ds = BatchListDataset(self.predict_set, batches, collate_predict)
+        collate = partial(collate_predict, pad_id=self.pad_id, eos_id=self.eos_id)
+        ds = BatchListDataset(self.predict_set, batches, collate)
         # under DDP each process decodes its share of the batches; TranslationWriter gathers them by line
         return DataLoader(ds, batch_size=None, sampler=eval_sampler(ds, predict=True))
 
@@ -513,9 +521,9 @@ class TranslationDataModule(LightningDataModule):
         """Reuse the checkpoint's tokenizer (Lightning calls this under ``ckpt_path`` in every stage, after
         ``setup``): see :meth:`use_tokenizer`."""
         if "tokenizer" in state_dict:
-            self.use_tokenizer(BPETokenizer.from_dict(state_dict["tokenizer"]))
+            self.use_tokenizer(tokenizer_from_dict(state_dict["tokenizer"]))
 
-    def use_tokenizer(self, tokenizer: BPETokenizer) -> None:
+    def use_tokenizer(self, tokenizer: TextTokenizer) -> None:
         """Encode the data with ``tokenizer`` (a trained model's: ``dm.use_tokenizer(model.tokenizer)``)
         instead of learning one. Before ``setup`` it replaces the training of a tokenizer; after it, the
         splits are encoded again (the prediction input when its loader is built), and the tokenizer saved
@@ -524,6 +532,7 @@ class TranslationDataModule(LightningDataModule):
         Raises:
             ValueError: when the tokenizer's ``vocab_size`` differs from this DataModule's.
         """
+        self.vocab_size = tokenizer.vocab_size if self.vocab_size is None else self.vocab_size  # vocab_size: null
         if tokenizer.vocab_size != self.vocab_size:
             raise ValueError(
                 f"tokenizer vocab_size ({tokenizer.vocab_size}) differs from vocab_size ({self.vocab_size}); "
@@ -532,6 +541,7 @@ class TranslationDataModule(LightningDataModule):
         if tokenizer == self.tokenizer:
             return
         self.tokenizer = tokenizer
+        self.pad_id, self.bos_id, self.eos_id = tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id
         if self.text:
             self._encode()
         self.predict_set = None  # encoded with the new tokenizer by predict_dataloader
