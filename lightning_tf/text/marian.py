@@ -157,7 +157,7 @@ def _layer_map(n_enc: int, n_dec: int) -> list[tuple[str, list[str]]]:
 
 def copy_marian_weights(marian: Any, model: Seq2SeqTransformer, tokenizer: SentencePieceTokenizer | None = None) -> None:
     """Copy a ``MarianMTModel``'s weights into ``model`` (built with :func:`marian_arguments`), every tensor
-    of ``model`` written, and give it ``tokenizer`` (and its direction) when one is given.
+    of ``model`` written, and give it ``tokenizer`` when one is given.
 
     Raises:
         ValueError: when the Marian model's embedding sharing differs from the one ``model`` was built with.
@@ -180,8 +180,8 @@ def copy_marian_weights(marian: Any, model: Seq2SeqTransformer, tokenizer: Sente
     state["head.weight"] = marian.lm_head.weight.detach()
     state["head.bias"] = theirs["final_logits_bias"].reshape(-1)
     model.load_state_dict(state, strict=True)
-    if tokenizer is not None:
-        model.tokenizer, model.src_lang, model.tgt_lang = tokenizer, tokenizer.src_lang, tokenizer.tgt_lang
+    if tokenizer is not None:  # the direction comes with the data of the first fit (Marian's names are free text)
+        model.tokenizer = tokenizer
 
 
 def _architecture_defaults() -> dict[str, Any]:
@@ -236,7 +236,7 @@ def from_marian(
         if tok.vocab_size != out.hparams.vocab_size:
             raise ValueError(f"the tokenizer's vocab_size ({tok.vocab_size}) differs from the model's "
                              f"({out.hparams.vocab_size})")
-        out.tokenizer, out.src_lang, out.tgt_lang = tok, tok.src_lang, tok.tgt_lang
+        out.tokenizer = tok
     return out
 
 

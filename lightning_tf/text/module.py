@@ -383,9 +383,10 @@ class Seq2SeqTransformer(LightningModule):
             return
         for name in ("pad_id", "bos_id", "eos_id"):
             check_agreement(name, self.hparams[name], getattr(tokenizer, name))
+        if self.src_lang is None:  # a fresh model, or one started from a pretrained model: the data's direction
+            self.src_lang, self.tgt_lang = direction
         if self.tokenizer is None:
             self.tokenizer = tokenizer
-            self.src_lang, self.tgt_lang = direction
             if self.hparams.share_embeddings and not tokenizer.joint:
                 log.warning("share_embeddings=True with separate source/target vocabularies: ids collide in one table")
         elif self.tokenizer != tokenizer:
