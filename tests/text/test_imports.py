@@ -7,6 +7,10 @@ import json
 import subprocess
 import sys
 
+import pytest
+
+# a fresh interpreter that imports Lightning (about 10 s on a busy 2-core machine): the integration tier
+pytestmark = pytest.mark.integration
 
 def test_importing_the_text_package_loads_neither_transformers_nor_sentencepiece() -> None:
     # Lightning itself imports transformers when it is installed (torchmetrics' BERTScore): what counts is
