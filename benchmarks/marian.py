@@ -70,7 +70,9 @@ def _reference(ref: Any, src: torch.Tensor, mask: torch.Tensor, limits: list[int
 
 SETTINGS = {
     "greedy": (dict(beam_size=1), dict(num_beams=1)),
-    "beam 4, the same scoring": (dict(beam_size=4, alpha=0.0), dict(num_beams=4, length_penalty=0.0, early_stopping=True)),
+    "beam 4, the same scoring": (
+        dict(beam_size=4, alpha=0.0), dict(num_beams=4, length_penalty=0.0, early_stopping=True)
+    ),
     "beam 4, each side's default": (
         dict(beam_size=4, alpha=0.6), dict(num_beams=4, length_penalty=1.0, early_stopping=False)
     ),

@@ -160,9 +160,10 @@ def run_name(model: Mapping[str, Any], data: Mapping[str, Any]) -> str:
     ``vision-digits-digits``, ``kline-d32-msft``.
 
     The task is the package under ``lightning_tf`` (else the model class's name); the size is the name of
-    the ``pretrained`` model, else ``d<d_model>`` when ``d_model`` is set, else the ``preset``; the dataset is ``dataset``, else the
-    name of ``path``, ``train_file`` or ``root`` without suffixes (its folder's name when the file is
-    named for a split, as ``wmt14_en_de/train``), else the data class's name without ``DataModule``.
+    the ``pretrained`` model, else ``d<d_model>`` when ``d_model`` is set, else the ``preset``; the dataset
+    is ``dataset``, else the name of ``path``, ``train_file`` or ``root`` without suffixes (its folder's
+    name when the file is named for a split, as ``wmt14_en_de/train``), else the data class's name without
+    ``DataModule``.
     """
     return "-".join(part for part in _run_parts(model, data) if part)
 

@@ -70,10 +70,8 @@ def marian_arguments(marian: Any, dropout: float | None = None) -> dict[str, Any
         ValueError: for what our model cannot express, naming the config field.
     """
     config = marian.config
-    unequal = [
-        (a, b) for a, b in (("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim"))
-        if getattr(config, a) != getattr(config, b)
-    ]
+    pairs = (("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim"))
+    unequal = [(a, b) for a, b in pairs if getattr(config, a) != getattr(config, b)]
     if unequal:
         a, b = unequal[0]
         raise ValueError(f"Marian config: {a} ({getattr(config, a)}) differs from {b} ({getattr(config, b)}); "
@@ -155,7 +153,9 @@ def _layer_map(n_enc: int, n_dec: int) -> list[tuple[str, list[str]]]:
     return out
 
 
-def copy_marian_weights(marian: Any, model: Seq2SeqTransformer, tokenizer: SentencePieceTokenizer | None = None) -> None:
+def copy_marian_weights(
+    marian: Any, model: Seq2SeqTransformer, tokenizer: SentencePieceTokenizer | None = None
+) -> None:
     """Copy a ``MarianMTModel``'s weights into ``model`` (built with :func:`marian_arguments`), every tensor
     of ``model`` written, and give it ``tokenizer`` when one is given.
 
@@ -232,7 +232,9 @@ def from_marian(
         out = cls(**{**hparams, **marian_arguments(model, hparams.get("dropout"))})
         copy_marian_weights(model, out)
     if tokenizer is not None:
-        tok = tokenizer if isinstance(tokenizer, SentencePieceTokenizer) else SentencePieceTokenizer.from_marian(tokenizer)
+        tok = tokenizer
+        if not isinstance(tok, SentencePieceTokenizer):  # a transformers MarianTokenizer
+            tok = SentencePieceTokenizer.from_marian(tok)
         if tok.vocab_size != out.hparams.vocab_size:
             raise ValueError(f"the tokenizer's vocab_size ({tok.vocab_size}) differs from the model's "
                              f"({out.hparams.vocab_size})")

@@ -292,7 +292,7 @@ class Seq2SeqTransformer(LightningModule):
         beam_size = hp.beam_size if beam_size is None else beam_size
         ngram = hp.no_repeat_ngram_size if no_repeat_ngram_size is None else no_repeat_ngram_size
         limit = self.max_new_tokens(src_ids, extra_len)
-        ids = dict(pad_id=hp.pad_id, bos_id=hp.bos_id, eos_id=hp.eos_id, no_repeat_ngram_size=ngram, use_cache=use_cache)
+        ids = {k: hp[k] for k in ("pad_id", "bos_id", "eos_id")} | dict(no_repeat_ngram_size=ngram, use_cache=use_cache)
         if beam_size == 1:
             return greedy_search(self, src_ids, limit, **ids)
         out, _ = beam_search(

@@ -96,7 +96,8 @@ def log_samples(model: Seq2SeqTransformer, candidates: list[tuple[list[int], str
     chosen = draw_samples(lengths, model.hparams.n_logged_samples, model.hparams.sample_seed, model.current_epoch)
     assert isinstance(model.logger, WandbLogger)
     if chosen:
-        src = torch.full((len(chosen), max(lengths[i] for i in chosen)), model.hparams.pad_id, dtype=torch.long)  # (n, S)
+        width = max(lengths[i] for i in chosen)
+        src = torch.full((len(chosen), width), model.hparams.pad_id, dtype=torch.long)  # (n, S)
         for b, i in enumerate(chosen):
             src[b, : lengths[i]] = torch.tensor(candidates[i][0])
         hyps = model._texts(model.generate(src.to(model.device)))

@@ -209,8 +209,9 @@ class SentencePieceTokenizer:
     def from_marian(cls, tokenizer: Any) -> SentencePieceTokenizer:
         """From a transformers ``MarianTokenizer`` (its two SentencePiece models and its vocabularies)."""
         for name, expected in (("eos_token", EOS), ("unk_token", UNK), ("pad_token", PAD)):
-            if str(getattr(tokenizer, name)) != expected:
-                raise ValueError(f"the MarianTokenizer's {name} is {str(getattr(tokenizer, name))!r}; expected {expected!r}")
+            value = str(getattr(tokenizer, name))
+            if value != expected:
+                raise ValueError(f"the MarianTokenizer's {name} is {value!r}; expected {expected!r}")
         return cls(
             tokenizer.spm_source.serialized_model_proto(),
             tokenizer.spm_target.serialized_model_proto(),

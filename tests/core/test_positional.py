@@ -51,7 +51,8 @@ def test_sinusoidal_halves_table_puts_the_papers_sines_first_and_cosines_second(
     half = d_model // 2
     expected = torch.tensor(
         [
-            [_paper_pe(p, 2 * i, d_model) for i in range(half)] + [_paper_pe(p, 2 * i + 1, d_model) for i in range(half)]
+            [_paper_pe(p, 2 * i, d_model) for i in range(half)]
+            + [_paper_pe(p, 2 * i + 1, d_model) for i in range(half)]
             for p in range(max_len)
         ],
         dtype=torch.float64,

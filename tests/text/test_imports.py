@@ -12,6 +12,7 @@ import pytest
 # a fresh interpreter that imports Lightning (about 10 s on a busy 2-core machine): the integration tier
 pytestmark = pytest.mark.integration
 
+
 def test_importing_the_text_package_loads_neither_transformers_nor_sentencepiece() -> None:
     # Lightning itself imports transformers when it is installed (torchmetrics' BERTScore): what counts is
     # that lightning_tf.text adds no module of either package to what Lightning already loaded

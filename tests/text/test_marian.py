@@ -7,6 +7,7 @@ two sizes, with shared and with untied embeddings (tests/helpers/marian.py)."""
 from __future__ import annotations
 
 import json
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -209,7 +210,7 @@ def test_to_marian_refuses_what_marian_cannot_express(tmp_path: Path) -> None:
         model.to_marian(tmp_path)
     model = Seq2SeqTransformer(vocab_size=40, preset="tiny", norm_first=False, pos_encoding="sinusoidal_halves")
     model.tokenizer = BPETokenizer.train(["ein Hund", "eine Katze"] * 5, ["a dog", "a cat"] * 5, 40)
-    with pytest.raises(ValueError, match="needs the model's tokenizer to be a SentencePieceTokenizer, got BPETokenizer"):
+    with pytest.raises(ValueError, match="tokenizer to be a SentencePieceTokenizer, got BPETokenizer"):
         model.to_marian(tmp_path)
 
 
@@ -258,3 +259,37 @@ def test_pretrained_argument_reads_a_local_marian_folder(tmp_path: Path) -> None
         Seq2SeqTransformer(pretrained=str(folder), d_model=512)
     # an architecture argument equal to the pretrained model's is fine, and dropout is the user's to choose
     assert Seq2SeqTransformer(pretrained=str(folder), d_model=16, dropout=0.3).size["dropout"] == 0.3
+
+
+def test_what_else_is_refused_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from transformers import MarianConfig, MarianMTModel
+
+    from lightning_tf.text.marian import copy_marian_weights, marian_arguments
+    from lightning_tf.text.spm_tokenizer import SentencePieceTokenizer
+    from tests.helpers.marian import SMALL, random_marian, write_tokenizer_folder
+
+    config = MarianConfig(vocab_size=20, d_model=8, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+                          decoder_attention_heads=2, encoder_ffn_dim=16, decoder_ffn_dim=16, pad_token_id=19,
+                          decoder_start_token_id=19, eos_token_id=[0, 1])
+    with pytest.raises(ValueError, match=r"eos_token_id must be one int, got \[0, 1\]"):
+        marian_arguments(MarianMTModel(config))
+    shared = _reference("small-shared")
+    untied = Seq2SeqTransformer(**{**marian_arguments(shared), "share_embeddings": False})
+    with pytest.raises(ValueError, match="share the encoder and decoder embeddings: True.*share_embeddings=False"):
+        copy_marian_weights(shared, untied)
+    # a tokenizer with another capacity than the model's embeddings
+    folder = write_tokenizer_folder(tmp_path / "folder")
+    tok = SentencePieceTokenizer.load(folder)
+    random_marian(tok.vocab_size + 3, SMALL).save_pretrained(folder)
+    with pytest.raises(ValueError, match=rf"tokenizer's vocab_size \({tok.vocab_size}\) differs from the model's"):
+        Seq2SeqTransformer(pretrained=str(folder))
+    with pytest.raises(ValueError, match=rf"tokenizer's vocab_size \({tok.vocab_size}\) differs from the model's"):
+        Seq2SeqTransformer.from_marian(random_marian(tok.vocab_size + 3, SMALL), tokenizer=tok)
+    model = Seq2SeqTransformer.from_marian(random_marian(tok.vocab_size + 3, SMALL))
+    model.tokenizer = tok
+    with pytest.raises(ValueError, match=r"to_marian: the tokenizer's vocab_size .* differs from the model's"):
+        model.to_marian(tmp_path / "out")
+    # without the hf extra the message says what to install
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    with pytest.raises(ModuleNotFoundError, match=r"pip install 'lightning-tf\[hf\]'"):
+        Seq2SeqTransformer(pretrained=str(folder))

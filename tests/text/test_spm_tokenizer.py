@@ -6,6 +6,7 @@ The SentencePiece models are trained in the test (tests/helpers/marian.py)."""
 from __future__ import annotations
 
 import json
+import sys
 import warnings
 from pathlib import Path
 
@@ -185,3 +186,10 @@ def test_the_pieces_of_both_models_are_in_the_vocabulary(folder: Path) -> None:
     assert pieces - set(tok.vocab) == set(DROPPED)
     assert (tok.eos_id, tok.unk_id, tok.pad_id, tok.bos_id) == (0, 1, len(tok.vocab) - 1, len(tok.vocab) - 1)
     assert tok.id_to_token(tok.eos_id, "tgt") == "</s>" and tok.id_to_token(10**6, "tgt") is None
+
+
+def test_without_sentencepiece_the_message_says_what_to_install(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    d = SentencePieceTokenizer.load(folder).to_dict()
+    monkeypatch.setitem(sys.modules, "sentencepiece", None)
+    with pytest.raises(ModuleNotFoundError, match=r"needs sentencepiece: pip install 'lightning-tf\[hf\]'"):
+        tokenizer_from_dict(d)  # a checkpoint's Marian tokenizer on a machine without the extra
