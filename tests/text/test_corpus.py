@@ -172,3 +172,16 @@ def test_the_default_cache_folder_follows_the_environment(monkeypatch: pytest.Mo
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert corpus.default_cache_root() == tmp_path / "home" / ".cache" / "lightning-tf"
     assert os.environ.get("LIGHTNING_TF_CACHE") is None
+
+
+@pytest.mark.integration
+def test_spawned_workers_map_the_corpus_and_give_the_same_batches() -> None:
+    """Workers started with ``spawn`` receive the dataset as its paths and map the files themselves: their
+    batches equal those of the main process."""
+    dm = TranslationDataModule(dataset="copy", n_train=2000, n_val=20, n_test=20, vocab_size=40, batch_size=64)
+    dm.setup("fit")
+    plain = [b["src"].tolist() for b in dm.train_dataloader()]
+    dm.hparams.num_workers = 1
+    loader = dm.train_dataloader()
+    loader.multiprocessing_context = "spawn"
+    assert [b["src"].tolist() for b in loader] == plain
