@@ -22,6 +22,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from lightning_tf.distributed import eval_sampler
+from lightning_tf.memory import release_freed_memory
 from lightning_tf.training import run_dir
 
 from .corpus import SPLITS, CorpusSpec, Dedup, PreparedCorpus, default_cache_root, prepare_corpus
@@ -331,6 +332,7 @@ class TranslationDataModule(LightningDataModule):
             s: TranslationDataset(corpus.ids(s, "src"), corpus.ids(s, "tgt"), corpus.text(s, "src"), corpus.text(s, "tgt"))
             for s in SPLITS
         }
+        release_freed_memory()  # what loading the tokenizer and checking the files left in the heap
         rank_zero_info(corpus.summary)
 
     def _encode_predict(self) -> None:

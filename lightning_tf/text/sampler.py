@@ -15,6 +15,8 @@ import torch.distributed as dist
 from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from lightning_tf.memory import release_freed_memory
+
 __all__ = ["BatchListDataset", "BucketBatchSampler", "ResumableDataLoader", "padding_fraction"]
 
 
@@ -197,7 +199,9 @@ class BucketBatchSampler(Sampler[list[int]]):
     def padding_fraction(self) -> float:
         """:func:`padding_fraction` of this epoch's batches of every rank, over both length lists."""
         lengths = [self.src_lengths] if self.tgt_lengths is None else [self.src_lengths, self.tgt_lengths]
-        return padding_fraction(self._epoch_batches(self.epoch), *lengths)
+        fraction = padding_fraction(self._epoch_batches(self.epoch), *lengths)
+        release_freed_memory()
+        return fraction
 
     def _even_out(self, batches: list[np.ndarray]) -> list[np.ndarray]:
         # every rank must take the same number of steps, or DDP waits forever in a collective
@@ -215,6 +219,7 @@ class BucketBatchSampler(Sampler[list[int]]):
     def _batches(self) -> list[np.ndarray]:
         if self._cache is None or self._cache[0] != self.epoch:
             self._cache = (self.epoch, self._epoch_batches(self.epoch)[self.rank :: self.num_replicas])
+            release_freed_memory()  # the epoch's sort of the whole corpus leaves its buffers in the heap
         return self._cache[1]
 
     def __iter__(self) -> Iterator[list[int]]:
