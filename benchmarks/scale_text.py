@@ -140,6 +140,7 @@ def phase_limit(args: dict[str, Any]) -> dict[str, float]:
     trainer = trainers.BpeTrainer(vocab_size=VOCAB, min_frequency=2, special_tokens=list(SPECIAL_TOKENS),
                                   limit_alphabet=1000, show_progress=False)  # fmt: skip
     tok.train_from_iterator(chain(batches("de"), batches("en")), trainer)
+    trained = time.perf_counter() - start
     tokens = 0
     for lang in ("de", "en"):
         parts = []
@@ -149,7 +150,9 @@ def phase_limit(args: dict[str, Any]) -> dict[str, float]:
         tokens += sum(len(p) for p in parts)
         flat = np.concatenate(parts)
         del flat, parts
-    return {"seconds": time.perf_counter() - start, "peak_mb": _status("VmHWM") - base, "tokens": tokens}
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "peak_mb": _status("VmHWM") - base, "tokens": tokens,
+            "phase_seconds": {"tokenizer": trained, "encode": seconds - trained}}  # fmt: skip
 
 
 def phase_prepare(args: dict[str, Any]) -> dict[str, float]:
@@ -157,7 +160,9 @@ def phase_prepare(args: dict[str, Any]) -> dict[str, float]:
     dm = _datamodule(args)
     start = time.perf_counter()
     dm.prepare_data()
-    return {"seconds": time.perf_counter() - start, "peak_mb": _status("VmHWM") - base}
+    seconds = time.perf_counter() - start
+    manifest = json.loads((Path(args["cache"]) / "text" / dm.corpus_spec().key() / "manifest.json").read_text())
+    return {"seconds": seconds, "peak_mb": _status("VmHWM") - base, "phase_seconds": manifest["phase_seconds"]}
 
 
 def phase_setup(args: dict[str, Any]) -> dict[str, float]:
@@ -273,6 +278,8 @@ def measure(sizes: list[int], work: Path, ddp: bool = True, log: Any = print) ->
             "first_batch_pss_mb": warm_setup["pss_first_batch_mb"],
             "int32_ids_mb": warm_setup["int32_ids_mb"],
             "train_pairs": warm_setup["pairs"],
+            "limit_phase_s": limit["phase_seconds"],
+            "cold_phase_s": cold_prepare["phase_seconds"],
         }
         if ddp:
             log(f"text {n:,} pairs: 2-process DDP ...")
