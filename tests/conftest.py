@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 
 # Never reach a network service from a test: wandb writes offline runs, hubs are not asked.
 os.environ["WANDB_MODE"] = "offline"  # never online from a test, whatever the shell says
 os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Prepared corpora of the suite (and of the CLI runs it starts) go to a folder of its own, removed at exit.
+os.environ["LIGHTNING_TF_CACHE"] = tempfile.mkdtemp(prefix="lightning-tf-cache-")
+atexit.register(shutil.rmtree, os.environ["LIGHTNING_TF_CACHE"], ignore_errors=True)
 
 import pytest
 import torch

@@ -1,33 +1,36 @@
 """Parallel text for translation: the encoded datasets, their collate functions and the TranslationDataModule.
 
-Files are read by :mod:`.io`, batched by length under a token budget by :mod:`.sampler`; the BPE
-tokenizer (:mod:`.tokenizer`) is learnt from the training split only and kept in the checkpoint.
-Prediction reads only ``predict_file``: the tokenizer then comes from the checkpoint, a tokenizer
-folder or :meth:`TranslationDataModule.use_tokenizer`, never from the training data.
+``prepare_data`` reads the files (:mod:`.io`), splits and deduplicates them, learns the BPE tokenizer
+(:mod:`.tokenizer`) on the training split only and encodes every split into a prepared corpus
+(:mod:`.corpus`): flat token arrays keyed by the inputs, built once and reused by every later run with the
+same data and settings. ``setup`` memory-maps it on every rank, so DDP ranks and DataLoader workers share
+its pages. Batches are built by length under a token budget (:mod:`.sampler`); the tokenizer is kept in
+the checkpoint. Prediction reads only ``predict_file``: the tokenizer then comes from the checkpoint, a
+tokenizer folder or :meth:`TranslationDataModule.use_tokenizer`, never from the training data.
 """
 
 from __future__ import annotations
 
-import random
-from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
 from lightning.pytorch import LightningDataModule
-from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_only, rank_zero_warn
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from lightning_tf.distributed import eval_sampler
+from lightning_tf.memory import release_freed_memory
 from lightning_tf.training import run_dir
 
-from .io import FileFormat, Pair, read_pairs, read_sentences
-from .sampler import BatchListDataset, BucketBatchSampler, ResumableDataLoader, padding_fraction
-from .synthetic import SyntheticName, algorithmic_pairs, english_german_pairs
-from .tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, BPETokenizer, TextTokenizer
-from .tokenizer import load_tokenizer, tokenizer_from_dict
+from .corpus import SPLITS, CorpusSpec, Dedup, PreparedCorpus, default_cache_root, prepare_corpus
+from .io import FileFormat, read_sentences
+from .sampler import BatchListDataset, BucketBatchSampler, ResumableDataLoader
+from .store import Lines, Ragged
+from .synthetic import SyntheticName
+from .tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, TextTokenizer, load_tokenizer, tokenizer_from_dict
 
 __all__ = [
     "Dedup",
@@ -38,44 +41,43 @@ __all__ = [
     "collate_translation",
 ]
 
-Split = Literal["train", "val", "test"]
-SPLITS: tuple[Split, ...] = ("train", "val", "test")
-
 
 # ---------------------------------------------------------------------------------------------- datasets
 
 
 class TranslationDataset(Dataset):
-    """Encoded sentence pairs with their raw text (the raw target is the BLEU reference).
+    """Encoded sentence pairs, memory-mapped: item ``i`` is ``(src_ids, tgt_ids, src_text, tgt_text)``, the
+    ids (without specials) as read-only views of the prepared corpus and the raw sentences (the raw target
+    is the BLEU reference) where the split keeps them (val and test), else None.
 
     Args:
-        src_ids: source token ids per pair, without specials.
-        tgt_ids: target token ids per pair, without specials.
-        src_text: source sentences.
-        tgt_text: target sentences.
+        src_ids: source token rows.
+        tgt_ids: target token rows.
+        src_text: source sentences, or None.
+        tgt_text: target sentences, or None.
     """
 
-    def __init__(
-        self, src_ids: list[list[int]], tgt_ids: list[list[int]], src_text: list[str], tgt_text: list[str]
-    ) -> None:
-        assert len(src_ids) == len(tgt_ids) == len(src_text) == len(tgt_text)
+    def __init__(self, src_ids: Ragged, tgt_ids: Ragged, src_text: Lines | None, tgt_text: Lines | None) -> None:
+        assert len(src_ids) == len(tgt_ids) and (src_text is None or len(src_text) == len(src_ids))
         self.src_ids, self.tgt_ids, self.src_text, self.tgt_text = src_ids, tgt_ids, src_text, tgt_text
 
     def __len__(self) -> int:
         return len(self.src_ids)
 
-    def __getitem__(self, i: int) -> tuple[list[int], list[int], str, str]:
-        return self.src_ids[i], self.tgt_ids[i], self.src_text[i], self.tgt_text[i]
+    def __getitem__(self, i: int) -> tuple[np.ndarray, np.ndarray, str | None, str | None]:
+        src_text = self.src_text[i] if self.src_text is not None else None
+        tgt_text = self.tgt_text[i] if self.tgt_text is not None else None
+        return self.src_ids[i], self.tgt_ids[i], src_text, tgt_text
 
     @property
-    def src_lengths(self) -> list[int]:
+    def src_lengths(self) -> np.ndarray:
         """Length of every source row in a batch: tokens + </s>."""
-        return [len(s) + 1 for s in self.src_ids]
+        return self.src_ids.lengths + 1
 
     @property
-    def tgt_lengths(self) -> list[int]:
+    def tgt_lengths(self) -> np.ndarray:
         """Length of every target row in a batch: <s> + tokens + </s>."""
-        return [len(t) + 2 for t in self.tgt_ids]
+        return self.tgt_ids.lengths + 2
 
 
 class PredictDataset(Dataset):
@@ -96,73 +98,58 @@ class PredictDataset(Dataset):
         return self.src_ids[i], self.src_text[i], i
 
 
-def _pad(rows: list[list[int]], prefix: list[int], suffix: list[int], pad_id: int) -> Tensor:
-    out = torch.full((len(rows), max(len(r) for r in rows) + len(prefix) + len(suffix)), pad_id)  # (B, L)
+def _pad(rows: list[Any], prefix: list[int], suffix: list[int], pad_id: int) -> Tensor:
+    width = max(len(r) for r in rows) + len(prefix) + len(suffix)
+    out = np.full((len(rows), width), pad_id, dtype=np.int64)  # (B, L)
+    p = len(prefix)
     for b, r in enumerate(rows):
-        out[b, : len(r) + len(prefix) + len(suffix)] = torch.tensor(prefix + r + suffix)
-    return out
+        out[b, :p] = prefix
+        out[b, p : p + len(r)] = r
+        out[b, p + len(r) : p + len(r) + len(suffix)] = suffix
+    return torch.from_numpy(out)
 
 
 def collate_translation(
-    items: list[tuple[list[int], list[int], str, str]], pad_id: int = PAD_ID, bos_id: int = BOS_ID, eos_id: int = EOS_ID
+    items: list[tuple[Any, Any, str | None, str | None]], pad_id: int = PAD_ID, bos_id: int = BOS_ID, eos_id: int = EOS_ID
 ) -> dict[str, Any]:
-    """``src (B, S)`` = tokens + </s> and ``tgt (B, T)`` = <s> + tokens + </s>, right-padded with <pad> (the
-    tokenizer's ids; <s> is the decoder's start token); ``src_text`` and ``tgt_text`` are the raw sentences."""
+    """``src (B, S)`` = tokens + </s> and ``tgt (B, T)`` = <s> + tokens + </s>, right-padded with <pad>;
+    ``src_text`` and ``tgt_text``, the raw sentences, where the items carry them (val and test)."""
     src, tgt, src_text, tgt_text = zip(*items, strict=True)
-    return {
+    batch = {
         "src": _pad(list(src), [], [eos_id], pad_id),  # (B, S)
         "tgt": _pad(list(tgt), [bos_id], [eos_id], pad_id),  # (B, T)
-        "src_text": list(src_text),
-        "tgt_text": list(tgt_text),
     }
+    if src_text[0] is not None:
+        batch["src_text"], batch["tgt_text"] = list(src_text), list(tgt_text)
+    return batch
 
 
-def collate_predict(
-    items: list[tuple[list[int], str, int]], pad_id: int = PAD_ID, eos_id: int = EOS_ID
-) -> dict[str, Any]:
+def collate_predict(items: list[tuple[list[int], str, int]], pad_id: int = PAD_ID, eos_id: int = EOS_ID) -> dict[str, Any]:
     """``src (B, S)`` = tokens + </s>, ``src_text`` and ``index (B,)``, the input line numbers."""
     src, src_text, index = zip(*items, strict=True)
-    return {"src": _pad(list(src), [], [eos_id], pad_id), "src_text": list(src_text), "index": torch.tensor(index)}
+    return {"src": _pad(list(src), [], [eos_id], pad_id), "src_text": list(src_text), "index": torch.tensor(index)}  # (B, S)
 
 
 # ---------------------------------------------------------------------------------------------- the DataModule
-
-
-@dataclass
-class _Split:
-    src_text: list[str] = field(default_factory=list)
-    tgt_text: list[str] = field(default_factory=list)
-
-
-Dedup = Literal["source", "pair", "either", "none"]
-
-
-def _dedup(train: list[Pair], held_out: list[Pair], by: Dedup) -> tuple[list[Pair], int]:
-    """Training pairs minus those sharing the ``pair``, the ``source`` or ``either`` side with ``held_out``."""
-    if by == "none":
-        return train, 0
-    pairs, srcs, tgts = set(held_out), {p[0] for p in held_out}, {p[1] for p in held_out}
-    if by == "pair":
-        kept = [p for p in train if p not in pairs]
-    elif by == "source":
-        kept = [p for p in train if p[0] not in srcs]
-    elif by == "either":
-        kept = [p for p in train if p[0] not in srcs and p[1] not in tgts]
-    else:
-        raise ValueError(f"dedup must be 'source', 'pair', 'either' or 'none', got {by!r}")
-    return kept, len(train) - len(kept)
 
 
 class TranslationDataModule(LightningDataModule):
     """Parallel text for translation: a built-in generated corpus, a TSV file or aligned files per split.
 
     Batches are dicts: ``src (B, S)`` = tokens + </s>; ``tgt (B, T)`` = <s> + tokens + </s> (the model reads
-    ``tgt[:, :-1]`` and predicts ``tgt[:, 1:]``), both right-padded with ``pad_id``; ``src_text`` and
-    ``tgt_text``, the raw sentences. Prediction batches hold ``src``, ``src_text`` and ``index (B,)``, the
-    0-based line of ``predict_file``. The BPE tokenizer is learnt from the training split only, saved to
-    the run directory (``<run>/tokenizer``) and kept in the checkpoint (``state_dict``): under ``ckpt_path``
-    Lightning restores it (:meth:`load_state_dict`) and the splits are encoded again with it, so a resumed
-    run encodes as the model was trained. A trained model's tokenizer is given with ``tokenizer_dir`` or
+    ``tgt[:, :-1]`` and predicts ``tgt[:, 1:]``), both right-padded with ``pad_id``; validation and test
+    batches also hold ``src_text`` and ``tgt_text``, the raw sentences (the BLEU references). Prediction
+    batches hold ``src``, ``src_text`` and ``index (B,)``, the 0-based line of ``predict_file``.
+
+    ``prepare_data`` (one process per machine) reads, splits and deduplicates the data, learns the BPE
+    tokenizer on the training split and encodes every split into a prepared corpus under ``cache_dir``,
+    keyed by the inputs (the files' size and checksum) and every setting the result depends
+    on; a later run with the same data and settings reuses it, a changed file or setting builds a new one,
+    and a damaged one is built again. ``setup`` memory-maps it (building it first when ``prepare_data`` did
+    not run, as in plain Python use). The tokenizer is saved to the run directory (``<run>/tokenizer``) and
+    kept in the checkpoint (``state_dict``): under ``ckpt_path`` Lightning restores it
+    (:meth:`load_state_dict`) and a different one gets its own encoding of the splits, so a resumed run
+    encodes as the model was trained. A trained model's tokenizer is given with ``tokenizer_dir`` or
     :meth:`use_tokenizer`.
 
     ``setup("predict")`` reads ``predict_file`` and nothing else (no training file, no generated corpus, no
@@ -194,16 +181,22 @@ class TranslationDataModule(LightningDataModule):
             translations), the same whole ``pair``, a held-out sentence on ``either`` side, or ``none``.
         max_length: longest sentence in BPE tokens (without specials); longer pairs are dropped and counted,
             longer prediction inputs truncated.
-        vocab_size: BPE vocabulary capacity per side, specials included; every id is below it (null: tokenizer_dir's).
+        vocab_size: BPE vocabulary capacity per side, specials included; every id is below it (null: the
+            capacity of the ``tokenizer_dir`` tokenizer).
         joint_vocab: one vocabulary for both languages (allows tied embeddings) or one per side.
         min_frequency: least count of a pair of symbols for a BPE merge.
-        tokenizer_dir: a tokenizer to use instead of training one, read at once: a run's ``tokenizer`` folder, or a
-            Marian / OPUS-MT model's folder or hub name (its SentencePiece tokenizer; with ``vocab_size: null``).
+        tokenizer_dir: a tokenizer to use instead of training one, read when the DataModule is built: a
+            training run's ``tokenizer`` folder, or a Marian / OPUS-MT model's folder or hub name (its
+            SentencePiece tokenizer; with ``vocab_size: null``).
         batch_size: most pairs per batch (None: only ``max_tokens``).
         max_tokens: most ``pairs * longest side`` tokens per batch (None: only ``batch_size``).
         pool_batches: batches per length-sorted pool when shuffling.
-        num_workers: DataLoader worker processes (the data is encoded in memory once; 0 is usually fastest).
+        num_workers: DataLoader worker processes (they map the prepared corpus, so they add little memory;
+            0 is usually fastest for small models).
         seed: seed of generation, splitting, capping and batch shuffling.
+        cache_dir: where prepared corpora live (a folder per corpus under ``<cache_dir>/text``); None:
+            ``$LIGHTNING_TF_CACHE``, else ``$XDG_CACHE_HOME/lightning-tf``, else ``~/.cache/lightning-tf``.
+            The run prints the folder it built or reused.
     """
 
     def __init__(
@@ -234,6 +227,7 @@ class TranslationDataModule(LightningDataModule):
         pool_batches: int = 100,
         num_workers: int = 0,
         seed: int = 0,
+        cache_dir: str | None = None,
     ) -> None:
         super().__init__()
         if dataset is None and train_file is None and predict_file is None:
@@ -255,7 +249,7 @@ class TranslationDataModule(LightningDataModule):
             raise ValueError(f"n_train ({n_train}) must be >= 1 or null")
         if vocab_size is None and tokenizer_dir is None:
             raise ValueError("vocab_size: null takes the capacity of the tokenizer_dir tokenizer; set tokenizer_dir")
-        if vocab_size is not None and vocab_size < 2 * len(SPECIAL_TOKENS):  # the specials and the BPE alphabet
+        if vocab_size is not None and vocab_size < 2 * len(SPECIAL_TOKENS):  # the specials, and the BPE alphabet
             raise ValueError(f"vocab_size ({vocab_size}) must be at least {2 * len(SPECIAL_TOKENS)}")
         if batch_size is None and max_tokens is None:
             raise ValueError("set batch_size, max_tokens or both")
@@ -269,131 +263,83 @@ class TranslationDataModule(LightningDataModule):
         self.src_lang, self.tgt_lang = src_lang, tgt_lang
         self.columns = list(columns) if columns is not None else ["en", "de"]
         self.tokenizer: TextTokenizer | None = None
+        self.corpus: PreparedCorpus | None = None  # the memory-mapped splits, opened by setup
         self.datasets: dict[str, TranslationDataset] = {}
         self.predict_text: list[str] | None = None  # the lines of predict_file, read by setup
         self.predict_set: PredictDataset | None = None  # ... encoded by predict_dataloader
-        self.text: dict[str, _Split] = {}
         self.stats: dict[str, int] = {}
         self.padding_fraction: float | None = None
+        self._given: TextTokenizer | None = None  # a tokenizer to encode with instead of learning one
         self._tokenizer_saved = False
         if tokenizer_dir is not None:  # now: vocab_size (linked to the model) and the special ids are its
             self.use_tokenizer(load_tokenizer(tokenizer_dir))
 
-    # ---------------------------------------------------------------------------- reading
+    # ---------------------------------------------------------------------------- the prepared corpus
 
-    def _generated(self) -> dict[Split, list[Pair]]:
-        h = self.hparams
-        n_train = 40_000 if h.n_train is None else h.n_train
-        if h.dataset == "synthetic":
-            pairs = english_german_pairs(h.n_test + h.n_val + n_train, h.seed)  # distinct pairs, so disjoint splits
-            if h.src_lang == "de":
-                pairs = [(d, e) for e, d in pairs]
-            return {
-                "test": pairs[: h.n_test],
-                "val": pairs[h.n_test : h.n_test + h.n_val],
-                "train": pairs[h.n_test + h.n_val :],
-            }
-        sizes = {"train": n_train, "val": h.n_val, "test": h.n_test}
-        return {
-            s: algorithmic_pairs(h.dataset, sizes[s], h.seed * 3 + k, h.min_words, h.max_words)
-            for k, s in enumerate(SPLITS)
-        }
+    def _trains(self) -> bool:
+        return self.hparams.dataset is not None or self.hparams.train_file is not None
 
-    def _read(self, path: str, split: str) -> list[Pair]:
+    def corpus_spec(self, tokenizer: TextTokenizer | None = None) -> CorpusSpec:
+        """What the prepared corpus depends on: the data arguments and ``tokenizer``, a given tokenizer to
+        encode with (None: one is learnt on the training split)."""
         h = self.hparams
-        pairs, stats = read_pairs(path, h.src_lang, h.tgt_lang, h.file_format, self.columns, h.header)
-        self.stats[f"{split}/lines"] = self.stats.get(f"{split}/lines", 0) + stats.lines
-        self.stats[f"{split}/empty_dropped"] = self.stats.get(f"{split}/empty_dropped", 0) + stats.empty
-        if stats.empty:
-            rank_zero_info(f"{path}: dropped {stats.empty} of {stats.lines} lines with an empty sentence")
-        return pairs
+        return CorpusSpec(
+            dataset=h.dataset,
+            train_file=h.train_file,
+            val_file=h.val_file,
+            test_file=h.test_file,
+            file_format=h.file_format,
+            columns=tuple(self.columns),
+            header=h.header,
+            src_lang=h.src_lang,
+            tgt_lang=h.tgt_lang,
+            n_train=h.n_train,
+            n_val=h.n_val,
+            n_test=h.n_test,
+            min_words=h.min_words,
+            max_words=h.max_words,
+            seed=h.seed,
+            dedup=h.dedup,
+            max_length=h.max_length,
+            vocab_size=self.vocab_size,
+            joint_vocab=h.joint_vocab,
+            min_frequency=h.min_frequency,
+            tokenizer=None if tokenizer is None else tokenizer.to_dict(),
+        )
 
-    def _from_files(self) -> dict[Split, list[Pair]]:
-        h = self.hparams
-        train = self._read(h.train_file, "train")
-        if not train:  # every line had an empty side: say so, not "0 pairs cannot give n held-out pairs"
-            raise ValueError(f"the train split is empty{self._where('train')}")
-        rng = random.Random(h.seed)
-        splits: dict[Split, list[Pair]] = {}
-        if h.val_file is None or h.test_file is None:
-            rng.shuffle(train)  # files such as Tatoeba's are sorted by length: shuffle before splitting
-            need = (h.n_test if h.test_file is None else 0) + (h.n_val if h.val_file is None else 0)
-            if need >= len(train):
-                raise ValueError(
-                    f"{h.train_file}: {len(train)} pairs cannot give {need} held-out pairs and a training split; "
-                    f"lower n_val ({h.n_val}) / n_test ({h.n_test})"
-                )
-            if h.test_file is None:
-                splits["test"], train = train[: h.n_test], train[h.n_test :]
-            if h.val_file is None:
-                splits["val"], train = train[: h.n_val], train[h.n_val :]
-        if h.test_file is not None:
-            splits["test"] = self._read(h.test_file, "test")
-        if h.val_file is not None:
-            splits["val"] = self._read(h.val_file, "val")
-        if h.n_train is not None and h.n_train < len(train):
-            if h.val_file is not None and h.test_file is not None:
-                rng.shuffle(train)
-            train = train[: h.n_train]
-        splits["train"] = train
-        return splits
+    def _given_tokenizer(self) -> TextTokenizer | None:
+        if self._given is None and self.hparams.tokenizer_dir is not None:
+            return load_tokenizer(self.hparams.tokenizer_dir)
+        return self._given
 
-    def _load_text(self) -> None:
-        h = self.hparams
-        if h.dataset is None and h.train_file is None:
+    def prepare_data(self) -> None:
+        """Build the prepared corpus unless a complete one exists (Lightning runs this on one process per
+        machine before ``setup``; it assigns no state). Prediction prepares nothing: it reads only
+        ``predict_file``."""
+        if self.trainer is not None and self.trainer.state.fn == "predict":
+            return
+        if self._trains():
+            prepare_corpus(self.corpus_spec(self._given_tokenizer()), self._cache_root(), rank_zero_only.rank == 0)
+
+    def _cache_root(self) -> str:
+        return self.hparams.cache_dir if self.hparams.cache_dir is not None else str(default_cache_root())
+
+    def _open_corpus(self) -> None:
+        if not self._trains():
             raise ValueError(
                 "set dataset (synthetic, copy, reverse, sort) or train_file: predict_file alone only predicts"
             )
-        splits = self._generated() if h.dataset is not None else self._from_files()
-        splits["train"], removed = _dedup(splits["train"], splits["val"] + splits["test"], h.dedup)
-        self.stats["train/overlap_removed"] = removed
-        if h.dedup != "none":
-            what = {"source": "source sentence", "pair": "pair", "either": "source or target sentence"}[h.dedup]
-            rank_zero_info(f"removed {removed} training pairs whose {what} also occurs in val or test")
-        self.text = {s: _Split([p[0] for p in splits[s]], [p[1] for p in splits[s]]) for s in SPLITS}
-        for s in SPLITS:
-            if not self.text[s].src_text:
-                raise ValueError(f"the {s} split is empty{self._where(s)}")
-
-    def _where(self, split: str) -> str:
-        h = self.hparams
-        source = {"train": h.train_file, "val": h.val_file or h.train_file, "test": h.test_file or h.train_file}[split]
-        if source is None:
-            return f" (dataset {h.dataset!r})"
-        counts = ", ".join(f"{k.split('/')[1]}={v}" for k, v in self.stats.items() if k.startswith(f"{split}/"))
-        return f" ({source}: {counts})" if counts else f" ({source})"
-
-    # ---------------------------------------------------------------------------- encoding
-
-    def _encode(self) -> None:
-        assert self.tokenizer is not None
-        h = self.hparams
-        for s in SPLITS:
-            text = self.text[s]
-            src, tgt = self.tokenizer.encode(text.src_text, "src"), self.tokenizer.encode(text.tgt_text, "tgt")
-            keep = [i for i in range(len(src)) if len(src[i]) <= h.max_length and len(tgt[i]) <= h.max_length]
-            dropped = len(src) - len(keep)
-            self.stats[f"{s}/too_long_dropped"] = dropped
-            if dropped:
-                rank_zero_info(
-                    f"{s}: dropped {dropped} of {len(src)} pairs longer than max_length={h.max_length} tokens"
-                )
-            if not keep:
-                raise ValueError(
-                    f"the {s} split is empty after dropping pairs over max_length={h.max_length}{self._where(s)}"
-                )
-            self.datasets[s] = TranslationDataset(
-                [src[i] for i in keep],
-                [tgt[i] for i in keep],
-                [text.src_text[i] for i in keep],
-                [text.tgt_text[i] for i in keep],
-            )
-            self.stats[f"{s}/pairs"] = len(keep)
-        summary = ", ".join(
-            f"{s} {len(d)} pairs, {np.mean(d.src_lengths) - 1:.1f}/{np.mean(d.tgt_lengths) - 2:.1f} tokens src/tgt"
-            for s, d in self.datasets.items()
-        )
-        rank_zero_info(f"{self.tokenizer}: {summary}")
+        path = prepare_corpus(self.corpus_spec(self._given), self._cache_root(), progress=rank_zero_only.rank == 0)
+        corpus = PreparedCorpus(path)
+        self.corpus, self.stats = corpus, dict(corpus.stats)
+        if self.tokenizer is None:
+            self.tokenizer = corpus.tokenizer
+        self.datasets = {
+            s: TranslationDataset(corpus.ids(s, "src"), corpus.ids(s, "tgt"), corpus.text(s, "src"), corpus.text(s, "tgt"))
+            for s in SPLITS
+        }
+        release_freed_memory()  # what loading the tokenizer and checking the files left in the heap
+        rank_zero_info(corpus.summary)
 
     def _encode_predict(self) -> None:
         assert self.tokenizer is not None and self.predict_text is not None
@@ -414,18 +360,15 @@ class TranslationDataModule(LightningDataModule):
         return f"{type(self).__name__}(dataset={self.hparams.dataset!r})"
 
     def setup(self, stage: str | None = None) -> None:
-        """``fit``/``validate``/``test``: read (or generate) the splits, learn a tokenizer on the train split unless
-        one is given, encode the splits, save the tokenizer in the run folder; ``predict``: predict_file; None: both."""
+        """``fit``, ``validate`` and ``test`` open the prepared corpus (building it when ``prepare_data`` has
+        not) and save the tokenizer to the run folder. ``predict`` reads ``predict_file`` only. ``None`` does
+        both."""
         h = self.hparams
+        if self.tokenizer is None and h.tokenizer_dir is not None:
+            self.use_tokenizer(load_tokenizer(h.tokenizer_dir))
         if stage != "predict":
             if not self.datasets:
-                self._load_text()
-                if self.tokenizer is None:
-                    train = self.text["train"]
-                    self.tokenizer = BPETokenizer.train(
-                        train.src_text, train.tgt_text, h.vocab_size, h.joint_vocab, h.min_frequency
-                    )
-                self._encode()
+                self._open_corpus()
             self._save_tokenizer()
         if stage in (None, "predict") and h.predict_file is not None and self.predict_text is None:
             # read now, so a missing or empty file stops the run before any model work; encoded by the loader,
@@ -458,19 +401,23 @@ class TranslationDataModule(LightningDataModule):
         if self.trainer is not None and shuffle:
             sampler.set_epoch(self.trainer.current_epoch)
         # the training loader keeps its position in checkpoints, for exact mid-epoch resume
+        assert self.tokenizer is not None
+        collate = partial(
+            collate_translation, pad_id=self.tokenizer.pad_id, bos_id=self.tokenizer.bos_id, eos_id=self.tokenizer.eos_id
+        )
         return (ResumableDataLoader if shuffle else DataLoader)(
             self.datasets[split],
             batch_sampler=sampler,
-            collate_fn=partial(collate_translation, pad_id=self.pad_id, bos_id=self.bos_id, eos_id=self.eos_id),
+            collate_fn=collate,
             num_workers=self.hparams.num_workers,
             persistent_workers=self.hparams.num_workers > 0,
         )
 
     def train_dataloader(self) -> DataLoader:
         loader = self._loader("train", shuffle=True)
-        d, sampler = self.datasets["train"], loader.batch_sampler
+        sampler = loader.batch_sampler
         assert isinstance(sampler, BucketBatchSampler)
-        self.padding_fraction = padding_fraction(sampler.all_batches(), d.src_lengths, d.tgt_lengths)
+        self.padding_fraction = sampler.padding_fraction()
         rank_zero_info(
             f"train: {len(sampler)} batches per epoch{' per rank' if sampler.num_replicas > 1 else ''}, "
             f"{100 * self.padding_fraction:.1f}% padding"
@@ -506,8 +453,8 @@ class TranslationDataModule(LightningDataModule):
         lengths = [len(r) + 1 for r in self.predict_set.src_ids]
         max_tokens = None if h.max_tokens is None else max(h.max_tokens, max(lengths, default=1))
         batches = BucketBatchSampler(lengths, None, h.batch_size, max_tokens, shuffle=False).all_batches()
-        collate = partial(collate_predict, pad_id=self.pad_id, eos_id=self.eos_id)
-        ds = BatchListDataset(self.predict_set, batches, collate)
+        tok = self.tokenizer
+        ds = BatchListDataset(self.predict_set, batches, partial(collate_predict, pad_id=tok.pad_id, eos_id=tok.eos_id))
         # under DDP each process decodes its share of the batches; TranslationWriter gathers them by line
         return DataLoader(ds, batch_size=None, sampler=eval_sampler(ds, predict=True))
 
@@ -526,13 +473,14 @@ class TranslationDataModule(LightningDataModule):
     def use_tokenizer(self, tokenizer: TextTokenizer) -> None:
         """Encode the data with ``tokenizer`` (a trained model's: ``dm.use_tokenizer(model.tokenizer)``)
         instead of learning one. Before ``setup`` it replaces the training of a tokenizer; after it, the
-        splits are encoded again (the prediction input when its loader is built), and the tokenizer saved
-        to the run folder is replaced.
+        splits are opened in the prepared corpus of that tokenizer (built once), the prediction input is
+        encoded with it when its loader is built, and the tokenizer saved to the run folder is replaced.
 
         Raises:
             ValueError: when the tokenizer's ``vocab_size`` differs from this DataModule's.
         """
-        self.vocab_size = tokenizer.vocab_size if self.vocab_size is None else self.vocab_size  # vocab_size: null
+        if self.vocab_size is None:  # vocab_size: null, the tokenizer's
+            self.vocab_size = tokenizer.vocab_size
         if tokenizer.vocab_size != self.vocab_size:
             raise ValueError(
                 f"tokenizer vocab_size ({tokenizer.vocab_size}) differs from vocab_size ({self.vocab_size}); "
@@ -540,10 +488,11 @@ class TranslationDataModule(LightningDataModule):
             )
         if tokenizer == self.tokenizer:
             return
-        self.tokenizer = tokenizer
+        self.tokenizer = self._given = tokenizer
         self.pad_id, self.bos_id, self.eos_id = tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id
-        if self.text:
-            self._encode()
+        if self.datasets:
+            self.datasets = {}
+            self._open_corpus()
         self.predict_set = None  # encoded with the new tokenizer by predict_dataloader
         if self._tokenizer_saved:  # setup() saved the tokenizer it had before: replace it
             self._tokenizer_saved = False

@@ -15,7 +15,15 @@ import torch.distributed as dist
 from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from lightning_tf.memory import release_freed_memory
+
 __all__ = ["BatchListDataset", "BucketBatchSampler", "ResumableDataLoader", "padding_fraction"]
+
+
+def _int_array(lengths: Sequence[int] | np.ndarray) -> np.ndarray:
+    if isinstance(lengths, np.ndarray) and np.issubdtype(lengths.dtype, np.integer):
+        return lengths
+    return np.asarray(lengths, dtype=np.int64)
 
 
 class BatchListDataset(Dataset):
@@ -39,14 +47,19 @@ class BatchListDataset(Dataset):
         return self.collate([self.dataset[j] for j in self.batches[i]])
 
 
-def padding_fraction(batches: Sequence[Sequence[int]], *lengths: Sequence[int]) -> float:
+def padding_fraction(batches: Sequence[Sequence[int]], *lengths: Sequence[int] | np.ndarray) -> float:
     """Share of pad positions in the padded tensors of ``batches``, over every length list (e.g. src and tgt)."""
+    sizes = np.fromiter((len(b) for b in batches), np.int64, len(batches))
+    keep = sizes > 0
+    if not keep.any():
+        return 0.0
+    flat = np.concatenate([np.asarray(b, dtype=np.int64) for b, k in zip(batches, keep, strict=True) if k])
+    starts = np.concatenate([[0], np.cumsum(sizes[keep])[:-1]])
     real = padded = 0
     for lens in lengths:
-        for batch in batches:
-            ls = [lens[i] for i in batch]
-            real += sum(ls)
-            padded += len(ls) * max(ls)
+        per_item = np.asarray(lens, dtype=np.int64)[flat]
+        real += int(per_item.sum())
+        padded += int((np.maximum.reduceat(per_item, starts) * sizes[keep]).sum())
     return 1.0 - real / padded if padded else 0.0
 
 
@@ -61,7 +74,7 @@ class _EpochSampler(Sampler[int]):
         self.parent.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[int]:
-        return (i for batch in self.parent._batches() for i in batch)  # not the parent's resumable iteration
+        return (i for batch in self.parent._batches() for i in batch.tolist())  # not the parent's resumable iteration
 
     def __len__(self) -> int:
         return sum(len(b) for b in self.parent._batches())
@@ -116,8 +129,9 @@ class BucketBatchSampler(Sampler[list[int]]):
             rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank ({rank}) must be in [0, num_replicas ({num_replicas}))")
-        self.src_lengths = np.asarray(src_lengths, dtype=np.int64)
-        self.tgt_lengths = None if tgt_lengths is None else np.asarray(tgt_lengths, dtype=np.int64)
+        # memory-mapped length arrays stay memory-mapped (shared by ranks and workers); lists become int64
+        self.src_lengths = _int_array(src_lengths)
+        self.tgt_lengths = None if tgt_lengths is None else _int_array(tgt_lengths)
         self.cost = self.src_lengths if self.tgt_lengths is None else np.maximum(self.src_lengths, self.tgt_lengths)
         if max_tokens is not None and len(self.cost) and self.cost.max() > max_tokens:
             raise ValueError(
@@ -126,7 +140,7 @@ class BucketBatchSampler(Sampler[list[int]]):
         self.batch_size, self.max_tokens, self.shuffle, self.seed = batch_size, max_tokens, shuffle, seed
         self.pool_batches, self.num_replicas, self.rank = pool_batches, num_replicas, rank
         self.epoch = 0
-        self._cache: tuple[int, list[list[int]]] | None = None
+        self._cache: tuple[int, list[np.ndarray]] | None = None
         self.sampler = _EpochSampler(self)
         self._resume: tuple[int, int] | None = None  # (epoch, batches to skip) from load_state_dict
         self.start = 0  # batches skipped by the current iteration (a resumed epoch)
@@ -140,26 +154,32 @@ class BucketBatchSampler(Sampler[list[int]]):
         tgt = self.tgt_lengths[idx] if self.tgt_lengths is not None else self.src_lengths[idx]
         return idx[np.lexsort((tgt, self.src_lengths[idx], self.cost[idx]))]  # by cost, then source, then target
 
-    def _cut(self, order: np.ndarray) -> list[list[int]]:
-        batches: list[list[int]] = []
-        batch: list[int] = []
-        longest = 0
-        for i, c in zip(order.tolist(), self.cost[order].tolist(), strict=True):
-            longest_if_added = max(longest, c)
-            too_many = self.batch_size is not None and len(batch) >= self.batch_size
-            too_big = self.max_tokens is not None and (len(batch) + 1) * longest_if_added > self.max_tokens
-            if batch and (too_many or too_big):
-                batches.append(batch)
-                batch, longest_if_added = [], c
-            batch.append(i)
-            longest = longest_if_added
-        if batch:
-            batches.append(batch)
-        return batches
+    def _cut(self, order: np.ndarray) -> list[np.ndarray]:
+        """Cut ``order`` greedily into batches: an item joins the open batch unless that batch already holds
+        ``batch_size`` items or would then exceed ``max_tokens`` padded tokens. Vectorised per batch: the
+        padded size ``k * running max(cost)`` only grows with ``k``, so each batch ends at the first ``k``
+        that breaks the budget."""
+        n = len(order)
+        if n == 0:
+            return []
+        order = order.astype(np.int32 if n < 2**31 else np.int64, copy=False)
+        if self.max_tokens is None:
+            assert self.batch_size is not None
+            return np.split(order, np.arange(self.batch_size, n, self.batch_size))
+        cost = self.cost[order].astype(np.int64)
+        cap = n if self.batch_size is None else self.batch_size
+        ends: list[int] = []
+        i = 0
+        while i < n:
+            window = min(n - i, cap, max(1, self.max_tokens // max(1, int(cost[i]))))
+            padded = np.arange(1, window + 1) * np.maximum.accumulate(cost[i : i + window])
+            over = padded > self.max_tokens
+            k = int(over.argmax()) if over.any() else window
+            i += max(k, 1)  # a first item alone always fits: max_tokens covers the longest item
+            ends.append(i)
+        return np.split(order, ends[:-1])
 
-    def all_batches(self, epoch: int | None = None) -> list[list[int]]:
-        """The batches of every rank for ``epoch`` (default: the current one), before sharding."""
-        epoch = self.epoch if epoch is None else epoch
+    def _epoch_batches(self, epoch: int) -> list[np.ndarray]:
         n = len(self.cost)
         if not self.shuffle:
             batches = self._cut(self._sort(np.arange(n)))
@@ -172,7 +192,18 @@ class BucketBatchSampler(Sampler[list[int]]):
             batches = [batches[i] for i in rng.permutation(len(batches))]
         return self._even_out(batches)
 
-    def _even_out(self, batches: list[list[int]]) -> list[list[int]]:
+    def all_batches(self, epoch: int | None = None) -> list[list[int]]:
+        """The batches of every rank for ``epoch`` (default: the current one), before sharding."""
+        return [b.tolist() for b in self._epoch_batches(self.epoch if epoch is None else epoch)]
+
+    def padding_fraction(self) -> float:
+        """:func:`padding_fraction` of this epoch's batches of every rank, over both length lists."""
+        lengths = [self.src_lengths] if self.tgt_lengths is None else [self.src_lengths, self.tgt_lengths]
+        fraction = padding_fraction(self._epoch_batches(self.epoch), *lengths)
+        release_freed_memory()
+        return fraction
+
+    def _even_out(self, batches: list[np.ndarray]) -> list[np.ndarray]:
         # every rank must take the same number of steps, or DDP waits forever in a collective
         R = self.num_replicas
         while len(batches) % R:
@@ -185,9 +216,10 @@ class BucketBatchSampler(Sampler[list[int]]):
             batches = batches + [batches[k % len(batches)] for k in range(R - len(batches) % R)] if batches else []
         return batches
 
-    def _batches(self) -> list[list[int]]:
+    def _batches(self) -> list[np.ndarray]:
         if self._cache is None or self._cache[0] != self.epoch:
-            self._cache = (self.epoch, self.all_batches()[self.rank :: self.num_replicas])
+            self._cache = (self.epoch, self._epoch_batches(self.epoch)[self.rank :: self.num_replicas])
+            release_freed_memory()  # the epoch's sort of the whole corpus leaves its buffers in the heap
         return self._cache[1]
 
     def __iter__(self) -> Iterator[list[int]]:
@@ -201,7 +233,7 @@ class BucketBatchSampler(Sampler[list[int]]):
         self.yielded = self.start
         for batch in batches[self.start :]:
             self.yielded += 1
-            yield batch
+            yield batch.tolist()
 
     def __len__(self) -> int:
         return len(self._batches())

@@ -14,7 +14,8 @@ vocabulary or one per side.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence, Sized
+from itertools import chain
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -146,7 +147,9 @@ def _finish(tok: Tokenizer) -> Tokenizer:
     return tok
 
 
-def _train_one(texts: Sequence[str], vocab_size: int, min_frequency: int) -> Tokenizer:
+def _train_one(
+    texts: Iterable[str] | Iterable[list[str]], length: int, vocab_size: int, min_frequency: int, progress: bool
+) -> Tokenizer:
     tok = _new_tokenizer()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -154,9 +157,9 @@ def _train_one(texts: Sequence[str], vocab_size: int, min_frequency: int) -> Tok
         special_tokens=list(SPECIAL_TOKENS),
         # keep the character alphabet within the budget; rarer characters become <unk>
         limit_alphabet=min(1000, vocab_size - len(SPECIAL_TOKENS) - 1),
-        show_progress=False,
+        show_progress=progress,
     )
-    tok.train_from_iterator(texts, trainer, length=len(texts))
+    tok.train_from_iterator(texts, trainer, length=length)
     ids = [tok.token_to_id(t) for t in SPECIAL_TOKENS]
     assert ids == list(range(len(SPECIAL_TOKENS))), ids
     assert tok.get_vocab_size() <= vocab_size, (tok.get_vocab_size(), vocab_size)
@@ -191,20 +194,23 @@ class BPETokenizer:
     @classmethod
     def train(
         cls,
-        src_texts: Sequence[str],
-        tgt_texts: Sequence[str],
+        src_texts: Sequence[str] | Sized,
+        tgt_texts: Sequence[str] | Sized,
         vocab_size: int,
         joint: bool = True,
         min_frequency: int = 2,
+        progress: bool = False,
     ) -> BPETokenizer:
         """Learn BPE merges from training sentences.
 
         Args:
-            src_texts: source sentences (training split only, to keep test text unseen).
-            tgt_texts: target sentences.
+            src_texts: source sentences (training split only, to keep test text unseen): a sequence of
+                strings, or a sized iterable that yields lists of them, read once (streamed corpora).
+            tgt_texts: target sentences, likewise.
             vocab_size: id capacity of each side, specials included.
             joint: one vocabulary learnt on both sides, or one per side.
             min_frequency: a pair must occur this often to be merged.
+            progress: show the tokenizers library's progress bar.
         """
         if vocab_size < 2 * len(SPECIAL_TOKENS):
             raise ValueError(f"vocab_size ({vocab_size}) must be at least {2 * len(SPECIAL_TOKENS)}")
@@ -213,11 +219,12 @@ class BPETokenizer:
                 f"cannot train a tokenizer on {len(src_texts)} source and {len(tgt_texts)} target sentences"
             )
         if joint:
-            tok = _train_one([*src_texts, *tgt_texts], vocab_size, min_frequency)
+            both = chain(src_texts, tgt_texts)
+            tok = _train_one(both, len(src_texts) + len(tgt_texts), vocab_size, min_frequency, progress)
             return cls(tok, tok, vocab_size)
         return cls(
-            _train_one(src_texts, vocab_size, min_frequency),
-            _train_one(tgt_texts, vocab_size, min_frequency),
+            _train_one(src_texts, len(src_texts), vocab_size, min_frequency, progress),
+            _train_one(tgt_texts, len(tgt_texts), vocab_size, min_frequency, progress),
             vocab_size,
         )
 

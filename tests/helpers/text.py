@@ -228,3 +228,16 @@ def small_dm(**kw: object) -> TranslationDataModule:
     args = dict(vocab_size=200, n_val=3, n_test=3, max_tokens=512, max_length=40)
     args.update(kw)
     return TranslationDataModule(**args)  # type: ignore[arg-type]
+
+
+def split_text(dm: TranslationDataModule, split: str) -> tuple[list[str], list[str]]:
+    """The source and target sentences of a set-up DataModule's ``split``: the raw text of val and test,
+    the training split's ids decoded (it keeps no raw text)."""
+    d = dm.datasets[split]
+    if d.src_text is not None and d.tgt_text is not None:
+        return list(d.src_text), list(d.tgt_text)
+    assert dm.tokenizer is not None
+    return (
+        dm.tokenizer.decode([r.tolist() for r in d.src_ids], "src"),
+        dm.tokenizer.decode([r.tolist() for r in d.tgt_ids], "tgt"),
+    )

@@ -13,10 +13,11 @@ import lightning.pytorch as pl
 import pytest
 import torch
 from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.trainer.states import TrainerFn
 
 from lightning_tf.text import TranslationDataModule
 from lightning_tf.text.tokenizer import BOS_ID, EOS_ID, PAD_ID, BPETokenizer
-from tests.helpers.text import DE, EN, small_dm, tatoeba_rows, write_tsv
+from tests.helpers.text import DE, EN, small_dm, split_text, tatoeba_rows, write_tsv
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 TATOEBA = SHARED / "tatoeba_deu_eng" / "deu_eng.tsv"
@@ -100,7 +101,7 @@ def test_over_long_pairs_are_dropped_and_counted(tmp_path: Path, caplog: pytest.
     for split in ("train", "val", "test"):
         assert dm.stats[f"{split}/too_long_dropped"] == 2
         assert len(dm.datasets[split]) == 20
-        assert max(len(s) for s in dm.datasets[split].src_ids + dm.datasets[split].tgt_ids) <= 20
+        assert max(dm.datasets[split].src_ids.lengths.max(), dm.datasets[split].tgt_ids.lengths.max()) <= 20
     assert "dropped 2 of 22 pairs longer than max_length=20 tokens" in caplog.text
     with pytest.raises(ValueError, match="the train split is empty after dropping pairs over max_length=1"):
         small_dm(dataset=None, train_file=str(path), max_length=1, max_tokens=64, n_val=1, n_test=1).setup("fit")
@@ -133,12 +134,12 @@ def test_seeded_split_of_one_file_and_direction(tmp_path: Path) -> None:
     for dm in (a, b, c):
         dm.setup("fit")
     assert a.vocab_size == 200 and a.pad_id == PAD_ID
-    assert a.text["test"].src_text == b.text["test"].src_text != c.text["test"].src_text
-    assert (len(a.text["val"].src_text), len(a.text["test"].src_text)) == (3, 3)
+    assert split_text(a, "test") == split_text(b, "test") != split_text(c, "test")
+    assert (len(split_text(a, "val")[0]), len(split_text(a, "test")[0])) == (3, 3)
     # de->en: the source side holds German, the target the English sentence of the same row
-    for s, t in zip(a.text["train"].src_text, a.text["train"].tgt_text, strict=True):
+    for s, t in zip(*split_text(a, "train"), strict=True):
         assert DE.index(s) == EN.index(t) or s == "Hallo!"
-    everything = {*a.text["train"].tgt_text, *a.text["val"].tgt_text, *a.text["test"].tgt_text}
+    everything = {*split_text(a, "train")[1], *split_text(a, "val")[1], *split_text(a, "test")[1]}
     assert everything == set(EN)
 
 
@@ -153,18 +154,18 @@ def test_train_pairs_that_occur_in_test_are_removed(tmp_path: Path, caplog: pyte
     # "Hi.\tHallo!" twice, "Cheers!", "We know." (val)
     assert by_pair.stats["train/overlap_removed"] == 4
     assert "removed 4 training pairs whose pair also occurs in val or test" in caplog.text
-    train_pairs = set(zip(by_pair.text["train"].src_text, by_pair.text["train"].tgt_text, strict=True))
+    train_pairs = set(zip(*split_text(by_pair, "train"), strict=True))
     assert ("Hi.", "Hallo!") not in train_pairs and ("Hi.", "Grüß Gott!") in train_pairs
     by_source = small_dm(dedup="source", **kw)
     by_source.setup("fit")
     assert by_source.stats["train/overlap_removed"] == 5  # also "Hi.\tGrüß Gott!"
-    assert "Hi." not in by_source.text["train"].src_text
+    assert "Hi." not in split_text(by_source, "train")[0]
     either = small_dm(dedup="either", src_lang="de", tgt_lang="en", **kw)
     either.setup("fit")
     assert either.stats["train/overlap_removed"] == 6  # also "Hello!\tHallo!" (German "Hallo!" is a test source)
     kept = small_dm(dedup="none", **kw)
     kept.setup("fit")
-    assert kept.stats["train/overlap_removed"] == 0 and len(kept.text["train"].src_text) == 22
+    assert kept.stats["train/overlap_removed"] == 0 and len(kept.datasets["train"]) == 22
 
 
 def test_aligned_files_per_split(tmp_path: Path) -> None:
@@ -182,15 +183,15 @@ def test_aligned_files_per_split(tmp_path: Path) -> None:
         min_frequency=1,
     )
     dm.setup("fit")
-    assert dm.text["val"].src_text == DE[14:17] and dm.text["test"].tgt_text == EN[17:20]
-    assert len(dm.text["train"].src_text) == 14
+    assert split_text(dm, "val")[0] == DE[14:17] and split_text(dm, "test")[1] == EN[17:20]
+    assert len(dm.datasets["train"]) == 14
 
 
 def test_n_train_caps_file_pairs(tmp_path: Path) -> None:
     path = write_tsv(tmp_path / "deu.txt", tatoeba_rows())
     dm = small_dm(dataset=None, train_file=str(path), n_train=5, min_frequency=1)
     dm.setup("fit")
-    assert len(dm.text["train"].src_text) == 5
+    assert len(dm.datasets["train"]) == 5
 
 
 def test_tokenizer_is_trained_on_train_split_only(tmp_path: Path) -> None:
@@ -201,7 +202,7 @@ def test_tokenizer_is_trained_on_train_split_only(tmp_path: Path) -> None:
     assert dm.tokenizer is not None
     vocab = dm.tokenizer.src.get_vocab()
     assert "X" not in vocab and "Q" not in vocab and "z" not in vocab
-    assert 1 in dm.datasets["test"].src_ids[0]  # <unk>
+    assert 1 in dm.datasets["test"].src_ids[0].tolist()  # <unk>
 
 
 # ---------------------------------------------------------------------------------------- batches
@@ -217,26 +218,32 @@ def synthetic_dm() -> TranslationDataModule:
 def test_batches_frame_and_pad_the_pairs(synthetic_dm: TranslationDataModule) -> None:
     tok = synthetic_dm.tokenizer
     assert isinstance(tok, BPETokenizer) and tok.vocab_size == synthetic_dm.vocab_size == 800
-    for loader in (synthetic_dm.train_dataloader(), synthetic_dm.val_dataloader()):
+    train_loader = synthetic_dm.train_dataloader()
+    order = iter(train_loader.batch_sampler)
+    for loader in (train_loader, synthetic_dm.val_dataloader(), synthetic_dm.test_dataloader()):
         batch = next(iter(loader))
         src, tgt = batch["src"], batch["tgt"]
-        assert src.dtype == tgt.dtype == torch.long and src.shape[0] == tgt.shape[0] == len(batch["src_text"])
-        assert (tgt[:, 0] == BOS_ID).all()
-        for b in range(src.shape[0]):
+        assert src.dtype == tgt.dtype == torch.long and src.shape[0] == tgt.shape[0]
+        assert (tgt[:, 0] == BOS_ID).all() and src.max() < 800
+        if loader is train_loader:  # the training split keeps no raw text: its rows are the corpus's ids
+            assert set(batch) == {"src", "tgt"}
+            d = synthetic_dm.datasets["train"]
+            expected = [(d.src_ids[i].tolist(), d.tgt_ids[i].tolist()) for i in next(order)]
+        else:
+            expected = [(tok.encode([s], "src")[0], tok.encode([t], "tgt")[0]) for s, t in zip(
+                batch["src_text"], batch["tgt_text"], strict=True)]  # fmt: skip
+            assert tok.decode(tgt, "tgt") == batch["tgt_text"] and tok.decode(src, "src") == batch["src_text"]
+        assert len(expected) == src.shape[0]
+        for b, (s_ids, t_ids) in enumerate(expected):
             s, t = src[b][src[b] != PAD_ID].tolist(), tgt[b][tgt[b] != PAD_ID].tolist()
-            assert s[-1] == EOS_ID and t[-1] == EOS_ID and EOS_ID not in s[:-1] + t[1:-1]
-            assert s[:-1] == tok.encode([batch["src_text"][b]], "src")[0]
-            n = len(s)
-            assert (src[b, n:] == PAD_ID).all()  # right padding
-        assert tok.decode(tgt, "tgt") == batch["tgt_text"]
-        assert tok.decode(src, "src") == batch["src_text"]
-        assert src.max() < 800
+            assert s == [*s_ids, EOS_ID] and t == [BOS_ID, *t_ids, EOS_ID]
+            assert (src[b, len(s) :] == PAD_ID).all() and (tgt[b, len(t) :] == PAD_ID).all()  # right padding
 
 
 def test_eval_loaders_keep_every_pair_once(synthetic_dm: TranslationDataModule) -> None:
     for split, loader in (("val", synthetic_dm.val_dataloader()), ("test", synthetic_dm.test_dataloader())):
         texts = [t for batch in loader for t in batch["tgt_text"]]
-        assert sorted(texts) == sorted(synthetic_dm.text[split].tgt_text)
+        assert sorted(texts) == sorted(synthetic_dm.datasets[split].tgt_text)
 
 
 def test_train_padding_fraction_is_logged_and_low(synthetic_dm: TranslationDataModule, caplog) -> None:
@@ -265,7 +272,7 @@ def test_predict_batches_carry_line_numbers(tmp_path: Path, synthetic_dm: Transl
         predict_file=str(tmp_path / "in.txt"),
         batch_size=2,
     )
-    dm.tokenizer, dm.datasets, dm.text = synthetic_dm.tokenizer, synthetic_dm.datasets, synthetic_dm.text
+    dm.tokenizer, dm.datasets = synthetic_dm.tokenizer, synthetic_dm.datasets
     dm.setup("predict")
     with pytest.warns(UserWarning, match="truncated 1 of 5 lines to max_length=100"):
         loader = dm.predict_dataloader()  # the lines are encoded once the tokenizer is known
@@ -286,10 +293,10 @@ def test_algorithmic_tasks() -> None:
     for task, fn in (("copy", lambda w: w), ("reverse", lambda w: w[::-1]), ("sort", sorted)):
         dm = TranslationDataModule(dataset=task, n_train=300, n_val=20, n_test=20, vocab_size=40, max_words=8)
         dm.setup("fit")
-        text = dm.text["train"]
-        assert all(t.split() == list(fn(s.split())) for s, t in zip(text.src_text, text.tgt_text, strict=True))
-        assert all(2 <= len(s.split()) <= 8 for s in text.src_text)
-        batch = next(iter(dm.train_dataloader()))
+        src, tgt = split_text(dm, "train")
+        assert all(t.split() == list(fn(s.split())) for s, t in zip(src, tgt, strict=True))
+        assert all(2 <= len(s.split()) <= 8 for s in src)
+        batch = next(iter(dm.val_dataloader()))
         assert dm.tokenizer is not None and dm.tokenizer.decode(batch["tgt"], "tgt") == batch["tgt_text"]
 
 
@@ -300,8 +307,8 @@ def test_state_dict_restores_the_tokenizer(synthetic_dm: TranslationDataModule) 
     assert other.tokenizer != synthetic_dm.tokenizer
     other.load_state_dict(torch.load(_roundtrip(state), weights_only=True))
     assert other.tokenizer == synthetic_dm.tokenizer
-    d = other.datasets["train"]
-    assert d.src_ids[0] == other.tokenizer.encode([d.src_text[0]], "src")[0]  # re-encoded with the restored one
+    d = other.datasets["test"]
+    assert d.src_ids[0].tolist() == other.tokenizer.encode([d.src_text[0]], "src")[0]  # encoded with the restored one
 
 
 def test_use_tokenizer_replaces_learning_one(synthetic_dm: TranslationDataModule) -> None:
@@ -313,8 +320,8 @@ def test_use_tokenizer_replaces_learning_one(synthetic_dm: TranslationDataModule
     other.setup("fit")
     assert other.tokenizer is tok
     d = other.datasets["test"]
-    assert d.src_ids[0] == tok.encode([d.src_text[0]], "src")[0]
-    assert d.tgt_ids[0] == tok.encode([d.tgt_text[0]], "tgt")[0]
+    assert d.src_ids[0].tolist() == tok.encode([d.src_text[0]], "src")[0]
+    assert d.tgt_ids[0].tolist() == tok.encode([d.tgt_text[0]], "tgt")[0]
     with pytest.raises(ValueError, match=r"tokenizer vocab_size \(800\) differs from vocab_size \(900\)"):
         TranslationDataModule(vocab_size=900).use_tokenizer(tok)
 
@@ -355,10 +362,10 @@ class _Recorder(pl.LightningModule):
     def __init__(self) -> None:
         super().__init__()
         self.w = torch.nn.Parameter(torch.zeros(()))
-        self.seen: dict[int, list[str]] = {}
+        self.seen: dict[int, list[tuple[int, ...]]] = {}
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
-        self.seen.setdefault(self.current_epoch, []).extend(batch["src_text"])
+        self.seen.setdefault(self.current_epoch, []).extend(tuple(r[r != PAD_ID].tolist()) for r in batch["src"])
         return self.w * batch["src"].float().mean()
 
     def predict_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
@@ -384,7 +391,8 @@ def test_with_a_trainer_epochs_reshuffle_and_the_tokenizer_is_saved(tmp_path: Pa
         limit_val_batches=0,
     )
     trainer.fit(model, datamodule=dm)
-    assert sorted(model.seen[0]) == sorted(model.seen[1]) == sorted(dm.text["train"].src_text)
+    rows = sorted((*r.tolist(), EOS_ID) for r in dm.datasets["train"].src_ids)  # every training pair, once
+    assert sorted(model.seen[0]) == sorted(model.seen[1]) == rows
     assert model.seen[0] != model.seen[1]  # Lightning's set_epoch reached the batch sampler
     # in the run folder, beside where ModelCheckpoint puts "checkpoints"
     assert BPETokenizer.load(tmp_path / "lightning_logs" / "version_0" / "tokenizer") == dm.tokenizer
@@ -426,10 +434,10 @@ def test_tatoeba_de_en(caplog: pytest.LogCaptureFixture) -> None:
     # German sentences repeat with other English translations: those in val/test leave the training split
     assert 100 < s["train/overlap_removed"] < 1000
     assert s["train/pairs"] == 50_001 - 1500 - s["train/overlap_removed"] - s["train/too_long_dropped"]
-    held_out = set(dm.text["val"].src_text) | set(dm.text["test"].src_text)
-    assert not held_out & set(dm.text["train"].src_text)
+    held_out = set(split_text(dm, "val")[0]) | set(split_text(dm, "test")[0])
+    assert not held_out & set(split_text(dm, "train")[0])
     test = dm.datasets["test"]
-    assert dm.tokenizer is not None and dm.tokenizer.decode([test.tgt_ids[0]], "tgt") == [test.tgt_text[0]]
+    assert dm.tokenizer is not None and dm.tokenizer.decode([test.tgt_ids[0].tolist()], "tgt") == [test.tgt_text[0]]
     # Tatoeba is German->English here: the target side reads as English
     assert sum(t.split()[0] in {"I", "Tom", "You", "We", "He", "It"} for t in test.tgt_text) > 300
     assert dm.train_dataloader() is not None and dm.padding_fraction is not None and dm.padding_fraction < 0.1
@@ -460,8 +468,10 @@ def test_predict_setup_reads_only_the_predict_file(tmp_path: Path) -> None:
         dataset=None, train_file=str(tmp_path / "moved_away.tsv"), vocab_size=40, predict_file=str(tmp_path / "in.txt")
     )
     dm.trainer = pl.Trainer(default_root_dir=tmp_path, logger=CSVLogger(tmp_path), enable_progress_bar=False)
+    dm.trainer.state.fn = TrainerFn.PREDICTING  # as Trainer.predict sets it before prepare_data
+    dm.prepare_data()
     dm.setup("predict")
-    assert dm.tokenizer is None and dm.text == {} and dm.datasets == {}
+    assert dm.tokenizer is None and dm.corpus is None and dm.datasets == {}
     assert dm.predict_text == ["a b c", "", "c d"]
     no_tokenizer = r"predict needs the trained model's tokenizer: give --ckpt_path .*data\.tokenizer_dir"
     with pytest.raises(ValueError, match=no_tokenizer):

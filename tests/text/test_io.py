@@ -123,3 +123,28 @@ def test_sentences_to_translate_keep_blank_lines_in_place(tmp_path: Path) -> Non
     path = tmp_path / "in.txt"
     path.write_text("  Hi there. \n\n\tRun!\n", encoding="utf-8")
     assert read_sentences(path) == ["Hi there.", "", "Run!"]
+
+
+# ---------------------------------------------------------------------------------------- streaming
+
+
+@pytest.mark.parametrize("block", [1, 2, 3, 7, 64])
+def test_lines_read_in_blocks_equal_the_whole_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int) -> None:
+    """Blocks cut anywhere (inside a multi-byte character, between \\r and \\n, inside the BOM) change
+    nothing: the lines, and the line and column of a bad byte, are those of the whole file."""
+    from lightning_tf.text import io as text_io
+
+    lines = ["Grüß Gott!", "", "   ", "日本語の文", "tab\tinside", "emoji 🙂 end", "last line"]
+    data = b"\xef\xbb\xbf" + "\r\n".join(lines).encode() + b"\r\n"
+    (tmp_path / "a.txt").write_bytes(data)
+    with gzip.open(tmp_path / "a.txt.gz", "wb") as f:
+        f.write(data)
+    monkeypatch.setattr(text_io, "_BLOCK", block)
+    assert read_lines(tmp_path / "a.txt") == lines == read_lines(tmp_path / "a.txt.gz")
+    (tmp_path / "b.txt").write_bytes(b"first\nsecond line\nthe th\xe4rd\n")
+    with pytest.raises(ValueError, match=r"b\.txt:3: not valid UTF-8 .*byte 0xe4 at column 7"):
+        read_lines(tmp_path / "b.txt")
+    (tmp_path / "c.txt").write_bytes(b"no line end at the end")
+    assert read_lines(tmp_path / "c.txt") == ["no line end at the end"]
+    (tmp_path / "d.txt").write_bytes(b"\xef\xbb\xbf")
+    assert read_lines(tmp_path / "d.txt") == []
