@@ -13,6 +13,8 @@
   model scale) with a dynamic batch axis, exported with ``torch.onnx.export(dynamo=True)`` and
   checked against onnxruntime. The same sidecar JSON is stored in the model's metadata under the
   key ``lightning_tf``.
+* **marian** (a Marian-shaped translation model with its SentencePiece tokenizer): a folder that
+  transformers' ``MarianMTModel`` and ``MarianTokenizer`` load (:meth:`Seq2SeqTransformer.to_marian`).
 
 The command line (``lightning-tf export``) is :func:`export_main`.
 """
@@ -449,19 +451,21 @@ def _size(path: Path) -> str:
 
 
 def export_main(argv: Sequence[str]) -> None:
-    """``lightning-tf export --ckpt_path PATH --format safetensors|onnx [--output DIR_OR_FILE]``."""
+    """``lightning-tf export --ckpt_path PATH --format safetensors|onnx|marian [--output DIR_OR_FILE]``."""
     parser = ArgumentParser(
         prog="lightning-tf export",
-        description="Export a trained model: safetensors weights + a JSON sidecar (every task), or ONNX "
-        "(vision and kline).",
+        description="Export a trained model: safetensors weights + a JSON sidecar (every task), ONNX "
+        "(vision and kline), or a transformers Marian folder (a translation model of Marian's shape).",
     )
     parser.add_argument("--ckpt_path", required=True, help="Lightning checkpoint (.ckpt) or a safetensors export dir")
-    parser.add_argument("--format", choices=("safetensors", "onnx"), default="safetensors", help="export format")
+    parser.add_argument(
+        "--format", choices=("safetensors", "onnx", "marian"), default="safetensors", help="export format"
+    )
     parser.add_argument(
         "--output",
         default=None,
-        help="directory (safetensors) or .onnx file; default: next to the checkpoint, "
-        "<name>_safetensors/ or <name>.onnx",
+        help="directory (safetensors, marian) or .onnx file; default: next to the checkpoint, "
+        "<name>_safetensors/, <name>_marian/ or <name>.onnx",
     )
     parser.add_argument("--opset", type=int, default=None, help="ONNX opset (default: the exporter's)")
     parser.add_argument("--no_verify", action="store_true", help="skip the onnxruntime check of an ONNX export")
@@ -478,6 +482,11 @@ def export_main(argv: Sequence[str]) -> None:
                 out = out / (stem.name + ".onnx")
             export_onnx(model, out, opset_version=args.opset, verify=not args.no_verify)
             files = [out, *([out.with_name(out.name + ".data")] if out.with_name(out.name + ".data").exists() else [])]
+        elif args.format == "marian":
+            if not callable(getattr(model, "to_marian", None)):
+                raise ValueError(f"--format marian is for translation models; {type(model).__name__} has no Marian form")
+            out = model.to_marian(args.output or stem.with_name(stem.name + "_marian"))
+            files = sorted(p for p in out.iterdir() if p.is_file())
         else:
             out = export_safetensors(model, args.output or stem.with_name(stem.name + "_safetensors"))
             files = sorted(p for p in out.iterdir() if p.is_file())

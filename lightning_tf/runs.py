@@ -159,10 +159,11 @@ def run_name(model: Mapping[str, Any], data: Mapping[str, Any]) -> str:
     mapping with ``class_path`` and ``init_args``): ``text-tiny-synthetic``, ``text-d64-copy``,
     ``vision-digits-digits``, ``kline-d32-msft``.
 
-    The task is the package under ``lightning_tf`` (else the model class's name); the size is
-    ``d<d_model>`` when ``d_model`` is set, else the ``preset``; the dataset is ``dataset``, else the
-    name of ``path``, ``train_file`` or ``root`` without suffixes (its folder's name when the file is
-    named for a split, as ``wmt14_en_de/train``), else the data class's name without ``DataModule``.
+    The task is the package under ``lightning_tf`` (else the model class's name); the size is the name of
+    the ``pretrained`` model, else ``d<d_model>`` when ``d_model`` is set, else the ``preset``; the dataset
+    is ``dataset``, else the name of ``path``, ``train_file`` or ``root`` without suffixes (its folder's
+    name when the file is named for a split, as ``wmt14_en_de/train``), else the data class's name without
+    ``DataModule``.
     """
     return "-".join(part for part in _run_parts(model, data) if part)
 
@@ -173,7 +174,9 @@ def _run_parts(model: Mapping[str, Any], data: Mapping[str, Any]) -> tuple[str, 
     model_args, data_args = model.get("init_args") or {}, data.get("init_args") or {}
     parts = model_path.split(".")
     task = parts[1] if len(parts) > 2 and parts[0] == "lightning_tf" else parts[-1].lower()
-    if model_args.get("d_model") is not None:
+    if model_args.get("pretrained"):  # the pretrained model's name: opus-mt-de-en
+        size = Path(str(model_args["pretrained"]).rstrip("/")).name
+    elif model_args.get("d_model") is not None:
         size = f"d{model_args['d_model']}"
     else:
         size = model_args.get("preset") or ""

@@ -230,14 +230,17 @@ def prediction_path(trainer: Any, output: str | os.PathLike[str] | None, name: s
     return path
 
 
-def configure_adamw(module: LightningModule) -> dict[str, Any]:
+def configure_adamw(
+    module: LightningModule, total_steps: int | Literal["estimate"] | None = "estimate", eps: float = 1e-8
+) -> dict[str, Any]:
     """``configure_optimizers`` of a module whose hyperparameters name ``lr``, ``weight_decay``, ``betas``,
     ``scheduler``, ``warmup_steps`` and ``min_lr``: AdamW over :func:`parameter_groups` and
-    :func:`build_scheduler` over the run's estimated steps."""
+    :func:`build_scheduler` over ``total_steps`` (``estimate``: the Trainer's estimate of the run's steps;
+    None: unknown), with AdamW's ``eps``."""
     hp = module.hparams
-    optimizer = torch.optim.AdamW(parameter_groups(module, hp.weight_decay), lr=hp.lr, betas=tuple(hp.betas))
+    optimizer = torch.optim.AdamW(parameter_groups(module, hp.weight_decay), lr=hp.lr, betas=tuple(hp.betas), eps=eps)
+    total = module.trainer.estimated_stepping_batches if total_steps == "estimate" else total_steps
     scheduler = build_scheduler(
-        optimizer, hp.scheduler, lr=hp.lr, warmup_steps=hp.warmup_steps,
-        total_steps=module.trainer.estimated_stepping_batches, min_lr=hp.min_lr,
+        optimizer, hp.scheduler, lr=hp.lr, warmup_steps=hp.warmup_steps, total_steps=total, min_lr=hp.min_lr
     )
     return {"optimizer": optimizer} if scheduler is None else {"optimizer": optimizer, "lr_scheduler": scheduler}

@@ -79,7 +79,7 @@ def one_class_folder(tmp_path: Path) -> Path:
         ),
         pytest.param(
             [*TEXT, "--model.pos_encoding", "wavelet"],
-            "model.pos_encoding: 'wavelet' is not one of sinusoidal, learned, rope, alibi, none",
+            "model.pos_encoding: 'wavelet' is not one of sinusoidal, sinusoidal_halves, learned, rope, alibi, none",
             id="invalid-choice",
         ),
         pytest.param(

@@ -56,6 +56,19 @@ def _tatoeba(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
             "--data.init_args.n_test", "16", "--data.init_args.vocab_size", "200", "--data.init_args.max_tokens", "256"]
 
 
+def _opus_mt(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """A random tiny Marian model with its SentencePiece tokenizer in a local folder, in place of the hub's."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("sentencepiece")
+    from tests.helpers.marian import write_marian_folder
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    folder = str(write_marian_folder(tmp / "opus-mt-tiny"))
+    args = _tatoeba(tmp, monkeypatch)
+    args = [a for i, a in enumerate(args) if "vocab_size" not in a and "vocab_size" not in args[i - 1]]
+    return [*args, "--model.init_args.pretrained", folder, "--data.init_args.tokenizer_dir", folder]
+
+
 def _cifar10(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     from tests.helpers.vision import fake_cifar10
 
@@ -81,6 +94,7 @@ def _etth1(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
 USER_DATA: dict[str, Callable[[Path, pytest.MonkeyPatch], list[str]]] = {
     "text/transformer_base.yaml": _aligned_corpus,
     "text/tatoeba_de_en.yaml": _tatoeba,
+    "text/opus_mt_finetune.yaml": _opus_mt,
     "vision/vit_small_cifar10.yaml": _cifar10,
     "vision/cifar10_cpu32.yaml": _cifar10,
     "vision/fashion_mnist.yaml": _fashion_mnist,

@@ -281,3 +281,18 @@ def test_cli_errors(text_ckpt: tuple[Path, Seq2SeqTransformer], tmp_path: Path, 
     with pytest.raises(SystemExit):
         export_main(["--ckpt_path", str(text_ckpt[0]), "--format", "tflite"])
     assert "invalid choice: 'tflite'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # a Pre-LN model with BPE has no Marian form
+        export_main(["--ckpt_path", str(text_ckpt[0]), "--format", "marian", "--output", str(tmp_path / "m")])
+    err = capsys.readouterr().err
+    assert err.startswith("lightning-tf: error: to_marian: norm_first is True; a Marian model is Post-LN")
+    assert err.count("\n") == 1
+
+
+def test_cli_marian_format_is_for_translation_models(
+    kline_ckpt: tuple[Path, KLineForecaster, KLineDataModule], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    with pytest.raises(SystemExit):
+        export_main(["--ckpt_path", str(kline_ckpt[0]), "--format", "marian", "--output", str(tmp_path / "m")])
+    err = capsys.readouterr().err
+    assert "--format marian is for translation models; KLineForecaster has no Marian form" in err
+    assert not (tmp_path / "m").exists()

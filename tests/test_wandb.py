@@ -55,6 +55,11 @@ WANDB = "lightning.pytorch.loggers.WandbLogger"
          {"class_path": "lightning_tf.text.TranslationDataModule",
           "init_args": {"dataset": None, "train_file": "data/tatoeba/deu.txt.gz"}},
          "text-small-deu"),
+        ({"class_path": "lightning_tf.text.Seq2SeqTransformer",
+          "init_args": {"preset": "small", "pretrained": "Helsinki-NLP/opus-mt-de-en"}},
+         {"class_path": "lightning_tf.text.TranslationDataModule",
+          "init_args": {"dataset": None, "train_file": "data/tatoeba/deu.txt"}},
+         "text-opus-mt-de-en-deu"),  # a pretrained model is named, not the preset it replaces
         ({"class_path": "lightning_tf.vision.ViTClassifier", "init_args": {"preset": "cpu32"}},
          {"class_path": "lightning_tf.vision.ImageDataModule",
           "init_args": {"dataset": "image_folder", "root": "/data/flowers"}},

@@ -102,7 +102,7 @@ class EncoderLayer(nn.Module):
         dropout: dropout on each sublayer output (before the residual add) and inside the
             feed-forward network.
         attn_dropout: dropout on the attention weights.
-        activation: feed-forward activation, ``relu``, ``gelu`` or ``swiglu``.
+        activation: feed-forward activation, ``relu``, ``gelu``, ``silu`` or ``swiglu``.
         norm_first: Pre-LN (True) or Post-LN (False).
         bias: whether linear layers have biases.
         layer_norm_eps: epsilon of the norms.
@@ -175,7 +175,7 @@ class DecoderLayer(nn.Module):
         d_ff: feed-forward hidden width; defaults to ``4 * d_model``.
         dropout: dropout on each sublayer output and inside the feed-forward network.
         attn_dropout: dropout on the attention weights.
-        activation: feed-forward activation, ``relu``, ``gelu`` or ``swiglu``.
+        activation: feed-forward activation, ``relu``, ``gelu``, ``silu`` or ``swiglu``.
         norm_first: Pre-LN (True) or Post-LN (False).
         bias: whether linear layers have biases.
         layer_norm_eps: epsilon of the layer norms.

@@ -1,5 +1,6 @@
 """Position-wise feed-forward network (Vaswani et al. 2017, sec. 3.3) with a SwiGLU option
-(Shazeer 2020, "GLU Variants Improve Transformer")."""
+(Shazeer 2020, "GLU Variants Improve Transformer") and SiLU ("swish", Ramachandran et al. 2017; the
+activation of Marian / OPUS-MT models)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from torch import Tensor, nn
 
 __all__ = ["Activation", "FeedForward"]
 
-Activation = Literal["relu", "gelu", "swiglu"]
+Activation = Literal["relu", "gelu", "silu", "swiglu"]
 
 
 class FeedForward(nn.Module):
@@ -21,7 +22,7 @@ class FeedForward(nn.Module):
         d_model: model width D.
         d_ff: hidden width; defaults to ``4 * d_model``. (SwiGLU has 1.5x the parameters of the
             others at the same ``d_ff``; set ``d_ff = 8 * d_model // 3`` to match them.)
-        activation: ``relu``, ``gelu`` (exact, erf-based) or ``swiglu``.
+        activation: ``relu``, ``gelu`` (exact, erf-based), ``silu`` (``x * sigmoid(x)``) or ``swiglu``.
         dropout: dropout on the hidden activations.
         bias: whether the linear layers have biases.
     """
@@ -51,6 +52,8 @@ class FeedForward(nn.Module):
             h = F.silu(gate) * value
         elif self.activation == "gelu":
             h = F.gelu(h)
+        elif self.activation == "silu":
+            h = F.silu(h)
         else:
             h = F.relu(h, inplace=True)  # linear1 does not need its output for backward
         return self.linear2(self.dropout(h))  # (B, T, D)

@@ -2,6 +2,9 @@
 
 * ``sinusoidal``: the fixed table of Vaswani et al. 2017, "Attention Is All You Need", sec. 3.5:
   ``PE(pos, 2i) = sin(pos / 10000^(2i/D))``, ``PE(pos, 2i+1) = cos(pos / 10000^(2i/D))``.
+* ``sinusoidal_halves``: the same frequencies with the sines in the first half of the vector and the
+  cosines in the second, ``PE(pos, i) = sin(...)``, ``PE(pos, D/2 + i) = cos(...)``: the layout of
+  tensor2tensor and of Marian (OPUS-MT) models.
 * ``learned``: a trained ``(max_len, D)`` table (BERT, GPT-2, ViT).
 * ``rope``: rotary position embedding, Su et al. 2021, "RoFormer"; rotates queries and keys
   so that their dot product depends only on the relative position.
@@ -24,6 +27,7 @@ from torch import Tensor, nn
 
 __all__ = [
     "PositionalName",
+    "SinusoidalLayout",
     "SinusoidalPositionalEncoding",
     "LearnedPositionalEncoding",
     "RotaryEmbedding",
@@ -35,14 +39,21 @@ __all__ = [
     "PositionalEncoding",
 ]
 
-PositionalName = Literal["sinusoidal", "learned", "rope", "alibi", "none"]
+PositionalName = Literal["sinusoidal", "sinusoidal_halves", "learned", "rope", "alibi", "none"]
+SinusoidalLayout = Literal["interleaved", "halves"]
 
 
-def sinusoidal_table(max_len: int, d_model: int) -> Tensor:
-    """The ``(max_len, D)`` sinusoidal table, computed in float64 and returned as float32."""
+def sinusoidal_table(max_len: int, d_model: int, layout: SinusoidalLayout = "interleaved") -> Tensor:
+    """The ``(max_len, D)`` sinusoidal table, computed in float64 and returned as float32: sines at the
+    even and cosines at the odd channels (``interleaved``, the paper's), or sines in the first half and
+    cosines in the second (``halves``)."""
     pos = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)  # (max_len, 1)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (D/2,)
     angle = pos / torch.pow(10000.0, two_i / d_model)  # (max_len, D/2)
+    if layout == "halves":
+        return torch.cat((torch.sin(angle), torch.cos(angle)), dim=1).float()  # (max_len, D)
+    if layout != "interleaved":
+        raise ValueError(f"sinusoidal layout must be 'interleaved' or 'halves', got {layout!r}")
     table = torch.zeros(max_len, d_model, dtype=torch.float64)
     table[:, 0::2] = torch.sin(angle)
     table[:, 1::2] = torch.cos(angle)
@@ -63,15 +74,16 @@ class SinusoidalPositionalEncoding(nn.Module):
     Args:
         d_model: model width D (even).
         max_len: number of positions in the table.
+        layout: ``interleaved`` (the paper's) or ``halves`` (sines, then cosines; see :func:`sinusoidal_table`).
     """
 
-    def __init__(self, d_model: int, max_len: int = 512) -> None:
+    def __init__(self, d_model: int, max_len: int = 512, layout: SinusoidalLayout = "interleaved") -> None:
         super().__init__()
         if d_model % 2:
             raise ValueError(f"sinusoidal positional encoding needs an even d_model, got {d_model}")
         self.max_len = max_len
         # non-persistent: derived from (max_len, D), so it never bloats or constrains checkpoints
-        self.register_buffer("table", sinusoidal_table(max_len, d_model), persistent=False)
+        self.register_buffer("table", sinusoidal_table(max_len, d_model, layout), persistent=False)
 
     def forward(self, x: Tensor, offset: int = 0) -> Tensor:
         """(B, T, D) -> (B, T, D), positions ``offset .. offset + T - 1``."""
@@ -211,7 +223,7 @@ class PositionalEncoding(nn.Module):
     the others).
 
     Args:
-        name: one of ``sinusoidal``, ``learned``, ``rope``, ``alibi``, ``none``.
+        name: one of ``sinusoidal``, ``sinusoidal_halves``, ``learned``, ``rope``, ``alibi``, ``none``.
         d_model: model width D.
         n_heads: number of heads H (sets the head dimension for RoPE and the slopes for ALiBi).
         max_len: number of positions of the absolute tables.
@@ -227,8 +239,9 @@ class PositionalEncoding(nn.Module):
         self.absolute: nn.Module | None = None
         self.rope: RotaryEmbedding | None = None
         self.alibi: ALiBi | None = None
-        if name == "sinusoidal":
-            self.absolute = SinusoidalPositionalEncoding(d_model, max_len)
+        if name in ("sinusoidal", "sinusoidal_halves"):
+            layout = "halves" if name == "sinusoidal_halves" else "interleaved"
+            self.absolute = SinusoidalPositionalEncoding(d_model, max_len, layout)
         elif name == "learned":
             self.absolute = LearnedPositionalEncoding(d_model, max_len)
         elif name == "rope":

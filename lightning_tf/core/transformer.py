@@ -71,10 +71,10 @@ class Encoder(nn.Module):
         d_ff: feed-forward hidden width; defaults to ``4 * d_model``.
         dropout: dropout on the input (embeddings + positions) and on every sublayer output.
         attn_dropout: dropout on the attention weights.
-        activation: feed-forward activation, ``relu``, ``gelu`` or ``swiglu``.
+        activation: feed-forward activation, ``relu``, ``gelu``, ``silu`` or ``swiglu``.
         norm_first: Pre-LN (True) or Post-LN (False).
         final_norm: layer norm after the last layer; defaults to ``norm_first``.
-        pos_encoding: ``sinusoidal``, ``learned``, ``rope``, ``alibi`` or ``none``.
+        pos_encoding: ``sinusoidal``, ``sinusoidal_halves``, ``learned``, ``rope``, ``alibi`` or ``none``.
         max_len: positions of the absolute encodings (``sinusoidal``/``learned``).
         bias: whether linear layers have biases.
         layer_norm_eps: epsilon of the layer norms.

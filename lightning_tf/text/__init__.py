@@ -4,7 +4,9 @@
   BLEU/chrF evaluation, :meth:`~Seq2SeqTransformer.translate`);
 * :mod:`.embedding`: the scaled token embedding and the (tied) output projection;
 * :mod:`.decoding`: greedy and beam search on the decoder's KV cache;
-* :mod:`.tokenizer`: the BPE tokenizer, kept in checkpoints as plain data;
+* :mod:`.tokenizer`: the tokenizer interface and the BPE tokenizer, kept in checkpoints as plain data;
+* :mod:`.spm_tokenizer`: the SentencePiece tokenizer of Marian / OPUS-MT models;
+* :mod:`.marian`: Marian / OPUS-MT models (transformers) into and out of :class:`Seq2SeqTransformer`;
 * :mod:`.io`: readers of TSV and line-aligned parallel files;
 * :mod:`.sampler`: length-bucketed batches under a token budget, resumable mid-epoch;
 * :mod:`.data`: datasets, collate functions and the :class:`TranslationDataModule`;
@@ -24,7 +26,8 @@ from .embedding import OutputProjection, TokenEmbedding
 from .io import ReadStats, read_aligned, read_lines, read_pairs, read_tsv
 from .module import PRESETS, Seq2SeqTransformer
 from .sampler import BatchListDataset, BucketBatchSampler, ResumableDataLoader, padding_fraction
-from .tokenizer import BPETokenizer
+from .spm_tokenizer import SentencePieceTokenizer
+from .tokenizer import BPETokenizer, TextTokenizer, load_tokenizer, tokenizer_from_dict
 from .writer import TranslationWriter
 
 __all__ = [
@@ -36,7 +39,9 @@ __all__ = [
     "PredictDataset",
     "ReadStats",
     "ResumableDataLoader",
+    "SentencePieceTokenizer",
     "Seq2SeqTransformer",
+    "TextTokenizer",
     "TokenEmbedding",
     "TranslationDataModule",
     "TranslationDataset",
@@ -47,9 +52,11 @@ __all__ = [
     "collate_translation",
     "greedy_search",
     "length_penalty",
+    "load_tokenizer",
     "padding_fraction",
     "read_aligned",
     "read_lines",
     "read_pairs",
     "read_tsv",
+    "tokenizer_from_dict",
 ]

@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 from .io import FileFormat, Pair, ReadStats, iter_pairs, pair_files
 from .store import Lines, LinesWriter, Ragged, RaggedWriter, check_manifest, crc32, write_manifest
 from .synthetic import algorithmic_pairs, english_german_pairs
-from .tokenizer import BPETokenizer
+from .tokenizer import BPETokenizer, TextTokenizer, tokenizer_from_dict
 
 __all__ = ["CACHE_VERSION", "CorpusSpec", "Dedup", "PreparedCorpus", "default_cache_root", "prepare_corpus"]
 
@@ -285,7 +285,7 @@ def _dedup(parts: dict[Split, _Part], by: Dedup) -> int:
 
 
 def _encode(
-    spec: CorpusSpec, parts: dict[Split, _Part], tok: BPETokenizer, out: Path, stats: dict[str, int], progress: bool
+    spec: CorpusSpec, parts: dict[Split, _Part], tok: TextTokenizer, out: Path, stats: dict[str, int], progress: bool
 ) -> dict[str, Any]:
     dtype = np.uint16 if tok.vocab_size <= 2**16 else np.int32
     len_dtype = np.uint16 if spec.max_length + 2 < 2**16 else np.int32
@@ -322,7 +322,7 @@ def _encode(
     return info
 
 
-def _summary(tok: BPETokenizer, splits: dict[str, Any]) -> str:
+def _summary(tok: TextTokenizer, splits: dict[str, Any]) -> str:
     parts = ", ".join(
         f"{s} {d['pairs']} pairs, {d['src_tokens'] / d['pairs']:.1f}/{d['tgt_tokens'] / d['pairs']:.1f} tokens src/tgt"
         for s, d in splits.items()
@@ -355,7 +355,7 @@ def build_corpus(spec: CorpusSpec, out: Path, progress: bool = True) -> dict[str
         if not len(parts[s].index):
             raise ValueError(f"the {s} split is empty{spec.where(s, stats)}")
     if spec.tokenizer is not None:
-        tok = BPETokenizer.from_dict(spec.tokenizer)
+        tok = tokenizer_from_dict(spec.tokenizer)
     else:
         train = parts["train"]
         if progress and len(train.index) >= BIG:
@@ -449,7 +449,7 @@ class PreparedCorpus:
         self.path = Path(path)
         self.manifest = json.loads((self.path / "manifest.json").read_text(encoding="utf-8"))
         tok = json.loads((self.path / "tokenizer.json").read_text(encoding="utf-8"))
-        self.tokenizer = BPETokenizer.from_dict(tok)
+        self.tokenizer = tokenizer_from_dict(tok)
         self.stats: dict[str, int] = dict(self.manifest["stats"])
         self.summary: str = self.manifest["summary"]
 

@@ -30,7 +30,7 @@ from .io import FileFormat, read_sentences
 from .sampler import BatchListDataset, BucketBatchSampler, ResumableDataLoader
 from .store import Lines, Ragged
 from .synthetic import SyntheticName
-from .tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, BPETokenizer
+from .tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, TextTokenizer, load_tokenizer, tokenizer_from_dict
 
 __all__ = [
     "Dedup",
@@ -181,11 +181,13 @@ class TranslationDataModule(LightningDataModule):
             translations), the same whole ``pair``, a held-out sentence on ``either`` side, or ``none``.
         max_length: longest sentence in BPE tokens (without specials); longer pairs are dropped and counted,
             longer prediction inputs truncated.
-        vocab_size: BPE vocabulary capacity per side, specials included; every id is below it.
+        vocab_size: BPE vocabulary capacity per side, specials included; every id is below it (null: the
+            capacity of the ``tokenizer_dir`` tokenizer).
         joint_vocab: one vocabulary for both languages (allows tied embeddings) or one per side.
         min_frequency: least count of a pair of symbols for a BPE merge.
-        tokenizer_dir: a directory written by ``BPETokenizer.save`` (a training run's ``tokenizer`` folder)
-            to use instead of training one.
+        tokenizer_dir: a tokenizer to use instead of training one, read when the DataModule is built: a
+            training run's ``tokenizer`` folder, or a Marian / OPUS-MT model's folder or hub name (its
+            SentencePiece tokenizer; with ``vocab_size: null``).
         batch_size: most pairs per batch (None: only ``max_tokens``).
         max_tokens: most ``pairs * longest side`` tokens per batch (None: only ``batch_size``).
         pool_batches: batches per length-sorted pool when shuffling.
@@ -216,7 +218,7 @@ class TranslationDataModule(LightningDataModule):
         max_words: int = 10,
         dedup: Dedup = "source",
         max_length: int = 100,
-        vocab_size: int = 1000,
+        vocab_size: int | None = 1000,
         joint_vocab: bool = True,
         min_frequency: int = 2,
         tokenizer_dir: str | None = None,
@@ -245,7 +247,9 @@ class TranslationDataModule(LightningDataModule):
                 raise ValueError(f"{name} ({value}) must be >= 1")
         if n_train is not None and n_train < 1:
             raise ValueError(f"n_train ({n_train}) must be >= 1 or null")
-        if vocab_size < 2 * len(SPECIAL_TOKENS):  # the specials, and room for the BPE alphabet
+        if vocab_size is None and tokenizer_dir is None:
+            raise ValueError("vocab_size: null takes the capacity of the tokenizer_dir tokenizer; set tokenizer_dir")
+        if vocab_size is not None and vocab_size < 2 * len(SPECIAL_TOKENS):  # the specials, and the BPE alphabet
             raise ValueError(f"vocab_size ({vocab_size}) must be at least {2 * len(SPECIAL_TOKENS)}")
         if batch_size is None and max_tokens is None:
             raise ValueError("set batch_size, max_tokens or both")
@@ -258,22 +262,24 @@ class TranslationDataModule(LightningDataModule):
         self.pad_id, self.bos_id, self.eos_id = PAD_ID, BOS_ID, EOS_ID
         self.src_lang, self.tgt_lang = src_lang, tgt_lang
         self.columns = list(columns) if columns is not None else ["en", "de"]
-        self.tokenizer: BPETokenizer | None = None
+        self.tokenizer: TextTokenizer | None = None
         self.corpus: PreparedCorpus | None = None  # the memory-mapped splits, opened by setup
         self.datasets: dict[str, TranslationDataset] = {}
         self.predict_text: list[str] | None = None  # the lines of predict_file, read by setup
         self.predict_set: PredictDataset | None = None  # ... encoded by predict_dataloader
         self.stats: dict[str, int] = {}
         self.padding_fraction: float | None = None
-        self._given: BPETokenizer | None = None  # a tokenizer to encode with instead of learning one
+        self._given: TextTokenizer | None = None  # a tokenizer to encode with instead of learning one
         self._tokenizer_saved = False
+        if tokenizer_dir is not None:  # now: vocab_size (linked to the model) and the special ids are its
+            self.use_tokenizer(load_tokenizer(tokenizer_dir))
 
     # ---------------------------------------------------------------------------- the prepared corpus
 
     def _trains(self) -> bool:
         return self.hparams.dataset is not None or self.hparams.train_file is not None
 
-    def corpus_spec(self, tokenizer: BPETokenizer | None = None) -> CorpusSpec:
+    def corpus_spec(self, tokenizer: TextTokenizer | None = None) -> CorpusSpec:
         """What the prepared corpus depends on: the data arguments and ``tokenizer``, a given tokenizer to
         encode with (None: one is learnt on the training split)."""
         h = self.hparams
@@ -295,15 +301,15 @@ class TranslationDataModule(LightningDataModule):
             seed=h.seed,
             dedup=h.dedup,
             max_length=h.max_length,
-            vocab_size=h.vocab_size,
+            vocab_size=self.vocab_size,
             joint_vocab=h.joint_vocab,
             min_frequency=h.min_frequency,
             tokenizer=None if tokenizer is None else tokenizer.to_dict(),
         )
 
-    def _given_tokenizer(self) -> BPETokenizer | None:
+    def _given_tokenizer(self) -> TextTokenizer | None:
         if self._given is None and self.hparams.tokenizer_dir is not None:
-            return BPETokenizer.load(self.hparams.tokenizer_dir)
+            return load_tokenizer(self.hparams.tokenizer_dir)
         return self._given
 
     def prepare_data(self) -> None:
@@ -359,7 +365,7 @@ class TranslationDataModule(LightningDataModule):
         both."""
         h = self.hparams
         if self.tokenizer is None and h.tokenizer_dir is not None:
-            self.use_tokenizer(BPETokenizer.load(h.tokenizer_dir))
+            self.use_tokenizer(load_tokenizer(h.tokenizer_dir))
         if stage != "predict":
             if not self.datasets:
                 self._open_corpus()
@@ -462,9 +468,9 @@ class TranslationDataModule(LightningDataModule):
         """Reuse the checkpoint's tokenizer (Lightning calls this under ``ckpt_path`` in every stage, after
         ``setup``): see :meth:`use_tokenizer`."""
         if "tokenizer" in state_dict:
-            self.use_tokenizer(BPETokenizer.from_dict(state_dict["tokenizer"]))
+            self.use_tokenizer(tokenizer_from_dict(state_dict["tokenizer"]))
 
-    def use_tokenizer(self, tokenizer: BPETokenizer) -> None:
+    def use_tokenizer(self, tokenizer: TextTokenizer) -> None:
         """Encode the data with ``tokenizer`` (a trained model's: ``dm.use_tokenizer(model.tokenizer)``)
         instead of learning one. Before ``setup`` it replaces the training of a tokenizer; after it, the
         splits are opened in the prepared corpus of that tokenizer (built once), the prediction input is
@@ -473,6 +479,8 @@ class TranslationDataModule(LightningDataModule):
         Raises:
             ValueError: when the tokenizer's ``vocab_size`` differs from this DataModule's.
         """
+        if self.vocab_size is None:  # vocab_size: null, the tokenizer's
+            self.vocab_size = tokenizer.vocab_size
         if tokenizer.vocab_size != self.vocab_size:
             raise ValueError(
                 f"tokenizer vocab_size ({tokenizer.vocab_size}) differs from vocab_size ({self.vocab_size}); "
@@ -481,6 +489,7 @@ class TranslationDataModule(LightningDataModule):
         if tokenizer == self.tokenizer:
             return
         self.tokenizer = self._given = tokenizer
+        self.pad_id, self.bos_id, self.eos_id = tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id
         if self.datasets:
             self.datasets = {}
             self._open_corpus()

@@ -4,13 +4,15 @@ machine translation, as a LightningModule.
 Training follows the paper: label-smoothed cross-entropy (sec. 5.4), Adam with beta2 = 0.98 and
 eps = 1e-9 and the inverse-square-root warmup schedule (sec. 5.3, :func:`lightning_tf.training.noam`),
 shared and tied embeddings (sec. 3.4, Press & Wolf 2017). Evaluation decodes with beam search (GNMT length penalty, see
-:mod:`.decoding`) and scores detokenised text with sacreBLEU (Post 2018) and chrF (Popovic 2015).
+:mod:`.decoding`) and scores detokenised text with sacreBLEU (Post 2018) and chrF (Popovic 2015). Pretrained Marian /
+OPUS-MT models come in and go out through :mod:`.marian`.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
@@ -22,21 +24,15 @@ from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.text import Perplexity
 
-from lightning_tf.core import (
-    Activation,
-    Decoder,
-    DecoderCache,
-    Encoder,
-    PositionalName,
-    padding_mask,
-)
+from lightning_tf.core import Activation, Decoder, DecoderCache, Encoder, PositionalName, padding_mask
 from lightning_tf.distributed import gather_objects
-from lightning_tf.training import SchedulerName, build_scheduler, check_agreement, parameter_groups
+from lightning_tf.training import SchedulerName, check_agreement, configure_adamw
 
 from .decoding import beam_search, greedy_search
 from .embedding import OutputProjection, TokenEmbedding
-from .scoring import corpus_scores, target_texts
-from .tokenizer import BOS_ID, EOS_ID, PAD_ID, BPETokenizer, source_ids
+from .marian import copy_marian_weights, from_marian, load_pretrained, to_marian
+from .scoring import DecodedEpochs, corpus_scores, target_texts
+from .tokenizer import BOS_ID, EOS_ID, PAD_ID, TextTokenizer, source_ids, tokenizer_from_dict
 from .writer import TranslationWriter
 
 if TYPE_CHECKING:
@@ -55,7 +51,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(d_model=128, n_heads=4, n_layers=2, d_ff=512, dropout=0.1, norm_first=True),
 }
 
-_ABSOLUTE_PE = ("sinusoidal", "learned")
+_ABSOLUTE_PE = ("sinusoidal", "sinusoidal_halves", "learned")
 
 
 class Seq2SeqTransformer(LightningModule):
@@ -63,8 +59,8 @@ class Seq2SeqTransformer(LightningModule):
 
     Size arguments left at ``None`` (``d_model``, ``n_heads``, ``n_layers``, ``d_ff``, ``dropout``,
     ``norm_first``) come from ``preset``; any given explicitly overrides it. The tokenizer comes from the
-    DataModule in the first ``fit`` and is kept in the checkpoint with the direction (:attr:`src_lang`,
-    :attr:`tgt_lang`), so a loaded model translates on its own (:meth:`translate`).
+    DataModule in the first ``fit`` (or with the ``pretrained`` model) and is kept in the checkpoint with the
+    direction (:attr:`src_lang`, :attr:`tgt_lang`), so a loaded model translates on its own (:meth:`translate`).
 
     Args:
         vocab_size: id capacity V of the tokenizer; must equal the DataModule's ``vocab_size``.
@@ -85,6 +81,14 @@ class Seq2SeqTransformer(LightningModule):
         share_embeddings: one embedding table for source and target (needs a joint vocabulary to be
             meaningful).
         tie_output: the output projection reuses the target embedding matrix.
+        scale_embedding: multiply token embeddings by sqrt(d_model) (the paper's; Marian's ``scale_embedding``).
+        output_bias: a trained per-token bias on the logits (Marian's ``final_logits_bias``).
+        pad_id: the tokenizer's padding id (hidden from attention, ignored by the loss).
+        bos_id: the tokenizer's decoder start token (Marian models start with ``pad_id``).
+        eos_id: the tokenizer's end-of-sentence id.
+        pretrained: a Marian / OPUS-MT model to start from, by hub name or local folder (``hf`` extra): its
+            architecture, special ids, tokenizer and weights replace the arguments above (``dropout`` left at None
+            takes its) and the initial weights; checkpoints keep the result with ``pretrained: null``.
         label_smoothing: label smoothing of the cross-entropy (PAD targets are ignored).
         lr: peak learning rate.
         scheduler: learning-rate schedule (:func:`lightning_tf.training.build_scheduler`): ``noam``
@@ -129,6 +133,12 @@ class Seq2SeqTransformer(LightningModule):
         max_len: int = 256,
         share_embeddings: bool = True,
         tie_output: bool = True,
+        scale_embedding: bool = True,
+        output_bias: bool = False,
+        pad_id: int = PAD_ID,
+        bos_id: int = BOS_ID,
+        eos_id: int = EOS_ID,
+        pretrained: str | None = None,
         label_smoothing: float = 0.1,
         lr: float = 7e-4,
         scheduler: SchedulerName = "noam",
@@ -149,10 +159,16 @@ class Seq2SeqTransformer(LightningModule):
         compile: bool = False,
     ) -> None:
         super().__init__()
+        self.save_hyperparameters()
+        # a pretrained model's architecture replaces the arguments; the hyperparameters keep the result
+        marian, pretrained_tokenizer = load_pretrained(pretrained, self.hparams) if pretrained else (None, None)
+        hp = self.hparams
+        vocab_size = hp.vocab_size
         if preset not in PRESETS:
             raise ValueError(f"unknown preset {preset!r}; expected one of {list(PRESETS)}")
-        if vocab_size <= EOS_ID:
-            raise ValueError(f"vocab_size ({vocab_size}) must exceed the special ids (pad, unk, bos, eos)")
+        specials = {k: hp[k] for k in ("pad_id", "bos_id", "eos_id")}
+        if not all(0 <= i < vocab_size for i in specials.values()):
+            raise ValueError(f"vocab_size ({vocab_size}) must exceed the special ids ({specials}), which are >= 0")
         for name, value in (("beam_size", beam_size), ("bleu_every_n_epochs", bleu_every_n_epochs)):
             if value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
@@ -163,56 +179,60 @@ class Seq2SeqTransformer(LightningModule):
             )
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must lie in [0, 1), got {label_smoothing}")
-        self.save_hyperparameters()
-        given = dict(
-            d_model=d_model, n_heads=n_heads, n_layers=n_layers, d_ff=d_ff, dropout=dropout, norm_first=norm_first
-        )
-        size = {k: PRESETS[preset][k] if v is None else v for k, v in given.items()}
+        size = {
+            k: PRESETS[preset][k] if hp[k] is None else hp[k]
+            for k in ("d_model", "n_heads", "n_layers", "d_ff", "dropout", "norm_first")
+        }
         #: the resolved sizes (preset plus overrides)
-        self.size = size | {"n_decoder_layers": size["n_layers"] if n_decoder_layers is None else n_decoder_layers}
-        stack = dict(
-            d_model=size["d_model"],
-            n_heads=size["n_heads"],
-            d_ff=size["d_ff"],
-            dropout=size["dropout"],
-            attn_dropout=attn_dropout,
-            activation=activation,
-            norm_first=size["norm_first"],
-            pos_encoding=pos_encoding,
-            max_len=max_len,
+        n_dec = hp.n_decoder_layers
+        self.size = size | {"n_decoder_layers": size["n_layers"] if n_dec is None else n_dec}
+        stack = {k: size[k] for k in ("d_model", "n_heads", "d_ff", "dropout", "norm_first")} | dict(
+            attn_dropout=hp.attn_dropout, activation=hp.activation, pos_encoding=hp.pos_encoding, max_len=hp.max_len
         )
-        D = size["d_model"]
-        self.tgt_embed = TokenEmbedding(vocab_size, D, padding_idx=PAD_ID)
-        self.src_embed = None if share_embeddings else TokenEmbedding(vocab_size, D, padding_idx=PAD_ID)
+        D, pad = size["d_model"], hp.pad_id
+        self.tgt_embed = TokenEmbedding(vocab_size, D, pad, hp.scale_embedding)
+        self.src_embed = None if hp.share_embeddings else TokenEmbedding(vocab_size, D, pad, hp.scale_embedding)
         self.encoder = Encoder(n_layers=size["n_layers"], **stack)
         self.decoder = Decoder(n_layers=self.size["n_decoder_layers"], **stack)
-        self.head = OutputProjection(D, vocab_size, tie_to=self.tgt_embed if tie_output else None)
+        self.head = OutputProjection(D, vocab_size, hp.output_bias, tie_to=self.tgt_embed if hp.tie_output else None)
 
-        self.tokenizer: BPETokenizer | None = None
+        self.tokenizer: TextTokenizer | None = None
         #: the direction, ``src_lang -> tgt_lang`` (from the data of the first fit, kept in the checkpoint)
         self.src_lang: str | None = None
         self.tgt_lang: str | None = None
-        self.metrics = nn.ModuleDict(
-            {
-                f"{stage}_{name}": metric
-                for stage in ("train", "val", "test")
-                for name, metric in (
-                    ("token_acc", MulticlassAccuracy(vocab_size, average="micro", ignore_index=PAD_ID)),
-                    ("perplexity", Perplexity(ignore_index=PAD_ID)),
-                )
-            }
-        )
-        self._decoded: dict[str, tuple[list[str], list[str]]] = {}
-        # per stage, the sentences the sample table is drawn from: (source ids + EOS, source text, reference)
-        self._candidates: dict[str, list[tuple[list[int], str, str]]] = {}
+        self.metrics = nn.ModuleDict()
+        for stage in ("train", "val", "test"):
+            self.metrics[f"{stage}_token_acc"] = MulticlassAccuracy(vocab_size, average="micro", ignore_index=pad)
+            self.metrics[f"{stage}_perplexity"] = Perplexity(ignore_index=pad)
+        self._epochs = DecodedEpochs()  # what validation and test decode, per stage
         self._signature_logged = False
         # the teacher-forced forward of the loss, compiled by configure_model when `compile` is set
         self._compiled_forward: Callable[[Tensor, Tensor], Tensor] | None = None
+        if marian is not None:
+            copy_marian_weights(marian, self, pretrained_tokenizer)
+
+    @classmethod
+    def from_marian(cls, model: Any, tokenizer: Any = None, **hparams: Any) -> Seq2SeqTransformer:
+        """Our model with the architecture, special ids and weights of a transformers ``MarianMTModel``: the
+        same teacher-forced logits and greedy translations (tests/text/test_marian.py).
+
+        Args:
+            model: a ``MarianMTModel``, or a hub name or local folder of one (as ``pretrained``).
+            tokenizer: its ``MarianTokenizer`` or a :class:`~.spm_tokenizer.SentencePieceTokenizer` (None: from
+                the name or folder, if ``model`` is one).
+            hparams: further arguments (``lr``, ``beam_size``, ``label_smoothing``, ...).
+        """
+        return from_marian(cls, model, tokenizer, hparams)
+
+    def to_marian(self, directory: str | Path) -> Path:
+        """Write a folder that transformers' ``MarianMTModel`` and ``MarianTokenizer`` load with
+        ``from_pretrained``: this model's weights and SentencePiece tokenizer; returns the folder."""
+        return to_marian(self, directory)
 
     # ------------------------------------------------------------------ model
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
         """Source ids ``(B, S)`` -> memory ``(B, S, D)`` and the source key mask ``(B, 1, 1, S)``."""
-        src_mask = padding_mask(src, PAD_ID)  # (B, 1, 1, S)
+        src_mask = padding_mask(src, self.hparams.pad_id)  # (B, 1, 1, S)
         embed = self.tgt_embed if self.src_embed is None else self.src_embed
         return self.encoder(embed(src), src_mask), src_mask  # (B, S, D)
 
@@ -251,7 +271,7 @@ class Seq2SeqTransformer(LightningModule):
         """Per-sentence output limit ``(B,)``: source length (EOS included) + ``extra_len``, capped so
         absolute positional encodings cover every decoder position."""
         extra = self.hparams.extra_len if extra_len is None else extra_len
-        limit = (src_ids != PAD_ID).sum(1) + extra  # (B,)
+        limit = (src_ids != self.hparams.pad_id).sum(1) + extra  # (B,)
         if self.hparams.pos_encoding in _ABSOLUTE_PE:
             limit = limit.clamp(max=self.hparams.max_len - 1)  # BOS takes position 0
         return limit.clamp(min=1)
@@ -272,7 +292,7 @@ class Seq2SeqTransformer(LightningModule):
         beam_size = hp.beam_size if beam_size is None else beam_size
         ngram = hp.no_repeat_ngram_size if no_repeat_ngram_size is None else no_repeat_ngram_size
         limit = self.max_new_tokens(src_ids, extra_len)
-        ids = dict(pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID, no_repeat_ngram_size=ngram, use_cache=use_cache)
+        ids = {k: hp[k] for k in ("pad_id", "bos_id", "eos_id")} | dict(no_repeat_ngram_size=ngram, use_cache=use_cache)
         if beam_size == 1:
             return greedy_search(self, src_ids, limit, **ids)
         out, _ = beam_search(
@@ -280,11 +300,11 @@ class Seq2SeqTransformer(LightningModule):
         )
         return out
 
-    def _require_tokenizer(self) -> BPETokenizer:
+    def _require_tokenizer(self) -> TextTokenizer:
         if self.tokenizer is None:
             raise RuntimeError(
                 "this Seq2SeqTransformer has no tokenizer: fit it on data that has one (it takes the data's), "
-                "load it from a checkpoint of such a run, or assign model.tokenizer = BPETokenizer(...)"
+                "load it from a checkpoint of such a run, start from a pretrained model, or assign model.tokenizer"
             )
         return self.tokenizer
 
@@ -325,12 +345,13 @@ class Seq2SeqTransformer(LightningModule):
         was_training = self.training
         self.eval()
         try:
-            lengths = [len(ids) for ids in tok.encode(list(texts), side="src")]
+            ids = self.encode_texts(texts)  # (N, S): every sentence, padded to the longest
+            lengths = (ids != self.hparams.pad_id).sum(1).tolist()
             order = sorted(range(len(texts)), key=lambda i: lengths[i])
             out: list[str] = [""] * len(texts)
             for start in range(0, len(order), batch_size):
                 chunk = order[start : start + batch_size]
-                src = self.encode_texts([texts[i] for i in chunk])  # (b, S)
+                src = ids[chunk, : max(lengths[i] for i in chunk)]  # (b, S_b)
                 hyp = self.generate(src, beam_size, alpha, extra_len, no_repeat_ngram_size)  # (b, T)
                 for i, text in zip(chunk, tok.decode(hyp, side="tgt"), strict=True):
                     out[i] = text if texts[i].strip() else ""  # an empty line stays empty, not a guess
@@ -360,9 +381,12 @@ class Seq2SeqTransformer(LightningModule):
         tokenizer = getattr(dm, "tokenizer", None)
         if tokenizer is None:
             return
+        for name in ("pad_id", "bos_id", "eos_id"):
+            check_agreement(name, self.hparams[name], getattr(tokenizer, name))
+        if self.src_lang is None:  # a fresh model, or one started from a pretrained model: the data's direction
+            self.src_lang, self.tgt_lang = direction
         if self.tokenizer is None:
             self.tokenizer = tokenizer
-            self.src_lang, self.tgt_lang = direction
             if self.hparams.share_embeddings and not tokenizer.joint:
                 log.warning("share_embeddings=True with separate source/target vocabularies: ids collide in one table")
         elif self.tokenizer != tokenizer:
@@ -388,16 +412,11 @@ class Seq2SeqTransformer(LightningModule):
         loss, the logits ``(B, T, V)`` and the targets ``(B, T)``."""
         src, tgt = batch["src"], batch["tgt"]  # (B, S), (B, 1 + T)
         tgt_in = tgt[:, :-1]  # (B, T): position t predicts token t + 1
-        if self._compiled_forward is not None:
-            logits = self._compiled_forward(src, tgt_in)  # (B, T, V)
-        else:
-            logits = self(src, tgt_in)  # (B, T, V)
+        logits = (self._compiled_forward or self)(src, tgt_in)  # (B, T, V)
         target = tgt[:, 1:]  # (B, T)
+        hp = self.hparams
         loss = F.cross_entropy(
-            logits.flatten(0, 1).float(),
-            target.flatten(),
-            ignore_index=PAD_ID,
-            label_smoothing=self.hparams.label_smoothing,
+            logits.flatten(0, 1).float(), target.flatten(), ignore_index=hp.pad_id, label_smoothing=hp.label_smoothing
         )
         return loss, logits, target
 
@@ -439,29 +458,23 @@ class Seq2SeqTransformer(LightningModule):
         return (self.current_epoch + 1) % self.hparams.bleu_every_n_epochs == 0
 
     def _texts(self, ids: Tensor) -> list[str]:
-        return target_texts(self.tokenizer, ids)
+        hp = self.hparams
+        return target_texts(self.tokenizer, ids, hp.pad_id, hp.bos_id, hp.eos_id)
 
     def _references(self, batch: dict[str, Any]) -> list[str]:
         return batch["tgt_text"] if "tgt_text" in batch else self._texts(batch["tgt"])
 
     def _decode_batch(self, batch: dict[str, Any], stage: str) -> None:
-        hyps = self._texts(self.generate(batch["src"]))
-        got_h, got_r = self._decoded.setdefault(stage, ([], []))
-        got_h.extend(hyps)
-        got_r.extend(self._references(batch))
+        self._epochs.add(stage, self._texts(self.generate(batch["src"])), self._references(batch))
 
     def _collect_candidates(self, batch: dict[str, Any], stage: str) -> None:
-        """Keep the batch's sentences (ids without padding, source and reference text) for the sample
-        table; only under a WandbLogger, the one logger that shows it, and only on the rank that logs."""
-        if not isinstance(self.logger, WandbLogger) or not self.trainer.is_global_zero:
-            return
-        rows = [row[row != PAD_ID].tolist() for row in batch["src"]]  # B x (S_b,): tokens + EOS
-        srcs = batch["src_text"] if "src_text" in batch else [" ".join(map(str, r[:-1])) for r in rows]
-        self._candidates.setdefault(stage, []).extend(zip(rows, srcs, self._references(batch), strict=True))
+        """Keep the batch's sentences for the sample table; only under a WandbLogger, the one logger that
+        shows it, and only on the rank that logs."""
+        if isinstance(self.logger, WandbLogger) and self.trainer.is_global_zero:
+            self._epochs.add_candidates(stage, batch, self.hparams.pad_id, self._references(batch))
 
     def _end_decoding_epoch(self, stage: str) -> None:
-        hyps, refs = self._decoded.pop(stage, ([], []))
-        candidates = self._candidates.pop(stage, [])
+        hyps, refs, candidates = self._epochs.pop(stage)
         if not self._decoding_epoch(stage):
             return
         hyps = [h for part in gather_objects(hyps) for h in part]
@@ -493,16 +506,9 @@ class Seq2SeqTransformer(LightningModule):
         """A layer x head grid of the cross-attention of the model's own greedy translation of one
         sentence ``src (S,)`` (ids + EOS; padding is dropped): source tokens across, the predicted target
         tokens (through EOS) down, no padding position on either axis."""
-        from .plots import cross_attention_figure, token_strings
+        from .plots import greedy_attention_figure
 
-        src = src[src != PAD_ID][None].to(self.device)  # (1, S): the real tokens only
-        hyp = self.generate(src, beam_size=1)[0]  # (T',): the translation's ids
-        ends = (hyp == EOS_ID).nonzero()
-        hyp = hyp[: int(ends[0]) + 1 if len(ends) else len(hyp)][None]  # (1, T): through the first EOS
-        tgt = torch.cat((torch.full_like(hyp[:, :1], BOS_ID), hyp[:, :-1]), dim=1)  # (1, T): BOS + all but the last
-        weights = [w[0] for w in self.cross_attention(src, tgt)]  # L x (H, T, S)
-        src_tokens, tgt_tokens = (token_strings(self.tokenizer, i, s) for i, s in ((src[0], "src"), (hyp[0], "tgt")))
-        return cross_attention_figure(weights, src_tokens, tgt_tokens, title=title)
+        return greedy_attention_figure(self, src, title)
 
     def configure_callbacks(self) -> list[Callback]:
         """A :class:`TranslationWriter` into the run folder, unless the Trainer already has a prediction
@@ -521,8 +527,8 @@ class Seq2SeqTransformer(LightningModule):
         return {"index": index, "translation": hyps}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """The tokenizer (plain JSON types) and the direction beside the weights; ``max_len`` and the
-        decoding settings are hyperparameters, the special ids fixed (``<pad>=0 <unk>=1 <s>=2 </s>=3``)."""
+        """The tokenizer (plain JSON types) and the direction beside the weights; ``max_len``, the special ids
+        and the decoding settings are hyperparameters."""
         if self.tokenizer is not None:
             checkpoint["tokenizer"] = self.tokenizer.to_dict()
         if self.src_lang is not None:
@@ -530,21 +536,15 @@ class Seq2SeqTransformer(LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if "tokenizer" in checkpoint:
-            self.tokenizer = BPETokenizer.from_dict(checkpoint["tokenizer"])
+            self.tokenizer = tokenizer_from_dict(checkpoint["tokenizer"])
         if "src_lang" in checkpoint:
             self.src_lang, self.tgt_lang = checkpoint["src_lang"], checkpoint["tgt_lang"]
 
     def configure_optimizers(self) -> dict[str, Any]:
         hp = self.hparams
-        optimizer = torch.optim.AdamW(
-            parameter_groups(self, hp.weight_decay), lr=hp.lr, betas=tuple(hp.betas), eps=hp.eps
-        )
         total = hp.total_steps
         if total is None and hp.scheduler in ("cosine", "onecycle"):
             # only where the schedule needs the run's length: reading it builds the training loader before
             # Lightning restores a checkpoint's loader position, and a mid-epoch resume would redo the epoch
-            total = self.trainer.estimated_stepping_batches
-        scheduler = build_scheduler(
-            optimizer, hp.scheduler, lr=hp.lr, warmup_steps=hp.warmup_steps, total_steps=total, min_lr=hp.min_lr
-        )
-        return {"optimizer": optimizer} if scheduler is None else {"optimizer": optimizer, "lr_scheduler": scheduler}
+            total = "estimate"
+        return configure_adamw(self, total, eps=hp.eps)

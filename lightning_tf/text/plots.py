@@ -14,9 +14,16 @@ from torch import Tensor
 
 if TYPE_CHECKING:
     from .module import Seq2SeqTransformer
-    from .tokenizer import BPETokenizer
+    from .tokenizer import TextTokenizer
 
-__all__ = ["cross_attention_figure", "draw_samples", "figure_to_array", "log_samples", "token_strings"]
+__all__ = [
+    "cross_attention_figure",
+    "draw_samples",
+    "figure_to_array",
+    "greedy_attention_figure",
+    "log_samples",
+    "token_strings",
+]
 
 
 def draw_samples(lengths: Sequence[int], n: int, seed: int, epoch: int) -> list[int]:
@@ -85,13 +92,12 @@ def log_samples(model: Seq2SeqTransformer, candidates: list[tuple[list[int], str
     import torch
     from lightning.pytorch.loggers import WandbLogger
 
-    from .tokenizer import PAD_ID
-
     lengths = [len(ids) for ids, _, _ in candidates]
     chosen = draw_samples(lengths, model.hparams.n_logged_samples, model.hparams.sample_seed, model.current_epoch)
     assert isinstance(model.logger, WandbLogger)
     if chosen:
-        src = torch.full((len(chosen), max(lengths[i] for i in chosen)), PAD_ID, dtype=torch.long)  # (n, S)
+        width = max(lengths[i] for i in chosen)
+        src = torch.full((len(chosen), width), model.hparams.pad_id, dtype=torch.long)  # (n, S)
         for b, i in enumerate(chosen):
             src[b, : lengths[i]] = torch.tensor(candidates[i][0])
         hyps = model._texts(model.generate(src.to(model.device)))
@@ -105,12 +111,25 @@ def log_samples(model: Seq2SeqTransformer, candidates: list[tuple[list[int], str
 
 
 
-def token_strings(tokenizer: BPETokenizer | None, ids: Tensor, side: Literal["src", "tgt"]) -> list[str]:
-    """The tokens of ``ids`` (S,) as strings (special tokens named; the ids themselves without a tokenizer)."""
-    from .tokenizer import BOS_ID, EOS_ID, PAD_ID
+def greedy_attention_figure(model: Seq2SeqTransformer, src: Tensor, title: str = "") -> Figure:
+    """:meth:`Seq2SeqTransformer.attention_figure`: the cross-attention of the model's greedy translation of
+    ``src (S,)``, through its first EOS, padding dropped."""
+    import torch
 
+    hp = model.hparams
+    src = src[src != hp.pad_id][None].to(model.device)  # (1, S): the real tokens only
+    hyp = model.generate(src, beam_size=1)[0]  # (T',): the translation's ids
+    ends = (hyp == hp.eos_id).nonzero()
+    hyp = hyp[: int(ends[0]) + 1 if len(ends) else len(hyp)][None]  # (1, T): through the first EOS
+    tgt = torch.cat((torch.full_like(hyp[:, :1], hp.bos_id), hyp[:, :-1]), dim=1)  # (1, T): BOS + all but the last
+    weights = [w[0] for w in model.cross_attention(src, tgt)]  # L x (H, T, S)
+    src_tokens, tgt_tokens = (token_strings(model.tokenizer, i, s) for i, s in ((src[0], "src"), (hyp[0], "tgt")))
+    return cross_attention_figure(weights, src_tokens, tgt_tokens, title=title)
+
+
+def token_strings(tokenizer: TextTokenizer | None, ids: Tensor, side: Literal["src", "tgt"]) -> list[str]:
+    """The tokens of ``ids`` (S,) as strings (special tokens named; the ids themselves without a tokenizer)."""
     if tokenizer is None:
         return [str(i) for i in ids.tolist()]
-    specials = {PAD_ID: "<pad>", BOS_ID: "<s>", EOS_ID: "</s>"}
-    vocab = tokenizer.side(side)
-    return [specials.get(i) or vocab.id_to_token(i) or str(i) for i in ids.tolist()]
+    specials = {tokenizer.bos_id: "<s>", tokenizer.pad_id: "<pad>", tokenizer.eos_id: "</s>"}
+    return [specials.get(i) or tokenizer.id_to_token(i, side) or str(i) for i in ids.tolist()]

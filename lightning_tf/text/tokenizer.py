@@ -1,6 +1,10 @@
-"""Subword tokenizer for translation: byte-pair encoding (Sennrich et al., 2016) on HF ``tokenizers``.
+"""Tokenizers for translation: the interface every tokenizer of the text task has
+(:class:`TextTokenizer`), and byte-pair encoding (Sennrich et al., 2016) on HF ``tokenizers``
+(:class:`BPETokenizer`). The SentencePiece tokenizer of Marian / OPUS-MT models is
+:class:`~lightning_tf.text.spm_tokenizer.SentencePieceTokenizer`; :func:`tokenizer_from_dict` and
+:func:`load_tokenizer` rebuild either kind.
 
-Text is NFKC-normalised, split on spaces with a ``Metaspace`` marker (``▁``, as in SentencePiece) and
+BPE: text is NFKC-normalised, split on spaces with a ``Metaspace`` marker (``▁``, as in SentencePiece) and
 with punctuation isolated; the ``Metaspace`` decoder turns the markers back into spaces, so
 ``decode(encode(s)) == NFKC(s)`` for any ``s`` without leading whitespace whose characters were seen
 in training. Both sides share the special ids ``<pad>=0, <unk>=1, <s>=2, </s>=3``, with one joint
@@ -13,19 +17,117 @@ import json
 from collections.abc import Iterable, Sequence, Sized
 from itertools import chain
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import torch
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from torch import Tensor
 
-__all__ = ["BOS_ID", "EOS_ID", "PAD_ID", "SPECIAL_TOKENS", "UNK_ID", "BPETokenizer", "Side", "source_ids"]
+__all__ = [
+    "BOS_ID",
+    "EOS_ID",
+    "PAD_ID",
+    "SPECIAL_TOKENS",
+    "UNK_ID",
+    "BPETokenizer",
+    "Side",
+    "TextTokenizer",
+    "load_tokenizer",
+    "source_ids",
+    "tokenizer_from_dict",
+]
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 SPECIAL_TOKENS = ("<pad>", "<unk>", "<s>", "</s>")  # index == id
 Side = Literal["src", "tgt"]
 
 CONFIG_FILE = "tokenizer_config.json"
+
+
+@runtime_checkable
+class TextTokenizer(Protocol):
+    """What the text task needs of a tokenizer (:class:`BPETokenizer`,
+    :class:`~lightning_tf.text.spm_tokenizer.SentencePieceTokenizer`).
+
+    A sentence is encoded as ids without specials; the data and the model add ``eos_id`` to sources and
+    ``bos_id`` (the decoder's start token, which may equal ``pad_id``) + ids + ``eos_id`` to targets.
+    Every id is below ``vocab_size``. ``to_dict`` returns plain JSON types, so the tokenizer lives in a
+    ``weights_only`` checkpoint; ``joint`` says whether both sides share one vocabulary.
+    """
+
+    pad_id: int
+    unk_id: int
+    bos_id: int
+    eos_id: int
+    vocab_size: int
+    joint: bool
+
+    def encode(self, texts: Sequence[str], side: Side) -> list[list[int]]:
+        """Token ids of each sentence, without specials."""
+        ...
+
+    def decode(self, ids: Sequence[Sequence[int]] | Tensor, side: Side) -> list[str]:
+        """Text of each id row ``(B, T)``, through its first ``eos_id``; padding and the start token dropped."""
+        ...
+
+    def id_to_token(self, token_id: int, side: Side) -> str | None:
+        """The token string of one id (None for an id without one)."""
+        ...
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON types: :func:`tokenizer_from_dict` rebuilds the tokenizer from them."""
+        ...
+
+    def save(self, directory: str | Path) -> Path:
+        """Write the tokenizer's files into ``directory`` (:func:`load_tokenizer` reads them back)."""
+        ...
+
+
+def tokenizer_from_dict(d: dict[str, Any]) -> TextTokenizer:
+    """The tokenizer a ``to_dict()`` describes: its ``kind`` names the class (``bpe`` when absent, as in
+    checkpoints written before there were other kinds)."""
+    kind = d.get("kind", "bpe")
+    if kind == "bpe":
+        return BPETokenizer.from_dict(d)
+    if kind == "sentencepiece":
+        from .spm_tokenizer import SentencePieceTokenizer
+
+        return SentencePieceTokenizer.from_dict(d)
+    raise ValueError(f"unknown tokenizer kind {kind!r}; expected 'bpe' or 'sentencepiece'")
+
+
+def load_tokenizer(source: str | Path) -> TextTokenizer:
+    """The tokenizer saved in a folder: one written by :meth:`BPETokenizer.save` (a training run's
+    ``tokenizer`` folder), or one with Marian's ``source.spm`` / ``target.spm`` / ``vocab.json`` (written by
+    :meth:`~lightning_tf.text.spm_tokenizer.SentencePieceTokenizer.save`, or a Marian / OPUS-MT model
+    folder). A ``source`` that is no folder is taken as a Hugging Face hub model name (``Helsinki-NLP/opus-mt-de-en``):
+    its tokenizer files are read from the local hub cache, or fetched."""
+    from .spm_tokenizer import SentencePieceTokenizer
+
+    directory = Path(source)
+    if not directory.is_dir():
+        directory = _hub_folder(str(source))
+    if SentencePieceTokenizer.is_saved_in(directory):
+        return SentencePieceTokenizer.load(directory)
+    if not (directory / CONFIG_FILE).is_file():
+        raise FileNotFoundError(
+            f"{directory} holds no tokenizer: neither BPETokenizer.save's {CONFIG_FILE} nor Marian's source.spm and "
+            "vocab.json"
+        )
+    return BPETokenizer.load(directory)
+
+
+def _hub_folder(name: str) -> Path:
+    """The local snapshot of the tokenizer files of hub model ``name``."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(name, allow_patterns=["*.spm", "*.json"]))
+    except Exception as e:  # the hub's errors are many (invalid name, offline, not found, no access)
+        raise FileNotFoundError(
+            f"tokenizer {name!r}: no such folder, and not a model on the Hugging Face hub or in its local cache "
+            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+        ) from None
 
 
 def _new_tokenizer() -> Tokenizer:
@@ -154,9 +256,15 @@ class BPETokenizer:
         """Subword strings of one sentence (for inspection)."""
         return self.side(side).encode(text, add_special_tokens=False).tokens
 
+    def id_to_token(self, token_id: int, side: Side) -> str | None:
+        """The subword string of one id (None outside the trained vocabulary)."""
+        return self.side(side).id_to_token(token_id)
+
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types only, so the tokenizer can live in a ``weights_only`` checkpoint."""
-        d: dict[str, Any] = {"vocab_size": self.vocab_size, "joint": self.joint, "src": self.src.to_str()}
+        d: dict[str, Any] = {
+            "kind": "bpe", "vocab_size": self.vocab_size, "joint": self.joint, "src": self.src.to_str()
+        }
         if not self.joint:
             d["tgt"] = self.tgt.to_str()
         return d
@@ -212,15 +320,16 @@ class BPETokenizer:
         return f"BPETokenizer(vocab_size={self.vocab_size}, joint={self.joint}, trained={sizes})"
 
 
-def source_ids(tokenizer: BPETokenizer, texts: Sequence[str], max_len: int | None = None, why: str = "") -> Tensor:
-    """Raw source sentences as ids ``(B, S)``: tokens + EOS, right-padded with PAD; a sentence longer than
-    ``max_len`` (EOS included) is refused, naming it, its length and ``why`` the limit exists."""
-    rows = [ids + [EOS_ID] for ids in tokenizer.encode(list(texts), side="src")]
+def source_ids(tokenizer: TextTokenizer, texts: Sequence[str], max_len: int | None = None, why: str = "") -> Tensor:
+    """Raw source sentences as ids ``(B, S)``: tokens + the tokenizer's EOS, right-padded with its PAD; a
+    sentence longer than ``max_len`` (EOS included) is refused, naming it, its length and ``why`` the limit
+    exists."""
+    rows = [ids + [tokenizer.eos_id] for ids in tokenizer.encode(list(texts), side="src")]
     longest = max((len(r) for r in rows), default=0)
     if max_len is not None and longest > max_len:
         i = max(range(len(rows)), key=lambda j: len(rows[j]))
         raise ValueError(f"sentence {i} has {len(rows[i])} tokens (EOS included), more than max_len ({max_len}) {why}")
-    src = torch.full((len(rows), longest), PAD_ID, dtype=torch.long)  # (B, S)
+    src = torch.full((len(rows), longest), tokenizer.pad_id, dtype=torch.long)  # (B, S)
     for b, r in enumerate(rows):
         src[b, : len(r)] = torch.tensor(r)
     return src

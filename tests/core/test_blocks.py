@@ -209,7 +209,12 @@ def test_swiglu_matches_hand_computation() -> None:
 
 
 @pytest.mark.parametrize(
-    ("activation", "fn"), [("relu", F.relu), ("gelu", lambda h: 0.5 * h * (1 + torch.erf(h / 2**0.5)))]
+    ("activation", "fn"),
+    [
+        ("relu", F.relu),
+        ("gelu", lambda h: 0.5 * h * (1 + torch.erf(h / 2**0.5))),
+        ("silu", lambda h: h / (1 + torch.exp(-h))),  # swish: x * sigmoid(x)
+    ],
 )
 def test_feedforward_matches_hand_computation(activation: str, fn) -> None:
     ff = FeedForward(D, D_FF, activation=activation).eval()
@@ -221,7 +226,7 @@ def test_feedforward_matches_hand_computation(activation: str, fn) -> None:
         torch.testing.assert_close(ff(x), expected, atol=ATOL, rtol=0)
 
 
-@pytest.mark.parametrize("activation", ["relu", "gelu", "swiglu"])
+@pytest.mark.parametrize("activation", ["relu", "gelu", "silu", "swiglu"])
 def test_feedforward_default_width_is_four_d_model(activation: str) -> None:
     ff = FeedForward(D, activation=activation)
     assert ff.linear2.in_features == 4 * D

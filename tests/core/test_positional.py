@@ -45,6 +45,30 @@ def test_sinusoidal_table_matches_paper(max_len: int, d_model: int) -> None:
     torch.testing.assert_close(table.double(), expected, atol=1e-6, rtol=0)
 
 
+@pytest.mark.parametrize(("max_len", "d_model"), [(50, 16), (7, 6)])
+def test_sinusoidal_halves_table_puts_the_papers_sines_first_and_cosines_second(max_len: int, d_model: int) -> None:
+    table = sinusoidal_table(max_len, d_model, layout="halves")
+    half = d_model // 2
+    expected = torch.tensor(
+        [
+            [_paper_pe(p, 2 * i, d_model) for i in range(half)]
+            + [_paper_pe(p, 2 * i + 1, d_model) for i in range(half)]
+            for p in range(max_len)
+        ],
+        dtype=torch.float64,
+    )
+    torch.testing.assert_close(table.double(), expected, atol=1e-6, rtol=0)
+    # the same numbers as the paper's table, only reordered
+    paper = sinusoidal_table(max_len, d_model)
+    assert torch.equal(table, torch.cat((paper[:, 0::2], paper[:, 1::2]), dim=1))
+    assert not torch.equal(table, paper)
+
+
+def test_sinusoidal_unknown_layout_raises() -> None:
+    with pytest.raises(ValueError, match=r"layout must be 'interleaved' or 'halves', got 'split'"):
+        sinusoidal_table(4, 8, layout="split")  # type: ignore[arg-type]
+
+
 def test_sinusoidal_table_first_row() -> None:
     # position 0: sin(0) = 0 on even channels, cos(0) = 1 on odd ones
     row = sinusoidal_table(4, 8)[0]
@@ -340,7 +364,7 @@ def test_sincos_2d_bad_d_model_raises() -> None:
 def test_positional_encoding_unknown_name_lists_valid_names() -> None:
     with pytest.raises(ValueError, match=r"unknown pos_encoding 'rotary'") as info:
         PositionalEncoding("rotary", d_model=16, n_heads=4)  # type: ignore[arg-type]
-    for name in ("sinusoidal", "learned", "rope", "alibi", "none"):
+    for name in ("sinusoidal", "sinusoidal_halves", "learned", "rope", "alibi", "none"):
         assert repr(name) in str(info.value)
 
 
@@ -354,6 +378,8 @@ def test_positional_encoding_dispatch() -> None:
     sin_pe = PositionalEncoding("sinusoidal", 16, 4, max_len=32)
     torch.testing.assert_close(sin_pe(x, offset=3), x + sinusoidal_table(32, 16)[3:8], atol=0, rtol=0)
     assert sin_pe.rotary(5) is None and sin_pe.bias(5, 5) is None
+    halves = PositionalEncoding("sinusoidal_halves", 16, 4, max_len=32)
+    torch.testing.assert_close(halves(x, offset=3), x + sinusoidal_table(32, 16, "halves")[3:8], atol=0, rtol=0)
 
     learned = PositionalEncoding("learned", 16, 4, max_len=32)
     assert not torch.equal(learned(x), x)
