@@ -159,7 +159,8 @@ def speed(args: argparse.Namespace) -> list[dict]:
     h = ours.hparams
     ref = copy.deepcopy(ours)
     d_ff = h.d_ff or 4 * h.d_model
-    ref.net.encoder = TorchEncoder(ours.net.encoder, h.d_model, h.n_heads, h.n_layers, d_ff, h.dropout)
+    ref.net.backbone.encoder = TorchEncoder(ours.net.backbone.encoder, h.d_model, h.n_heads, h.n_layers, d_ff,
+                                            h.dropout)
     dm = KLineDataModule(**{**data_args, "batch_size": args.batch_size})
     dm.setup("fit")
     ours.target_channels = ref.target_channels = dm.target_channels
