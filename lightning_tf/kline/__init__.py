@@ -7,12 +7,11 @@
   long-term forecasting protocol (ETTh/ETTm borders, M/S/MS).
 * :mod:`.windows`: the windows, split borders, calendar and loaders both DataModules share;
   :class:`DataScale` (:mod:`.scale`): what the model must know of the data's units.
-* :class:`ForecastNet` (:mod:`.network`): a closed-form linear path (:class:`LinearPath`, :mod:`.linear`)
+* :mod:`.networks` (torch modules only): :class:`ForecastNet`, a closed-form linear path (:class:`LinearPath`)
   plus a Transformer on the shared core's encoder as a residual, with RevIN and a channel-independent or
   channel-mixing direct multi-horizon head (or either part alone). Its backbone makes the tokens:
-  :class:`PatchBackbone` (``patches``, PatchTST, :mod:`.patches`), :class:`VariateBackbone` (``variates``,
-  iTransformer, :mod:`.variates`) or :class:`BarBackbone` (``bars``, one token per bar, :mod:`.bars`).
-  ``PatchTST`` is its earlier name.
+  :class:`PatchBackbone` (``patches``, PatchTST), :class:`VariateBackbone` (``variates``, iTransformer) or
+  :class:`BarBackbone` (``bars``, one token per bar). ``PatchTST`` is its earlier name.
 * :class:`KLineForecaster` (:mod:`.module`): fits the linear path, trains the residual, keeps it only
   where validation says so, and evaluates the model, scoring the baselines of :mod:`.baselines` (the
   strongest the closed-form :class:`LinearBaseline`) on the same test windows (:mod:`.summary`) with the
@@ -21,20 +20,26 @@
   (:mod:`.writer`) writes the forecasts of ``predict``.
 """
 
-from .bars import BarBackbone
 from .baselines import LinearBaseline, drift, mean_forecast, moving_average, persistence
 from .data import KLineDataModule
 from .io import read_bars
-from .linear import LinearPath
-from .layers import RevIN, RevINStats, n_patches, patchify
 from .metrics import ForecastMetrics
 from .module import KLineForecaster
 from .multivariate import MultivariateDataModule
-from .network import ForecastNet, PatchTST
-from .patches import PatchBackbone
+from .networks import (
+    BarBackbone,
+    ForecastNet,
+    LinearPath,
+    PatchBackbone,
+    PatchTST,
+    RevIN,
+    RevINStats,
+    VariateBackbone,
+    n_patches,
+    patchify,
+)
 from .scale import DataScale, rebuild_prices
 from .summary import summary_text
-from .variates import VariateBackbone
 from .windows import EpochShuffleSampler, WindowDataset, chronological_borders, ett_borders, next_timestamps
 from .writer import ForecastWriter
 

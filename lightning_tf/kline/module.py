@@ -1,11 +1,11 @@
 """KLineForecaster: the LightningModule that trains, evaluates and applies the forecaster network
-(:class:`~.network.ForecastNet`, built in ``__init__`` with one of three backbones: ``patches``,
+(:class:`~.networks.ForecastNet`, built in ``__init__`` with one of three backbones: ``patches``,
 ``variates``, ``bars``).
 
 The forecast is ``linear(window) + residual(window)``: a linear path fit in closed form on the training
-windows when training starts (:mod:`.linear`; DLinear / RLinear, Zeng et al. 2023, "Are Transformers
-Effective for Time Series Forecasting?"), plus a Transformer residual that starts at exactly zero
-and is kept only where it beats the linear path on validation by more than noise (:mod:`.selection`).
+windows when training starts (:mod:`.networks.linear`, :mod:`.fitting`; DLinear / RLinear, Zeng et al.
+2023, "Are Transformers Effective for Time Series Forecasting?"), plus a Transformer residual that starts
+at exactly zero and is kept only where it beats the linear path on validation by more than noise (:mod:`.selection`).
 What the model must know of its data arrives once, in :meth:`KLineForecaster.setup` (sizes, target
 channels, the :class:`~.scale.DataScale`), and lives in every checkpoint. Testing scores the baselines on
 the same windows (:mod:`.summary`) and backtests the forecasts (:mod:`.report`). The design and its
@@ -31,9 +31,9 @@ from lightning_tf.training import SchedulerName, check_agreement, configure_adam
 
 from .baselines import LinearBaseline
 from .inference import predict_outputs
-from .linear import LinearInput, Pooling, fit_closed_form
+from .fitting import fit_linear_parts
 from .metrics import IntervalMetrics, pinball_loss
-from .network import BackboneName, ForecastNet, ForecastParts, ResidualMode, check_training
+from .networks import BackboneName, ForecastNet, ForecastParts, LinearInput, Pooling, ResidualMode, check_training
 from .report import TestRecord, report_text
 from .scale import DataScale
 from .selection import ResidualSelection, selection_line
@@ -73,7 +73,7 @@ class KLineForecaster(LightningModule):
         linear_pooling: the linear path's maps: ``pooled`` (one shared by the target channels),
             ``per_channel``, or ``auto`` (chosen on validation).
         linear_ridge: the linear path's ridge penalty (relative to the Gram matrix's mean diagonal);
-            None: chosen on the validation windows among ``lightning_tf.kline.closed_form.RIDGES``.
+            None: chosen on the validation windows among ``lightning_tf.kline.networks.RIDGES``.
         linear_input: what the linear path reads: ``revin`` (the RevIN-normalised window), ``raw`` (the
             window on the model scale) or ``auto`` (chosen on validation).
         linear_select_se: 0 (default): the linear path's (and baseline's) input, form, pooling and ridge are
@@ -342,10 +342,8 @@ class KLineForecaster(LightningModule):
             return
         theirs = None if dm.target_channels is None else [int(c) for c in dm.target_channels]
         if theirs is None and not hp.channel_mixing:
-            raise ValueError(
-                "the data's targets are not input channels (target_channels is None), so the channel-independent "
-                "head cannot forecast them; set model channel_mixing: true"
-            )
+            raise ValueError("the data's targets are not input channels (target_channels is None), so the "
+                             "channel-independent head cannot forecast them; set model channel_mixing: true")
         if hp.target_channels is None:
             self.target_channels = theirs  # adopted (the head's shape does not depend on it); saved with the checkpoint
         else:
@@ -447,8 +445,12 @@ class KLineForecaster(LightningModule):
 
     def on_train_start(self) -> None:
         """Fit the linear path and the linear baseline in closed form once, before the first step
-        (:func:`~.linear.fit_closed_form`); a run resumed from a checkpoint keeps them."""
-        fit_closed_form(self)
+        (:func:`~.fitting.fit_linear_parts`); a run resumed from a checkpoint keeps them."""
+        hp, trainer = self.hparams, self.trainer
+        if (fit := fit_linear_parts(self.net, self.linear_baseline, trainer.train_dataloader, trainer.val_dataloaders,
+                                    resumed=trainer.ckpt_path is not None, ridge=hp.linear_ridge,
+                                    blocks=hp.selection_blocks, select_se=hp.linear_select_se)) is not None:
+            self.linear_fit = fit  # what was chosen, for reports (not saved: the path's weights and buffers are)
 
     # ------------------------------------------------------------------ epoch ends
 

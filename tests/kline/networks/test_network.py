@@ -8,7 +8,7 @@ import torch
 
 from lightning_tf.core import TokenBatchNorm
 from lightning_tf.kline import PatchTST
-from lightning_tf.kline.layers import n_patches
+from lightning_tf.kline.networks.layers import n_patches
 from tests.helpers.kline import TINY
 
 

@@ -32,7 +32,7 @@ the network can forecast ``linear(window) + residual(window)`` on the RevIN-norm
 
 ``residual_gate`` (a buffer, one weight in [0, 1] per target) scales the residual in evaluation: the
 model keeps it only where it beats the linear path on validation by more than noise
-(:class:`~.module.KLineForecaster` sets it); 0 leaves the linear path alone.
+(the LightningModule, :class:`lightning_tf.kline.KLineForecaster`, sets it); 0 leaves the linear path alone.
 
 Two heads:
 
