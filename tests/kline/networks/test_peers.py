@@ -4,16 +4,32 @@ sides are set the same here). Skipped without neuralforecast (``pip install -e '
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import pytest
 import torch
 from torch import Tensor, nn
 
 from lightning_tf.kline import ForecastNet
 
-nf_models = pytest.importorskip("neuralforecast.models")
-
 B, L, C, F = 3, 40, 4, 6
 D, H, N_LAYERS, D_FF = 16, 2, 2, 32
+
+
+@pytest.fixture(scope="module")
+def nf_models() -> ModuleType:
+    """``neuralforecast.models``, imported by the tests that use it (not at collection), skipped without it.
+
+    neuralforecast imports pytorch_lightning, which points the rank-zero log shared with ``lightning``
+    (``lightning_utilities``) at its own logger; it is pointed back, so the process logs as before."""
+    import lightning_utilities.core.rank_zero as rank_zero
+
+    saved = {k: getattr(rank_zero, k) for k in ("log", "rank_zero_deprecation_category") if hasattr(rank_zero, k)}
+    try:
+        return pytest.importorskip("neuralforecast.models")
+    finally:
+        for k, v in saved.items():
+            setattr(rank_zero, k, v)
 
 
 def _randomise(module: nn.Module) -> None:
@@ -47,7 +63,7 @@ def _copy_batch_norm(ours: nn.Module, theirs: nn.BatchNorm1d) -> None:
 # ------------------------------------------------------------------------------------------- PatchTST
 
 
-def _patchtst_pair(activation: str, revin_affine: bool) -> tuple[nn.Module, ForecastNet]:
+def _patchtst_pair(nf_models: ModuleType, activation: str, revin_affine: bool) -> tuple[nn.Module, ForecastNet]:
     theirs = nf_models.PatchTST(
         h=F, input_size=L, encoder_layers=N_LAYERS, n_heads=H, hidden_size=D, linear_hidden_size=D_FF, dropout=0.0,
         fc_dropout=0.0, head_dropout=0.0, attn_dropout=0.0, patch_len=8, stride=4, revin=True,
@@ -89,8 +105,8 @@ def _patchtst_forecast(theirs: nn.Module, x: Tensor) -> Tensor:
 
 
 @pytest.mark.parametrize(("activation", "revin_affine"), [("gelu", False), ("relu", True)])
-def test_patches_equals_neuralforecast_patchtst(activation: str, revin_affine: bool) -> None:
-    theirs, ours = _patchtst_pair(activation, revin_affine)
+def test_patches_equals_neuralforecast_patchtst(nf_models: ModuleType, activation: str, revin_affine: bool) -> None:
+    theirs, ours = _patchtst_pair(nf_models, activation, revin_affine)
     x = torch.randn(B, L, C) * 3 + torch.arange(C)
     theirs.eval(), ours.eval()  # BatchNorm on its running statistics
     with torch.no_grad():
@@ -105,7 +121,7 @@ def test_patches_equals_neuralforecast_patchtst(activation: str, revin_affine: b
 # ---------------------------------------------------------------------------------------- iTransformer
 
 
-def _itransformer_pair() -> tuple[nn.Module, ForecastNet]:
+def _itransformer_pair(nf_models: ModuleType) -> tuple[nn.Module, ForecastNet]:
     theirs = nf_models.iTransformer(h=F, input_size=L, n_series=C, hidden_size=D, n_heads=H, e_layers=N_LAYERS,
                                     d_ff=D_FF, dropout=0.0, use_norm=True, scaler_type="identity", random_seed=0)
     ours = ForecastNet(C, C, L, F, backbone="variates", residual="only", d_model=D, n_heads=H, n_layers=N_LAYERS,
@@ -129,8 +145,8 @@ def _itransformer_pair() -> tuple[nn.Module, ForecastNet]:
     return theirs, ours
 
 
-def test_variates_equals_neuralforecast_itransformer() -> None:
-    theirs, ours = _itransformer_pair()
+def test_variates_equals_neuralforecast_itransformer(nf_models: ModuleType) -> None:
+    theirs, ours = _itransformer_pair(nf_models)
     x = torch.randn(B, L, C) * 3 + torch.arange(C)
     theirs.eval(), ours.eval()
     with torch.no_grad():
