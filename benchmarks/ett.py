@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 import sys
 import time
 import warnings
@@ -328,6 +329,24 @@ def verdict_counts(rows: list[dict], default: str = "ETTh1") -> tuple[int, int, 
     return beats, ties, below, below_published
 
 
+def added_args(rows: list[dict]) -> str:
+    """What the rows' backbone added to the config (``model_args``), a value that changes with the horizon
+    given with its horizons: ``d_model 256 (horizons 96, 192), 512 (336, 720)``."""
+    by_key: dict[str, dict] = {}
+    for r in sorted(rows, key=lambda r: r["horizon"]):
+        for k, v in (r.get("model_args") or {}).items():
+            if k != "backbone":
+                by_key.setdefault(k, {}).setdefault(repr(v), []).append(r["horizon"])
+    parts = []
+    for k, values in by_key.items():
+        if len(values) == 1:
+            parts.append(f"{k} {next(iter(values))}")
+        else:
+            parts.append(f"{k} " + ", ".join(f"{v} ({'horizons ' if i == 0 else ''}{', '.join(map(str, hs))})"
+                                             for i, (v, hs) in enumerate(values.items())))
+    return ", ".join(parts) or "nothing"
+
+
 def write_results(rows: list[dict], stem: Path, meta: dict) -> None:
     """``stem.md`` (a heading, what was run, one table per dataset) and ``stem.json``."""
     stem.parent.mkdir(parents=True, exist_ok=True)
@@ -336,9 +355,7 @@ def write_results(rows: list[dict], stem: Path, meta: dict) -> None:
     beats, ties, below, below_published = verdict_counts(rows, default)
     names = sorted({_name(r, default) for r in rows})
     backbones = sorted({r.get("backbone", "patches") for r in rows}, key=lambda b: BACKBONE_ORDER.get(b, 9))
-    added = {b: next((r.get("model_args") for r in rows if r.get("backbone", "patches") == b), None) for b in backbones}
-    extra = "; ".join(f"{b}: {', '.join(f'{k} {v}' for k, v in a.items() if k != 'backbone') or 'nothing'}"
-                      for b, a in added.items() if a is not None)
+    extra = "; ".join(f"{b}: {added_args([r for r in rows if r.get('backbone', 'patches') == b])}" for b in backbones)
     text = [
         f"# {', '.join(names)}: linear path + Transformer residual ({', '.join(backbones)})",
         "",
@@ -362,6 +379,69 @@ def write_results(rows: list[dict], stem: Path, meta: dict) -> None:
     stem.with_suffix(".json").write_text(json.dumps({**meta, "rows": rows}, indent=2, default=str))
 
 
+def speed(args: argparse.Namespace, context_len: int, horizon: int, n_features: int = 7) -> list[dict]:
+    """Training and inference windows per second of each backbone's model as the grid builds it (the config,
+    :func:`backbone_args`, ``--model``), on random batches of the config's batch size, in one process,
+    alternating the backbones in every repeat; the median of the repeats."""
+    model_args, data_args, _, _ = load_config(args.config)
+    B = data_args.get("batch_size", 128)
+    x, y = torch.randn(B, context_len, n_features), torch.randn(B, horizon, n_features)  # (B, L, C), (B, F, C)
+    models, steps = {}, {}
+    for backbone in BACKBONE_ARGS:
+        kw = {**model_args, **backbone_args(backbone, horizon), **parse_overrides(args.model)}
+        torch.manual_seed(0)
+        model = KLineForecaster(n_features=n_features, n_targets=n_features, target_channels=list(range(n_features)),
+                                context_len=context_len, horizon=horizon, **kw)
+        opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+        models[backbone] = model
+
+        def train(model: KLineForecaster = model, opt: torch.optim.Optimizer = opt) -> None:
+            model.train()
+            opt.zero_grad(set_to_none=True)
+            model._loss(model.net.combine(model._parts(x), gate=1.0), y).backward()
+            opt.step()
+
+        def infer(model: KLineForecaster = model) -> None:
+            model.eval()
+            with torch.inference_mode():
+                model(x)
+
+        steps[backbone] = {"train": train, "eval": infer}
+    times: dict[tuple[str, str], list[float]] = {(b, m): [] for b in models for m in ("train", "eval")}
+    for r in range(args.warmup + args.repeats):
+        for b in (list(models) if r % 2 == 0 else list(models)[::-1]):
+            for mode, fn in steps[b].items():
+                t0 = time.perf_counter()
+                fn()
+                if r >= args.warmup:
+                    times[(b, mode)].append(time.perf_counter() - t0)
+    rows = []
+    for b, model in models.items():
+        row = {"backbone": b, "context_len": context_len, "horizon": horizon, "batch": B,
+               "parameters": sum(p.numel() for p in model.parameters())}
+        for mode in ("train", "eval"):
+            row[f"{mode}_wps"] = B / statistics.median(times[(b, mode)])
+        rows.append(row)
+    for row in rows:
+        for mode in ("train", "eval"):
+            row[f"{mode}_vs_patches"] = row[f"{mode}_wps"] / rows[0][f"{mode}_wps"]
+    return rows
+
+
+def speed_markdown(rows: list[dict], info: dict, repeats: int) -> str:
+    lines = [f"Windows per second, batch {rows[0]['batch']}, look-back {rows[0]['context_len']}, 7 channels, each "
+             f"backbone's model as the grid builds it (training step: forward, loss, backward, AdamW); "
+             f"{_machine(info)}; median of {repeats} repeats, the backbones alternating in one process "
+             "(`python benchmarks/ett.py --speed`):", "",
+             "| horizon | backbone | parameters | train windows/s | train vs patches | inference windows/s "
+             "| inference vs patches |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['horizon']} | {r['backbone']} | {r['parameters']:,} | {r['train_wps']:.0f} "
+                     f"| {r['train_vs_patches']:.2f} | {r['eval_wps']:.0f} | {r['eval_vs_patches']:.2f} |")
+    return "\n".join(lines)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -377,12 +457,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="override model arguments of the config, e.g. --model loss=quantile")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=2021)
-    p.add_argument("--quick", action="store_true", help="smoke run: one short epoch on a few batches (L=96, H=24 unless given)")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke run: one short epoch on a few batches (L=96, H=24 unless given)")
     p.add_argument("--jsonl", type=Path, default=None, help="append each finished cell here")
     p.add_argument("--out", type=Path, default=None, help="write STEM.md and STEM.json")
     p.add_argument("--note", default="", help="said under the table (e.g. how loaded the machine was)")
     p.add_argument("--merge", type=Path, nargs="+", default=None, help="only merge these --jsonl files into --out")
     p.add_argument("--workdir", type=Path, default=Path("runs") / "bench_ett")
+    p.add_argument("--speed", action="store_true", help="only time a training step and inference of each backbone "
+                   "(at the first look-back, each horizon); with --out, write STEM_speed.md")
+    p.add_argument("--repeats", type=int, default=10, help="--speed: timed repeats")
+    p.add_argument("--warmup", type=int, default=2, help="--speed: untimed repeats first")
     args = p.parse_args(argv)
     args.limit_batches = None
     if args.quick:
@@ -398,6 +483,16 @@ def main(argv: list[str] | None = None) -> None:
     info = machine_info(torch.device("cpu"))
     meta = {"config": str(args.config.relative_to(ROOT) if args.config.is_relative_to(ROOT) else args.config),
             "machine": info, "note": args.note, "data_name": args.data.stem}
+    if args.speed:
+        rows = [row for horizon in args.horizons for row in speed(args, args.lookbacks[0], horizon)]
+        text = speed_markdown(rows, info, args.repeats)
+        print(text)
+        if args.out:
+            path = args.out.with_name(args.out.name + "_speed.md")
+            path.write_text(text + "\n")
+            path.with_suffix(".json").write_text(json.dumps({"machine": info, "rows": rows}, indent=2))
+            print(f"wrote {path}")
+        return
     if args.merge:
         rows = [json.loads(line) for path in args.merge for line in path.read_text().splitlines() if line.strip()]
         if args.out is None:

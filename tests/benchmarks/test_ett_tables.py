@@ -10,7 +10,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from ett import backbone_args, markdown_tables, published_patchtst, verdict_counts  # noqa: E402
+from ett import added_args, backbone_args, markdown_tables, published_patchtst, verdict_counts  # noqa: E402
 
 
 def row(data_name: str | None, backbone: str, context_len: int = 336, horizon: int = 96, mse: float = 0.3) -> dict:
@@ -58,3 +58,10 @@ def test_what_each_backbone_adds_to_the_config() -> None:
     assert small["d_model"] == small["d_ff"] == 256 and large["d_model"] == large["d_ff"] == 512
     assert small["activation"] == "gelu" and small["norm"] == "layer" and small["norm_first"] is False
     assert backbone_args("bars", 720) == {"backbone": "bars"}
+
+
+def test_what_a_backbone_added_is_told_with_the_horizons_it_changes_with() -> None:
+    rows = [{**row("ETTh1", "variates", horizon=h), "model_args": backbone_args("variates", h)} for h in (336, 96, 192)]
+    text = added_args(rows)
+    assert "d_model 256 (horizons 96, 192), 512 (336)" in text and "activation 'gelu'" in text
+    assert added_args([{**row("ETTh1", "bars"), "model_args": backbone_args("bars", 96)}]) == "nothing"

@@ -49,6 +49,16 @@ def test_ett_benchmark_smoke(backbone: str, tmp_path: Path) -> None:
     assert "| linear by lowest validation error (variant) |" in proc.stdout
 
 
+def test_the_speed_table_times_every_backbone_against_patches(tmp_path: Path) -> None:
+    run("benchmarks/ett.py", "--speed", "--lookbacks", "48", "--horizons", "24", "--repeats", "1", "--warmup", "0",
+        "--out", str(tmp_path / "ett"))  # fmt: skip
+    table = (tmp_path / "ett_speed.md").read_text()
+    assert "| horizon | backbone | parameters | train windows/s | train vs patches |" in table
+    assert "| 24 | patches |" in table and "| 1.00 |" in table
+    rows = json.loads((tmp_path / "ett_speed.json").read_text())["rows"]
+    assert [r["backbone"] for r in rows] == ["patches", "variates", "bars"] and all(r["train_wps"] > 0 for r in rows)
+
+
 def test_an_etth2_file_gets_etth2s_published_columns(tmp_path: Path) -> None:
     """A file named ETTh2.csv (here a generated one of ETTh1's shape) runs under the ETT-hour borders and its
     table carries ETTh2's published numbers (PatchTST/42 0.274 at horizon 96), not ETTh1's (0.375)."""
