@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from core_layers import machine_info
-from ett import load_config
+from ett import load_config, parse_overrides
 
 from lightning_tf.kline import KLineDataModule, KLineForecaster
 from lightning_tf.kline.backtest import format_stat
@@ -159,7 +159,8 @@ def speed(args: argparse.Namespace) -> list[dict]:
     h = ours.hparams
     ref = copy.deepcopy(ours)
     d_ff = h.d_ff or 4 * h.d_model
-    ref.net.encoder = TorchEncoder(ours.net.encoder, h.d_model, h.n_heads, h.n_layers, d_ff, h.dropout)
+    ref.net.backbone.encoder = TorchEncoder(ours.net.backbone.encoder, h.d_model, h.n_heads, h.n_layers, d_ff,
+                                            h.dropout)
     dm = KLineDataModule(**{**data_args, "batch_size": args.batch_size})
     dm.setup("fit")
     ours.target_channels = ref.target_channels = dm.target_channels
@@ -233,7 +234,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def accuracy_report(acc: dict, args: argparse.Namespace, info: dict) -> str:
     """The accuracy tables, the verdicts, the selection line and the backtest, as markdown."""
     s = acc["summary"]
-    out = [f"# MSFT daily, next 5 log returns: {CONFIG.relative_to(ROOT)}", "",
+    with_ = f" with {' '.join(args.model)}" if args.model else ""
+    out = [f"# MSFT daily, next 5 log returns: {CONFIG.relative_to(ROOT)}{with_}", "",
            f"Machine: {info['cpu']}, {info['cores']} cores (shared), {info['threads']} thread(s), "
            f"torch {info['torch']}. {acc['epochs_run']} epochs run (at most {acc['epochs']}) in "
            f"{acc['train_s'] / 60:.1f} min, best {acc['best']}; "
@@ -273,7 +275,10 @@ def main(argv: list[str] | None = None) -> None:
             args.out.with_suffix(".md").write_text(report + "\n")
             payload = {"machine": info, "accuracy": acc}
             args.out.with_suffix(".json").write_text(json.dumps(payload, indent=2, default=str))
-    if not args.skip_speed:
+    backbone = parse_overrides(args.model).get("backbone", "patches")
+    if not args.skip_speed and backbone != "patches":
+        print(f"\n(b) skipped: the torch.nn.TransformerEncoder copy is of the patch Transformer, not of {backbone}")
+    elif not args.skip_speed:
         rows = speed(args)
         out["speed"] = rows
         print(f"\n(b) windows/s, batch {rows[0]['batch']}, {args.threads} thread(s), median of {args.repeats}:")

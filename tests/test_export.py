@@ -237,6 +237,17 @@ def test_kline_onnx_matches_torch(channel_mixing: bool, tmp_path: Path) -> None:
     assert onnx_metadata(path)["outputs"] == {"forecast": ["batch", 4, 2]}
 
 
+@pytest.mark.integration  # two more exports: the default backbone's are in the unit tier above
+@pytest.mark.parametrize(("backbone", "causal"), [("variates", False), ("bars", True)])
+def test_kline_onnx_matches_torch_for_every_backbone(backbone: str, causal: bool, tmp_path: Path) -> None:
+    needs_onnx()
+    model = KLineForecaster(n_features=3, n_targets=2, target_channels=[2, 0], backbone=backbone, causal=causal,
+                            **KLINE_TINY).eval()
+    path = export_onnx(model, tmp_path / "kline.onnx")  # verify=True runs the same check inside
+    _ort_matches(model, path, (32, 3))
+    assert onnx_metadata(path)["outputs"] == {"forecast": ["batch", 4, 2]}
+
+
 def test_onnx_refuses_the_translation_model(text_ckpt: tuple[Path, Seq2SeqTransformer], tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"Seq2SeqTransformer cannot be exported to ONNX: it has no example_input_array.*--format safetensors"):
         export_onnx(text_ckpt[1], tmp_path / "text.onnx")

@@ -32,7 +32,7 @@ def test_kline_lengths_and_channels_flow_from_the_data() -> None:
     hp, dm = cli.model.hparams, cli.datamodule
     assert (hp.context_len, hp.horizon) == (32, 3)
     assert (hp.n_features, hp.n_targets) == (dm.n_features, dm.n_targets) and dm.n_features > 1
-    assert cli.model.net.n_patches == (32 + 4 - 8) // 4 + 1  # the model was built for the linked length
+    assert cli.model.net.backbone.n_patches == (32 + 4 - 8) // 4 + 1  # the model was built for the linked length
 
 
 def test_vision_classes_channels_and_size_flow_from_the_data() -> None:

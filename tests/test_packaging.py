@@ -44,6 +44,9 @@ def test_the_wheel_holds_every_config_and_the_msft_bars(wheel: Path) -> None:
     assert len(configs) > 10 and configs <= names, sorted(configs - names)
     assert "lightning_tf/data/msft.csv" in names
     assert not any(n.startswith(("tests/", "benchmarks/", "docs/")) for n in names)
+    # every module of the package, sub-packages included (each must be listed in pyproject.toml)
+    modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "lightning_tf").rglob("*.py")}
+    assert modules <= names, sorted(modules - names)
 
 
 @pytest.mark.integration

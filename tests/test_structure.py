@@ -1,6 +1,7 @@
 """The package's shape: module-level imports form no cycle, task packages do not import each other, the
 core imports nothing of the package outside itself, no LightningModule file imports its DataModule's
-module, and no file grows past 550 lines."""
+module, the K-line networks are torch modules that import nothing of the rest, and no file grows past
+550 lines."""
 
 from __future__ import annotations
 
@@ -117,3 +118,39 @@ def test_no_package_file_over_550_lines() -> None:
     long = {str(f.relative_to(PACKAGE)): n for f in PACKAGE.rglob("*.py")
             if (n := len(f.read_text(encoding="utf-8").splitlines())) > 550}
     assert not long, long
+
+
+def _all_imports(path: Path) -> set[str]:
+    """Every module ``path`` imports anywhere (module level, functions, ``TYPE_CHECKING``), absolute names."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            found.add(".".join([*base, node.module] if node.module else base))
+    return found
+
+
+def test_the_kline_networks_are_torch_modules_that_know_nothing_of_the_rest() -> None:
+    """``kline/networks`` (the backbones, shared layers, linear path and closed-form fit) imports neither
+    Lightning nor the data side nor anything of ``kline`` outside itself, under ``TYPE_CHECKING`` and inside
+    functions too, and no function there takes the LightningModule."""
+    files = sorted((PACKAGE / "kline" / "networks").rglob("*.py"))
+    assert len(files) >= 8
+    for f in files:
+        imports = _all_imports(f)
+        ours = {m for m in imports if m.startswith("lightning_tf")}
+        outside = {m for m in ours if not m.startswith(("lightning_tf.kline.networks", "lightning_tf.core"))}
+        assert not outside, f"{f.relative_to(PACKAGE)} imports {sorted(outside)}"
+        third = {m.split(".")[0] for m in imports - ours}
+        banned = third & {"lightning", "pytorch_lightning", "torchmetrics", "pandas"}
+        assert not banned, f"{f.relative_to(PACKAGE)} imports {sorted(banned)}"
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for arg in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]:
+                    hint = ast.unparse(arg.annotation) if arg.annotation is not None else ""
+                    assert "KLineForecaster" not in hint and "LightningModule" not in hint, (
+                        f"{f.relative_to(PACKAGE)}: {node.name}({arg.arg}: {hint})")

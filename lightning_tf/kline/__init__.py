@@ -7,9 +7,11 @@
   long-term forecasting protocol (ETTh/ETTm borders, M/S/MS).
 * :mod:`.windows`: the windows, split borders, calendar and loaders both DataModules share;
   :class:`DataScale` (:mod:`.scale`): what the model must know of the data's units.
-* :class:`PatchTST` (:mod:`.network`): a closed-form linear path (:class:`LinearPath`, :mod:`.linear`)
-  plus the patch Transformer on the shared core's encoder as a residual, with RevIN and a
-  channel-independent or channel-mixing direct multi-horizon head (or either part alone).
+* :mod:`.networks` (torch modules only): :class:`ForecastNet`, a closed-form linear path (:class:`LinearPath`)
+  plus a Transformer on the shared core's encoder as a residual, with RevIN and a channel-independent or
+  channel-mixing direct multi-horizon head (or either part alone). Its backbone makes the tokens:
+  :class:`PatchBackbone` (``patches``, PatchTST), :class:`VariateBackbone` (``variates``, iTransformer) or
+  :class:`BarBackbone` (``bars``, one token per bar). ``PatchTST`` is its earlier name.
 * :class:`KLineForecaster` (:mod:`.module`): fits the linear path, trains the residual, keeps it only
   where validation says so, and evaluates the model, scoring the baselines of :mod:`.baselines` (the
   strongest the closed-form :class:`LinearBaseline`) on the same test windows (:mod:`.summary`) with the
@@ -21,30 +23,43 @@
 from .baselines import LinearBaseline, drift, mean_forecast, moving_average, persistence
 from .data import KLineDataModule
 from .io import read_bars
-from .linear import LinearPath
-from .layers import RevIN, RevINStats, n_patches, patchify
 from .metrics import ForecastMetrics
 from .module import KLineForecaster
 from .multivariate import MultivariateDataModule
-from .network import PatchTST
+from .networks import (
+    BarBackbone,
+    ForecastNet,
+    LinearPath,
+    PatchBackbone,
+    PatchTST,
+    RevIN,
+    RevINStats,
+    VariateBackbone,
+    n_patches,
+    patchify,
+)
 from .scale import DataScale, rebuild_prices
 from .summary import summary_text
 from .windows import EpochShuffleSampler, WindowDataset, chronological_borders, ett_borders, next_timestamps
 from .writer import ForecastWriter
 
 __all__ = [
+    "BarBackbone",
     "DataScale",
     "EpochShuffleSampler",
     "ForecastMetrics",
+    "ForecastNet",
     "ForecastWriter",
     "KLineDataModule",
     "KLineForecaster",
     "LinearBaseline",
     "LinearPath",
     "MultivariateDataModule",
+    "PatchBackbone",
     "PatchTST",
     "RevIN",
     "RevINStats",
+    "VariateBackbone",
     "WindowDataset",
     "chronological_borders",
     "drift",

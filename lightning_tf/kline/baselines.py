@@ -13,7 +13,7 @@
   shared by the target channels (``pooled``, DLinear's ``individual=False``) or one per channel
   (``per_channel``), each from the channel's own history; for targets that are not input channels,
   one map from every channel's window (``mixing``). Every variant is linear in its weights, so the
-  least-squares weights have a closed form (:mod:`.linear`); all are fit on the training windows in
+  least-squares weights have a closed form (:mod:`.networks.linear`); all are fit on the training windows in
   one pass, and the variant and ridge penalty with the lowest validation error are kept.
 """
 
@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .closed_form import (
+from .networks.closed_form import (
     FORM_NAMES,
     RIDGES,
     GramStats,
@@ -222,7 +222,7 @@ class LinearBaseline(nn.Module):
         """Fit every variant on ``(x (B, L, C), y (B, F, K))`` training batches; with validation batches,
         keep the variant and ridge penalty (relative to the mean diagonal of the Gram matrix) with the lowest
         validation MSE (``select_se > 0``: the one-standard-error rule of
-        :func:`~.closed_form.choose_candidate`), otherwise the first variant with the smallest ridge.
+        :func:`~.networks.closed_form.choose_candidate`), otherwise the first variant with the smallest ridge.
         Returns self."""
         tr = self._accumulate(train)
         if not tr or tr[0].rows == 0:

@@ -1,10 +1,11 @@
 """KLineForecaster: the LightningModule that trains, evaluates and applies the forecaster network
-(:class:`~.network.PatchTST`, built in ``__init__``).
+(:class:`~.networks.ForecastNet`, built in ``__init__`` with one of three backbones: ``patches``,
+``variates``, ``bars``).
 
 The forecast is ``linear(window) + residual(window)``: a linear path fit in closed form on the training
-windows when training starts (:mod:`.linear`; DLinear / RLinear, Zeng et al. 2023, "Are Transformers
-Effective for Time Series Forecasting?"), plus a patch Transformer residual that starts at exactly zero
-and is kept only where it beats the linear path on validation by more than noise (:mod:`.selection`).
+windows when training starts (:mod:`.networks.linear`, :mod:`.fitting`; DLinear / RLinear, Zeng et al.
+2023, "Are Transformers Effective for Time Series Forecasting?"), plus a Transformer residual that starts
+at exactly zero and is kept only where it beats the linear path on validation by more than noise (:mod:`.selection`).
 What the model must know of its data arrives once, in :meth:`KLineForecaster.setup` (sizes, target
 channels, the :class:`~.scale.DataScale`), and lives in every checkpoint. Testing scores the baselines on
 the same windows (:mod:`.summary`) and backtests the forecasts (:mod:`.report`). The design and its
@@ -25,14 +26,14 @@ from lightning.pytorch.callbacks import BasePredictionWriter
 from torch import Tensor
 from torchmetrics import MeanMetric
 
-from lightning_tf.core import NormName, PositionalName
+from lightning_tf.core import Activation, NormName, PositionalName
 from lightning_tf.training import SchedulerName, check_agreement, configure_adamw
 
 from .baselines import LinearBaseline
 from .inference import predict_outputs
-from .linear import LinearInput, Pooling, fit_closed_form
+from .fitting import fit_linear_parts
 from .metrics import IntervalMetrics, pinball_loss
-from .network import ForecastParts, PatchTST, ResidualMode, check_quantiles
+from .networks import BackboneName, ForecastNet, ForecastParts, LinearInput, Pooling, ResidualMode, check_training
 from .report import TestRecord, report_text
 from .scale import DataScale
 from .selection import ResidualSelection, selection_line
@@ -48,7 +49,8 @@ DEFAULT_QUANTILES = [0.1, 0.5, 0.9]
 
 
 class KLineForecaster(LightningModule):
-    """A linear path plus a patch Transformer residual, with RevIN and a direct multi-horizon head.
+    """A linear path plus a Transformer residual over patches, channels or bars, with RevIN and a direct
+    multi-horizon head. The arguments of the Transformer name the backbones that read them.
 
     Args:
         n_features: input channels C; must equal the DataModule's ``n_features``.
@@ -57,8 +59,12 @@ class KLineForecaster(LightningModule):
         horizon: forecast horizon F (bars); must equal the DataModule's ``horizon``.
         target_channels: index among the input channels of each target (targets that are input channels);
             None: the DataModule's ``target_channels``, taken in ``setup``.
-        channel_mixing: one head over all channels (targets that are not input channels, such as
-            future returns) instead of PatchTST's channel-independent head.
+        backbone: how a window becomes tokens: ``patches`` (PatchTST: each channel's patches, channels
+            apart), ``variates`` (iTransformer: each channel's window one token, attention across channels) or
+            ``bars`` (each bar one token, attention across time); docs/kline.md compares them.
+        channel_mixing: patches and variates: one head over all channels (targets that are not input channels,
+            such as future returns) instead of the channel-independent head (``bars`` always mixes); all:
+            the linear path maps every channel to every target.
         residual: ``on``: the linear path plus the Transformer as a residual that starts at zero and is
             kept only where it beats the linear path on validation; ``blend``: the Transformer trained alone,
             stacked with the linear path by weights chosen on validation; ``off``: the linear path alone;
@@ -67,7 +73,7 @@ class KLineForecaster(LightningModule):
         linear_pooling: the linear path's maps: ``pooled`` (one shared by the target channels),
             ``per_channel``, or ``auto`` (chosen on validation).
         linear_ridge: the linear path's ridge penalty (relative to the Gram matrix's mean diagonal);
-            None: chosen on the validation windows among ``lightning_tf.kline.closed_form.RIDGES``.
+            None: chosen on the validation windows among ``lightning_tf.kline.networks.RIDGES``.
         linear_input: what the linear path reads: ``revin`` (the RevIN-normalised window), ``raw`` (the
             window on the model scale) or ``auto`` (chosen on validation).
         linear_select_se: 0 (default): the linear path's (and baseline's) input, form, pooling and ridge are
@@ -80,20 +86,24 @@ class KLineForecaster(LightningModule):
         selection_blocks: contiguous blocks of validation windows for that standard error.
         quantiles: quantile levels to forecast, with 0.5 (the point forecast) among them; needs
             ``loss: quantile``, which defaults them to ``[0.1, 0.5, 0.9]``.
-        patch_len: patch length P.
-        stride: stride S between patch starts.
-        pad_end: extend the context by S copies of its last bar before patching (PatchTST); without it,
-            a context the patches do not cover is refused.
-        d_model: model width D.
-        n_heads: attention heads H.
-        n_layers: encoder layers.
-        d_ff: feed-forward width; defaults to ``4 * d_model``.
-        dropout: dropout in the encoder (input, sublayers, feed-forward).
-        attn_dropout: dropout on the attention weights.
-        head_dropout: dropout before the flatten head.
-        norm_first: Pre-LN (True) or Post-LN (False).
-        norm: the encoder's normalisation: ``layer`` or ``batch`` (over the batch's patch tokens, PatchTST's).
-        pos_encoding: positional encoding of the patches.
+        patch_len: patches: patch length P.
+        stride: patches: stride S between patch starts.
+        pad_end: patches: extend the context by S copies of its last bar before patching (PatchTST); without
+            it, a context the patches do not cover is refused.
+        d_model: all backbones: model width D.
+        n_heads: all backbones: attention heads H.
+        n_layers: all backbones: encoder layers.
+        d_ff: all backbones: feed-forward width; defaults to ``4 * d_model``.
+        dropout: all backbones: dropout in the encoder (input, sublayers, feed-forward).
+        attn_dropout: all backbones: dropout on the attention weights.
+        head_dropout: all backbones: dropout before the flat head.
+        activation: all backbones: the feed-forward activation, ``relu``, ``gelu`` (iTransformer's) or ``swiglu``.
+        norm_first: all backbones: Pre-LN (True) or Post-LN (False).
+        norm: all backbones: the encoder's normalisation, ``layer`` or ``batch`` (over the batch's tokens,
+            PatchTST's).
+        pos_encoding: patches and bars: positional encoding of the tokens (variates: none, channels have no
+            order).
+        causal: bars: each bar attends only to itself and older bars.
         revin: normalise each window per channel and map the forecast back (RevIN).
         revin_affine: learn RevIN's per-channel scale and shift.
         loss: ``mse``, ``huber`` or ``quantile`` (pinball loss over ``quantiles``) on the model scale.
@@ -125,6 +135,7 @@ class KLineForecaster(LightningModule):
         context_len: int = 64,
         horizon: int = 5,
         target_channels: list[int] | None = None,
+        backbone: BackboneName = "patches",
         channel_mixing: bool = False,
         residual: ResidualMode | bool = "on",
         linear: Literal["frozen", "tuned"] = "frozen",
@@ -145,9 +156,11 @@ class KLineForecaster(LightningModule):
         dropout: float = 0.2,
         attn_dropout: float = 0.0,
         head_dropout: float = 0.2,
+        activation: Activation = "relu",
         norm_first: bool = True,
         norm: NormName = "layer",
         pos_encoding: PositionalName = "learned",
+        causal: bool = False,
         revin: bool = True,
         revin_affine: bool = True,
         loss: Literal["mse", "huber", "quantile"] = "mse",
@@ -165,34 +178,20 @@ class KLineForecaster(LightningModule):
         compile: bool = False,
     ) -> None:
         super().__init__()
-        if isinstance(residual, bool):  # an unquoted YAML on / off
-            residual = "on" if residual else "off"
-        if residual not in ("on", "off", "only", "blend"):
-            raise ValueError(f"residual must be 'on', 'off', 'only' or 'blend', got {residual!r}")
-        if linear not in ("frozen", "tuned") or (linear == "tuned" and residual == "blend"):
-            raise ValueError(f"linear must be 'frozen' or 'tuned' (with residual: blend, 'frozen'), got {linear!r}")
-        if loss not in ("mse", "huber", "quantile"):
-            raise ValueError(f"loss must be 'mse', 'huber' or 'quantile', got {loss!r}")
-        if residual == "off" and linear == "frozen" and loss != "quantile":
-            raise ValueError("residual 'off' with linear 'frozen' leaves nothing to train: set linear: tuned, "
-                             "residual: on, or loss: quantile (the intervals train)")
-        if quantiles is not None and loss != "quantile":
-            raise ValueError(f"quantiles {quantiles} are trained by the pinball loss: set loss: quantile")
-        levels = check_quantiles(DEFAULT_QUANTILES if loss == "quantile" and quantiles is None else quantiles)
-        if linear_select_se < 0:
-            raise ValueError(f"linear_select_se must be >= 0, got {linear_select_se}")
-        if linear_ridge is not None and linear_ridge < 0:
-            raise ValueError(f"linear_ridge must be >= 0 (or None: chosen on validation), got {linear_ridge}")
+        residual, levels = check_training(residual, linear, loss, quantiles, DEFAULT_QUANTILES, linear_ridge,
+                                          linear_select_se)
         if backtest_cost_bps < 0:
             raise ValueError(f"backtest_cost_bps must be >= 0, got {backtest_cost_bps}")
         self.save_hyperparameters()
-        self.net = PatchTST(
-            n_features, n_targets, context_len, horizon, target_channels, channel_mixing=channel_mixing,
+        self.net = ForecastNet(
+            n_features, n_targets, context_len, horizon, target_channels, backbone=backbone,
+            channel_mixing=channel_mixing,
             residual=residual, linear_pooling=linear_pooling, linear_trainable=linear == "tuned",
             linear_input=linear_input, dlinear_kernel=dlinear_kernel, quantiles=levels,
             patch_len=patch_len, stride=stride, pad_end=pad_end, d_model=d_model, n_heads=n_heads, n_layers=n_layers,
-            d_ff=d_ff, dropout=dropout, attn_dropout=attn_dropout, head_dropout=head_dropout, norm_first=norm_first,
-            norm=norm, pos_encoding=pos_encoding, revin=revin, revin_affine=revin_affine,
+            d_ff=d_ff, dropout=dropout, attn_dropout=attn_dropout, head_dropout=head_dropout, activation=activation,
+            norm_first=norm_first, norm=norm, pos_encoding=pos_encoding, causal=causal, revin=revin,
+            revin_affine=revin_affine,
         )
         self.metrics = stage_metrics(levels)  # "<stage>_<scale>", "test_<baseline>_<scale>", "<stage>_intervals"
         # the validation loss of the model with its residual; per window, what weighs the residual against
@@ -305,12 +304,13 @@ class KLineForecaster(LightningModule):
 
     @torch.no_grad()
     def attention_maps(self, x: Tensor, layer: int = -1) -> Tensor:
-        """Attention over patches of ``layer`` averaged over heads, ``(B, C, N, N)``, in eval mode."""
+        """Attention of ``layer`` averaged over heads, in eval mode: over each channel's patches ``(B, C, N, N)``,
+        across the channels ``(B, 1, C, C)`` or across the bars ``(B, 1, L, L)``, by backbone."""
         was_training = self.training
         self.eval()
-        _, weights = self.net.forward_with_attention(x)  # n_layers x (B, C, H, N, N)
+        _, weights = self.net.forward_with_attention(x)  # n_layers x (B, G, H, T, T)
         self.train(was_training)
-        return weights[layer].mean(dim=2)  # (B, C, N, N)
+        return weights[layer].mean(dim=2)  # (B, G, T, T)
 
     @property
     def residual_kept(self) -> bool:
@@ -342,10 +342,8 @@ class KLineForecaster(LightningModule):
             return
         theirs = None if dm.target_channels is None else [int(c) for c in dm.target_channels]
         if theirs is None and not hp.channel_mixing:
-            raise ValueError(
-                "the data's targets are not input channels (target_channels is None), so the channel-independent "
-                "head cannot forecast them; set model channel_mixing: true"
-            )
+            raise ValueError("the data's targets are not input channels (target_channels is None), so the "
+                             "channel-independent head cannot forecast them; set model channel_mixing: true")
         if hp.target_channels is None:
             self.target_channels = theirs  # adopted (the head's shape does not depend on it); saved with the checkpoint
         else:
@@ -447,8 +445,12 @@ class KLineForecaster(LightningModule):
 
     def on_train_start(self) -> None:
         """Fit the linear path and the linear baseline in closed form once, before the first step
-        (:func:`~.linear.fit_closed_form`); a run resumed from a checkpoint keeps them."""
-        fit_closed_form(self)
+        (:func:`~.fitting.fit_linear_parts`); a run resumed from a checkpoint keeps them."""
+        hp, trainer = self.hparams, self.trainer
+        if (fit := fit_linear_parts(self.net, self.linear_baseline, trainer.train_dataloader, trainer.val_dataloaders,
+                                    resumed=trainer.ckpt_path is not None, ridge=hp.linear_ridge,
+                                    blocks=hp.selection_blocks, select_se=hp.linear_select_se)) is not None:
+            self.linear_fit = fit  # what was chosen, for reports (not saved: the path's weights and buffers are)
 
     # ------------------------------------------------------------------ epoch ends
 

@@ -78,34 +78,46 @@ def _intraday(stamps: list[pd.Timestamp]) -> bool:
     return any(t.hour or t.minute for t in stamps)
 
 
-def attention_figure(weights: np.ndarray, channel_names: Sequence[str], title: str = "") -> Figure:
-    """Attention over patches of one window.
+def attention_figure(
+    weights: np.ndarray, channel_names: Sequence[str], title: str = "", token: str = "patch",
+    token_names: Sequence[str] | None = None,
+) -> Figure:
+    """Attention over the tokens of one window.
 
     Args:
-        weights: ``(C, N, N)`` attention of each channel's patches (query x key), averaged over heads.
-        channel_names: the C channel names.
+        weights: ``(G, T, T)`` attention (query x key) averaged over heads: of each channel's patches
+            (G = C), or of the window's channels or bars (G = 1).
+        channel_names: the G row names (the channels, or one name for the whole window).
         title: figure title.
+        token: what a token is (``patch``, ``channel``, ``bar``), for the axis labels.
+        token_names: the T tokens' names for the map's ticks (the channels' names for ``channel``).
 
-    Left: the map averaged over channels; right: the attention each key patch receives (mean over
-    queries), one row per channel. Patch 0 is the oldest.
+    Left: the map averaged over the rows; right: the attention each key token receives (mean over
+    queries), one row per G. Patch and bar 0 are the oldest.
     """
     weights = np.asarray(weights, dtype=float)
-    C, _N, _ = weights.shape
+    G, T, _ = weights.shape
     fig = Figure(figsize=(11, 4.2), dpi=100)
     ax1, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.4]})
     im = ax1.imshow(weights.mean(0), cmap="viridis", aspect="auto")
-    ax1.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax1.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax1.set_xlabel("key patch")
-    ax1.set_ylabel("query patch")
-    ax1.set_title("mean over channels")
+    if token_names is not None:
+        ax1.set_xticks(range(T), list(token_names), fontsize=7, rotation=90)
+        ax1.set_yticks(range(T), list(token_names), fontsize=7)
+    else:
+        ax1.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax1.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax1.set_xlabel(f"key {token}")
+    ax1.set_ylabel(f"query {token}")
+    ax1.set_title("mean over channels" if G > 1 else "attention")
     fig.colorbar(im, ax=ax1, fraction=0.046)
-    received = weights.mean(1)  # (C, N)
+    received = weights.mean(1)  # (G, T)
     im2 = ax2.imshow(received, cmap="magma", aspect="auto")
-    ax2.set_yticks(range(C))
+    ax2.set_yticks(range(G))
     ax2.set_yticklabels(list(channel_names), fontsize=8)
-    ax2.set_xlabel("key patch (oldest to newest)")
-    ax2.set_title("attention received, per channel")
+    if token_names is not None:
+        ax2.set_xticks(range(T), list(token_names), fontsize=7, rotation=90)
+    ax2.set_xlabel(f"key {token}" + ("" if token == "channel" else " (oldest to newest)"))
+    ax2.set_title("attention received" + (", per channel" if G > 1 else ""))
     fig.colorbar(im2, ax=ax2, fraction=0.046)
     fig.suptitle(title)
     fig.tight_layout()

@@ -144,15 +144,20 @@ def write_equity(model: KLineForecaster, curves: pd.DataFrame, cost_bps: float) 
 
 
 def log_attention(model: KLineForecaster, window: Tensor) -> None:
-    """The last layer's attention over patches for one test window ``(1, L, C)``, to wandb."""
+    """The last layer's attention over the tokens (patches, channels or bars) of one test window
+    ``(1, L, C)``, to wandb."""
     if not isinstance(model.logger, WandbLogger):
         return
     from .plots import attention_figure
 
-    maps = model.attention_maps(window)[0].float().cpu().numpy()  # (C, N, N)
+    maps = model.attention_maps(window)[0].float().cpu().numpy()  # (G, T, T)
     scale = model.data_scale
-    names = list(scale.feature_names) if scale else [f"ch{i}" for i in range(maps.shape[0])]
-    fig = attention_figure(maps, names, "attention over patches, last layer, first test window")
+    names = list(scale.feature_names) if scale else [f"ch{i}" for i in range(window.shape[-1])]
+    token = {"patches": "patch", "variates": "channel", "bars": "bar"}[model.net.backbone_name]
+    plural = "patches" if token == "patch" else f"{token}s"
+    fig = attention_figure(maps, names if token == "patch" else ["window"],
+                           f"attention over {plural}, last layer, first test window", token=token,
+                           token_names=names if token == "channel" else None)
     model.logger.log_image(key="test/attention", images=[fig])
 
 

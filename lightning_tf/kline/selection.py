@@ -17,7 +17,6 @@ forecast of the Transformer trained alone less the linear path's, so the weight 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -25,17 +24,9 @@ from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.utilities import dim_zero_cat
 
+from .networks.closed_form import block_standard_error
+
 __all__ = ["Decision", "ResidualSelection", "block_standard_error", "selection_line"]
-
-
-def block_standard_error(values: Tensor, blocks: int) -> float:
-    """Standard error of the mean of ``values`` (N,) (in time order) from the means of ``blocks``
-    contiguous blocks: ``std(block means) / sqrt(blocks)``; ``inf`` with fewer than two blocks."""
-    n = min(blocks, values.numel())
-    if n < 2:
-        return math.inf
-    means = torch.stack([part.mean() for part in torch.tensor_split(values.double(), n)])  # (n,)
-    return float(means.std(unbiased=True) / math.sqrt(n))
 
 
 @dataclass

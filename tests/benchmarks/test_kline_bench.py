@@ -41,10 +41,37 @@ def test_kline_benchmark_smoke(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not ETTH1.is_file(), reason=f"{ETTH1} not present")
-def test_ett_benchmark_smoke(tmp_path: Path) -> None:
-    proc = run("benchmarks/ett.py", "--quick", "--workdir", str(tmp_path / "ckpt"))
-    assert "| look-back | horizon | model MSE / MAE | beats linear |" in proc.stdout and "| 96 | 24 |" in proc.stdout
+@pytest.mark.parametrize("backbone", ["patches", "variates", "bars"])
+def test_ett_benchmark_smoke(backbone: str, tmp_path: Path) -> None:
+    proc = run("benchmarks/ett.py", "--quick", "--backbone", backbone, "--workdir", str(tmp_path / "ckpt"))
+    assert "| look-back | horizon | backbone | model MSE / MAE | beats linear |" in proc.stdout
+    assert f"| 96 | 24 | {backbone} |" in proc.stdout
     assert "| linear by lowest validation error (variant) |" in proc.stdout
+
+
+def test_the_speed_table_times_every_backbone_against_patches(tmp_path: Path) -> None:
+    run("benchmarks/ett.py", "--speed", "--lookbacks", "48", "--horizons", "24", "--repeats", "1", "--warmup", "0",
+        "--out", str(tmp_path / "ett"))  # fmt: skip
+    table = (tmp_path / "ett_speed.md").read_text()
+    assert "| horizon | backbone | parameters | train windows/s | train vs patches |" in table
+    assert "| 24 | patches |" in table and "| 1.00 |" in table
+    rows = json.loads((tmp_path / "ett_speed.json").read_text())["rows"]
+    assert [r["backbone"] for r in rows] == ["patches", "variates", "bars"] and all(r["train_wps"] > 0 for r in rows)
+
+
+def test_an_etth2_file_gets_etth2s_published_columns(tmp_path: Path) -> None:
+    """A file named ETTh2.csv (here a generated one of ETTh1's shape) runs under the ETT-hour borders and its
+    table carries ETTh2's published numbers (PatchTST/42 0.274 at horizon 96), not ETTh1's (0.375)."""
+    from tests.helpers.kline import write_etth1
+
+    data = tmp_path / "ETTh2.csv"
+    write_etth1(tmp_path).rename(data)
+    run("benchmarks/ett.py", "--quick", "--data", str(data), "--lookbacks", "48", "--horizons", "96", "--workdir",
+        str(tmp_path / "ckpt"), "--out", str(tmp_path / "ett_etth2"))  # fmt: skip
+    table = (tmp_path / "ett_etth2.md").read_text()
+    assert table.startswith("# ETTh2:") and "| 48 | 96 | patches |" in table
+    assert "| 0.274 / 0.336 (/42) | 0.289 / 0.353 | 0.297 / 0.349 |" in table and "0.375 / 0.399" not in table
+    assert json.loads((tmp_path / "ett_etth2.json").read_text())["rows"][0]["data_name"] == "ETTh2"
 
 
 def test_the_lowest_validation_linear_is_the_default_baseline_scored_on_every_test_window(tmp_path: Path) -> None:
@@ -104,7 +131,7 @@ def test_verdict_counts_compare_each_scoring_with_the_published_row() -> None:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from ett import published_patchtst, verdict_counts
 
-    pub = published_patchtst(336)[96][0]  # 0.375
+    pub = published_patchtst("ETTh1", 336)[96][0]  # 0.375
     rows = [
         {"context_len": 336, "horizon": 96, "mse": pub + 0.0004, "published_mse": pub + 0.0006, "linear_mse": 0.5},
         {"context_len": 336, "horizon": 96, "mse": pub + 6e-4, "published_mse": pub - 0.01, "linear_mse": pub + 6e-4},

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from lightning_tf.kline.baselines import LinearBaseline
-from lightning_tf.kline.closed_form import (
+from lightning_tf.kline.networks.closed_form import (
     Candidate,
     GramStats,
     ValidationRows,
@@ -18,7 +18,7 @@ from lightning_tf.kline.closed_form import (
     ridge_solutions,
     trend_matrix,
 )
-from lightning_tf.kline.linear import LinearPath
+from lightning_tf.kline.networks.linear import LinearPath
 from lightning_tf.kline.selection import block_standard_error
 
 
@@ -180,7 +180,7 @@ def test_last_value_statistics_are_those_of_the_nlinear_rows() -> None:
     """``last_value_stats`` from the ``[window, 1]`` statistics equals accumulating NLinear's rows
     ``[window - last, 1]`` and outputs ``t - last`` directly (weighted), and the folded weights forecast
     ``last + [window - last, 1] @ W``."""
-    from lightning_tf.kline.closed_form import last_value_stats
+    from lightning_tf.kline.networks.closed_form import last_value_stats
 
     torch.manual_seed(4)
     n, L, O = 60, 7, 3
@@ -205,7 +205,7 @@ def test_last_value_statistics_are_those_of_the_nlinear_rows() -> None:
 def test_the_nlinear_form_is_refused_for_a_map_of_every_channel() -> None:
     """NLinear forecasts a target's change from its own last value, so a map that reads every channel's window
     (mixing) cannot take that form: one message, before any fit."""
-    from lightning_tf.kline.closed_form import GramStats, closed_form_candidates, trend_matrix
+    from lightning_tf.kline.networks.closed_form import GramStats, closed_form_candidates, trend_matrix
 
     with pytest.raises(ValueError, match=r"the NLinear form needs each group's own window \(not mixing\)"):
         closed_form_candidates([GramStats()], None, ["mixing"], ["nlinear"], [0.0], trend_matrix(8, 3), channels=3)

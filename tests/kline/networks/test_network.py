@@ -8,7 +8,7 @@ import torch
 
 from lightning_tf.core import TokenBatchNorm
 from lightning_tf.kline import PatchTST
-from lightning_tf.kline.layers import n_patches
+from lightning_tf.kline.networks.layers import n_patches
 from tests.helpers.kline import TINY
 
 
@@ -89,4 +89,4 @@ def test_configuration_errors_name_the_values() -> None:
 def test_batch_norm_encoder_option() -> None:
     model = net(norm="batch", norm_first=False)
     assert sum(isinstance(m, TokenBatchNorm) for m in model.modules()) == 2 * TINY["n_layers"]
-    assert not any(isinstance(m, torch.nn.LayerNorm) for m in model.encoder.modules())
+    assert not any(isinstance(m, torch.nn.LayerNorm) for m in model.backbone.encoder.modules())

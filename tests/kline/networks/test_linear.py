@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from lightning_tf.kline import KLineForecaster, MultivariateDataModule, PatchTST
-from lightning_tf.kline.closed_form import GramStats, ridge_solutions
-from lightning_tf.kline.linear import LinearPath
+from lightning_tf.kline.networks.closed_form import GramStats, ridge_solutions
+from lightning_tf.kline.networks.linear import LinearPath
 from tests.helpers.kline import TINY, SineDataModule
 
 
@@ -262,7 +262,7 @@ def test_configuration_errors_name_the_values() -> None:
 def test_the_dlinear_form_folds_into_one_map_of_the_window() -> None:
     """Weights over ``[remainder, trend, 1]`` give the same forecast as their fold over ``[window, 1]``, per
     target channel and over every channel (mixing)."""
-    from lightning_tf.kline.closed_form import fold_decomposed, moving_average, trend_matrix
+    from lightning_tf.kline.networks.closed_form import fold_decomposed, moving_average, trend_matrix
 
     g = torch.Generator().manual_seed(0)
     L, C, O, k = 12, 3, 5, 5

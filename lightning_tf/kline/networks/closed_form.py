@@ -14,7 +14,7 @@ RevIN-normalised), a strong ridge shrinks the forecast toward the training month
 later period need not share. So the lowest validation error is the default.
 
 Used by :class:`~.linear.LinearPath` (the forecaster's linear path) and
-:class:`~.baselines.LinearBaseline` (the baseline its verdicts use).
+:class:`lightning_tf.kline.baselines.LinearBaseline` (the baseline its verdicts use).
 """
 
 from __future__ import annotations
@@ -27,14 +27,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .selection import block_standard_error
-
 __all__ = [
     "FORM_NAMES",
     "RIDGES",
     "Candidate",
     "GramStats",
     "ValidationRows",
+    "block_standard_error",
     "choose_candidate",
     "closed_form_candidates",
     "effective_dof",
@@ -54,6 +53,16 @@ FORM_NAMES = {"linear": "Linear", "dlinear": "DLinear", "nlinear": "NLinear"}
 
 #: ridge penalties tried, relative to the mean diagonal of the Gram matrix (the intercept is never shrunk)
 RIDGES = (0.0, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
+
+
+def block_standard_error(values: Tensor, blocks: int) -> float:
+    """Standard error of the mean of ``values`` (N,) (in time order) from the means of ``blocks``
+    contiguous blocks: ``std(block means) / sqrt(blocks)``; ``inf`` with fewer than two blocks."""
+    n = min(blocks, values.numel())
+    if n < 2:
+        return math.inf
+    means = torch.stack([part.mean() for part in torch.tensor_split(values.double(), n)])  # (n,)
+    return float(means.std(unbiased=True) / math.sqrt(n))
 
 
 class GramStats:

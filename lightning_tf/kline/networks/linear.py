@@ -6,7 +6,7 @@ channel, rivals the long-term forecasting Transformers. Li et al. 2023, "Revisit
 Series Forecasting: An Investigation on Linear Mapping" (RLinear): the same map on the RevIN-normalised
 window. The closed form and the choice among maps are in :mod:`.closed_form`.
 
-:class:`LinearPath` is the linear part of :class:`~.network.PatchTST` (``residual: on`` / ``off``): a
+:class:`LinearPath` is the linear part of :class:`~.network.ForecastNet` (``residual: on`` / ``off``): a
 map from each target channel's normalised window to its normalised future (``pooled``: one map for
 every channel; ``per_channel``: one each), or from every channel's window to every target
 (``mixing``), plus an intercept. Its weights are parameters (saved in every checkpoint), set by
@@ -15,11 +15,10 @@ every channel; ``per_channel``: one each), or from every channel's window to eve
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
@@ -35,15 +34,11 @@ from .closed_form import (
     trend_matrix,
 )
 
-if TYPE_CHECKING:
-    from .module import KLineForecaster
-
-__all__ = ["LinearFit", "LinearInput", "LinearPath", "Pooling", "fit_closed_form"]
+__all__ = ["LinearFit", "LinearInput", "LinearPath", "Pooling"]
 
 Pooling = Literal["auto", "pooled", "per_channel"]
 LinearInput = Literal["auto", "revin", "raw"]
 
-log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class LinearFit:
@@ -245,45 +240,3 @@ class LinearPath(nn.Module):
         found = self.candidates(train, val, channels, ridges, normalized)
         chosen = choose_candidate(found, blocks, select_se)
         return self.apply(chosen, min(found, key=lambda c: c.val_mse if c.val_mse is not None else 0.0))
-
-
-def fit_closed_form(model: KLineForecaster) -> None:
-    """Fit ``model``'s linear path and linear baseline on its trainer's training windows, once: closed form
-    on every training window, the ridge (and the path's input and pooling, the baseline's variant) chosen
-    on the validation windows when the trainer validates. Every process reads all windows in order, so
-    all fit the same weights. A fitted path is kept; a fitted baseline is kept when resuming."""
-    from lightning.pytorch.utilities import rank_zero_info
-
-    from .windows import in_order, xy_pairs
-
-    trainer = model.trainer
-    path, base = model.net.linear, model.linear_baseline
-    fit_path = path is not None and not bool(path.fitted)
-    fit_base = base is not None and not (base.fitted and trainer.ckpt_path is not None)
-    if not (fit_path or fit_base):
-        return
-    train = in_order(trainer.train_dataloader)
-    if train is None:
-        log.info("linear fits skipped: the training loader has no dataset to read in order")
-        return
-    val = in_order(trainer.val_dataloaders)
-    if fit_path:
-        ridge = model.hparams.linear_ridge
-        val_pairs = None if val is None else (lambda: xy_pairs(val))
-        hp = model.hparams
-        fit = model.net.fit_linear(lambda: xy_pairs(train), val_pairs, RIDGES if ridge is None else (float(ridge),),
-                                   blocks=hp.selection_blocks, select_se=hp.linear_select_se)
-        val_mse = f", validation MSE {fit.val_mse:.5g}" if fit.val_mse is not None else ""
-        rule = "" if fit.lowest is None else (
-            f"; {fit.lowest} validated lowest ({fit.lowest_val_mse:.5g}) but not by more than "
-            f"{hp.linear_select_se:g} standard error, so the simpler map is kept")
-        model.linear_fit = fit  # what was chosen, for reports (not saved: the path's weights and buffers are)
-        rank_zero_info(f"linear path fit in closed form on the training windows: {fit.input} input, {fit.form}, "
-                       f"{fit.pooling}, ridge {fit.ridge:g} ({fit.dof:.1f} degrees of freedom), training MSE "
-                       f"{fit.train_mse:.5g}{val_mse}{rule}")
-    if fit_base:
-        assert base is not None
-        base.target_channels = model.target_channels
-        base.fit(xy_pairs(train), None if val is None else xy_pairs(val), blocks=model.hparams.selection_blocks,
-                 select_se=model.hparams.linear_select_se)
-        log.info("linear baseline fit on the training windows: %s", base.describe())

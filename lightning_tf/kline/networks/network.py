@@ -1,11 +1,19 @@
-"""The forecaster network: a linear path plus the patch Transformer (PatchTST) on the shared core's
-encoder, as a residual.
+"""The forecaster network: RevIN, a linear path, and a Transformer on the shared core's encoder over one
+of three kinds of tokens (the backbone) as a residual.
 
-Nie et al. 2023, "A Time Series is Worth 64 Words: Long-term Forecasting with Transformers":
-each channel's context is normalised by RevIN, cut into patches, each patch embedded linearly,
-given a position and encoded by a Transformer encoder shared by all channels (channel-independent);
-a flat linear head maps the patch representations to all F horizons at once (direct multi-horizon
-forecasting, no autoregression).
+How a window ``(B, L, C)`` becomes tokens is the backbone (``backbone``), built in :func:`build_backbone`:
+
+* ``patches`` (:class:`~.patches.PatchBackbone`, PatchTST; Nie et al. 2023, "A Time Series is Worth 64
+  Words"): each channel cut into patches, every channel its own sequence (channel-independent);
+* ``variates`` (:class:`~.variates.VariateBackbone`, iTransformer; Liu et al. 2024): each channel's whole
+  window one token, attention across the channels;
+* ``bars`` (:class:`~.bars.BarBackbone`): each bar one token, attention across time, the encoded bars
+  read together (channel mixing by construction).
+
+A backbone maps the normalised window to representations ``(B, G, R)``: one per channel (G = C,
+``patches`` and ``variates``) or one for the whole window (G = 1, ``bars``). Everything else is shared:
+RevIN, a flat linear head from the representations to all F horizons at once (direct multi-horizon
+forecasting, no autoregression), the quantile head, the linear path and the residual rule.
 
 Zeng et al. 2023, "Are Transformers Effective for Time Series Forecasting?": one linear map from the
 look-back window to the horizon matches or beats such Transformers on the long-term benchmarks. So
@@ -13,7 +21,7 @@ the network can forecast ``linear(window) + residual(window)`` on the RevIN-norm
 (``residual``):
 
 * ``on``: :class:`~.linear.LinearPath` (its weights set in closed form on the training windows before
-  training, see :meth:`PatchTST.fit_linear`) plus the Transformer, whose output layer starts at
+  training, see :meth:`ForecastNet.fit_linear`) plus the Transformer, whose output layer starts at
   exactly zero, so training starts from the linear model's forecast and error;
 * ``off``: the linear path alone (RLinear, Li et al. 2023);
 * ``blend``: both, trained apart: the linear path in closed form and the Transformer alone on the
@@ -24,44 +32,50 @@ the network can forecast ``linear(window) + residual(window)`` on the RevIN-norm
 
 ``residual_gate`` (a buffer, one weight in [0, 1] per target) scales the residual in evaluation: the
 model keeps it only where it beats the linear path on validation by more than noise
-(:class:`~.module.KLineForecaster` sets it); 0 leaves the linear path alone.
+(the LightningModule, :class:`lightning_tf.kline.KLineForecaster`, sets it); 0 leaves the linear path alone.
 
 Two heads:
 
-* channel-independent (``channel_mixing=False``, PatchTST): one head, shared by the channels, maps
-  each channel's own representation to that channel's future. The targets are input channels
-  (``target_channels``), e.g. the ETT benchmarks' "M" mode. Channel i's forecast never sees channel j.
-* channel-mixing (``channel_mixing=True``): one head over the representations of all channels
-  forecasts the K targets, for targets that are not input channels, e.g. future log returns of a
-  K-line series predicted from returns, ranges, volume and calendar features.
+* channel-independent (``channel_mixing=False`` with a per-channel backbone): one head, shared by the
+  channels, maps each channel's own representation to that channel's future (PatchTST's ``Flatten_Head``,
+  iTransformer's ``projector``). The targets are input channels (``target_channels``), e.g. the ETT
+  benchmarks' "M" mode. With ``patches``, channel i's forecast never sees channel j.
+* channel-mixing (``channel_mixing=True``, and always with ``bars``): one head over the representations of
+  all channels forecasts the K targets, for targets that are not input channels, e.g. future log returns of
+  a K-line series predicted from returns, ranges, volume and calendar features.
 
 Quantiles (``quantiles``): the point forecast is the median; the other quantiles are the median minus
 or plus cumulative sums of positive gaps (softplus), so they never cross. The gaps come from a second
 head over the same representations (zero at the start) plus a learnt offset per target, horizon and
 gap, set from the linear fit's training error as a Gaussian's quantiles.
-
-The layout follows the reference ``PatchTST_backbone`` (``layers/PatchTST_backbone.py``): RevIN, the
-patch projection ``W_P``, the encoder over the patches of each channel, the ``Flatten_Head``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lightning_tf.core import Encoder, NormName, PositionalName
+from lightning_tf.core import Activation, NormName, PositionalName
 
+from .bars import BarBackbone
 from .closed_form import RIDGES, choose_candidate
-from .layers import RevIN, n_patches, patchify
+from .layers import RevIN
 from .linear import LinearFit, LinearInput, LinearPath, Pooling
+from .patches import PatchBackbone
+from .variates import VariateBackbone
 
-__all__ = ["ForecastParts", "PatchTST", "ResidualMode", "check_quantiles"]
+__all__ = [
+    "Backbone", "BackboneName", "ForecastNet", "ForecastParts", "PatchTST", "ResidualMode", "build_backbone",
+    "check_quantiles", "check_training",
+]
 
 ResidualMode = Literal["on", "off", "only", "blend"]
+BackboneName = Literal["patches", "variates", "bars"]
+Backbone = PatchBackbone | VariateBackbone | BarBackbone
 
 
 def check_quantiles(quantiles: Sequence[float] | None) -> list[float] | None:
@@ -76,6 +90,68 @@ def check_quantiles(quantiles: Sequence[float] | None) -> list[float] | None:
             "(the point forecast)"
         )
     return levels
+
+
+def check_training(
+    residual: ResidualMode | bool, linear: str, loss: str, quantiles: Sequence[float] | None,
+    default_quantiles: Sequence[float], linear_ridge: float | None = None, linear_select_se: float = 0.0,
+) -> tuple[ResidualMode, list[float] | None]:
+    """The forecaster's ``residual`` (an unquoted YAML ``on`` / ``off`` read as a boolean is taken as meant)
+    and quantile levels (``default_quantiles`` for ``loss: quantile`` without any), or a ValueError naming
+    the argument that cannot train as asked."""
+    if linear_select_se < 0:
+        raise ValueError(f"linear_select_se must be >= 0, got {linear_select_se}")
+    if linear_ridge is not None and linear_ridge < 0:
+        raise ValueError(f"linear_ridge must be >= 0 (or None: chosen on validation), got {linear_ridge}")
+    if isinstance(residual, bool):  # an unquoted YAML on / off
+        residual = "on" if residual else "off"
+    if residual not in ("on", "off", "only", "blend"):
+        raise ValueError(f"residual must be 'on', 'off', 'only' or 'blend', got {residual!r}")
+    if linear not in ("frozen", "tuned") or (linear == "tuned" and residual == "blend"):
+        raise ValueError(f"linear must be 'frozen' or 'tuned' (with residual: blend, 'frozen'), got {linear!r}")
+    if loss not in ("mse", "huber", "quantile"):
+        raise ValueError(f"loss must be 'mse', 'huber' or 'quantile', got {loss!r}")
+    if residual == "off" and linear == "frozen" and loss != "quantile":
+        raise ValueError("residual 'off' with linear 'frozen' leaves nothing to train: set linear: tuned, "
+                         "residual: on, or loss: quantile (the intervals train)")
+    if quantiles is not None and loss != "quantile":
+        raise ValueError(f"quantiles {list(quantiles)} are trained by the pinball loss: set loss: quantile")
+    return residual, check_quantiles(default_quantiles if loss == "quantile" and quantiles is None else quantiles)
+
+
+def build_backbone(
+    backbone: BackboneName,
+    n_features: int,
+    context_len: int,
+    *,
+    patch_len: int,
+    stride: int,
+    pad_end: bool,
+    d_model: int,
+    n_heads: int,
+    n_layers: int,
+    d_ff: int | None,
+    dropout: float,
+    attn_dropout: float,
+    activation: Activation,
+    norm_first: bool,
+    norm: NormName,
+    pos_encoding: PositionalName,
+    causal: bool,
+) -> Backbone:
+    """The backbone that turns a window into tokens and encodes them, by name: the one place the three are
+    built. Each reads only its own arguments (see :class:`ForecastNet`)."""
+    encoder: dict[str, Any] = dict(dropout=dropout, attn_dropout=attn_dropout, activation=activation,
+                                   norm_first=norm_first, norm=norm)
+    if backbone == "patches":
+        return PatchBackbone(context_len, patch_len, stride, pad_end, d_model, n_heads, n_layers, d_ff,
+                             pos_encoding=pos_encoding, **encoder)
+    if backbone == "variates":
+        return VariateBackbone(context_len, d_model, n_heads, n_layers, d_ff, **encoder)
+    if backbone == "bars":
+        return BarBackbone(n_features, context_len, d_model, n_heads, n_layers, d_ff, pos_encoding=pos_encoding,
+                           causal=causal, **encoder)
+    raise ValueError(f"backbone must be 'patches', 'variates' or 'bars', got {backbone!r}")
 
 
 class ForecastParts(NamedTuple):
@@ -97,9 +173,8 @@ class ForecastParts(NamedTuple):
     std: Tensor
 
 
-class PatchTST(nn.Module):
-    """RevIN, a linear path and/or patching, patch embedding, the core encoder and a flat direct
-    multi-horizon head.
+class ForecastNet(nn.Module):
+    """RevIN, a linear path and/or a backbone's Transformer with a flat direct multi-horizon head.
 
     Args:
         n_features: input channels C.
@@ -110,8 +185,10 @@ class PatchTST(nn.Module):
             channels); the channel-independent head needs it unless every channel is a target (K = C),
             the channel-mixing head uses it only to map the forecast back through RevIN. May be set
             later (the attribute of the same name).
-        channel_mixing: one head over all channels instead of PatchTST's channel-independent head
-            (and a linear path from every channel's window to every target).
+        backbone: how a window becomes tokens: ``patches`` (PatchTST), ``variates`` (iTransformer) or
+            ``bars`` (one token per bar); see :func:`build_backbone`.
+        channel_mixing: one head over all channels instead of the channel-independent head (and a linear
+            path from every channel's window to every target); ``bars`` always mixes in its head.
         residual: ``only`` (the Transformer alone), ``on`` (linear path plus the Transformer as a
             residual that starts at zero), ``blend`` (the Transformer trained alone, its part the
             difference from the linear path) or ``off`` (the linear path alone).
@@ -124,20 +201,23 @@ class PatchTST(nn.Module):
         dlinear_kernel: moving-average window of the DLinear form the linear path's fit also tries.
         quantiles: forecast these quantile levels (must include 0.5, the point forecast); None: the
             point forecast only.
-        patch_len: patch length P.
-        stride: stride between patch starts.
-        pad_end: extend the context by ``stride`` copies of its last bar before patching (PatchTST).
-        d_model: model width D.
-        n_heads: attention heads H.
-        n_layers: encoder layers.
-        d_ff: feed-forward width; defaults to ``4 * d_model``.
-        dropout: dropout in the encoder (input, sublayers, feed-forward).
-        attn_dropout: dropout on the attention weights.
-        head_dropout: dropout before the flatten head.
-        norm_first: Pre-LN (True) or Post-LN (False).
-        norm: normalisation in the encoder: ``layer`` (LayerNorm) or ``batch`` (BatchNorm over the
-            patch tokens of the batch, PatchTST's choice).
-        pos_encoding: positional encoding of the patches.
+        patch_len: patches: patch length P.
+        stride: patches: stride between patch starts.
+        pad_end: patches: extend the context by ``stride`` copies of its last bar before patching (PatchTST).
+        d_model: all backbones: model width D.
+        n_heads: all backbones: attention heads H.
+        n_layers: all backbones: encoder layers.
+        d_ff: all backbones: feed-forward width; defaults to ``4 * d_model``.
+        dropout: all backbones: dropout in the encoder (input, sublayers, feed-forward).
+        attn_dropout: all backbones: dropout on the attention weights.
+        head_dropout: all backbones: dropout before the flat head.
+        activation: all backbones: the encoder's feed-forward activation (``relu``, ``gelu``, ``swiglu``).
+        norm_first: all backbones: Pre-LN (True) or Post-LN (False).
+        norm: all backbones: normalisation in the encoder: ``layer`` (LayerNorm) or ``batch`` (BatchNorm over
+            the tokens of the batch, PatchTST's choice).
+        pos_encoding: patches and bars: positional encoding of the tokens (``variates`` has none: the
+            channels have no order).
+        causal: bars: each bar attends only to itself and older bars.
         revin: normalise each window per channel and map the forecast back (RevIN).
         revin_affine: learn RevIN's per-channel scale and shift (on the Transformer's input).
     """
@@ -152,6 +232,7 @@ class PatchTST(nn.Module):
         horizon: int,
         target_channels: list[int] | None = None,
         *,
+        backbone: BackboneName = "patches",
         channel_mixing: bool = False,
         residual: ResidualMode = "only",
         linear_pooling: Pooling = "auto",
@@ -169,55 +250,48 @@ class PatchTST(nn.Module):
         dropout: float = 0.2,
         attn_dropout: float = 0.0,
         head_dropout: float = 0.2,
+        activation: Activation = "relu",
         norm_first: bool = True,
         norm: NormName = "layer",
         pos_encoding: PositionalName = "learned",
+        causal: bool = False,
         revin: bool = True,
         revin_affine: bool = True,
     ) -> None:
         super().__init__()
         for name, value in (("n_features", n_features), ("n_targets", n_targets), ("context_len", context_len),
-                            ("horizon", horizon), ("patch_len", patch_len), ("stride", stride)):
+                            ("horizon", horizon)):
             if value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
+        if backbone not in ("patches", "variates", "bars"):
+            raise ValueError(f"backbone must be 'patches', 'variates' or 'bars', got {backbone!r}")
         if residual not in ("on", "off", "only", "blend"):
             raise ValueError(f"residual must be 'on', 'off', 'only' or 'blend', got {residual!r}")
         if linear_input not in ("auto", "revin", "raw"):
             raise ValueError(f"linear_input must be 'auto', 'revin' or 'raw', got {linear_input!r}")
         if linear_input == "revin" and not revin:
             raise ValueError("linear_input 'revin' needs revin: true")
-        if patch_len > context_len:
-            raise ValueError(f"patch_len ({patch_len}) must not exceed context_len ({context_len})")
-        unused = (context_len - patch_len) % stride
-        if residual != "off" and not pad_end and unused:
-            # refused rather than warned: the newest bars carry the most information, and a model that never
-            # reads them trains and tests without a sign that anything is wrong
-            raise ValueError(
-                f"pad_end false with context_len {context_len}, patch_len {patch_len} and stride {stride} would "
-                f"ignore the newest {unused} bars of every window (the patches cover bars "
-                f"0..{context_len - unused - 1}): "
-                f"set pad_end: true, or a context_len with (context_len - patch_len) divisible by stride, e.g. "
-                f"{context_len - unused} or {context_len - unused + stride}"
-            )
         self.n_features, self.n_targets, self.context_len, self.horizon = n_features, n_targets, context_len, horizon
-        self.patch_len, self.stride, self.pad_end = patch_len, stride, pad_end
-        self.channel_mixing, self.residual = channel_mixing, residual
+        self.backbone_name, self.channel_mixing, self.residual = backbone, channel_mixing, residual
         self.linear_input = linear_input if revin else "raw"
         self.target_channels = target_channels
         self.quantiles = check_quantiles(quantiles)
-        self.n_patches = n_patches(context_len, patch_len, stride, pad_end)  # N
 
         self.revin = RevIN(n_features, affine=revin_affine) if revin else None
+        # the head reads every channel's representation at once: asked for, or a backbone without per-channel ones
+        self.mixing_head = channel_mixing or backbone == "bars"
         if residual != "off":
-            self.patch_embed = nn.Linear(patch_len, d_model)  # PatchTST's W_P
-            self.encoder = Encoder(
-                d_model, n_heads, n_layers, d_ff, dropout=dropout, attn_dropout=attn_dropout,
-                norm_first=norm_first, norm=norm, pos_encoding=pos_encoding, max_len=self.n_patches,
+            self.backbone = build_backbone(
+                backbone, n_features, context_len, patch_len=patch_len, stride=stride, pad_end=pad_end,
+                d_model=d_model, n_heads=n_heads, n_layers=n_layers, d_ff=d_ff, dropout=dropout,
+                attn_dropout=attn_dropout, activation=activation, norm_first=norm_first, norm=norm,
+                pos_encoding=pos_encoding, causal=causal,
             )
             self.head_dropout = nn.Dropout(head_dropout)
-            flat = self.n_patches * d_model
-            if channel_mixing:
-                self.head = nn.Linear(n_features * flat, horizon * n_targets)
+            flat = self.backbone.width  # R
+            groups = n_features if self.backbone.per_channel else 1  # G
+            if self.mixing_head:
+                self.head = nn.Linear(groups * flat, horizon * n_targets)
             else:
                 self.head = nn.Linear(flat, horizon)  # shared by all channels
             if residual == "on":
@@ -235,11 +309,17 @@ class PatchTST(nn.Module):
             # per target, horizon and gap; a unit Gaussian's gaps until fit_linear sets them from the fit's error
             self.quantile_offset = nn.Parameter(self._gap_offsets(torch.ones(n_targets, horizon)))  # (K, F, Q-1)
             if residual != "off":
-                outputs = horizon * n_targets * G if channel_mixing else horizon * G
-                self.quantile_head = nn.Linear(n_features * flat if channel_mixing else flat, outputs)
+                outputs = horizon * n_targets * G if self.mixing_head else horizon * G
+                self.quantile_head = nn.Linear(groups * flat if self.mixing_head else flat, outputs)
                 nn.init.zeros_(self.quantile_head.weight)
                 nn.init.zeros_(self.quantile_head.bias)
         self.register_buffer("residual_gate", torch.ones(n_targets))  # (K,)
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: object, **kwargs: object) -> None:
+        # checkpoints written before the backbones kept the patch Transformer's embedding and encoder at the top
+        for key in [k for k in state_dict if k.startswith((f"{prefix}patch_embed.", f"{prefix}encoder."))]:
+            state_dict[f"{prefix}backbone.{key[len(prefix):]}"] = state_dict.pop(key)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ targets
 
@@ -294,35 +374,26 @@ class PatchTST(nn.Module):
     def _transformer(self, x: Tensor, need_weights: bool) -> tuple[Tensor, Tensor | None, list[Tensor]]:
         """The Transformer's forecast ``(B, F, K)`` on the normalised scale (RevIN's affine map undone),
         its raw quantile gaps ``(B, F, K, Q-1)`` or None, and with ``need_weights`` each layer's attention
-        ``(B, C, H, N, N)``."""
-        B, _L, C = x.shape
+        (the backbone's: ``(B, C, H, N, N)`` over patches, ``(B, 1, H, C, C)`` across channels,
+        ``(B, 1, H, L, L)`` across bars)."""
         stats = None
         if self.revin is not None:
             x, stats = self.revin.normalize(x)  # (B, L, C)
-        patches = patchify(x, self.patch_len, self.stride, self.pad_end)  # (B, C, N, P)
-        N = patches.shape[2]
-        h = self.patch_embed(patches)  # (B, C, N, D)
-        h = h.reshape(B * C, N, -1)  # (B*C, N, D): every channel is its own sequence
-        weights: list[Tensor] = []
-        if need_weights:
-            h, weights = self.encoder(h, need_weights=True)  # (B*C, N, D), n_layers x (B*C, H, N, N)
-            weights = [w.view(B, C, *w.shape[1:]) for w in weights]  # n_layers x (B, C, H, N, N)
-        else:
-            h = self.encoder(h)  # (B*C, N, D)
+        h, weights = self.backbone(x, need_weights)  # (B, G, R)
+        B, G, _R = h.shape
         K, Fh = self.n_targets, self.horizon
         gaps = None
-        if self.channel_mixing:
-            h = h.reshape(B, C * N * h.shape[-1])  # (B, C*N*D)
+        if self.mixing_head:
+            h = h.reshape(B, -1)  # (B, G*R)
             y = self.head(self.head_dropout(h)).view(B, Fh, K)  # (B, F, K)
             if self.quantiles is not None:
                 gaps = self.quantile_head(self.head_dropout(h)).view(B, Fh, K, -1)  # (B, F, K, Q-1)
-            channels = self.target_channels
+            channels = self.target_channels if self.channel_mixing else self._own_channels()
         else:
-            h = h.reshape(B, C, N * h.shape[-1])  # (B, C, N*D)
             channels = self._own_channels()
             y = self.head(self.head_dropout(h)).transpose(1, 2)[..., channels]  # (B, F, K)
             if self.quantiles is not None:
-                g = self.quantile_head(self.head_dropout(h)).view(B, C, Fh, -1)  # (B, C, F, Q-1)
+                g = self.quantile_head(self.head_dropout(h)).view(B, G, Fh, -1)  # (B, C, F, Q-1)
                 gaps = g.transpose(1, 2)[:, :, channels]  # (B, F, K, Q-1)
         if self.revin is not None and stats is not None and self.revin.affine and channels is not None:
             # undo RevIN's affine map: the residual lives on the plainly normalised scale, as the linear path
@@ -332,7 +403,7 @@ class PatchTST(nn.Module):
 
     def parts(self, x: Tensor, need_weights: bool = False) -> tuple[ForecastParts, list[Tensor]]:
         """The forecast's parts (:class:`ForecastParts`) from the context ``x`` (B, L, C) and, with
-        ``need_weights``, each encoder layer's attention ``(B, C, H, N, N)``."""
+        ``need_weights``, each encoder layer's attention (see :meth:`_transformer`)."""
         plain, mean, std = self._target_scale(x)
         linear = None
         if self.linear is not None:
@@ -386,9 +457,10 @@ class PatchTST(nn.Module):
         return y if self.quantiles is None else y[..., self.quantiles.index(0.5)]  # (B, F, K)
 
     def forward_with_attention(self, x: Tensor) -> tuple[Tensor, list[Tensor]]:
-        """Forecast ``(B, F, K)`` and each encoder layer's attention over patches ``(B, C, H, N, N)``."""
+        """Forecast ``(B, F, K)`` and each encoder layer's attention: over patches ``(B, C, H, N, N)``, across
+        channels ``(B, 1, H, C, C)`` or across bars ``(B, 1, H, L, L)``, by backbone."""
         if not self.has_encoder:
-            raise ValueError("residual 'off' has no Transformer, so no attention over patches")
+            raise ValueError("residual 'off' has no Transformer, so no attention over patches, channels or bars")
         parts, weights = self.parts(x, need_weights=True)
         y = self.combine(parts)
         return (y if self.quantiles is None else y[..., self.quantiles.index(0.5)]), weights
@@ -467,3 +539,7 @@ class PatchTST(nn.Module):
                 sigma = sigma / torch.stack(sq).mean(0).sqrt()[:, None]
             self.quantile_offset.data.copy_(self._gap_offsets(sigma))
         return fit
+
+
+# the network's name from when it held the patch Transformer only; ``backbone="patches"`` (the default) is PatchTST
+PatchTST = ForecastNet

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lightning_tf.kline.layers import RevIN, n_patches, patchify
+from lightning_tf.kline.networks.layers import RevIN, n_patches, patchify
 
 
 @pytest.mark.parametrize("affine", [True, False])
