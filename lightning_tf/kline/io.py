@@ -36,12 +36,14 @@ import pandas as pd
 
 from .formats import (
     COMPRESSED_SUFFIXES,
+    TextTable,
     check_number_options,
+    column_evidence,
+    decide_number_format,
     decode_text,
-    detect_number_format,
     find_table,
     load_bytes,
-    sample_rows,
+    sample_evidence,
     split_fields,
     tongdaxin_title,
 )
@@ -184,16 +186,59 @@ def read_table(
         text = text.replace("\r\n", "\n").replace("\r", "\n")
     lines = text.split("\n")
     table = find_table(lines, source)
-    dec, thou, note = detect_number_format(sample_rows(lines, table), table.sep, source, decimal, thousands)
+    header_lines = table.first + (0 if table.header is None else 1)
+    # Decide on the lines at both ends, then check the decision on every cell: pandas reads a cell as a
+    # number only in the decided format, and each cell it leaves as text is classified as the sample
+    # was. Where those cells change the decision (a decimal comma first seen on line 12,000), the table
+    # is read again under the new one, or refused naming the line.
+    evidence, complete = sample_evidence(lines, table)
+    dec, thou, note = decide_number_format(evidence, table.sep, source, decimal, thousands)
+    body = "\n".join(lines[table.first : table.stop])
+    raw_names = table.names or split_fields(lines[table.first], table.sep)
+    while True:  # ends: evidence only grows, and a reading that adds none keeps the decision
+        df = _parse_text(body, table, raw_names, dec, text_columns, source)
+        if complete:
+            break
+        evidence = evidence.merged(column_evidence(df, header_lines + 1))
+        decision = decide_number_format(evidence, table.sep, source, decimal, thousands)
+        again = decision[0] != dec
+        dec, thou, note = decision
+        if not again:
+            break
     if note:
         log.warning(note)
-    raw_names = table.names or split_fields(lines[table.first], table.sep)
+    stripped = [str(c).strip() for c in df.columns]
+    if len(set(stripped)) == len(stripped):  # TongDaXin pads its header names with spaces
+        df.columns = stripped
+    out = df[~_blank_rows(df)]
+    title = tongdaxin_title(table.skipped[0][1]) if table.skipped and table.skipped[0][0] <= table.first else None
+    out.attrs = {
+        "kind": "csv",
+        "header_lines": header_lines,
+        "sep": table.sep,
+        "decimal": dec,
+        "thousands": thou,
+        "encoding": encoding,
+        "compression": compression,
+        "skipped": table.skipped,
+        "layout": "tongdaxin" if title else table.layout,
+        "title": title,
+        "ticker": title["code"] if title else None,
+    }
+    return out
+
+
+def _parse_text(
+    body: str, table: TextTable, raw_names: list[str], dec: str, text_columns: tuple[str, ...], source: str
+) -> pd.DataFrame:
+    """The table's lines parsed by pandas with decimal separator ``dec``; a column holding a cell that
+    is not a number in that format stays text."""
     text_names = {_normalise(n) for n in _TEXT_NAMES}
     as_text = dec == table.sep  # quoted decimal-comma cells in a ','-separated file: all parsed later
     dtype = {n: str for n in raw_names if as_text or _normalise(n) in text_names or n.strip() in text_columns}
     try:
-        df = pd.read_csv(
-            io.StringIO("\n".join(lines[table.first : table.stop])),
+        return pd.read_csv(
+            io.StringIO(body),
             sep=table.sep,
             dtype=dtype,
             keep_default_na=False,
@@ -206,25 +251,6 @@ def read_table(
     except (pd.errors.ParserError, ValueError) as e:
         message = re.sub(r"line (\d+)", lambda m: f"line {int(m[1]) + table.first}", str(e).strip())
         raise ValueError(f"{source}: cannot read the table ({message})") from None
-    stripped = [str(c).strip() for c in df.columns]
-    if len(set(stripped)) == len(stripped):  # TongDaXin pads its header names with spaces
-        df.columns = stripped
-    out = df[~_blank_rows(df)]
-    title = tongdaxin_title(table.skipped[0][1]) if table.skipped and table.skipped[0][0] <= table.first else None
-    out.attrs = {
-        "kind": "csv",
-        "header_lines": table.first + (0 if table.header is None else 1),
-        "sep": table.sep,
-        "decimal": dec,
-        "thousands": thou,
-        "encoding": encoding,
-        "compression": compression,
-        "skipped": table.skipped,
-        "layout": "tongdaxin" if title else table.layout,
-        "title": title,
-        "ticker": title["code"] if title else None,
-    }
-    return out
 
 
 def _blank_rows(df: pd.DataFrame) -> np.ndarray:
