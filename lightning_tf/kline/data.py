@@ -15,7 +15,6 @@ import numpy as np
 import pandas as pd
 import torch
 from lightning.pytorch import LightningDataModule
-from sklearn.preprocessing import StandardScaler
 from torch import Tensor
 from torch.utils.data import DataLoader
 
@@ -27,9 +26,39 @@ from .scale import DataScale, TargetKind, rebuild_prices
 from .validation import ON_ERROR_CHOICES, OnError
 from .windows import WindowDataset, chronological_borders, next_timestamps, resolve_path, split_ends, window_loader
 
-__all__ = ["KLineDataModule"]
+__all__ = ["KLineDataModule", "standard_scaler_fit"]
 
 log = logging.getLogger(__name__)
+
+
+def standard_scaler_fit(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and scale per column of finite ``(n, C)`` float64 rows, bit for bit what
+    ``sklearn.preprocessing.StandardScaler().fit(values)`` gives as ``mean_`` and ``scale_`` (its
+    corrected two-pass variance; a column constant to rounding gets scale 1), without its per-call cost."""
+    n = values.shape[0]
+    total = np.sum(values, axis=0)
+    mean = total / float(n)
+    centred = values - mean
+    correction = np.sum(centred, axis=0)
+    centred **= 2
+    var = (np.sum(centred, axis=0) - correction**2 / n) / n
+    eps = np.finfo(np.float64).eps
+    constant = var <= n * eps * var + (n * mean * eps) ** 2
+    scale = np.sqrt(var)
+    scale[constant] = 1.0
+    return mean, scale
+
+
+def _ticker_spans(tickers: np.ndarray) -> list[tuple[str, int, int]]:
+    """``(ticker, first row, end row)`` of each ticker of a column sorted by ticker (the canonical frame's),
+    found by bisection: a few comparisons per ticker, none per row."""
+    spans, start = [], 0
+    while start < len(tickers):
+        name = tickers[start]
+        stop = int(np.searchsorted(tickers, name, side="right"))
+        spans.append((str(name), start, stop))
+        start = stop
+    return spans
 
 
 def _parse_date(name: str, value: str) -> pd.Timestamp:
@@ -196,25 +225,33 @@ class KLineDataModule(LightningDataModule):
         L, F = self.context_len, self.horizon
         frame = self._read(h.path)
         self._frame = frame
-        names = list(pd.unique(frame["ticker"]))
+        n_rows, C = len(frame), self.n_features
+        # Every row's arrays, allocated once and filled ticker by ticker in the dtypes the batches use
+        # (rows of a ticker left out of the panel are cut off the end).
+        x = np.empty((n_rows, C), dtype=np.float32)
+        y = np.empty((n_rows, 1), dtype=np.float32)
+        raw = np.empty((n_rows, 1), dtype=np.float32)
+        anchor = np.empty(n_rows, dtype=np.float64)
+        ids = np.empty(n_rows, dtype=np.int64)
+        times = np.empty(n_rows, dtype=np.int64)
+        close, stamps = frame["close"].to_numpy(np.float64), frame["timestamp"].to_numpy().view(np.int64)
+        spans = _ticker_spans(frame["ticker"].to_numpy())
         self.ticker_names = []
-        xs, ys, raws, closes, times, ids = [], [], [], [], [], []
         ends: dict[str, list[np.ndarray]] = {"train": [], "val": [], "test": []}
         stats: list[tuple[np.ndarray, ...]] = []  # per ticker: feature mean, std, target mean, std
         self.borders: dict[str, dict] = {}
         offset = 0
-        groups = dict(list(frame.groupby("ticker", sort=False)))
-        for name in names:
-            bars = groups[name].reset_index(drop=True)
+        for name, start, stop in spans:
+            bars = frame.iloc[start:stop]
             feats, target, first, segment = self._series(bars)
-            n = len(bars)
+            n = stop - start
             train_end, val_end = self._borders(bars["timestamp"])
             if train_end - first < 2:
                 problem = (
                     f"{h.path}: ticker {name!r} has {max(train_end - first, 0)} usable training rows "
                     f"(of {n} bars, {first} warm-up)"
                 )
-                if len(names) == 1:
+                if len(spans) == 1:
                     raise ValueError(f"{problem}; need more bars or a later val_start")
                 # In a panel, a ticker listed after val_start has no training statistics to scale it by.
                 log.warning("%s; it is left out of the panel", problem)
@@ -222,9 +259,9 @@ class KLineDataModule(LightningDataModule):
             k = len(self.ticker_names)
             self.ticker_names.append(name)
             # Statistics from the training rows only: validation and test rows never shape the scale.
-            fs = StandardScaler().fit(feats[first:train_end])
-            ts_ = StandardScaler().fit(target[first:train_end, None])
-            stats.append((fs.mean_, fs.scale_, ts_.mean_, ts_.scale_))
+            f_mean, f_std = standard_scaler_fit(feats[first:train_end])
+            t_mean, t_std = standard_scaler_fit(target[first:train_end, None])
+            stats.append((f_mean, f_std, t_mean, t_std))
             self.borders[name] = {
                 "first": first,
                 "train_end": train_end,
@@ -238,14 +275,13 @@ class KLineDataModule(LightningDataModule):
                 ends[split].append(e + offset)
                 if len(e) == 0:
                     log.warning("%s: ticker %r has no %s windows (%d bars)", h.path, name, split, n)
-            x = np.where(np.isfinite(feats), (feats - fs.mean_) / fs.scale_, 0.0)  # warm-up rows are never read
-            y = np.where(np.isfinite(target), (target - ts_.mean_[0]) / ts_.scale_[0], 0.0)
-            xs.append(x)
-            ys.append(y[:, None])
-            raws.append(np.nan_to_num(target)[:, None])
-            closes.append(bars["close"].to_numpy(np.float64))
-            times.append(bars["timestamp"].to_numpy().astype("datetime64[ns]").astype(np.int64))
-            ids.append(np.full(n, k, dtype=np.int64))
+            rows = slice(offset, offset + n)
+            x[rows] = np.where(np.isfinite(feats), (feats - f_mean) / f_std, 0.0)  # warm-up rows are never read
+            y[rows, 0] = np.where(np.isfinite(target), (target - t_mean[0]) / t_std[0], 0.0)
+            raw[rows, 0] = np.nan_to_num(target)
+            anchor[rows] = close[start:stop]
+            ids[rows] = k
+            times[rows] = stamps[start:stop]
             offset += n
         if not self.ticker_names:
             raise ValueError(f"{h.path}: no ticker has training rows before the validation border")
@@ -259,12 +295,12 @@ class KLineDataModule(LightningDataModule):
             target_std=t_std, has_prices=True, volatility_window=h.volatility_window, volume_window=h.volume_window,
         )
         self._rows = {
-            "x": torch.tensor(np.concatenate(xs), dtype=torch.float32),  # (N, C)
-            "y": torch.tensor(np.concatenate(ys), dtype=torch.float32),  # (N, K)
-            "raw_target": torch.tensor(np.concatenate(raws), dtype=torch.float32),  # (N, K)
-            "anchor": torch.tensor(np.concatenate(closes), dtype=torch.float64),  # (N,)
-            "ticker": torch.tensor(np.concatenate(ids)),  # (N,)
-            "time": torch.tensor(np.concatenate(times)),  # (N,)
+            "x": torch.from_numpy(x[:offset]),  # (N, C)
+            "y": torch.from_numpy(y[:offset]),  # (N, K)
+            "raw_target": torch.from_numpy(raw[:offset]),  # (N, K)
+            "anchor": torch.from_numpy(anchor[:offset]),  # (N,)
+            "ticker": torch.from_numpy(ids[:offset]),  # (N,)
+            "time": torch.from_numpy(times[:offset]),  # (N,)
         }
         for split, parts in ends.items():
             self.datasets[split] = WindowDataset(

@@ -34,6 +34,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 __all__ = [
     "COMPRESSED_SUFFIXES",
@@ -76,7 +78,7 @@ _NUMBER = re.compile(r"[+\-]?\d+(\.\d*)?([eE][+\-]?\d+)?")
 _TONGDAXIN_TITLE = re.compile(
     r"\s*(?P<code>[0-9A-Za-z#.]+)\s+(?P<name>.+?)\s+(?P<period>\S*线)\s*(?P<adjust>\S*复权)?\s*"
 )
-_SAMPLE_LINES = 500  # lines read from each end of the table to decide the number format
+_SAMPLE_LINES = 200  # lines read from each end of the table to decide the number format
 _MAX_TITLE_LINES = 10
 _MAX_FOOTER_LINES = 3
 
@@ -161,6 +163,8 @@ def check_number_options(decimal: str | None, thousands: str | None) -> None:
 
 
 def split_fields(line: str, sep: str) -> list[str]:
+    if '"' not in line:  # nothing quoted: what the csv module gives, without it
+        return line.split(sep) if line else []
     try:
         return next(csv.reader([line], delimiter=sep))
     except (csv.Error, StopIteration):
@@ -417,6 +421,16 @@ def sample_evidence(lines: list[str], table: TextTable) -> tuple[NumberEvidence,
     return number_evidence(cells), complete
 
 
+def _holds_separators(text: pd.Series) -> bool:
+    """Whether any cell of a text column holds a ``.`` or a ``,``."""
+    try:
+        cells = pa.array(text)
+        return bool(pc.any(pc.or_(pc.match_substring(cells, "."), pc.match_substring(cells, ","))).as_py())
+    except (pa.ArrowException, TypeError):  # not all strings
+        joined = "".join(map(str, text.tolist()))
+        return "." in joined or "," in joined
+
+
 def column_evidence(df: pd.DataFrame, first_line: int) -> NumberEvidence:
     """The evidence of every cell with a ``.`` or ``,`` in the text columns of ``df`` (a table as
     pandas read it, row ``i`` on file line ``first_line + i``): the cells pandas could not read as
@@ -427,11 +441,12 @@ def column_evidence(df: pd.DataFrame, first_line: int) -> NumberEvidence:
         first_line: the 1-based file line of row 0.
     """
     evidence = NumberEvidence()
-    for col in df.columns:
-        values = df[col]
-        if pd.api.types.is_numeric_dtype(values) or pd.api.types.is_bool_dtype(values):
+    for col, dtype in df.dtypes.items():
+        if pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype):
             continue
-        text = values.astype(str)
+        text = df[col].astype(str)
+        if not _holds_separators(text):  # dates such as 2024-01-02, codes, names
+            continue
         marked = (text.str.contains(".", regex=False) | text.str.contains(",", regex=False)).to_numpy(bool)
         if marked.any():
             lines = (np.flatnonzero(marked) + first_line).tolist()
