@@ -22,31 +22,13 @@ from .features import DEFAULT_FEATURES, Target, check_feature_names, compute_fea
 from .formats import check_number_options
 from .io import read_bars
 from .parsing import check_timezone
-from .scale import DataScale, TargetKind, rebuild_prices
+from .scale import DataScale, TargetKind, rebuild_prices, standard_scaler_fit
 from .validation import ON_ERROR_CHOICES, OnError
 from .windows import WindowDataset, chronological_borders, next_timestamps, resolve_path, split_ends, window_loader
 
-__all__ = ["KLineDataModule", "standard_scaler_fit"]
+__all__ = ["KLineDataModule"]
 
 log = logging.getLogger(__name__)
-
-
-def standard_scaler_fit(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and scale per column of finite ``(n, C)`` float64 rows, bit for bit what
-    ``sklearn.preprocessing.StandardScaler().fit(values)`` gives as ``mean_`` and ``scale_`` (its
-    corrected two-pass variance; a column constant to rounding gets scale 1), without its per-call cost."""
-    n = values.shape[0]
-    total = np.sum(values, axis=0)
-    mean = total / float(n)
-    centred = values - mean
-    correction = np.sum(centred, axis=0)
-    centred **= 2
-    var = (np.sum(centred, axis=0) - correction**2 / n) / n
-    eps = np.finfo(np.float64).eps
-    constant = var <= n * eps * var + (n * mean * eps) ** 2
-    scale = np.sqrt(var)
-    scale[constant] = 1.0
-    return mean, scale
 
 
 def _ticker_spans(tickers: np.ndarray) -> list[tuple[str, int, int]]:

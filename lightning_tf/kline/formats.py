@@ -29,13 +29,13 @@ import re
 import zipfile
 import zlib
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 
 __all__ = [
     "COMPRESSED_SUFFIXES",
@@ -312,10 +312,27 @@ def number_evidence(cells: list[str], lines: list[int] | None = None) -> NumberE
         cells: the cells, in file order.
         lines: the 1-based file line of each cell, to name in the examples; None: not named.
     """
+    text = "\n".join(cells)
+    if text.count("\n") != len(cells) - 1:  # a quoted cell holding a line break
+        return _evidence([c.translate(_SHAPES) for c in cells], cells.__getitem__, lines)
+    return _text_evidence(text, lines)
+
+
+def _text_evidence(text: str, lines: list[int] | None = None) -> NumberEvidence:
+    """The evidence of the cells of ``text``, one per line."""
+    shapes = text.translate(_SHAPES).split("\n")
+
+    def cell(i: int) -> str:  # the shapes have the cells' lengths: the i-th cell starts after i breaks
+        start = sum(map(len, shapes[:i])) + i
+        return text[start : start + len(shapes[i])]
+
+    return _evidence(shapes, cell, lines)
+
+
+def _evidence(shapes: list[str], cell: Callable[[int], str], lines: list[int] | None) -> NumberEvidence:
+    """The evidence of cells given by their shapes, each shape classified once; ``cell(i)`` is the i-th
+    cell as written, for the examples."""
     evidence = NumberEvidence()
-    shapes = "\n".join(cells).translate(_SHAPES).split("\n")
-    if len(shapes) != len(cells):  # a quoted cell holding a line break
-        shapes = [c.translate(_SHAPES) for c in cells]
     first: dict[tuple[str, str], str] = {}  # (kind, separator) -> the shape of its first cell
     for shape in dict.fromkeys(shapes):  # in order of first appearance
         if "." not in shape and "," not in shape:
@@ -329,7 +346,7 @@ def number_evidence(cells: list[str], lines: list[int] | None = None) -> NumberE
             evidence.grouping.add(thou)
     for (kind, c), shape in first.items():
         i = shapes.index(shape)
-        example = repr(cells[i].strip()) + ("" if lines is None else f" on line {lines[i]}")
+        example = repr(cell(i).strip()) + ("" if lines is None else f" on line {lines[i]}")
         (evidence.proofs if kind == "proof" else evidence.ambiguous)[c] = example
     return evidence
 
@@ -414,21 +431,27 @@ def sample_evidence(lines: list[str], table: TextTable) -> tuple[NumberEvidence,
     n = _SAMPLE_LINES
     picked = lines[start:stop] if complete else [*lines[start : start + n], *lines[stop - n : stop]]
     text = "\n".join(picked)
-    if '"' not in text and "\x00" not in text:  # no quoting: the csv module would split at every separator
-        cells = text.replace(table.sep, "\n").split("\n")
-    else:
-        cells = [cell for line in picked if line.strip() for cell in split_fields(line, table.sep)]
+    if '"' not in text:  # no quoting: the csv module would split at every separator
+        return _text_evidence(text.replace(table.sep, "\n")), complete
+    cells = [cell for line in picked if line.strip() for cell in split_fields(line, table.sep)]
     return number_evidence(cells), complete
 
 
 def _holds_separators(text: pd.Series) -> bool:
-    """Whether any cell of a text column holds a ``.`` or a ``,``."""
+    """Whether a cell of a text column may hold a ``.`` or a ``,`` (False: none does)."""
     try:
         cells = pa.array(text)
-        return bool(pc.any(pc.or_(pc.match_substring(cells, "."), pc.match_substring(cells, ","))).as_py())
     except (pa.ArrowException, TypeError):  # not all strings
+        cells = None
+    chunks = getattr(cells, "chunks", [cells])
+    if cells is None or not all(pa.types.is_string(c.type) or pa.types.is_large_string(c.type) for c in chunks):
         joined = "".join(map(str, text.tolist()))
         return "." in joined or "," in joined
+    for chunk in chunks:  # the bytes of all the strings, one after another (a slice: some more)
+        data = chunk.buffers()[2]
+        if data is not None and (b"." in (raw := data.to_pybytes()) or b"," in raw):
+            return True
+    return False
 
 
 def column_evidence(df: pd.DataFrame, first_line: int) -> NumberEvidence:
@@ -442,7 +465,7 @@ def column_evidence(df: pd.DataFrame, first_line: int) -> NumberEvidence:
     """
     evidence = NumberEvidence()
     for col, dtype in df.dtypes.items():
-        if pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype):
+        if dtype.kind in "biufcmM":  # numbers, booleans, datetimes
             continue
         text = df[col].astype(str)
         if not _holds_separators(text):  # dates such as 2024-01-02, codes, names

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .columns import CANONICAL_COLUMNS, NUMERIC_COLUMNS, TEXT_NAMES, detect_columns, normalise
 from .formats import (
     COMPRESSED_SUFFIXES,
     TextTable,
@@ -49,15 +50,7 @@ from .formats import (
     split_fields,
     tongdaxin_title,
 )
-from .parsing import (
-    check_timezone,
-    looks_like_time_of_day,
-    parse_numbers,
-    parse_timestamps,
-    parse_timestamps_described,
-    stamps_are_epochs,
-    time_of_day,
-)
+from .parsing import check_timezone, parse_numbers, parse_timestamps, parse_timestamps_described, time_of_day
 from .pool import map_in_order, pool_workers
 from .validation import OnError, check_on_error, validate_bars, validate_columns
 
@@ -74,9 +67,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-CANONICAL_COLUMNS = ("timestamp", "open", "high", "low", "close", "volume", "amount", "adj_close")
-REQUIRED_COLUMNS = ("timestamp", "open", "high", "low", "close")
-NUMERIC_COLUMNS = ("open", "high", "low", "close", "volume", "amount", "adj_close")
 _TEXT_SUFFIXES = (".csv", ".txt", ".tsv")
 _PARQUET_SUFFIXES = (".parquet", ".pq")
 # A bar file: a text or Parquet file, a compressed text file, or a bare archive (Binance's .zip dumps).
@@ -86,46 +76,6 @@ SUPPORTED_SUFFIXES = (
     *(t + c for t in _TEXT_SUFFIXES for c in COMPRESSED_SUFFIXES),
     *COMPRESSED_SUFFIXES,
 )
-
-# Aliases after normalisation (lower case; spaces, '_', '-', '.', '/', brackets removed), in priority
-# order: the first alias found in a file wins. English names cover Yahoo, Nasdaq ("Close/Last"),
-# barchart ("Time", "Last"), MetaTrader ("<DATE>"), Binance ("open_time"), QMT ("stime") and
-# tushare (trade_date, vol, ts_code) exports; the Chinese names are akshare's and TongDaXin's
-# (日期/时间, 开盘, 收盘, 最高, 最低, 成交量, 成交额). Columns not listed here (振幅, 涨跌幅, 换手率,
-# OpenInt, ...) are ignored.
-_ALIASES: dict[str, tuple[str, ...]] = {
-    "timestamp": (
-        "timestamp",
-        "timestamps",
-        "datetime",
-        "date",
-        "tradedate",
-        "stime",
-        "time",
-        "tradetime",
-        "opentime",
-        "日期时间",
-        "日期",
-        "交易日期",
-        "时间",
-        "交易时间",
-    ),
-    "open": ("open", "openprice", "o", "开盘", "开盘价", "今开"),
-    "high": ("high", "highprice", "h", "最高", "最高价"),
-    "low": ("low", "lowprice", "l", "最低", "最低价"),
-    "close": ("close", "closeprice", "closelast", "last", "c", "收盘", "收盘价"),
-    "volume": ("volume", "vol", "v", "成交量"),
-    "amount": ("amount", "turnover", "quotevolume", "quoteassetvolume", "成交额", "成交金额"),
-    "adj_close": ("adjclose", "adjustedclose", "adjclosed", "复权收盘价"),
-    "ticker": ("ticker", "symbol", "tscode", "code", "股票代码", "证券代码", "代码"),
-}
-# Columns kept as text: codes keep their leading zeros, times of day theirs (TongDaXin's 0935).
-_TEXT_NAMES = {*(_ALIASES["ticker"]), "time", "stime", "时间"}
-
-
-def _normalise(name: object) -> str:
-    return re.sub(r"[\s_\-./()<>\[\]]", "", str(name).strip().lower())
-
 
 def _split_name(path: Path) -> tuple[str, str]:
     """``(stem, suffix)``: ``600977.csv.gz`` -> ``("600977", ".csv.gz")``; ``A.SH.csv`` -> ``("A.SH", ".csv")``."""
@@ -238,9 +188,9 @@ def _parse_text(
 ) -> pd.DataFrame:
     """The table's lines parsed by pandas with decimal separator ``dec``; a column holding a cell that
     is not a number in that format stays text."""
-    text_names = {_normalise(n) for n in _TEXT_NAMES}
+    text_names = {normalise(n) for n in TEXT_NAMES}
     as_text = dec == table.sep  # quoted decimal-comma cells in a ','-separated file: all parsed later
-    dtype = {n: str for n in raw_names if as_text or _normalise(n) in text_names or n.strip() in text_columns}
+    dtype = {n: str for n in raw_names if as_text or normalise(n) in text_names or n.strip() in text_columns}
     try:
         return pd.read_csv(
             io.StringIO(body),
@@ -260,122 +210,16 @@ def _parse_text(
 
 def _blank_rows(df: pd.DataFrame) -> np.ndarray:
     blank = np.ones(len(df), dtype=bool)
-    numeric = [c for c in df.columns if pd.api.types.is_numeric_dtype(df[c])]
-    for col in [*numeric, *(c for c in df.columns if c not in numeric)]:  # the cheap checks first
-        c = df[col]
-        if pd.api.types.is_numeric_dtype(c):
-            blank &= c.isna().to_numpy()
+    numeric = [d.kind in "biufc" for d in df.dtypes]
+    for i in sorted(range(len(numeric)), key=lambda i: not numeric[i]):  # the cheap checks first
+        c = df.iloc[:, i]
+        if numeric[i]:
+            blank &= np.isnan(c.to_numpy(np.float64))
         else:
             blank &= (c.isna() | (c.astype(str).str.strip() == "")).to_numpy()
         if not blank.any():
             break
     return blank
-
-
-def detect_columns(
-    df: pd.DataFrame, columns: Mapping[str, str] | None = None, source: str = "<frame>"
-) -> dict[str, str]:
-    """Map canonical names (and ``ticker``) to the file's columns.
-
-    Timestamps are the exchange's local clock: when the column found by name holds Unix epochs and
-    another date/time column holds local stamps (QMT's ``stime`` beside its epoch ``time``, or an
-    unnamed index), the local one is used.
-
-    Args:
-        df: the table as read.
-        columns: explicit canonical name -> file column entries; they override detection.
-        source: file name used in error messages.
-
-    Returns:
-        ``{canonical: file column}`` for every canonical column found. A ``"time"`` entry appears
-        beside ``"timestamp"`` when the file has separate date and time-of-day columns.
-    """
-    found: dict[str, str] = {}
-    explicit = dict(columns or {})
-    for key, col in explicit.items():
-        if key not in (*CANONICAL_COLUMNS, "ticker"):
-            raise ValueError(
-                f"{source}: columns mapping key {key!r} is not a canonical name; "
-                f"keys are {[*CANONICAL_COLUMNS, 'ticker']} and values are file columns"
-            )
-        if col not in df.columns:
-            raise ValueError(f"{source}: columns[{key!r}] = {col!r} not found; columns are {list(df.columns)}")
-        found[key] = col
-    by_norm: dict[str, str] = {}
-    for col in df.columns:
-        by_norm.setdefault(_normalise(col), col)
-    taken = set(found.values())
-    for key, aliases in _ALIASES.items():
-        if key in found:
-            continue
-        for alias in aliases:
-            col = by_norm.get(_normalise(alias))
-            if col is not None and col not in taken:
-                found[key] = col
-                taken.add(col)
-                break
-    if "timestamp" in found and "timestamp" not in explicit and _is_epoch(df[found["timestamp"]]):
-        local = _local_timestamp_column(df, taken)
-        if local is not None:
-            taken.discard(found["timestamp"])
-            found["timestamp"] = local
-            taken.add(local)
-    # Separate date and time-of-day columns (MetaTrader's <DATE>, <TIME>; TongDaXin's 日期, 时间) are joined.
-    if "timestamp" in found and "timestamp" not in explicit and _normalise(found["timestamp"]) in ("date", "日期"):
-        for alias in ("time", "时间"):
-            col = by_norm.get(alias)
-            if col is not None and col not in taken and looks_like_time_of_day(df[col]):
-                found["time"] = col
-                break
-    if "timestamp" not in found:
-        col = _unnamed_datetime_column(df, taken)
-        if col is None:
-            raise ValueError(
-                f"{source}: no date/time column found; columns are {list(df.columns)}. "
-                "Name it with columns={'timestamp': '<column>'}"
-            )
-        found["timestamp"] = col
-    missing = [c for c in REQUIRED_COLUMNS if c not in found]
-    if missing:
-        raise ValueError(
-            f"{source}: column(s) {missing} not found; columns are {list(df.columns)}. "
-            f"Name them with columns={{{', '.join(f'{m!r}: ...' for m in missing)}}}"
-        )
-    return found
-
-
-def _is_epoch(values: pd.Series) -> bool:
-    return stamps_are_epochs(values.head(200))
-
-
-def _local_timestamp_column(df: pd.DataFrame, taken: set[str]) -> str | None:
-    """A column named like a timestamp, or an unnamed index column, holding local (non-epoch) stamps."""
-    names = {_normalise(a) for a in _ALIASES["timestamp"]}
-    for col in df.columns:
-        unnamed = str(col).startswith("Unnamed") or _normalise(col) in ("", "index")
-        if col in taken or not (unnamed or _normalise(col) in names):
-            continue
-        sample = df[col].head(200)
-        parsed, how = parse_timestamps_described(sample)
-        if not how.startswith("Unix epoch") and len(sample) and (parsed >= pd.Timestamp("1971-01-01")).mean() >= 0.9:
-            return col
-    return None
-
-
-def _unnamed_datetime_column(df: pd.DataFrame, taken: set[str]) -> str | None:
-    """An index column written without a name (``Unnamed: 0``, ``index``, ``""``) or, failing that,
-    the first unclaimed column, if most of its values parse as dates."""
-    candidates = [
-        c for c in df.columns if str(c).startswith("Unnamed") or _normalise(c) in ("", "index", "index_level_0")
-    ]
-    candidates += [c for c in df.columns[:1] if c not in taken and c not in candidates]
-    for col in candidates:
-        sample = df[col].head(200)
-        parsed = parse_timestamps(sample)
-        # Small numbers (prices) would parse as epoch seconds in 1970: not a date column.
-        if len(sample) and (parsed >= pd.Timestamp("1971-01-01")).mean() >= 0.9:
-            return col
-    return None
 
 
 def _canonical_columns(

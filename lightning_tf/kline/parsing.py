@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 __all__ = [
     "MISSING",
     "check_timezone",
+    "iso_stamps",
     "looks_like_time_of_day",
     "parse_numbers",
     "parse_timestamps",
@@ -110,6 +111,10 @@ def _read_stamps(values: pd.Series, timezone: str | None, strings: bool = True) 
         return values.dt.tz_localize(None).astype("datetime64[ns]"), f"time-zone-aware datetimes, shown in {zone}"
     if pd.api.types.is_datetime64_any_dtype(values):
         return values.astype("datetime64[ns]"), "datetimes as stored (local clock)"
+    if strings and not pd.api.types.is_numeric_dtype(values):
+        stamps = iso_stamps(values)
+        if stamps is not None:  # what the steps below give such a column, computed from its digits
+            return pd.Series(stamps, index=values.index), "ISO 8601 strings (local clock as written)"
     text = values.astype(str).str.strip() if not pd.api.types.is_numeric_dtype(values) else None
     present = values.notna() if text is None else _present(text)
     # Decide on a sample whether the column holds plain numbers before converting all of it.
@@ -157,6 +162,57 @@ def _read_stamps(values: pd.Series, timezone: str | None, strings: bool = True) 
     return parsed, f"{form} strings with UTC offsets, " + (
         f"converted to {timezone}" if timezone else "local wall time kept"
     )
+
+
+_ISO_LAYOUTS = {  # cell length -> (positions of the digits, of the punctuation, the punctuation)
+    10: ([0, 1, 2, 3, 5, 6, 8, 9], [4, 7], "--"),  # 2024-01-02
+    16: ([0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15], [4, 7, 13], "--:"),  # 2024-01-02 09:30
+    19: ([0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18], [4, 7, 13, 16], "--::"),  # 2024-01-02 09:30:00
+}
+_DAYS = np.array([31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31])
+
+
+def iso_stamps(values: pd.Series) -> np.ndarray | None:
+    """``datetime64[ns]`` of a text column whose every cell is a valid ``YYYY-MM-DD``, ``YYYY-MM-DD hh:mm``
+    or ``YYYY-MM-DD hh:mm:ss`` stamp (one layout, ``T`` or a space before the time, years 1678 to 2261),
+    read from the digits in a few array operations; None for any other column (one cell that is not such
+    a stamp, or not a valid date, is enough), which :func:`parse_timestamps` then reads as usual."""
+    try:
+        cells = pa.array(values)
+    except (pa.ArrowException, TypeError, ValueError):
+        return None
+    if isinstance(cells, pa.ChunkedArray):
+        cells = cells.combine_chunks()
+    text = pa.types.is_string(cells.type) or pa.types.is_large_string(cells.type)
+    if len(cells) == 0 or cells.null_count or not text:
+        return None
+    width = np.int64 if pa.types.is_large_string(cells.type) else np.int32
+    offsets = np.frombuffer(cells.buffers()[1], dtype=width)[cells.offset : cells.offset + len(cells) + 1]
+    size = int(offsets[1] - offsets[0])
+    if size not in _ISO_LAYOUTS or int(offsets[-1] - offsets[0]) != size * len(cells):  # all of one length
+        return None
+    chars = np.frombuffer(cells.buffers()[2], dtype=np.uint8)[offsets[0] : offsets[-1]].reshape(-1, size)
+    digit_at, punct_at, punct = _ISO_LAYOUTS[size]
+    if not (chars[:, punct_at] == np.frombuffer(punct.encode(), np.uint8)).all():
+        return None
+    if size > 10 and not np.isin(chars[:, 10], (ord(" "), ord("T"))).all():
+        return None
+    digits = chars[:, digit_at].astype(np.int64) - ord("0")
+    if ((digits < 0) | (digits > 9)).any():
+        return None
+    year = digits[:, 0] * 1000 + digits[:, 1] * 100 + digits[:, 2] * 10 + digits[:, 3]
+    month, day = digits[:, 4] * 10 + digits[:, 5], digits[:, 6] * 10 + digits[:, 7]
+    hour, minute, second = (digits[:, i] * 10 + digits[:, i + 1] if digits.shape[1] > i else 0 for i in (8, 10, 12))
+    if not (((year >= 1678) & (year <= 2261)).all() and ((month >= 1) & (month <= 12)).all()):
+        return None  # outside datetime64[ns] (pandas says so) or no month
+    leap = (year % 4 == 0) & ((year % 100 != 0) | (year % 400 == 0))
+    if not (((day >= 1) & (day <= _DAYS[month - 1] + (leap & (month == 2)))).all()):
+        return None
+    if not (np.all(hour <= 23) and np.all(minute <= 59) and np.all(second <= 59)):
+        return None
+    months = ((year - 1970) * 12 + month - 1).astype("datetime64[M]")
+    stamps = months.astype("datetime64[D]") + (day - 1).astype("timedelta64[D]")
+    return stamps.astype("datetime64[ns]") + np.asarray(hour * 3600 + minute * 60 + second, "timedelta64[s]")
 
 
 def _present(text: pd.Series) -> pd.Series:
