@@ -18,7 +18,7 @@ from lightning.pytorch import LightningDataModule
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from .features import DEFAULT_FEATURES, Target, check_feature_names, compute_features, compute_target
+from .features import DEFAULT_FEATURES, Target, check_feature_names, compute_target, feature_matrix
 from .formats import check_number_options
 from .io import read_bars
 from .parsing import check_timezone
@@ -174,7 +174,7 @@ class KLineDataModule(LightningDataModule):
         """Features ``(n, C)``, target ``(n,)``, the first row where both are finite, and segment ids
         ``(n,)`` (a new segment after every gap longer than ``max_gap``)."""
         h = self.hparams
-        feats = compute_features(bars, self.feature_names, h.volatility_window, h.volume_window).to_numpy()
+        feats = feature_matrix(bars, self.feature_names, h.volatility_window, h.volume_window)
         target = compute_target(bars, h.target)
         finite = np.isfinite(feats).all(axis=1) & np.isfinite(target)
         first = int(np.argmax(finite)) if finite.any() else len(bars)

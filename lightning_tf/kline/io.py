@@ -410,6 +410,7 @@ def _read_source(source: tuple[Any, pd.DataFrame | None], options: _Options) -> 
             out.append((ticker, {c: bars[c].to_numpy() for c in bars.columns}))
         except ValueError as e:
             out.append((ticker, e))
+            break  # nothing after it is read: the caller raises it
     return out
 
 
