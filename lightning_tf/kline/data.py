@@ -22,6 +22,7 @@ from .features import DEFAULT_FEATURES, Target, check_feature_names, compute_tar
 from .formats import check_number_options
 from .io import read_bars
 from .parsing import check_timezone
+from .pool import pool_workers
 from .scale import DataScale, TargetKind, rebuild_prices, standard_scaler_fit
 from .validation import ON_ERROR_CHOICES, OnError
 from .windows import WindowDataset, chronological_borders, next_timestamps, resolve_path, split_ends, window_loader
@@ -88,6 +89,9 @@ class KLineDataModule(LightningDataModule):
         volume_window: bars in the rolling volume z-score feature.
         predict_path: bars whose last ``context_len`` rows are forecast by ``predict``; None: ``path``.
         seed: seed of the training-window shuffle.
+        read_workers: processes reading the files of a folder side by side (the bars, errors and log
+            lines are the same for any number); 0: this process reads them; None: one per CPU core for
+            folders of 64 files or more, else 0.
     """
 
     def __init__(
@@ -114,6 +118,7 @@ class KLineDataModule(LightningDataModule):
         volume_window: int = 20,
         predict_path: str | None = None,
         seed: int = 0,
+        read_workers: int | None = None,
     ) -> None:
         super().__init__()
         features = list(DEFAULT_FEATURES if features is None else features)
@@ -143,6 +148,7 @@ class KLineDataModule(LightningDataModule):
                 raise ValueError(f"{name} ({window}) must be at least 2 bars")
         if batch_size < 1:
             raise ValueError(f"batch_size ({batch_size}) must be >= 1")
+        pool_workers(read_workers, 0)  # a negative count fails here, not in setup
         check_number_options(decimal, thousands)
         check_timezone(timezone)
         self.save_hyperparameters()
@@ -168,6 +174,7 @@ class KLineDataModule(LightningDataModule):
         return read_bars(
             resolve_path(path), columns=h.columns, ticker_column=h.ticker_column, on_error=h.on_error,
             max_gap=h.max_gap, decimal=h.decimal, thousands=h.thousands, timezone=h.timezone,
+            read_workers=h.read_workers,
         )
 
     def _series(self, bars: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:

@@ -51,7 +51,7 @@ from .formats import (
     tongdaxin_title,
 )
 from .parsing import check_timezone, parse_numbers, parse_timestamps, parse_timestamps_described, time_of_day
-from .pool import map_in_order, pool_workers
+from .pool import map_in_order, pool_workers, release_freed_memory
 from .validation import OnError, check_on_error, validate_bars, validate_columns
 
 __all__ = [
@@ -343,7 +343,10 @@ def read_bars(
                 raise part from None
             names.append(ticker)
             parts.append(part)
-    return _stack(names, parts)
+    frame = _stack(names, parts)
+    del parts
+    release_freed_memory()
+    return frame
 
 
 @dataclass(frozen=True)
