@@ -91,7 +91,7 @@ class KLineDataModule(LightningDataModule):
         seed: seed of the training-window shuffle.
         read_workers: processes reading the files of a folder side by side (the bars, errors and log
             lines are the same for any number); 0: this process reads them; None: one per CPU core for
-            folders of 64 files or more, else 0.
+            folders of 8 MB per core or more, else 0.
     """
 
     def __init__(
@@ -148,7 +148,7 @@ class KLineDataModule(LightningDataModule):
                 raise ValueError(f"{name} ({window}) must be at least 2 bars")
         if batch_size < 1:
             raise ValueError(f"batch_size ({batch_size}) must be >= 1")
-        pool_workers(read_workers, 0)  # a negative count fails here, not in setup
+        pool_workers(read_workers, 0, 0)  # a negative count fails here, not in setup
         check_number_options(decimal, thousands)
         check_timezone(timezone)
         self.save_hyperparameters()
@@ -355,11 +355,12 @@ class KLineDataModule(LightningDataModule):
         self._predict_source = str(h.predict_path or h.path)
         frame = self._frame if h.predict_path is None and self._frame is not None else self._read(self._predict_source)
         self._predict_frame = frame
-        self.predict_ticker_names = [str(n) for n in pd.unique(frame["ticker"])]
+        spans = _ticker_spans(frame["ticker"].to_numpy())
+        self.predict_ticker_names = [name for name, _, _ in spans]
         self._predict_bars = {}
         self._predict_times = {}
-        for k, name in enumerate(self.predict_ticker_names):
-            bars = frame[frame["ticker"] == name].reset_index(drop=True)
+        for k, (_, start, stop) in enumerate(spans):
+            bars = frame.iloc[start:stop].reset_index(drop=True)
             self._predict_bars[k] = bars
             self._predict_times[k] = pd.DatetimeIndex(bars["timestamp"])
         self.datasets.pop("predict", None)
@@ -534,6 +535,7 @@ class KLineDataModule(LightningDataModule):
         if self._frame is None:
             self.setup("fit")
         parts = []
+        rows = {name: (start, stop) for name, start, stop in _ticker_spans(self._frame["ticker"].to_numpy())}
         for name in self.ticker_names:
             b = self.borders[name]
             lo, hi = {
@@ -541,5 +543,5 @@ class KLineDataModule(LightningDataModule):
                 "val": (b["train_end"], b["val_end"]),
                 "test": (b["val_end"], b["n"]),
             }[split]
-            parts.append(self._frame[self._frame["ticker"] == name].iloc[lo:hi])
+            parts.append(self._frame.iloc[rows[name][0] : rows[name][1]].iloc[lo:hi])
         return pd.concat(parts, ignore_index=True)

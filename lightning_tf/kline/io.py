@@ -314,8 +314,8 @@ def read_bars(
             errors give it.
         read_workers: processes reading the files of a folder side by side (see
             :func:`lightning_tf.kline.pool.map_in_order`); 0: this process reads them; None: one per CPU
-            core for folders of 64 files or more, else 0. The frame, the errors and the log lines are
-            the same for any number.
+            core for folders of 8 MB per core or more, else 0. The frame, the errors and the log lines
+            are the same for any number.
 
     Returns:
         The canonical frame, sorted by ticker then timestamp, with a fresh RangeIndex.
@@ -330,7 +330,8 @@ def read_bars(
         sources: list[tuple[Any, pd.DataFrame | None]] = [(name or "series", table)]
     else:
         sources = [(file, None) for file in list_bar_files(path)]
-    workers = pool_workers(read_workers, len(sources))
+    files = [file for file, given in sources if given is None]
+    workers = pool_workers(read_workers, len(sources), sum(file.stat().st_size for file in files))
     origin: dict[str, Any] = {}
     names, parts = [], []
     for (file, _), tickers in zip(sources, map_in_order(partial(_read_source, options=options), sources, workers),

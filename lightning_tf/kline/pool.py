@@ -19,17 +19,18 @@ from concurrent.futures import ProcessPoolExecutor
 from functools import partial
 from typing import Any, TypeVar
 
-__all__ = ["MIN_FILES_PER_WORKER", "map_in_order", "pool_workers", "release_freed_memory"]
+__all__ = ["MIN_BYTES_PER_WORKER", "map_in_order", "pool_workers", "release_freed_memory"]
 
 T = TypeVar("T")
 R = TypeVar("R")
-MIN_FILES_PER_WORKER = 32  # below this many files per worker, starting the pool costs more than it saves
+MIN_BYTES_PER_WORKER = 8 * 2**20  # less data than this per worker: starting the pool costs more than it saves
 _LOGGER = "lightning_tf"
 
 
-def pool_workers(workers: int | None, n_items: int) -> int:
-    """The number of worker processes for ``n_items`` files: ``workers`` as given (0: none, read here);
-    None: one per usable CPU core, as long as each gets at least ``MIN_FILES_PER_WORKER`` files.
+def pool_workers(workers: int | None, n_items: int, n_bytes: int) -> int:
+    """The number of worker processes for ``n_items`` files of ``n_bytes`` in all: ``workers`` as given
+    (0: none, read here); None: one per usable CPU core, as long as each gets ``MIN_BYTES_PER_WORKER``
+    (else 0: a few small files are read faster here than a pool starts).
 
     Raises:
         ValueError: for a negative ``workers``.
@@ -39,7 +40,7 @@ def pool_workers(workers: int | None, n_items: int) -> int:
             raise ValueError(f"read_workers ({workers}) must be >= 0 (0: read in this process) or None (automatic)")
         return workers
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    workers = min(cores, n_items // MIN_FILES_PER_WORKER)
+    workers = min(cores, n_items, n_bytes // MIN_BYTES_PER_WORKER)
     return workers if workers > 1 else 0
 
 

@@ -65,7 +65,10 @@ def test_a_worker_raises_the_first_error_in_file_order(tmp_path: Path, caplog: p
 
 def test_read_workers_are_checked_and_chosen_by_folder_size() -> None:
     with pytest.raises(ValueError, match=r"read_workers \(-1\) must be >= 0 \(0: read in this process\) or None"):
-        pool.pool_workers(-1, 10)
-    assert pool.pool_workers(3, 1) == 3
-    assert pool.pool_workers(None, pool.MIN_FILES_PER_WORKER) == 0  # one worker's worth: read here
-    assert pool.pool_workers(None, 10**6) == len(pool.os.sched_getaffinity(0)) or len(pool.os.sched_getaffinity(0)) == 1
+        pool.pool_workers(-1, 10, 0)
+    assert pool.pool_workers(3, 1, 0) == 3
+    enough = 2 * pool.MIN_BYTES_PER_WORKER
+    assert pool.pool_workers(None, 10**4, enough - 1) == 0  # one worker's worth: read here
+    assert pool.pool_workers(None, 1, enough) == 0  # one file
+    cores = len(pool.os.sched_getaffinity(0)) if hasattr(pool.os, "sched_getaffinity") else pool.os.cpu_count()
+    assert pool.pool_workers(None, 10**4, 10**4 * pool.MIN_BYTES_PER_WORKER) == (cores if cores > 1 else 0)
