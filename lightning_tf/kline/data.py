@@ -90,8 +90,8 @@ class KLineDataModule(LightningDataModule):
         predict_path: bars whose last ``context_len`` rows are forecast by ``predict``; None: ``path``.
         seed: seed of the training-window shuffle.
         read_workers: processes reading the files of a folder side by side (the bars, errors and log
-            lines are the same for any number); 0: this process reads them; None: one per CPU core for
-            folders of 8 MB per core or more, else 0.
+            lines are the same for any number); 0: this process reads them; None: one per idle CPU core
+            (by the load average) for folders of 8 MB per worker or more, else 0.
     """
 
     def __init__(
@@ -177,32 +177,34 @@ class KLineDataModule(LightningDataModule):
             read_workers=h.read_workers,
         )
 
-    def _series(self, bars: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
+    def _series(self, name: str, bars: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
         """Features ``(n, C)``, target ``(n,)``, the first row where both are finite, and segment ids
-        ``(n,)`` (a new segment after every gap longer than ``max_gap``)."""
+        ``(n,)`` (a new segment after every gap longer than ``max_gap``) of ticker ``name``'s bars (its
+        canonical columns as arrays)."""
         h = self.hparams
         feats = feature_matrix(bars, self.feature_names, h.volatility_window, h.volume_window)
         target = compute_target(bars, h.target)
+        n = len(target)
         finite = np.isfinite(feats).all(axis=1) & np.isfinite(target)
-        first = int(np.argmax(finite)) if finite.any() else len(bars)
+        first = int(np.argmax(finite)) if finite.any() else n
         bad = np.flatnonzero(~finite[first:])
         if len(bad):
             i = first + int(bad[0])
             col = [n for n, ok in zip(self.feature_names, np.isfinite(feats[i]), strict=True) if not ok] or [h.target]
             raise ValueError(
-                f"{h.path}: ticker {bars['ticker'].iloc[0]!r} at {bars['timestamp'].iloc[i]}: feature(s) {col} "
+                f"{h.path}: ticker {name!r} at {pd.Timestamp(bars['timestamp'][i])}: feature(s) {col} "
                 "are not finite after the warm-up rows"
             )
-        segment = np.zeros(len(bars), dtype=np.int64)
+        segment = np.zeros(n, dtype=np.int64)
         if h.max_gap is not None:
-            gaps = np.diff(bars["timestamp"].to_numpy()) > np.timedelta64(pd.Timedelta(h.max_gap))
+            gaps = np.diff(bars["timestamp"]) > np.timedelta64(pd.Timedelta(h.max_gap))
             segment[1:] = np.cumsum(gaps)
         return feats, target, first, segment
 
-    def _borders(self, ts: pd.Series) -> tuple[int, int]:
+    def _borders(self, ts: np.ndarray) -> tuple[int, int]:
         h = self.hparams
         if h.val_start is not None:
-            values = ts.to_numpy()
+            values = ts
             return (
                 int(np.searchsorted(values, np.datetime64(pd.Timestamp(h.val_start)))),
                 int(np.searchsorted(values, np.datetime64(pd.Timestamp(h.test_start)))),
@@ -223,7 +225,8 @@ class KLineDataModule(LightningDataModule):
         anchor = np.empty(n_rows, dtype=np.float64)
         ids = np.empty(n_rows, dtype=np.int64)
         times = np.empty(n_rows, dtype=np.int64)
-        close, stamps = frame["close"].to_numpy(np.float64), frame["timestamp"].to_numpy().view(np.int64)
+        columns = {c: frame[c].to_numpy() for c in ("timestamp", "open", "high", "low", "close", "volume")}
+        close, stamps = columns["close"], columns["timestamp"].view(np.int64)
         spans = _ticker_spans(frame["ticker"].to_numpy())
         self.ticker_names = []
         ends: dict[str, list[np.ndarray]] = {"train": [], "val": [], "test": []}
@@ -231,8 +234,8 @@ class KLineDataModule(LightningDataModule):
         self.borders: dict[str, dict] = {}
         offset = 0
         for name, start, stop in spans:
-            bars = frame.iloc[start:stop]
-            feats, target, first, segment = self._series(bars)
+            bars = {c: v[start:stop] for c, v in columns.items()}  # views
+            feats, target, first, segment = self._series(name, bars)
             n = stop - start
             train_end, val_end = self._borders(bars["timestamp"])
             if train_end - first < 2:
@@ -256,8 +259,8 @@ class KLineDataModule(LightningDataModule):
                 "train_end": train_end,
                 "val_end": val_end,
                 "n": n,
-                "val_start": bars["timestamp"].iloc[train_end] if train_end < n else None,
-                "test_start": bars["timestamp"].iloc[val_end] if val_end < n else None,
+                "val_start": pd.Timestamp(bars["timestamp"][train_end]) if train_end < n else None,
+                "test_start": pd.Timestamp(bars["timestamp"][val_end]) if val_end < n else None,
             }
             for split, e in split_ends(train_end, val_end, n, first, L, F).items():
                 e = e[segment[e - L + 1] == segment[np.minimum(e + F, n - 1)]]  # no window across a long gap
@@ -293,7 +296,7 @@ class KLineDataModule(LightningDataModule):
         }
         for split, parts in ends.items():
             self.datasets[split] = WindowDataset(
-                ends=torch.tensor(np.concatenate(parts)), context_len=L, horizon=F, **self._rows
+                ends=torch.from_numpy(np.concatenate(parts)), context_len=L, horizon=F, **self._rows
             )
         self._check_splits()
         log.info(

@@ -28,6 +28,7 @@ Targets (per bar ``t``; a window ending at ``t`` forecasts rows ``t+1 .. t+F``):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal
 
 import numpy as np
@@ -87,14 +88,15 @@ def compute_features(
 
 
 def feature_matrix(
-    bars: pd.DataFrame, names: list[str], volatility_window: int = 20, volume_window: int = 20
+    bars: pd.DataFrame | Mapping[str, np.ndarray], names: list[str], volatility_window: int = 20,
+    volume_window: int = 20,
 ) -> np.ndarray:
     """:func:`compute_features` as a float64 array ``(n, len(names))`` (column-major, as the frame's
-    values are), without building the frame."""
+    values are), without building the frame; ``bars`` may also be its columns as arrays."""
     check_feature_names(names)
-    o, h, lo, c = (np.log(bars[k].to_numpy(np.float64)) for k in ("open", "high", "low", "close"))
+    o, h, lo, c = (np.log(np.asarray(bars[k], dtype=np.float64)) for k in ("open", "high", "low", "close"))
     prev_c = np.concatenate([[np.nan], c[:-1]])
-    log_v = np.log1p(bars["volume"].to_numpy(np.float64))
+    log_v = np.log1p(np.asarray(bars["volume"], dtype=np.float64))
     ret = c - prev_c
 
     def stamps() -> pd.DatetimeIndex:
@@ -132,10 +134,10 @@ def feature_matrix(
     return out.T  # (n, C)
 
 
-def compute_target(bars: pd.DataFrame, target: Target) -> np.ndarray:
+def compute_target(bars: pd.DataFrame | Mapping[str, np.ndarray], target: Target) -> np.ndarray:
     """The forecast quantity at every bar, float64 ``(n,)``: ``log(close_t / close_{t-1})`` (NaN at
     the first bar) or ``close_t``. A window ending at bar ``t`` predicts its values at ``t+1 .. t+F``."""
-    c = bars["close"].to_numpy(np.float64)
+    c = np.asarray(bars["close"], dtype=np.float64)
     if target == "log_return":
         return np.concatenate([[np.nan], np.diff(np.log(c))])
     if target == "close":

@@ -313,9 +313,9 @@ def read_bars(
         name: the ticker of a DataFrame without a ticker column (default ``series``), and the name its
             errors give it.
         read_workers: processes reading the files of a folder side by side (see
-            :func:`lightning_tf.kline.pool.map_in_order`); 0: this process reads them; None: one per CPU
-            core for folders of 8 MB per core or more, else 0. The frame, the errors and the log lines
-            are the same for any number.
+            :func:`lightning_tf.kline.pool.map_in_order`); 0: this process reads them; None: one per idle
+            CPU core (by the load average) for folders of 8 MB per worker or more, else 0. The frame,
+            the errors and the log lines are the same for any number.
 
     Returns:
         The canonical frame, sorted by ticker then timestamp, with a fresh RangeIndex.

@@ -29,8 +29,9 @@ _LOGGER = "lightning_tf"
 
 def pool_workers(workers: int | None, n_items: int, n_bytes: int) -> int:
     """The number of worker processes for ``n_items`` files of ``n_bytes`` in all: ``workers`` as given
-    (0: none, read here); None: one per usable CPU core, as long as each gets ``MIN_BYTES_PER_WORKER``
-    (else 0: a few small files are read faster here than a pool starts).
+    (0: none, read here); None: one per idle CPU core (the usable cores less the load average, this
+    process's own core included), as long as each gets ``MIN_BYTES_PER_WORKER``, else 0. On a machine
+    whose cores are busy, workers only take turns with the process that would read alone.
 
     Raises:
         ValueError: for a negative ``workers``.
@@ -40,7 +41,8 @@ def pool_workers(workers: int | None, n_items: int, n_bytes: int) -> int:
             raise ValueError(f"read_workers ({workers}) must be >= 0 (0: read in this process) or None (automatic)")
         return workers
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    workers = min(cores, n_items, n_bytes // MIN_BYTES_PER_WORKER)
+    idle = cores - os.getloadavg()[0] + 1 if hasattr(os, "getloadavg") else cores
+    workers = min(cores, int(idle), n_items, n_bytes // MIN_BYTES_PER_WORKER)
     return workers if workers > 1 else 0
 
 

@@ -63,12 +63,18 @@ def test_a_worker_raises_the_first_error_in_file_order(tmp_path: Path, caplog: p
     assert two == one and "t00_zz.csv: column(s) ['high', 'low', 'close'] not found" in one
 
 
-def test_read_workers_are_checked_and_chosen_by_folder_size() -> None:
+def test_read_workers_are_checked_and_chosen_by_folder_size_and_idle_cores(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ValueError, match=r"read_workers \(-1\) must be >= 0 \(0: read in this process\) or None"):
         pool.pool_workers(-1, 10, 0)
     assert pool.pool_workers(3, 1, 0) == 3
-    enough = 2 * pool.MIN_BYTES_PER_WORKER
-    assert pool.pool_workers(None, 10**4, enough - 1) == 0  # one worker's worth: read here
-    assert pool.pool_workers(None, 1, enough) == 0  # one file
-    cores = len(pool.os.sched_getaffinity(0)) if hasattr(pool.os, "sched_getaffinity") else pool.os.cpu_count()
-    assert pool.pool_workers(None, 10**4, 10**4 * pool.MIN_BYTES_PER_WORKER) == (cores if cores > 1 else 0)
+    monkeypatch.setattr(pool.os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    monkeypatch.setattr(pool.os, "getloadavg", lambda: (1.0, 1.0, 1.0))  # this process alone on 8 cores
+    many = 10**4 * pool.MIN_BYTES_PER_WORKER
+    assert pool.pool_workers(None, 10**4, many) == 8
+    assert pool.pool_workers(None, 10**4, 3 * pool.MIN_BYTES_PER_WORKER) == 3  # a worker's worth of bytes each
+    assert pool.pool_workers(None, 10**4, 2 * pool.MIN_BYTES_PER_WORKER - 1) == 0  # one worker's worth: read here
+    assert pool.pool_workers(None, 1, many) == 0  # one file
+    monkeypatch.setattr(pool.os, "getloadavg", lambda: (6.5, 6.0, 6.0))  # six busy cores: 2.5 idle with ours
+    assert pool.pool_workers(None, 10**4, many) == 2
+    monkeypatch.setattr(pool.os, "getloadavg", lambda: (9.0, 9.0, 9.0))  # all busy: read here
+    assert pool.pool_workers(None, 10**4, many) == 0
