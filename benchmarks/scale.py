@@ -14,15 +14,17 @@ Every measured phase runs in a fresh Python process, so that imports are not tim
 clean. Memory is counted above what the process holds once its imports are done: *peak* is the larger
 of the process's resident high-water mark and the PSS of the process and its children (worker
 processes; sampled every 0.2 s); *steady* is the PSS left after the phase (shared pages counted once).
+File-backed pages count where they grew (a memory map read), not where the kernel dropped library
+pages of the baseline meanwhile.
 *Per rank under DDP* runs the phase in 2 processes joined by ``torch.distributed`` (gloo, on the CPU)
 and sums their PSS above the imports, measured while both are alive. The growth exponent is the
-least-squares slope of log(cost) over log(size). ``--repeats`` runs each timed phase that many times
-and keeps the fastest (other jobs share the machine; the targets are ratios to a limit measured in the
-same run). The files of each size are in the OS file cache when they are read (written or read just
-before).
+least-squares slope of log(cost) over log(size). ``--repeats`` runs each timed phase that many times,
+ours and its limit taking turns, and keeps the fastest of each (other jobs share the machine; the
+targets are ratios to a limit measured in the same run). The files of each size are in the OS file
+cache when they are read (written or read just before).
 
 A new section is one more function ``(args) -> Section`` added to ``SECTIONS``, with its phases
-registered by ``@phase(...)`` (see :func:`measure` and :func:`measure_ddp`).
+registered by ``@phase(...)`` (see :func:`measure`, :func:`fastest` and :func:`measure_ddp`).
 
 Run (about 15 minutes on a 2-core CPU; ``--quick`` is a smoke run of tiny sizes)::
 
@@ -67,9 +69,32 @@ def _proc_kb(pid: int | str, key: str, name: str = "status") -> int:
     return 0
 
 
-def pss_mb(pid: int | str = "self") -> float:
-    """Proportional set size: private pages plus each shared page divided by its sharers."""
-    return _proc_kb(pid, "Pss", "smaps_rollup") / 1024
+def pss_mb(pid: int | str = "self") -> tuple[float, float]:
+    """Proportional set size (private pages plus each shared page divided by its sharers), as
+    ``(anonymous and shared memory, file-backed pages)``."""
+    fields: dict[str, int] = {}
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key in ("Pss_Anon", "Pss_Shmem", "Pss_File"):
+                    fields[key] = int(rest.split()[0])
+    except (OSError, ValueError):
+        pass
+    return (fields.get("Pss_Anon", 0) + fields.get("Pss_Shmem", 0)) / 1024, fields.get("Pss_File", 0) / 1024
+
+
+def tree_pss_mb() -> tuple[float, float]:
+    """:func:`pss_mb` summed over this process and its children."""
+    parts = [pss_mb(), *(pss_mb(c) for c in children())]
+    return sum(a for a, _ in parts), sum(f for _, f in parts)
+
+
+def above(now: tuple[float, float], base: tuple[float, float]) -> float:
+    """Memory above a baseline: the anonymous growth, plus file-backed pages only where they grew (the
+    kernel may drop clean library pages of the baseline from memory while the phase runs; that is not
+    the phase giving memory back)."""
+    return now[0] - base[0] + max(0.0, now[1] - base[1])
 
 
 def children(pid: int | str = "self") -> list[int]:
@@ -85,15 +110,16 @@ def children(pid: int | str = "self") -> list[int]:
 
 
 class PeakSampler(threading.Thread):
-    """Samples the PSS of this process and its children until stopped; ``peak`` is the largest sum."""
+    """Samples the PSS of this process and its children until stopped; ``peak`` is the most it rose
+    above ``base``."""
 
-    def __init__(self) -> None:
+    def __init__(self, base: tuple[float, float]) -> None:
         super().__init__(daemon=True)
-        self.peak, self._done = 0.0, threading.Event()
+        self.base, self.peak, self._done = base, 0.0, threading.Event()
 
     def run(self) -> None:
         while not self._done.wait(SAMPLE_S):
-            self.peak = max(self.peak, pss_mb() + sum(pss_mb(c) for c in children()))
+            self.peak = max(self.peak, above(tree_pss_mb(), self.base))
 
     def stop(self) -> float:
         self._done.set()
@@ -137,7 +163,7 @@ def _child(name: str, kwargs: dict[str, Any], out: Path, rank: int | None, world
         dist.barrier()
     gc.collect()
     base_rss, base_pss = _proc_kb("self", "VmRSS") / 1024, pss_mb()
-    sampler = PeakSampler()
+    sampler = PeakSampler(base_pss)
     sampler.start()
     start = time.perf_counter()
     extra = spec.run(**kwargs)
@@ -148,8 +174,8 @@ def _child(name: str, kwargs: dict[str, Any], out: Path, rank: int | None, world
         dist.barrier()  # every rank holds its data now: PSS shares the common pages between them
     result = {
         "seconds": seconds,
-        "peak_mb": max(_proc_kb("self", "VmHWM") / 1024 - base_rss, tree_peak - base_pss),
-        "steady_mb": pss_mb() - base_pss,
+        "peak_mb": max(_proc_kb("self", "VmHWM") / 1024 - base_rss, tree_peak),
+        "steady_mb": above(pss_mb(), base_pss),
         **extra,
     }
     if dist is not None:
@@ -171,15 +197,24 @@ def _wait(procs: list[subprocess.Popen], what: str) -> None:
             raise SystemExit(f"{what} failed ({proc.returncode}):\n{stdout[-2000:]}\n{stderr[-4000:]}")
 
 
-def measure(name: str, repeats: int = 1, **kwargs: Any) -> dict[str, Any]:
-    """Run phase ``name`` in a fresh process ``repeats`` times; the numbers of the fastest run."""
-    runs = []
+def measure(name: str, **kwargs: Any) -> dict[str, Any]:
+    """Run phase ``name`` once in a fresh process; its numbers."""
     with tempfile.TemporaryDirectory() as tmp:
-        for r in range(repeats):
-            out = Path(tmp) / f"{r}.json"
-            _wait([_launch(name, kwargs, out)], f"phase {name} {kwargs}")
-            runs.append(json.loads(out.read_text()))
-    return min(runs, key=lambda run: run["seconds"])
+        out = Path(tmp) / "phase.json"
+        _wait([_launch(name, kwargs, out)], f"phase {name} {kwargs}")
+        return json.loads(out.read_text())
+
+
+def fastest(phases: dict[str, tuple[str, dict[str, Any]]], repeats: int) -> dict[str, dict[str, Any]]:
+    """Each of ``phases`` (label -> phase name, arguments) ``repeats`` times, taking turns (ours and its
+    limit see the same moments of a shared machine); for each, the numbers of its fastest run."""
+    runs: dict[str, list[dict[str, Any]]] = {label: [] for label in phases}
+    for r in range(repeats):
+        order = list(phases) if r % 2 == 0 else list(reversed(phases))
+        for label in order:
+            name, kwargs = phases[label]
+            runs[label].append(measure(name, **kwargs))
+    return {label: min(rs, key=lambda run: run["seconds"]) for label, rs in runs.items()}
 
 
 def measure_ddp(name: str, world_size: int = 2, **kwargs: Any) -> dict[str, Any]:
@@ -235,7 +270,8 @@ class Section:
         lines = [f"## {self.title}", "", "| " + " | ".join(h for _, h, _ in self.columns) + " |",
                  "|" + "|".join("---:" if f else "---" for _, _, f in self.columns) + "|"]
         for row in self.rows:
-            cells = [("" if row.get(k) is None else format(row[k], f) if f else str(row[k])) for k, _, f in self.columns]
+            cells = [("" if row.get(k) is None else format(row[k], f) if f else str(row[k]))
+                     for k, _, f in self.columns]
             lines.append("| " + " | ".join(cells) + " |")
         if self.targets:
             lines += ["", "| target | measured | limit | |", "|---|---:|---:|---|"]
@@ -317,8 +353,9 @@ def kline_section(args: argparse.Namespace) -> Section:
     for n in sizes:
         path = str(folders[n])
         print(f"kline: {n} tickers ...", file=sys.stderr, flush=True)
-        limit = measure("kline_pandas", args.repeats, path=path)
-        ours = measure("kline_setup", args.repeats, path=path)
+        phases = {"limit": ("kline_pandas", {"path": path}), "ours": ("kline_setup", {"path": path})}
+        got = fastest(phases, args.repeats)
+        limit, ours = got["limit"], got["ours"]
         ddp = measure_ddp("kline_setup", 2, path=path) if n in args.ddp_sizes else None
         rows.append({
             "tickers": n, "rows": limit["rows"], "pandas_s": limit["seconds"], "ours_s": ours["seconds"],
@@ -414,8 +451,8 @@ def vision_section(args: argparse.Namespace) -> Section:
             (root / ".complete").write_text("")
         print(f"vision: {n} images ...", file=sys.stderr, flush=True)
         kw = {"root": str(root), "image_size": 32, "batch_size": 256}
-        ref = measure("vision_imagefolder", args.repeats, **kw)
-        ours = measure("vision_ours", args.repeats, **kw)
+        got = fastest({"ref": ("vision_imagefolder", kw), "ours": ("vision_ours", kw)}, args.repeats)
+        ref, ours = got["ref"], got["ours"]
         ddp = measure_ddp("vision_ours", 2, **kw) if n in args.ddp_sizes_vision else None
         rows.append({
             "images": n, "ref_first_s": ref["first_batch_s"], "ours_first_s": ours["first_batch_s"],

@@ -78,7 +78,7 @@ _NUMBER = re.compile(r"[+\-]?\d+(\.\d*)?([eE][+\-]?\d+)?")
 _TONGDAXIN_TITLE = re.compile(
     r"\s*(?P<code>[0-9A-Za-z#.]+)\s+(?P<name>.+?)\s+(?P<period>\S*线)\s*(?P<adjust>\S*复权)?\s*"
 )
-_SAMPLE_LINES = 200  # lines read from each end of the table to decide the number format
+_SAMPLE_LINES = 100  # lines read from each end of the table to decide the number format
 _MAX_TITLE_LINES = 10
 _MAX_FOOTER_LINES = 3
 

@@ -193,7 +193,7 @@ def _parse_text(
     dtype = {n: str for n in raw_names if as_text or normalise(n) in text_names or n.strip() in text_columns}
     try:
         return pd.read_csv(
-            io.StringIO(body),
+            io.BytesIO(body.encode("utf-8")),  # what pandas would encode a text buffer to, once
             sep=table.sep,
             dtype=dtype,
             keep_default_na=False,

@@ -140,7 +140,8 @@ def test_a_folder_read_by_worker_processes_gives_the_same_windows(tmp_path: Path
     one, two = built
     assert one.ticker_names == two.ticker_names == ["A", "B", "C"]
     assert all(torch.equal(one._rows[k], two._rows[k]) for k in one._rows)
-    assert torch.equal(one.feature_std, two.feature_std) and torch.equal(one.datasets["val"].ends, two.datasets["val"].ends)
+    assert torch.equal(one.feature_std, two.feature_std)
+    assert torch.equal(one.datasets["val"].ends, two.datasets["val"].ends)
     assert one._rows["x"].dtype == torch.float32 and one._rows["x"].is_contiguous()
 
 
