@@ -29,7 +29,10 @@ registered by ``@phase(...)`` (see :func:`measure`, :func:`fastest` and :func:`m
 Run (about 15 minutes on a 2-core CPU; ``--quick`` is a smoke run of tiny sizes)::
 
     python benchmarks/scale.py [--tasks kline vision] [--repeats 2] [--work DIR] [--quick]
-        [--md docs/results/scale.md] [--json docs/results/scale.json]
+        [--md docs/results/scale.md] [--json docs/results/scale.json] [--merge]
+
+``--merge`` keeps the sections already in the JSON results that this run does not measure (each
+section says which machine, load and repeats measured it).
 """
 
 from __future__ import annotations
@@ -265,6 +268,17 @@ class Section:
     rows: list[dict[str, Any]]
     targets: list[Target] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    measured: str = ""  # the machine, its load and the repeats of the run that measured it
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Section:
+        """A section written to the JSON results by an earlier run."""
+        targets = [Target(t["what"], t["value"], t["limit"]) for t in data.get("targets", [])]
+        return cls(data["title"], [tuple(c) for c in data["columns"]], data["rows"], targets,
+                   data.get("notes", []), data.get("measured", ""))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "targets": [{**asdict(t), "passed": t.passed} for t in self.targets]}
 
     def markdown(self) -> str:
         lines = [f"## {self.title}", "", "| " + " | ".join(h for _, h, _ in self.columns) + " |",
@@ -277,7 +291,8 @@ class Section:
             lines += ["", "| target | measured | limit | |", "|---|---:|---:|---|"]
             lines += [f"| {t.what} | {t.value:.2f} | {t.limit:.2f} | {'PASS' if t.passed else 'FAIL'} |"
                       for t in self.targets]
-        return "\n".join(lines + ([""] + self.notes if self.notes else []))
+        notes = [*self.notes, *([f"Measured on {self.measured}."] if self.measured else [])]
+        return "\n".join(lines + ([""] + [" ".join(notes)] if notes else []))
 
 
 # ------------------------------------------------------------------------------------------------ K-line
@@ -408,17 +423,22 @@ def write_image_folder(folder: Path, n_images: int, side: int = 32, classes: int
 def vision_ours(root: str, image_size: int, batch_size: int) -> dict[str, Any]:
     from lightning_tf.vision.data import ImageDataModule
 
+    begin = time.perf_counter()
     dm = ImageDataModule(dataset="image_folder", root=root, image_size=image_size, batch_size=batch_size,
                          augment="none", num_workers=0)
     dm.setup("fit")
     KEPT.append(dm)
-    loader = dm.train_dataloader()
+    return _one_pass(dm.train_dataloader(), begin)
+
+
+def _one_pass(loader: Any, begin: float) -> dict[str, Any]:
+    """Seconds from ``begin`` to the first batch, images and images per second over one pass."""
     first = None
     n, start = 0, time.perf_counter()
     for images, _ in loader:
         n += len(images)
         first = first or time.perf_counter()
-    return {"first_batch_s": first - start, "images": n, "per_s": n / (time.perf_counter() - start)}
+    return {"first_batch_s": first - begin, "images": n, "per_s": n / (time.perf_counter() - start)}
 
 
 @phase("torchvision", "torch")
@@ -428,17 +448,13 @@ def vision_imagefolder(root: str, image_size: int, batch_size: int) -> dict[str,
     from torchvision.datasets import ImageFolder
     from torchvision.transforms import v2
 
+    begin = time.perf_counter()
     mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
     transform = v2.Compose([v2.ToImage(), v2.Resize(image_size, antialias=True), v2.CenterCrop(image_size),
                             v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean, std)])
     loader = DataLoader(ImageFolder(root, transform=transform), batch_size=batch_size, shuffle=True)
     KEPT.append(loader)
-    first = None
-    n, start = 0, time.perf_counter()
-    for images, _ in loader:
-        n += len(images)
-        first = first or time.perf_counter()
-    return {"first_batch_s": first - start, "images": n, "per_s": n / (time.perf_counter() - start)}
+    return _one_pass(loader, begin)
 
 
 def vision_section(args: argparse.Namespace) -> Section:
@@ -472,8 +488,8 @@ def vision_section(args: argparse.Namespace) -> Section:
                ("ddp_sum_mb", "DDP PSS MB, 2 ranks", ".0f")]
     notes = ["32x32 JPEGs in 10 class folders; 32-pixel inputs, batch 256, augment none, 0 loader workers. "
              "Ours iterates its training split (72% of the images: val 10%, test 20% held out), ImageFolder "
-             "all of them; 'to 1st batch' counts the folder scan. Growth exponents: epoch time "
-             f"{exponents['ours_s']:.2f}, peak memory {exponents['peak_mb']:.2f}."]
+             "all of them; 'to 1st batch' counts the DataModule's setup or ImageFolder's scan. Growth "
+             f"exponents: epoch time {exponents['ours_s']:.2f}, peak memory {exponents['peak_mb']:.2f}."]
     return Section("Vision: an image folder", columns, rows, [], notes)
 
 
@@ -505,6 +521,7 @@ def main(argv: list[str] | None = None) -> None:
                    help="where the generated data is written (once) and kept")
     p.add_argument("--md", type=Path, default=None, help="markdown results (default: docs/results/scale.md)")
     p.add_argument("--json", type=Path, default=None, help="JSON results (default: beside --md)")
+    p.add_argument("--merge", action="store_true", help="keep the sections of the JSON results not run now")
     p.add_argument("--kline-sizes", type=int, nargs="+", default=[100, 1000, 2000, 5000])
     p.add_argument("--kline-bars", type=int, default=2500)
     p.add_argument("--vision-sizes", type=int, nargs="+", default=[10_000, 50_000])
@@ -528,23 +545,25 @@ def main(argv: list[str] | None = None) -> None:
     md = args.md or (args.work / "scale.md" if args.quick else RESULTS / "scale.md")
     js = args.json or md.with_suffix(".json")
     info = machine()
-    load_before = _load()
     where = (f"{info['cpu']}, {info['cores']} cores, {info['ram_gb']} GB RAM; Python {info['python']}, "
              f"torch {info['torch']}, pandas {info['pandas']}")
-    print(f"machine: {where}; {load_before}", flush=True)
-    sections = [SECTIONS[task](args) for task in args.tasks]
-    load_after = _load()
-    header = [f"# Cost against size (`benchmarks/scale.py{' --quick' if args.quick else ''}`)", "",
-              f"Machine: {where}. Fastest of {args.repeats} run(s) per phase, each in a fresh process; "
-              f"{load_before} at the start, {load_after} at the end (other jobs shared the machine).", ""]
-    text = "\n".join(header) + "\n" + "\n\n".join(s.markdown() for s in sections) + "\n"
+    print(f"machine: {where}; {_load()}", flush=True)
+    sections = []
+    for task in args.tasks:
+        before = _load()
+        section = SECTIONS[task](args)
+        section.measured = (f"{where}; fastest of {args.repeats} run(s) per phase, each in a fresh process; "
+                            f"{before} at the start, {_load()} at the end (other jobs shared the machine)")
+        sections.append(section)
+    if args.merge and js.exists():  # keep the sections this run did not measure
+        done = {s.title for s in sections}
+        sections += [Section.from_dict(d) for d in json.loads(js.read_text())["sections"] if d["title"] not in done]
+    title = f"# Cost against size (`benchmarks/scale.py{' --quick' if args.quick else ''}`)"
+    text = title + "\n\n" + "\n\n".join(s.markdown() for s in sections) + "\n"
     print(text)
     md.parent.mkdir(parents=True, exist_ok=True)
     md.write_text(text)
-    js.write_text(json.dumps({"machine": info, "load": [load_before, load_after], "repeats": args.repeats,
-                              "sections": [{**asdict(s), "targets": [{**asdict(t), "passed": t.passed}
-                                                                     for t in s.targets]} for s in sections]},
-                             indent=2) + "\n")
+    js.write_text(json.dumps({"machine": info, "sections": [s.to_dict() for s in sections]}, indent=2) + "\n")
     print(f"results: {md} and {js}")
 
 
