@@ -15,21 +15,33 @@ import numpy as np
 import pandas as pd
 import torch
 from lightning.pytorch import LightningDataModule
-from sklearn.preprocessing import StandardScaler
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from .features import DEFAULT_FEATURES, Target, check_feature_names, compute_features, compute_target
+from .features import DEFAULT_FEATURES, Target, check_feature_names, compute_target, feature_matrix
 from .formats import check_number_options
 from .io import read_bars
 from .parsing import check_timezone
-from .scale import DataScale, TargetKind, rebuild_prices
+from .pool import pool_workers
+from .scale import DataScale, TargetKind, rebuild_prices, standard_scaler_fit
 from .validation import ON_ERROR_CHOICES, OnError
 from .windows import WindowDataset, chronological_borders, next_timestamps, resolve_path, split_ends, window_loader
 
 __all__ = ["KLineDataModule"]
 
 log = logging.getLogger(__name__)
+
+
+def _ticker_spans(tickers: np.ndarray) -> list[tuple[str, int, int]]:
+    """``(ticker, first row, end row)`` of each ticker of a column sorted by ticker (the canonical frame's),
+    found by bisection: a few comparisons per ticker, none per row."""
+    spans, start = [], 0
+    while start < len(tickers):
+        name = tickers[start]
+        stop = int(np.searchsorted(tickers, name, side="right"))
+        spans.append((str(name), start, stop))
+        start = stop
+    return spans
 
 
 def _parse_date(name: str, value: str) -> pd.Timestamp:
@@ -77,6 +89,9 @@ class KLineDataModule(LightningDataModule):
         volume_window: bars in the rolling volume z-score feature.
         predict_path: bars whose last ``context_len`` rows are forecast by ``predict``; None: ``path``.
         seed: seed of the training-window shuffle.
+        read_workers: processes reading the files of a folder side by side (the bars, errors and log
+            lines are the same for any number); 0: this process reads them; None: one per idle CPU core
+            (by the load average) for folders of 8 MB per worker or more, else 0.
     """
 
     def __init__(
@@ -103,6 +118,7 @@ class KLineDataModule(LightningDataModule):
         volume_window: int = 20,
         predict_path: str | None = None,
         seed: int = 0,
+        read_workers: int | None = None,
     ) -> None:
         super().__init__()
         features = list(DEFAULT_FEATURES if features is None else features)
@@ -132,6 +148,7 @@ class KLineDataModule(LightningDataModule):
                 raise ValueError(f"{name} ({window}) must be at least 2 bars")
         if batch_size < 1:
             raise ValueError(f"batch_size ({batch_size}) must be >= 1")
+        pool_workers(read_workers, 0, 0)  # a negative count fails here, not in setup
         check_number_options(decimal, thousands)
         check_timezone(timezone)
         self.save_hyperparameters()
@@ -157,34 +174,37 @@ class KLineDataModule(LightningDataModule):
         return read_bars(
             resolve_path(path), columns=h.columns, ticker_column=h.ticker_column, on_error=h.on_error,
             max_gap=h.max_gap, decimal=h.decimal, thousands=h.thousands, timezone=h.timezone,
+            read_workers=h.read_workers,
         )
 
-    def _series(self, bars: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
+    def _series(self, name: str, bars: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
         """Features ``(n, C)``, target ``(n,)``, the first row where both are finite, and segment ids
-        ``(n,)`` (a new segment after every gap longer than ``max_gap``)."""
+        ``(n,)`` (a new segment after every gap longer than ``max_gap``) of ticker ``name``'s bars (its
+        canonical columns as arrays)."""
         h = self.hparams
-        feats = compute_features(bars, self.feature_names, h.volatility_window, h.volume_window).to_numpy()
+        feats = feature_matrix(bars, self.feature_names, h.volatility_window, h.volume_window)
         target = compute_target(bars, h.target)
+        n = len(target)
         finite = np.isfinite(feats).all(axis=1) & np.isfinite(target)
-        first = int(np.argmax(finite)) if finite.any() else len(bars)
+        first = int(np.argmax(finite)) if finite.any() else n
         bad = np.flatnonzero(~finite[first:])
         if len(bad):
             i = first + int(bad[0])
             col = [n for n, ok in zip(self.feature_names, np.isfinite(feats[i]), strict=True) if not ok] or [h.target]
             raise ValueError(
-                f"{h.path}: ticker {bars['ticker'].iloc[0]!r} at {bars['timestamp'].iloc[i]}: feature(s) {col} "
+                f"{h.path}: ticker {name!r} at {pd.Timestamp(bars['timestamp'][i])}: feature(s) {col} "
                 "are not finite after the warm-up rows"
             )
-        segment = np.zeros(len(bars), dtype=np.int64)
+        segment = np.zeros(n, dtype=np.int64)
         if h.max_gap is not None:
-            gaps = np.diff(bars["timestamp"].to_numpy()) > np.timedelta64(pd.Timedelta(h.max_gap))
+            gaps = np.diff(bars["timestamp"]) > np.timedelta64(pd.Timedelta(h.max_gap))
             segment[1:] = np.cumsum(gaps)
         return feats, target, first, segment
 
-    def _borders(self, ts: pd.Series) -> tuple[int, int]:
+    def _borders(self, ts: np.ndarray) -> tuple[int, int]:
         h = self.hparams
         if h.val_start is not None:
-            values = ts.to_numpy()
+            values = ts
             return (
                 int(np.searchsorted(values, np.datetime64(pd.Timestamp(h.val_start)))),
                 int(np.searchsorted(values, np.datetime64(pd.Timestamp(h.test_start)))),
@@ -196,25 +216,34 @@ class KLineDataModule(LightningDataModule):
         L, F = self.context_len, self.horizon
         frame = self._read(h.path)
         self._frame = frame
-        names = list(pd.unique(frame["ticker"]))
+        n_rows, C = len(frame), self.n_features
+        # Every row's arrays, allocated once and filled ticker by ticker in the dtypes the batches use
+        # (rows of a ticker left out of the panel are cut off the end).
+        x = np.empty((n_rows, C), dtype=np.float32)
+        y = np.empty((n_rows, 1), dtype=np.float32)
+        raw = np.empty((n_rows, 1), dtype=np.float32)
+        anchor = np.empty(n_rows, dtype=np.float64)
+        ids = np.empty(n_rows, dtype=np.int64)
+        times = np.empty(n_rows, dtype=np.int64)
+        columns = {c: frame[c].to_numpy() for c in ("timestamp", "open", "high", "low", "close", "volume")}
+        close, stamps = columns["close"], columns["timestamp"].view(np.int64)
+        spans = _ticker_spans(frame["ticker"].to_numpy())
         self.ticker_names = []
-        xs, ys, raws, closes, times, ids = [], [], [], [], [], []
         ends: dict[str, list[np.ndarray]] = {"train": [], "val": [], "test": []}
         stats: list[tuple[np.ndarray, ...]] = []  # per ticker: feature mean, std, target mean, std
         self.borders: dict[str, dict] = {}
         offset = 0
-        groups = dict(list(frame.groupby("ticker", sort=False)))
-        for name in names:
-            bars = groups[name].reset_index(drop=True)
-            feats, target, first, segment = self._series(bars)
-            n = len(bars)
+        for name, start, stop in spans:
+            bars = {c: v[start:stop] for c, v in columns.items()}  # views
+            feats, target, first, segment = self._series(name, bars)
+            n = stop - start
             train_end, val_end = self._borders(bars["timestamp"])
             if train_end - first < 2:
                 problem = (
                     f"{h.path}: ticker {name!r} has {max(train_end - first, 0)} usable training rows "
                     f"(of {n} bars, {first} warm-up)"
                 )
-                if len(names) == 1:
+                if len(spans) == 1:
                     raise ValueError(f"{problem}; need more bars or a later val_start")
                 # In a panel, a ticker listed after val_start has no training statistics to scale it by.
                 log.warning("%s; it is left out of the panel", problem)
@@ -222,30 +251,29 @@ class KLineDataModule(LightningDataModule):
             k = len(self.ticker_names)
             self.ticker_names.append(name)
             # Statistics from the training rows only: validation and test rows never shape the scale.
-            fs = StandardScaler().fit(feats[first:train_end])
-            ts_ = StandardScaler().fit(target[first:train_end, None])
-            stats.append((fs.mean_, fs.scale_, ts_.mean_, ts_.scale_))
+            f_mean, f_std = standard_scaler_fit(feats[first:train_end])
+            t_mean, t_std = standard_scaler_fit(target[first:train_end, None])
+            stats.append((f_mean, f_std, t_mean, t_std))
             self.borders[name] = {
                 "first": first,
                 "train_end": train_end,
                 "val_end": val_end,
                 "n": n,
-                "val_start": bars["timestamp"].iloc[train_end] if train_end < n else None,
-                "test_start": bars["timestamp"].iloc[val_end] if val_end < n else None,
+                "val_start": pd.Timestamp(bars["timestamp"][train_end]) if train_end < n else None,
+                "test_start": pd.Timestamp(bars["timestamp"][val_end]) if val_end < n else None,
             }
             for split, e in split_ends(train_end, val_end, n, first, L, F).items():
                 e = e[segment[e - L + 1] == segment[np.minimum(e + F, n - 1)]]  # no window across a long gap
                 ends[split].append(e + offset)
                 if len(e) == 0:
                     log.warning("%s: ticker %r has no %s windows (%d bars)", h.path, name, split, n)
-            x = np.where(np.isfinite(feats), (feats - fs.mean_) / fs.scale_, 0.0)  # warm-up rows are never read
-            y = np.where(np.isfinite(target), (target - ts_.mean_[0]) / ts_.scale_[0], 0.0)
-            xs.append(x)
-            ys.append(y[:, None])
-            raws.append(np.nan_to_num(target)[:, None])
-            closes.append(bars["close"].to_numpy(np.float64))
-            times.append(bars["timestamp"].to_numpy().astype("datetime64[ns]").astype(np.int64))
-            ids.append(np.full(n, k, dtype=np.int64))
+            rows = slice(offset, offset + n)
+            x[rows] = np.where(np.isfinite(feats), (feats - f_mean) / f_std, 0.0)  # warm-up rows are never read
+            y[rows, 0] = np.where(np.isfinite(target), (target - t_mean[0]) / t_std[0], 0.0)
+            raw[rows, 0] = np.nan_to_num(target)
+            anchor[rows] = close[start:stop]
+            ids[rows] = k
+            times[rows] = stamps[start:stop]
             offset += n
         if not self.ticker_names:
             raise ValueError(f"{h.path}: no ticker has training rows before the validation border")
@@ -259,16 +287,16 @@ class KLineDataModule(LightningDataModule):
             target_std=t_std, has_prices=True, volatility_window=h.volatility_window, volume_window=h.volume_window,
         )
         self._rows = {
-            "x": torch.tensor(np.concatenate(xs), dtype=torch.float32),  # (N, C)
-            "y": torch.tensor(np.concatenate(ys), dtype=torch.float32),  # (N, K)
-            "raw_target": torch.tensor(np.concatenate(raws), dtype=torch.float32),  # (N, K)
-            "anchor": torch.tensor(np.concatenate(closes), dtype=torch.float64),  # (N,)
-            "ticker": torch.tensor(np.concatenate(ids)),  # (N,)
-            "time": torch.tensor(np.concatenate(times)),  # (N,)
+            "x": torch.from_numpy(x[:offset]),  # (N, C)
+            "y": torch.from_numpy(y[:offset]),  # (N, K)
+            "raw_target": torch.from_numpy(raw[:offset]),  # (N, K)
+            "anchor": torch.from_numpy(anchor[:offset]),  # (N,)
+            "ticker": torch.from_numpy(ids[:offset]),  # (N,)
+            "time": torch.from_numpy(times[:offset]),  # (N,)
         }
         for split, parts in ends.items():
             self.datasets[split] = WindowDataset(
-                ends=torch.tensor(np.concatenate(parts)), context_len=L, horizon=F, **self._rows
+                ends=torch.from_numpy(np.concatenate(parts)), context_len=L, horizon=F, **self._rows
             )
         self._check_splits()
         log.info(
@@ -330,11 +358,12 @@ class KLineDataModule(LightningDataModule):
         self._predict_source = str(h.predict_path or h.path)
         frame = self._frame if h.predict_path is None and self._frame is not None else self._read(self._predict_source)
         self._predict_frame = frame
-        self.predict_ticker_names = [str(n) for n in pd.unique(frame["ticker"])]
+        spans = _ticker_spans(frame["ticker"].to_numpy())
+        self.predict_ticker_names = [name for name, _, _ in spans]
         self._predict_bars = {}
         self._predict_times = {}
-        for k, name in enumerate(self.predict_ticker_names):
-            bars = frame[frame["ticker"] == name].reset_index(drop=True)
+        for k, (_, start, stop) in enumerate(spans):
+            bars = frame.iloc[start:stop].reset_index(drop=True)
             self._predict_bars[k] = bars
             self._predict_times[k] = pd.DatetimeIndex(bars["timestamp"])
         self.datasets.pop("predict", None)
@@ -509,6 +538,7 @@ class KLineDataModule(LightningDataModule):
         if self._frame is None:
             self.setup("fit")
         parts = []
+        rows = {name: (start, stop) for name, start, stop in _ticker_spans(self._frame["ticker"].to_numpy())}
         for name in self.ticker_names:
             b = self.borders[name]
             lo, hi = {
@@ -516,5 +546,5 @@ class KLineDataModule(LightningDataModule):
                 "val": (b["train_end"], b["val_end"]),
                 "test": (b["val_end"], b["n"]),
             }[split]
-            parts.append(self._frame[self._frame["ticker"] == name].iloc[lo:hi])
+            parts.append(self._frame.iloc[rows[name][0] : rows[name][1]].iloc[lo:hi])
         return pd.concat(parts, ignore_index=True)

@@ -28,12 +28,13 @@ Targets (per bar ``t``; a window ending at ``t`` forecasts rows ``t+1 .. t+F``):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal
 
 import numpy as np
 import pandas as pd
 
-__all__ = ["DEFAULT_FEATURES", "FEATURES", "Target", "compute_features", "compute_target"]
+__all__ = ["DEFAULT_FEATURES", "FEATURES", "Target", "compute_features", "compute_target", "feature_matrix"]
 
 Target = Literal["log_return", "close"]
 FEATURES = (
@@ -82,12 +83,24 @@ def compute_features(
         float64 frame ``(n, len(names))`` on the bars' index; the first rows are NaN where a
         feature needs earlier bars (1 for returns, the window length for rolling features).
     """
+    values = feature_matrix(bars, names, volatility_window, volume_window)
+    return pd.DataFrame(values, columns=list(names), index=bars.index)
+
+
+def feature_matrix(
+    bars: pd.DataFrame | Mapping[str, np.ndarray], names: list[str], volatility_window: int = 20,
+    volume_window: int = 20,
+) -> np.ndarray:
+    """:func:`compute_features` as a float64 array ``(n, len(names))`` (column-major, as the frame's
+    values are), without building the frame; ``bars`` may also be its columns as arrays."""
     check_feature_names(names)
-    o, h, lo, c = (np.log(bars[k].to_numpy(np.float64)) for k in ("open", "high", "low", "close"))
+    o, h, lo, c = (np.log(np.asarray(bars[k], dtype=np.float64)) for k in ("open", "high", "low", "close"))
     prev_c = np.concatenate([[np.nan], c[:-1]])
-    log_v = np.log1p(bars["volume"].to_numpy(np.float64))
-    ts = pd.DatetimeIndex(bars["timestamp"])
+    log_v = np.log1p(np.asarray(bars["volume"], dtype=np.float64))
     ret = c - prev_c
+
+    def stamps() -> pd.DatetimeIndex:
+        return pd.DatetimeIndex(bars["timestamp"])
 
     def rolling(x: np.ndarray, window: int) -> pd.core.window.Rolling:
         return pd.Series(x).rolling(window, min_periods=window)
@@ -110,18 +123,21 @@ def compute_features(
         "log_volume_change": lambda: log_v - np.concatenate([[np.nan], log_v[:-1]]),
         "volume_zscore": volume_zscore,
         "volatility": lambda: rolling(ret, volatility_window).std().to_numpy(),
-        "day_of_week": lambda: ts.day_of_week.to_numpy() / 6.0 - 0.5,
-        "time_of_day": lambda: (ts.hour.to_numpy() * 60 + ts.minute.to_numpy()) / 1440.0 - 0.5,
+        "day_of_week": lambda: stamps().day_of_week.to_numpy() / 6.0 - 0.5,
+        "time_of_day": lambda: (stamps().hour.to_numpy() * 60 + stamps().minute.to_numpy()) / 1440.0 - 0.5,
         "close": lambda: np.exp(c),
         "log_close": lambda: c,
     }
-    return pd.DataFrame({n: np.asarray(make[n](), dtype=np.float64) for n in names}, index=bars.index)
+    out = np.empty((len(names), len(c)), dtype=np.float64)  # (C, n): each feature contiguous
+    for j, name in enumerate(names):
+        out[j] = make[name]()
+    return out.T  # (n, C)
 
 
-def compute_target(bars: pd.DataFrame, target: Target) -> np.ndarray:
+def compute_target(bars: pd.DataFrame | Mapping[str, np.ndarray], target: Target) -> np.ndarray:
     """The forecast quantity at every bar, float64 ``(n,)``: ``log(close_t / close_{t-1})`` (NaN at
     the first bar) or ``close_t``. A window ending at bar ``t`` predicts its values at ``t+1 .. t+F``."""
-    c = bars["close"].to_numpy(np.float64)
+    c = np.asarray(bars["close"], dtype=np.float64)
     if target == "log_return":
         return np.concatenate([[np.nan], np.diff(np.log(c))])
     if target == "close":

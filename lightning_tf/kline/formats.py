@@ -13,7 +13,9 @@ Everything here is decided from the bytes, never from the file name alone:
   (``数据来源:通达信``, barchart's ``Downloaded from Barchart.com ...``). A table whose first line
   holds only numbers and dates has no header; its columns are named by position (Binance klines,
   MetaTrader's ``2024.01.02,00:00,...``).
-- **Numbers**: the decimal and thousands separators (see :func:`detect_number_format`).
+- **Numbers**: the decimal and thousands separators, decided on the lines at both ends of the
+  table (see :func:`decide_number_format`); the reader then checks the decision on every cell of the
+  columns pandas could not read as numbers under it (:func:`lightning_tf.kline.io.read_table`).
 """
 
 from __future__ import annotations
@@ -27,18 +29,27 @@ import re
 import zipfile
 import zlib
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
 __all__ = [
     "COMPRESSED_SUFFIXES",
+    "NumberEvidence",
     "TextTable",
     "check_number_options",
+    "column_evidence",
+    "decide_number_format",
     "decode_text",
     "detect_number_format",
     "find_table",
     "load_bytes",
-    "sample_rows",
+    "number_evidence",
+    "sample_evidence",
     "split_fields",
     "tongdaxin_title",
 ]
@@ -67,7 +78,7 @@ _NUMBER = re.compile(r"[+\-]?\d+(\.\d*)?([eE][+\-]?\d+)?")
 _TONGDAXIN_TITLE = re.compile(
     r"\s*(?P<code>[0-9A-Za-z#.]+)\s+(?P<name>.+?)\s+(?P<period>\S*线)\s*(?P<adjust>\S*复权)?\s*"
 )
-_SAMPLE_LINES = 2500  # lines read from each end of the table to decide the number format
+_SAMPLE_LINES = 100  # lines read from each end of the table to decide the number format
 _MAX_TITLE_LINES = 10
 _MAX_FOOTER_LINES = 3
 
@@ -152,6 +163,8 @@ def check_number_options(decimal: str | None, thousands: str | None) -> None:
 
 
 def split_fields(line: str, sep: str) -> list[str]:
+    if '"' not in line:  # nothing quoted: what the csv module gives, without it
+        return line.split(sep) if line else []
     try:
         return next(csv.reader([line], delimiter=sep))
     except (csv.Error, StopIteration):
@@ -264,10 +277,93 @@ def _classify(cell: str) -> tuple[str, str, str | None] | None:
     return "ambiguous", c, None
 
 
+@dataclass
+class NumberEvidence:
+    """What some cells say about the number format: for each decimal separator a cell proving it
+    (``proofs``) and a cell that could be read either way (``ambiguous``, ``1,234``), and the
+    thousands separators seen grouping digits in proving cells. Examples are written as the
+    messages quote them: ``'12,5'``, or ``'12,5' on line 11002`` for cells found beyond the sample."""
+
+    proofs: dict[str, str] = field(default_factory=dict)
+    ambiguous: dict[str, str] = field(default_factory=dict)
+    grouping: set[str] = field(default_factory=set)
+
+    def merged(self, other: NumberEvidence) -> NumberEvidence:
+        """The evidence of both, this one's examples first."""
+        return NumberEvidence(
+            {**other.proofs, **self.proofs}, {**other.ambiguous, **self.ambiguous}, self.grouping | other.grouping
+        )
+
+    def key(self) -> tuple:
+        return tuple(sorted(self.proofs)), tuple(sorted(self.ambiguous)), tuple(sorted(self.grouping))
+
+
+# What a cell says about the number format depends on its separators, the lengths of its digit runs and
+# whether its whole part is "0" (see _classify): mapping the digits 1-9 to "1" keeps all of that, so the
+# cells of a file collapse to a few dozen shapes, each classified once.
+_SHAPES = str.maketrans("123456789", "111111111")
+
+
+def number_evidence(cells: list[str], lines: list[int] | None = None) -> NumberEvidence:
+    """The evidence of ``cells`` (see :class:`NumberEvidence`), exactly what classifying each cell in
+    turn gives, at the cost of a few string operations over all of them.
+
+    Args:
+        cells: the cells, in file order.
+        lines: the 1-based file line of each cell, to name in the examples; None: not named.
+    """
+    text = "\n".join(cells)
+    if text.count("\n") != len(cells) - 1:  # a quoted cell holding a line break
+        return _evidence([c.translate(_SHAPES) for c in cells], cells.__getitem__, lines)
+    return _text_evidence(text, lines)
+
+
+def _text_evidence(text: str, lines: list[int] | None = None) -> NumberEvidence:
+    """The evidence of the cells of ``text``, one per line."""
+    shapes = text.translate(_SHAPES).split("\n")
+
+    def cell(i: int) -> str:  # the shapes have the cells' lengths: the i-th cell starts after i breaks
+        start = sum(map(len, shapes[:i])) + i
+        return text[start : start + len(shapes[i])]
+
+    return _evidence(shapes, cell, lines)
+
+
+def _evidence(shapes: list[str], cell: Callable[[int], str], lines: list[int] | None) -> NumberEvidence:
+    """The evidence of cells given by their shapes, each shape classified once; ``cell(i)`` is the i-th
+    cell as written, for the examples."""
+    evidence = NumberEvidence()
+    first: dict[tuple[str, str], str] = {}  # (kind, separator) -> the shape of its first cell
+    for shape in dict.fromkeys(shapes):  # in order of first appearance
+        if "." not in shape and "," not in shape:
+            continue
+        verdict = _classify(shape)
+        if verdict is None:
+            continue
+        kind, c, thou = verdict
+        first.setdefault((kind, c), shape)
+        if thou is not None:
+            evidence.grouping.add(thou)
+    for (kind, c), shape in first.items():
+        i = shapes.index(shape)
+        example = repr(cell(i).strip()) + ("" if lines is None else f" on line {lines[i]}")
+        (evidence.proofs if kind == "proof" else evidence.ambiguous)[c] = example
+    return evidence
+
+
 def detect_number_format(
     rows: list[list[str]], sep: str, source: str, decimal: str | None = None, thousands: str | None = None
 ) -> tuple[str, str, str | None]:
-    """Decide the decimal and thousands separators from the cells of some rows.
+    """Decide the decimal and thousands separators from the cells of some rows (see
+    :func:`decide_number_format`)."""
+    cells = [cell for row in rows for cell in row]
+    return decide_number_format(number_evidence(cells), sep, source, decimal, thousands)
+
+
+def decide_number_format(
+    evidence: NumberEvidence, sep: str, source: str, decimal: str | None = None, thousands: str | None = None
+) -> tuple[str, str, str | None]:
+    """Decide the decimal and thousands separators from what the cells say.
 
     A cell such as ``12,5``, ``100,0000`` or ``1.234,56`` proves the decimal comma; ``12.5``,
     ``1,234.56`` or ``1,234,567`` the decimal point. ``1,234`` alone could be either: in a ``;`` or
@@ -275,7 +371,7 @@ def detect_number_format(
     warning, in a ``,`` separated file it is refused. Cells proving both separators are refused.
 
     Args:
-        rows: the table's cells (a sample of its rows).
+        evidence: what the cells say (:func:`number_evidence`).
         sep: the field separator.
         source: file name for the messages.
         decimal: ``"."`` or ``","``; overrides the detection.
@@ -286,18 +382,7 @@ def detect_number_format(
         warning to log when the decision rests on the separator alone, else None.
     """
     check_number_options(decimal, thousands)
-    proofs: dict[str, str] = {}  # decimal separator -> a cell proving it
-    ambiguous: dict[str, str] = {}
-    grouping: set[str] = set()  # thousands separators seen in proving cells
-    for row in rows:
-        for cell in row:
-            verdict = _classify(cell)
-            if verdict is None:
-                continue
-            kind, c, thou = verdict
-            (proofs if kind == "proof" else ambiguous).setdefault(c, cell.strip())
-            if thou is not None:
-                grouping.add(thou)
+    proofs, ambiguous, grouping = evidence.proofs, evidence.ambiguous, evidence.grouping
     note = None
     if decimal is None and thousands in (",", "."):
         decimal = "." if thousands == "," else ","
@@ -305,26 +390,26 @@ def detect_number_format(
         option = "pass decimal='.' or decimal=',' (and thousands=...) to say how to read them"
         if len(proofs) == 2:
             raise ValueError(
-                f"{source}: numbers use both ',' and '.' as the decimal separator (e.g. {proofs[',']!r} and "
-                f"{proofs['.']!r}); {option}"
+                f"{source}: numbers use both ',' and '.' as the decimal separator (e.g. {proofs[',']} and "
+                f"{proofs['.']}); {option}"
             )
         if proofs:
             decimal = next(iter(proofs))
         elif len(ambiguous) == 2:
             raise ValueError(
-                f"{source}: numbers such as {ambiguous[',']!r} and {ambiguous['.']!r} could use either ',' or "
+                f"{source}: numbers such as {ambiguous[',']} and {ambiguous['.']} could use either ',' or "
                 f"'.' as the decimal separator; {option}"
             )
         elif "," in ambiguous and sep == ",":
             raise ValueError(
-                f"{source}: numbers such as {ambiguous[',']!r} in this ','-separated file could use ',' as the "
+                f"{source}: numbers such as {ambiguous[',']} in this ','-separated file could use ',' as the "
                 f"decimal or the thousands separator; {option}"
             )
         elif ambiguous and sep in ("\t", ";"):
             decimal = "," if "," in ambiguous else "."
             thou = "." if decimal == "," else ","
             note = (
-                f"{source}: numbers such as {ambiguous[decimal]!r} read with {decimal!r} as the decimal separator "
+                f"{source}: numbers such as {ambiguous[decimal]} read with {decimal!r} as the decimal separator "
                 f"({sep!r}-separated file); pass decimal={thou!r}, thousands={decimal!r} if {decimal!r} separates "
                 "thousands"
             )
@@ -336,9 +421,57 @@ def detect_number_format(
     return decimal, thousands, note
 
 
-def sample_rows(lines: list[str], table: TextTable) -> list[list[str]]:
-    """The cells of up to ``_SAMPLE_LINES`` rows from each end of the table."""
+def sample_evidence(lines: list[str], table: TextTable) -> tuple[NumberEvidence, bool]:
+    """The evidence of up to ``_SAMPLE_LINES`` rows from each end of the table, and whether that is
+    every row (else the reader checks the rest of each column against the decision, see
+    :func:`lightning_tf.kline.io.read_table`)."""
     start = table.first + (0 if table.header is None else 1)
-    body = range(start, table.stop)
-    picked = body if len(body) <= 2 * _SAMPLE_LINES else [*body[:_SAMPLE_LINES], *body[-_SAMPLE_LINES:]]
-    return [split_fields(lines[i], table.sep) for i in picked if lines[i].strip()]
+    stop = table.stop
+    complete = stop - start <= 2 * _SAMPLE_LINES
+    n = _SAMPLE_LINES
+    picked = lines[start:stop] if complete else [*lines[start : start + n], *lines[stop - n : stop]]
+    text = "\n".join(picked)
+    if '"' not in text:  # no quoting: the csv module would split at every separator
+        return _text_evidence(text.replace(table.sep, "\n")), complete
+    cells = [cell for line in picked if line.strip() for cell in split_fields(line, table.sep)]
+    return number_evidence(cells), complete
+
+
+def _holds_separators(text: pd.Series) -> bool:
+    """Whether a cell of a text column may hold a ``.`` or a ``,`` (False: none does)."""
+    try:
+        cells = pa.array(text)
+    except (pa.ArrowException, TypeError):  # not all strings
+        cells = None
+    chunks = getattr(cells, "chunks", [cells])
+    if cells is None or not all(pa.types.is_string(c.type) or pa.types.is_large_string(c.type) for c in chunks):
+        joined = "".join(map(str, text.tolist()))
+        return "." in joined or "," in joined
+    for chunk in chunks:  # the bytes of all the strings, one after another (a slice: some more)
+        data = chunk.buffers()[2]
+        if data is not None and (b"." in (raw := data.to_pybytes()) or b"," in raw):
+            return True
+    return False
+
+
+def column_evidence(df: pd.DataFrame, first_line: int) -> NumberEvidence:
+    """The evidence of every cell with a ``.`` or ``,`` in the text columns of ``df`` (a table as
+    pandas read it, row ``i`` on file line ``first_line + i``): the cells pandas could not read as
+    numbers in the decided format, and columns of names, codes and dates.
+
+    Args:
+        df: the table, with its RangeIndex from the reading.
+        first_line: the 1-based file line of row 0.
+    """
+    evidence = NumberEvidence()
+    for col, dtype in df.dtypes.items():
+        if dtype.kind in "biufcmM":  # numbers, booleans, datetimes
+            continue
+        text = df[col].astype(str)
+        if not _holds_separators(text):  # dates such as 2024-01-02, codes, names
+            continue
+        marked = (text.str.contains(".", regex=False) | text.str.contains(",", regex=False)).to_numpy(bool)
+        if marked.any():
+            lines = (np.flatnonzero(marked) + first_line).tolist()
+            evidence = evidence.merged(number_evidence(text[marked].tolist(), lines))
+    return evidence

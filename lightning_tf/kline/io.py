@@ -28,32 +28,31 @@ import io
 import logging
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from .columns import CANONICAL_COLUMNS, NUMERIC_COLUMNS, TEXT_NAMES, detect_columns, normalise
 from .formats import (
     COMPRESSED_SUFFIXES,
+    TextTable,
     check_number_options,
+    column_evidence,
+    decide_number_format,
     decode_text,
-    detect_number_format,
     find_table,
     load_bytes,
-    sample_rows,
+    sample_evidence,
     split_fields,
     tongdaxin_title,
 )
-from .parsing import (
-    check_timezone,
-    looks_like_time_of_day,
-    parse_numbers,
-    parse_timestamps,
-    parse_timestamps_described,
-    time_of_day,
-)
-from .validation import OnError, validate_bars
+from .parsing import check_timezone, parse_numbers, parse_timestamps, parse_timestamps_described, time_of_day
+from .pool import map_in_order, pool_workers, release_freed_memory
+from .validation import OnError, check_on_error, validate_bars, validate_columns
 
 __all__ = [
     "CANONICAL_COLUMNS",
@@ -68,9 +67,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-CANONICAL_COLUMNS = ("timestamp", "open", "high", "low", "close", "volume", "amount", "adj_close")
-REQUIRED_COLUMNS = ("timestamp", "open", "high", "low", "close")
-NUMERIC_COLUMNS = ("open", "high", "low", "close", "volume", "amount", "adj_close")
 _TEXT_SUFFIXES = (".csv", ".txt", ".tsv")
 _PARQUET_SUFFIXES = (".parquet", ".pq")
 # A bar file: a text or Parquet file, a compressed text file, or a bare archive (Binance's .zip dumps).
@@ -80,46 +76,6 @@ SUPPORTED_SUFFIXES = (
     *(t + c for t in _TEXT_SUFFIXES for c in COMPRESSED_SUFFIXES),
     *COMPRESSED_SUFFIXES,
 )
-
-# Aliases after normalisation (lower case; spaces, '_', '-', '.', '/', brackets removed), in priority
-# order: the first alias found in a file wins. English names cover Yahoo, Nasdaq ("Close/Last"),
-# barchart ("Time", "Last"), MetaTrader ("<DATE>"), Binance ("open_time"), QMT ("stime") and
-# tushare (trade_date, vol, ts_code) exports; the Chinese names are akshare's and TongDaXin's
-# (日期/时间, 开盘, 收盘, 最高, 最低, 成交量, 成交额). Columns not listed here (振幅, 涨跌幅, 换手率,
-# OpenInt, ...) are ignored.
-_ALIASES: dict[str, tuple[str, ...]] = {
-    "timestamp": (
-        "timestamp",
-        "timestamps",
-        "datetime",
-        "date",
-        "tradedate",
-        "stime",
-        "time",
-        "tradetime",
-        "opentime",
-        "日期时间",
-        "日期",
-        "交易日期",
-        "时间",
-        "交易时间",
-    ),
-    "open": ("open", "openprice", "o", "开盘", "开盘价", "今开"),
-    "high": ("high", "highprice", "h", "最高", "最高价"),
-    "low": ("low", "lowprice", "l", "最低", "最低价"),
-    "close": ("close", "closeprice", "closelast", "last", "c", "收盘", "收盘价"),
-    "volume": ("volume", "vol", "v", "成交量"),
-    "amount": ("amount", "turnover", "quotevolume", "quoteassetvolume", "成交额", "成交金额"),
-    "adj_close": ("adjclose", "adjustedclose", "adjclosed", "复权收盘价"),
-    "ticker": ("ticker", "symbol", "tscode", "code", "股票代码", "证券代码", "代码"),
-}
-# Columns kept as text: codes keep their leading zeros, times of day theirs (TongDaXin's 0935).
-_TEXT_NAMES = {*(_ALIASES["ticker"]), "time", "stime", "时间"}
-
-
-def _normalise(name: object) -> str:
-    return re.sub(r"[\s_\-./()<>\[\]]", "", str(name).strip().lower())
-
 
 def _split_name(path: Path) -> tuple[str, str]:
     """``(stem, suffix)``: ``600977.csv.gz`` -> ``("600977", ".csv.gz")``; ``A.SH.csv`` -> ``("A.SH", ".csv")``."""
@@ -184,36 +140,36 @@ def read_table(
         text = text.replace("\r\n", "\n").replace("\r", "\n")
     lines = text.split("\n")
     table = find_table(lines, source)
-    dec, thou, note = detect_number_format(sample_rows(lines, table), table.sep, source, decimal, thousands)
+    header_lines = table.first + (0 if table.header is None else 1)
+    # Decide on the lines at both ends, then check the decision on every cell: pandas reads a cell as a
+    # number only in the decided format, and each cell it leaves as text is classified as the sample
+    # was. Where those cells change the decision (a decimal comma first seen on line 12,000), the table
+    # is read again under the new one, or refused naming the line.
+    evidence, complete = sample_evidence(lines, table)
+    dec, thou, note = decide_number_format(evidence, table.sep, source, decimal, thousands)
+    body = "\n".join(lines[table.first : table.stop])
+    raw_names = table.names or split_fields(lines[table.first], table.sep)
+    while True:  # ends: evidence only grows, and a reading that adds none keeps the decision
+        df = _parse_text(body, table, raw_names, dec, text_columns, source)
+        if complete:
+            break
+        evidence = evidence.merged(column_evidence(df, header_lines + 1))
+        decision = decide_number_format(evidence, table.sep, source, decimal, thousands)
+        again = decision[0] != dec
+        dec, thou, note = decision
+        if not again:
+            break
     if note:
         log.warning(note)
-    raw_names = table.names or split_fields(lines[table.first], table.sep)
-    text_names = {_normalise(n) for n in _TEXT_NAMES}
-    as_text = dec == table.sep  # quoted decimal-comma cells in a ','-separated file: all parsed later
-    dtype = {n: str for n in raw_names if as_text or _normalise(n) in text_names or n.strip() in text_columns}
-    try:
-        df = pd.read_csv(
-            io.StringIO("\n".join(lines[table.first : table.stop])),
-            sep=table.sep,
-            dtype=dtype,
-            keep_default_na=False,
-            skip_blank_lines=False,
-            header=None if table.header is None else 0,
-            names=table.names,
-            decimal="." if as_text else dec,
-            index_col=False,
-        )
-    except (pd.errors.ParserError, ValueError) as e:
-        message = re.sub(r"line (\d+)", lambda m: f"line {int(m[1]) + table.first}", str(e).strip())
-        raise ValueError(f"{source}: cannot read the table ({message})") from None
     stripped = [str(c).strip() for c in df.columns]
     if len(set(stripped)) == len(stripped):  # TongDaXin pads its header names with spaces
         df.columns = stripped
-    out = df[~_blank_rows(df)]
+    blank = _blank_rows(df)
+    out = df[~blank] if blank.any() else df
     title = tongdaxin_title(table.skipped[0][1]) if table.skipped and table.skipped[0][0] <= table.first else None
     out.attrs = {
         "kind": "csv",
-        "header_lines": table.first + (0 if table.header is None else 1),
+        "header_lines": header_lines,
         "sep": table.sep,
         "decimal": dec,
         "thousands": thou,
@@ -227,12 +183,38 @@ def read_table(
     return out
 
 
+def _parse_text(
+    body: str, table: TextTable, raw_names: list[str], dec: str, text_columns: tuple[str, ...], source: str
+) -> pd.DataFrame:
+    """The table's lines parsed by pandas with decimal separator ``dec``; a column holding a cell that
+    is not a number in that format stays text."""
+    text_names = {normalise(n) for n in TEXT_NAMES}
+    as_text = dec == table.sep  # quoted decimal-comma cells in a ','-separated file: all parsed later
+    dtype = {n: str for n in raw_names if as_text or normalise(n) in text_names or n.strip() in text_columns}
+    try:
+        return pd.read_csv(
+            io.BytesIO(body.encode("utf-8")),  # what pandas would encode a text buffer to, once
+            sep=table.sep,
+            dtype=dtype,
+            keep_default_na=False,
+            skip_blank_lines=False,
+            header=None if table.header is None else 0,
+            names=table.names,
+            decimal="." if as_text else dec,
+            index_col=False,
+        )
+    except (pd.errors.ParserError, ValueError) as e:
+        message = re.sub(r"line (\d+)", lambda m: f"line {int(m[1]) + table.first}", str(e).strip())
+        raise ValueError(f"{source}: cannot read the table ({message})") from None
+
+
 def _blank_rows(df: pd.DataFrame) -> np.ndarray:
     blank = np.ones(len(df), dtype=bool)
-    for col in df.columns:
-        c = df[col]
-        if pd.api.types.is_numeric_dtype(c):
-            blank &= c.isna().to_numpy()
+    numeric = [d.kind in "biufc" for d in df.dtypes]
+    for i in sorted(range(len(numeric)), key=lambda i: not numeric[i]):  # the cheap checks first
+        c = df.iloc[:, i]
+        if numeric[i]:
+            blank &= np.isnan(c.to_numpy(np.float64))
         else:
             blank &= (c.isna() | (c.astype(str).str.strip() == "")).to_numpy()
         if not blank.any():
@@ -240,117 +222,11 @@ def _blank_rows(df: pd.DataFrame) -> np.ndarray:
     return blank
 
 
-def detect_columns(
-    df: pd.DataFrame, columns: Mapping[str, str] | None = None, source: str = "<frame>"
-) -> dict[str, str]:
-    """Map canonical names (and ``ticker``) to the file's columns.
-
-    Timestamps are the exchange's local clock: when the column found by name holds Unix epochs and
-    another date/time column holds local stamps (QMT's ``stime`` beside its epoch ``time``, or an
-    unnamed index), the local one is used.
-
-    Args:
-        df: the table as read.
-        columns: explicit canonical name -> file column entries; they override detection.
-        source: file name used in error messages.
-
-    Returns:
-        ``{canonical: file column}`` for every canonical column found. A ``"time"`` entry appears
-        beside ``"timestamp"`` when the file has separate date and time-of-day columns.
-    """
-    found: dict[str, str] = {}
-    explicit = dict(columns or {})
-    for key, col in explicit.items():
-        if key not in (*CANONICAL_COLUMNS, "ticker"):
-            raise ValueError(
-                f"{source}: columns mapping key {key!r} is not a canonical name; "
-                f"keys are {[*CANONICAL_COLUMNS, 'ticker']} and values are file columns"
-            )
-        if col not in df.columns:
-            raise ValueError(f"{source}: columns[{key!r}] = {col!r} not found; columns are {list(df.columns)}")
-        found[key] = col
-    by_norm: dict[str, str] = {}
-    for col in df.columns:
-        by_norm.setdefault(_normalise(col), col)
-    taken = set(found.values())
-    for key, aliases in _ALIASES.items():
-        if key in found:
-            continue
-        for alias in aliases:
-            col = by_norm.get(_normalise(alias))
-            if col is not None and col not in taken:
-                found[key] = col
-                taken.add(col)
-                break
-    if "timestamp" in found and "timestamp" not in explicit and _is_epoch(df[found["timestamp"]]):
-        local = _local_timestamp_column(df, taken)
-        if local is not None:
-            taken.discard(found["timestamp"])
-            found["timestamp"] = local
-            taken.add(local)
-    # Separate date and time-of-day columns (MetaTrader's <DATE>, <TIME>; TongDaXin's 日期, 时间) are joined.
-    if "timestamp" in found and "timestamp" not in explicit and _normalise(found["timestamp"]) in ("date", "日期"):
-        for alias in ("time", "时间"):
-            col = by_norm.get(alias)
-            if col is not None and col not in taken and looks_like_time_of_day(df[col]):
-                found["time"] = col
-                break
-    if "timestamp" not in found:
-        col = _unnamed_datetime_column(df, taken)
-        if col is None:
-            raise ValueError(
-                f"{source}: no date/time column found; columns are {list(df.columns)}. "
-                "Name it with columns={'timestamp': '<column>'}"
-            )
-        found["timestamp"] = col
-    missing = [c for c in REQUIRED_COLUMNS if c not in found]
-    if missing:
-        raise ValueError(
-            f"{source}: column(s) {missing} not found; columns are {list(df.columns)}. "
-            f"Name them with columns={{{', '.join(f'{m!r}: ...' for m in missing)}}}"
-        )
-    return found
-
-
-def _is_epoch(values: pd.Series) -> bool:
-    return parse_timestamps_described(values.head(200))[1].startswith("Unix epoch")
-
-
-def _local_timestamp_column(df: pd.DataFrame, taken: set[str]) -> str | None:
-    """A column named like a timestamp, or an unnamed index column, holding local (non-epoch) stamps."""
-    names = {_normalise(a) for a in _ALIASES["timestamp"]}
-    for col in df.columns:
-        unnamed = str(col).startswith("Unnamed") or _normalise(col) in ("", "index")
-        if col in taken or not (unnamed or _normalise(col) in names):
-            continue
-        sample = df[col].head(200)
-        parsed, how = parse_timestamps_described(sample)
-        if not how.startswith("Unix epoch") and len(sample) and (parsed >= pd.Timestamp("1971-01-01")).mean() >= 0.9:
-            return col
-    return None
-
-
-def _unnamed_datetime_column(df: pd.DataFrame, taken: set[str]) -> str | None:
-    """An index column written without a name (``Unnamed: 0``, ``index``, ``""``) or, failing that,
-    the first unclaimed column, if most of its values parse as dates."""
-    candidates = [
-        c for c in df.columns if str(c).startswith("Unnamed") or _normalise(c) in ("", "index", "index_level_0")
-    ]
-    candidates += [c for c in df.columns[:1] if c not in taken and c not in candidates]
-    for col in candidates:
-        sample = df[col].head(200)
-        parsed = parse_timestamps(sample)
-        # Small numbers (prices) would parse as epoch seconds in 1970: not a date column.
-        if len(sample) and (parsed >= pd.Timestamp("1971-01-01")).mean() >= 0.9:
-            return col
-    return None
-
-
-def _canonical_frame(
-    df: pd.DataFrame, found: dict[str, str], timezone: str | None
-) -> tuple[pd.DataFrame, pd.DataFrame, str]:
-    """The canonical columns (unparsed cells as NaN/NaT), the matching raw cells as text, and how
-    the timestamps were read."""
+def _canonical_columns(
+    df: pd.DataFrame, found: dict[str, str], timezone: str | None, decimal: str = ".", thousands: str = ","
+) -> tuple[dict[str, np.ndarray], pd.DataFrame | None, str]:
+    """The canonical columns as arrays (unparsed cells as NaN/NaT), the matching raw cells as text (None
+    when every cell was read: no message will quote one), and how the timestamps were read."""
     ts_raw = df[found["timestamp"]]
     ts_text = ts_raw
     if "time" in found:
@@ -358,22 +234,28 @@ def _canonical_frame(
         ts_raw = date + " " + df[found["time"]].astype(str).str.strip()
         ts_text = date + " " + time_of_day(df[found["time"]]).fillna("?")
     stamps, how = parse_timestamps_described(ts_text, timezone)
-    out = {"timestamp": stamps}
+    out = {"timestamp": stamps.to_numpy()}
     raw = {"timestamp": ts_raw}
     bad = {}
-    decimal, thousands = df.attrs.get("decimal", "."), df.attrs.get("thousands", ",")
     for col in NUMERIC_COLUMNS:
         if col in found:
-            out[col], bad[col] = parse_numbers(df[found[col]], decimal, thousands)
-            raw[col] = df[found[col]]
-    frame = pd.DataFrame(out, index=df.index)
-    raw_frame = pd.DataFrame(raw, index=df.index)
-    for col, mask in bad.items():
-        raw_frame[f"{col}__bad"] = mask
+            values = df[found[col]]
+            if pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values):
+                out[col], bad[col] = values.to_numpy(np.float64), None  # what parse_numbers gives, unwrapped
+            else:
+                numbers, bad[col] = parse_numbers(values, decimal, thousands)
+                out[col] = numbers.to_numpy()
+            raw[col] = values
+    raw_frame = None
+    if np.isnat(out["timestamp"]).any() or not all(np.isfinite(v).all() for k, v in out.items() if k != "timestamp"):
+        # the cells as written, for the messages (a clean table needs none)
+        raw_frame = pd.DataFrame(raw, index=df.index)
+        for col, mask in bad.items():
+            raw_frame[f"{col}__bad"] = False if mask is None else mask
     columns = f"{found['timestamp']!r}" + (f" + {found['time']!r}" if "time" in found else "")
     if timezone is not None and "local clock" in how:
         how += f"; timezone {timezone!r} applies to epochs only"
-    return frame, raw_frame, f"timestamps from {columns} as {how}"
+    return out, raw_frame, f"timestamps from {columns} as {how}"
 
 
 def _describe(attrs: dict) -> str:
@@ -408,6 +290,7 @@ def read_bars(
     thousands: str | None = None,
     timezone: str | None = None,
     name: str | None = None,
+    read_workers: int | None = None,
 ) -> pd.DataFrame:
     """Read bars into the canonical frame (see the module docstring), validated.
 
@@ -429,63 +312,131 @@ def read_bars(
             epochs are kept in UTC. Local time strings are never shifted.
         name: the ticker of a DataFrame without a ticker column (default ``series``), and the name its
             errors give it.
+        read_workers: processes reading the files of a folder side by side (see
+            :func:`lightning_tf.kline.pool.map_in_order`); 0: this process reads them; None: one per idle
+            CPU core (by the load average) for folders of 8 MB per worker or more, else 0. The frame,
+            the errors and the log lines are the same for any number.
 
     Returns:
         The canonical frame, sorted by ticker then timestamp, with a fresh RangeIndex.
     """
     check_number_options(decimal, thousands)
     check_timezone(timezone)
-    frames = []
+    check_on_error(on_error)
+    options = _Options(dict(columns or {}), ticker_column, on_error, max_gap, decimal, thousands, timezone)
     if isinstance(path, pd.DataFrame):
         table = path.reset_index() if not isinstance(path.index, pd.RangeIndex) else path.reset_index(drop=True)
         table.attrs = {"kind": "frame", "header_lines": 0}
         sources: list[tuple[Any, pd.DataFrame | None]] = [(name or "series", table)]
     else:
         sources = [(file, None) for file in list_bar_files(path)]
+    files = [file for file, given in sources if given is None]
+    workers = pool_workers(read_workers, len(sources), sum(file.stat().st_size for file in files))
     origin: dict[str, Any] = {}
-    for file, given in sources:
-        if given is None:
-            df = read_table(file, () if ticker_column is None else (ticker_column,), decimal, thousands)
-        else:
-            df = given
-        csv = df.attrs.get("kind") == "csv"
-        if df.empty:
-            raise ValueError(f"{file}: the file is empty (no rows below the header)" if given is None
-                             else f"{file}: the table is empty (no rows)")
-        explicit = dict(columns or {})
-        if ticker_column is not None:
-            explicit["ticker"] = ticker_column
-        found = detect_columns(df, explicit, source=str(file))
-        if "volume" not in found:
-            log.warning("%s: no volume column; volume is set to 0 (volume features are then constant)", file)
-        canonical, raw, how = _canonical_frame(df, found, timezone)
-        log.info("%s: %s; %s", file, _describe(df.attrs), how)
-        if "volume" not in found:
-            canonical["volume"] = 0.0
-        # Report what a user finds in an editor: file line numbers of text files, 1-based Parquet rows.
-        canonical["_row"] = np.asarray(df.index) + 1 + (df.attrs["header_lines"] if csv else 0)
-        if "ticker" in found:
-            tickers = df[found["ticker"]].astype(str).str.strip()
-        else:
-            default = file if given is not None else _split_name(file)[0]
-            tickers = pd.Series(df.attrs.get("ticker") or default, index=df.index)
-        for name, idx in tickers.groupby(tickers, sort=True).groups.items():
-            name = str(name)
-            if name in origin:
-                raise ValueError(f"{file}: ticker {name!r} also comes from {origin[name]}; one file per ticker")
-            origin[name] = file
-            part = validate_bars(
-                canonical.loc[idx],
-                raw.loc[idx],
-                source=str(file),
-                on_error=on_error,
-                max_gap=max_gap,
-                row_label="line" if csv else "row",
+    names, parts = [], []
+    for (file, _), tickers in zip(sources, map_in_order(partial(_read_source, options=options), sources, workers),
+                                  strict=True):
+        for ticker, part in tickers:
+            if ticker in origin:
+                raise ValueError(f"{file}: ticker {ticker!r} also comes from {origin[ticker]}; one file per ticker")
+            origin[ticker] = file
+            if isinstance(part, ValueError):
+                raise part from None
+            names.append(ticker)
+            parts.append(part)
+    frame = _stack(names, parts)
+    del parts
+    release_freed_memory()
+    return frame
+
+
+@dataclass(frozen=True)
+class _Options:
+    """How :func:`read_bars` reads each source (what a worker process needs to know)."""
+
+    columns: dict[str, str]
+    ticker_column: str | None
+    on_error: OnError
+    max_gap: str | None
+    decimal: str | None
+    thousands: str | None
+    timezone: str | None
+
+
+def _read_source(source: tuple[Any, pd.DataFrame | None], options: _Options) -> list[tuple[str, Any]]:
+    """One file's (or DataFrame's) bars, validated ticker by ticker: ``(ticker, bars)`` in ticker order,
+    with the ValueError of a ticker that fails validation in place of its bars (raised by the caller
+    in turn, after the tickers before it were checked against the other files)."""
+    file, given = source
+    o = options
+    if given is None:
+        df = read_table(file, () if o.ticker_column is None else (o.ticker_column,), o.decimal, o.thousands)
+    else:
+        df = given
+    # pandas deep-copies attrs into every frame and column derived from this one: keep them aside.
+    attrs, df.attrs = df.attrs, {}
+    csv = attrs.get("kind") == "csv"
+    if df.empty:
+        raise ValueError(f"{file}: the file is empty (no rows below the header)" if given is None
+                         else f"{file}: the table is empty (no rows)")
+    explicit = dict(o.columns)
+    if o.ticker_column is not None:
+        explicit["ticker"] = o.ticker_column
+    found = detect_columns(df, explicit, source=str(file))
+    if "volume" not in found:
+        log.warning("%s: no volume column; volume is set to 0 (volume features are then constant)", file)
+    number_format = attrs.get("decimal", "."), attrs.get("thousands", ",")
+    canonical, raw, how = _canonical_columns(df, found, o.timezone, *number_format)
+    log.info("%s: %s; %s", file, _describe(attrs), how)
+    if "volume" not in found:
+        canonical["volume"] = np.zeros(len(df))
+    # Report what a user finds in an editor: file line numbers of text files, 1-based Parquet rows.
+    rows = np.asarray(df.index) + 1 + (attrs["header_lines"] if csv else 0)
+    checks = {"source": str(file), "on_error": o.on_error, "max_gap": o.max_gap, "row_label": "line" if csv else "row"}
+    if "ticker" not in found:
+        default = file if given is not None else _split_name(file)[0]
+        ticker = str(attrs.get("ticker") or default)
+        # A clean file is checked on its arrays; a file with a problem goes through validate_bars, which names it.
+        part = None if raw is not None else validate_columns(canonical, rows, **checks)
+        if part is not None:
+            return [(ticker, part)]
+        groups = [(ticker, None)]
+    else:
+        tickers = df[found["ticker"]].astype(str).str.strip()
+        groups = [(str(n), idx) for n, idx in tickers.groupby(tickers, sort=True).groups.items()]
+    frame = pd.DataFrame({**canonical, "_row": rows}, index=df.index)
+    out: list[tuple[str, Any]] = []
+    for ticker, idx in groups:
+        try:
+            bars = validate_bars(
+                frame if idx is None else frame.loc[idx], raw if idx is None or raw is None else raw.loc[idx], **checks
             )
-            part.insert(0, "ticker", name)
-            frames.append(part)
-    out = pd.concat(frames, ignore_index=True)
-    order = ["ticker", "timestamp", *[c for c in NUMERIC_COLUMNS if c in out.columns]]
-    out = out[order].sort_values(["ticker", "timestamp"], kind="stable").reset_index(drop=True)
-    out["ticker"] = out["ticker"].astype(object)
+            out.append((ticker, {c: bars[c].to_numpy() for c in bars.columns}))
+        except ValueError as e:
+            out.append((ticker, e))
+            break  # nothing after it is read: the caller raises it
     return out
+
+
+def _stack(names: list[str], parts: list[dict[str, np.ndarray]]) -> pd.DataFrame:
+    """The tickers' bars one after another in ticker order, with a ``ticker`` column, copied part by
+    part into columns allocated once (each part is released once copied, so the panel is held about
+    once, not twice)."""
+    order = sorted(range(len(names)), key=names.__getitem__)
+    present = {c for p in parts for c in p}
+    numeric = [c for c in NUMERIC_COLUMNS if c in present]
+    lengths = np.array([len(p["timestamp"]) for p in parts], dtype=np.int64)
+    n = int(lengths.sum())
+    stamps = np.empty(n, dtype="datetime64[ns]")
+    values = {c: np.empty(n, dtype=np.float64) for c in numeric}
+    start = 0
+    for i in order:
+        part, stop = parts[i], start + int(lengths[i])
+        stamps[start:stop] = part["timestamp"]
+        for c in numeric:
+            values[c][start:stop] = part[c] if c in part else np.nan
+        parts[i] = None  # type: ignore[call-overload]  # this part is copied: let it go
+        start = stop
+    # One str object per ticker, referenced from each of its rows (a str column would hold one per row).
+    ticker = pd.Series(np.repeat(np.array([names[i] for i in order], dtype=object), lengths[order]), dtype=object)
+    return pd.DataFrame({"ticker": ticker, "timestamp": stamps, **values}, copy=False)

@@ -25,12 +25,13 @@ are not filled: the data module forms no window across them.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Literal
 
 import numpy as np
 import pandas as pd
 
-__all__ = ["OnError", "ValidationReport", "validate_bars"]
+__all__ = ["OnError", "ValidationReport", "check_on_error", "clean_order", "validate_bars", "validate_columns"]
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,12 @@ class ValidationReport:
         return "\n".join(lines)
 
 
+def check_on_error(on_error: str) -> None:
+    """Raise unless ``on_error`` names a policy."""
+    if on_error not in ON_ERROR_CHOICES:
+        raise ValueError(f"on_error must be one of {ON_ERROR_CHOICES}, got {on_error!r}")
+
+
 def _fmt(x: object) -> str:
     return repr(x) if isinstance(x, str) else f"{x:g}" if isinstance(x, float) else str(x)
 
@@ -99,9 +106,15 @@ def validate_bars(
     Returns:
         The bars sorted by timestamp with unique timestamps, without ``_row``, fresh RangeIndex.
     """
-    if on_error not in ON_ERROR_CHOICES:
-        raise ValueError(f"on_error must be one of {ON_ERROR_CHOICES}, got {on_error!r}")
+    check_on_error(on_error)
     gap_limit = None if max_gap is None else pd.Timedelta(max_gap)
+    rows = frame["_row"].to_numpy() if "_row" in frame.columns else np.arange(1, len(frame) + 1)
+    order = clean_order({c: frame[c].to_numpy() for c in frame.columns if c != "_row"}, rows)
+    if order is not None:  # nothing to report: the policies have nothing to do
+        clean = frame.assign(_row=rows)
+        clean = clean if isinstance(order, slice) else clean.take(order)
+        _check_gaps(clean, source, row_label, gap_limit, on_error)
+        return clean.drop(columns=["_row"]).reset_index(drop=True)
     df = frame.copy()
     if "_row" not in df.columns:
         df["_row"] = np.arange(1, len(df) + 1)
@@ -216,24 +229,71 @@ def validate_bars(
     return df.drop(columns=["_row", "_bad_date"]).reset_index(drop=True)
 
 
+def clean_order(columns: Mapping[str, np.ndarray], rows: np.ndarray) -> np.ndarray | slice | None:
+    """The order that sorts one ticker's bars by time (equal stamps in ``rows`` order) when none of the
+    checks would report anything, else None; decided with a few whole-array comparisons.
+
+    Args:
+        columns: ``timestamp`` (datetime64[ns]) and the numeric canonical columns present.
+        rows: the row number of each bar.
+    """
+    stamps = columns["timestamp"]
+    if stamps.dtype != "datetime64[ns]" or np.isnat(stamps).any():
+        return None
+    for col in ("open", "high", "low", "close", "volume", "amount", "adj_close"):
+        if col not in columns:
+            continue
+        v = columns[col]
+        if v.dtype != np.float64 or not np.isfinite(v).all():  # NaN: missing or not a number; inf
+            return None
+        if (v <= 0).any() if col in _PRICES or col == "adj_close" else (v < 0).any():
+            return None
+    o, h, lo, c = (columns[k] for k in _PRICES)
+    if (h < np.fmax(o, c)).any() or (lo > np.fmin(o, c)).any():
+        return None
+    ticks = stamps.view(np.int64)
+    if (np.diff(ticks) > 0).all():
+        return slice(None)
+    order = np.lexsort((rows, ticks))
+    return order if (np.diff(ticks[order]) > 0).all() else None  # else: duplicate timestamps
+
+
+def validate_columns(
+    columns: dict[str, np.ndarray], rows: np.ndarray, *, source: str, on_error: OnError, max_gap: str | None,
+    row_label: str,
+) -> dict[str, np.ndarray] | None:
+    """:func:`validate_bars` of clean bars given as arrays (``columns`` as in :func:`clean_order`): the
+    arrays sorted by time, or None when a check finds a problem (:func:`validate_bars` then says which)."""
+    check_on_error(on_error)
+    order = clean_order(columns, rows)
+    if order is None:
+        return None
+    out = {k: v[order] for k, v in columns.items()}
+    if max_gap is not None or log.isEnabledFor(logging.INFO):
+        frame = pd.DataFrame({"timestamp": out["timestamp"], "_row": rows[order]})
+        _check_gaps(frame, source, row_label, None if max_gap is None else pd.Timedelta(max_gap), on_error)
+    return out
+
+
 def _check_gaps(df: pd.DataFrame, source: str, row_label: str, limit: pd.Timedelta | None, on_error: OnError) -> None:
     if len(df) < 2:
         return
-    step = df["timestamp"].diff().iloc[1:]
-    spacing, largest = step.median(), step.max()
-    where = int(step.to_numpy().argmax()) + 1
-    log.info(
-        "%s: %d bars, typical spacing %s, largest gap %s before %s %d (%s)",
-        source,
-        len(df),
-        spacing,
-        largest,
-        row_label,
-        df["_row"].iloc[where],
-        df["timestamp"].iloc[where],
-    )
+    if log.isEnabledFor(logging.INFO):
+        step = df["timestamp"].diff().iloc[1:]
+        where = int(step.to_numpy().argmax()) + 1
+        log.info(
+            "%s: %d bars, typical spacing %s, largest gap %s before %s %d (%s)",
+            source,
+            len(df),
+            step.median(),
+            step.max(),
+            row_label,
+            df["_row"].iloc[where],
+            df["timestamp"].iloc[where],
+        )
     if limit is None:
         return
+    step = df["timestamp"].diff().iloc[1:]
     over = (step > limit).to_numpy()
     if not over.any():
         return

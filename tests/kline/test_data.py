@@ -129,6 +129,22 @@ def test_panel_of_tickers_trains_one_model() -> None:
     assert anchors[1] == pytest.approx(2 * anchors[0])
 
 
+def test_a_folder_read_by_worker_processes_gives_the_same_windows(tmp_path: Path) -> None:
+    for seed, name in enumerate(["C", "A", "B"]):
+        make_bars(150, seed=seed).to_csv(tmp_path / f"{name}.csv", index=False)
+    built = []
+    for workers in (0, 2):
+        dm = KLineDataModule(str(tmp_path), context_len=8, horizon=2, read_workers=workers)
+        dm.setup("fit")
+        built.append(dm)
+    one, two = built
+    assert one.ticker_names == two.ticker_names == ["A", "B", "C"]
+    assert all(torch.equal(one._rows[k], two._rows[k]) for k in one._rows)
+    assert torch.equal(one.feature_std, two.feature_std)
+    assert torch.equal(one.datasets["val"].ends, two.datasets["val"].ends)
+    assert one._rows["x"].dtype == torch.float32 and one._rows["x"].is_contiguous()
+
+
 def test_panel_fraction_splits_overlapping_in_time_warn(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """Per-ticker fractions over tickers of different years let one ticker train on another's test days."""
     old, late = make_bars(300, seed=1), make_bars(300, seed=2, start="2000-06-01")
@@ -275,6 +291,8 @@ def test_argument_errors(tmp_path: Path) -> None:
         KLineDataModule(volatility_window=1)
     with pytest.raises(ValueError, match=r"volume_window \(0\) must be at least 2 bars"):
         KLineDataModule(volume_window=0)
+    with pytest.raises(ValueError, match=r"read_workers \(-2\) must be >= 0 \(0: read in this process\)"):
+        KLineDataModule(read_workers=-2)
     short = KLineDataModule(str(FIXTURES / "english.csv"), context_len=8, horizon=2)
     with pytest.raises(ValueError, match=r"english.csv: ticker 'english' has \d usable training rows"):
         short.setup("fit")

@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+from sklearn.preprocessing import StandardScaler
 
 from lightning_tf.kline import DataScale, rebuild_prices
+from lightning_tf.kline.scale import standard_scaler_fit
 
 
 def two_tickers(**kw) -> DataScale:
@@ -62,3 +65,16 @@ def test_errors_name_the_value() -> None:
         two_tickers(feature_mean=[[0.0], [0.0]])
     with pytest.raises(ValueError, match=r"data scale lacks \['target_std'\]"):
         DataScale.from_dict({k: v for k, v in two_tickers().to_dict().items() if k != "target_std"})
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_standard_scaler_fit_is_scikit_learns_bit_for_bit(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n, c = int(rng.integers(2, 3000)), int(rng.integers(1, 7))
+    values = rng.normal(rng.normal(0, 100), rng.uniform(1e-6, 10), (n, c))
+    values[:, 0] = 3.3  # constant: scale 1
+    for layout in (values, np.asfortranarray(values), values[:, -1:]):
+        reference = StandardScaler().fit(layout)
+        mean, scale = standard_scaler_fit(layout)
+        assert np.array_equal(mean, reference.mean_) and np.array_equal(scale, reference.scale_)
+    assert standard_scaler_fit(values)[1][0] == 1.0

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+from torch.utils.data import RandomSampler
 
 from lightning_tf.kline.windows import (
     EpochShuffleSampler,
@@ -36,6 +37,16 @@ def test_split_ends_give_each_window_to_the_split_of_its_targets() -> None:
     assert (ends["val"][0], ends["val"][-1]) == (49, 66)  # context from the training rows
     assert (ends["test"][0], ends["test"][-1]) == (69, 96)
     assert chronological_borders(1000, 0.7, 0.1) == (700, 800)
+
+
+def test_training_order_is_random_samplers_handed_out_in_slices() -> None:
+    n = 150_000  # more than one slice of indices
+    ours = EpochShuffleSampler(range(n), seed=5)
+    ours.set_epoch(2)
+    reference = RandomSampler(range(n), generator=torch.Generator().manual_seed(ours.generator.initial_seed()))
+    assert list(ours) == list(reference)
+    # the draws after an epoch are the same too (a second pass without set_epoch shuffles alike)
+    assert torch.equal(torch.rand(3, generator=ours.generator), torch.rand(3, generator=reference.generator))
 
 
 def test_training_order_depends_on_seed_and_epoch_only() -> None:
