@@ -2,6 +2,12 @@
 
 Sections (``--tasks``), each a plain function returning a :class:`Section` of rows:
 
+- ``text``: generated aligned corpora of WMT-length sentence pairs (100,000 / 300,000 / 1,000,000),
+  ``TranslationDataModule``'s ``prepare_data()`` then ``setup("fit")`` and the first batch (cold: an empty
+  cache; warm: the cache built) against the tokenizers library alone training the same BPE and encoding
+  both sides into numpy; steady and per-rank memory after one epoch of batches. Targets at the largest
+  size: cold <= 1.5x the limit + 15 s, warm <= 10 s, peak <= 1.5 GB, steady PSS <= 3x the int32 ids +
+  100 MB, 2 DDP ranks <= 1.3x one process, growth exponents <= 1.1.
 - ``kline``: generated universes of daily OHLCV files (one CSV per ticker, Yahoo's columns, written once
   into the work folder), ``KLineDataModule(...).setup("fit")`` against ``pandas.read_csv`` of the same
   files, and the size of the float32 feature arrays it builds. Targets at 2,000 and 5,000 tickers:
@@ -26,9 +32,9 @@ cache when they are read (written or read just before).
 A new section is one more function ``(args) -> Section`` added to ``SECTIONS``, with its phases
 registered by ``@phase(...)`` (see :func:`measure`, :func:`fastest` and :func:`measure_ddp`).
 
-Run (about 15 minutes on a 2-core CPU; ``--quick`` is a smoke run of tiny sizes)::
+Run (about 15 minutes on a 2-core CPU for K-line and vision, 25 more for text; ``--quick`` is a smoke run of tiny sizes)::
 
-    python benchmarks/scale.py [--tasks kline vision] [--repeats 2] [--work DIR] [--quick]
+    python benchmarks/scale.py [--tasks text kline vision] [--repeats 2] [--work DIR] [--quick]
         [--md docs/results/scale.md] [--json docs/results/scale.json] [--merge]
 
 ``--merge`` keeps the sections already in the JSON results that this run does not measure (each
@@ -493,7 +499,199 @@ def vision_section(args: argparse.Namespace) -> Section:
     return Section("Vision: an image folder", columns, rows, [], notes)
 
 
-SECTIONS: dict[str, Callable[[argparse.Namespace], Section]] = {"kline": kline_section, "vision": vision_section}
+# ------------------------------------------------------------------------------------------------ text
+TEXT_VOCAB = 32_000
+TEXT_HELD_OUT = 3_000  # validation and test pairs each, split off the training file (WMT's newstest: ~3,000)
+
+
+def _made_up_words(rng: np.random.Generator, n: int) -> np.ndarray:
+    consonants, vowels = list("bcdfghklmnprstvwz"), list("aeiouy")
+    out: set[str] = set()
+    while len(out) < n:
+        out.add("".join(
+            str(rng.choice(consonants)) + str(rng.choice(vowels)) + (str(rng.choice(consonants)) if rng.random() < 0.4 else "")
+            for _ in range(int(rng.integers(1, 4)))))  # fmt: skip
+    words = np.array(sorted(out), dtype=object)
+    rng.shuffle(words)
+    return words
+
+
+def write_corpus(prefix: Path, n: int, seed: int = 0) -> Path:
+    """``{prefix}.de`` and ``{prefix}.en``: ``n`` aligned pairs of WMT length (about 26 words a side, each
+    language a Zipf-distributed vocabulary of 30,000 made-up words); kept when already written."""
+    if all(Path(f"{prefix}.{lang}").is_file() for lang in ("de", "en")):
+        return prefix
+    print(f"writing {n} sentence pairs to {prefix}.de/.en ...", file=sys.stderr, flush=True)
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    lengths = np.clip(rng.normal(26, 9, n).round().astype(int), 3, 70)
+    for lang in ("de", "en"):
+        words = _made_up_words(rng, 30_000)
+        p = 1.0 / np.arange(1, len(words) + 1) ** 1.1
+        side = np.clip(lengths + rng.integers(-3, 4, n), 2, 75)
+        tmp = Path(f"{prefix}.{lang}.tmp")
+        with tmp.open("w", encoding="utf-8") as f:
+            for a in range(0, n, 50_000):
+                ls = side[a : a + 50_000]
+                drawn = words[rng.choice(len(words), size=int(ls.sum()), p=p / p.sum())]
+                bounds = np.concatenate([[0], np.cumsum(ls)])
+                lines = (" ".join(drawn[bounds[i] : bounds[i + 1]]) for i in range(len(ls)))
+                f.write("".join(t[0].upper() + t[1:] + ".\n" for t in lines))
+        tmp.rename(f"{prefix}.{lang}")
+    return prefix
+
+
+def _translation_dm(prefix: str, cache: str) -> Any:
+    from lightning_tf.text.data import TranslationDataModule
+
+    held_out = min(TEXT_HELD_OUT, _count_lines(f"{prefix}.de") // 10)  # --quick's tiny corpora
+    return TranslationDataModule(dataset=None, train_file=prefix, src_lang="de", tgt_lang="en", vocab_size=TEXT_VOCAB,
+                                 n_val=held_out, n_test=held_out, max_tokens=8192, cache_dir=cache)  # fmt: skip
+
+
+def _count_lines(path: str) -> int:
+    with open(path, "rb") as f:
+        return sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 24), b""))
+
+
+@phase("tokenizers", "lightning_tf.text.tokenizer")
+def text_limit(prefix: str) -> dict[str, Any]:
+    """The tokenizers library alone: read both files, train the same BPE (vocabulary, normaliser,
+    pre-tokenizer and trainer settings), encode both sides in chunks into numpy."""
+    from itertools import chain
+
+    from tokenizers import trainers
+
+    from lightning_tf.text.tokenizer import SPECIAL_TOKENS, _new_tokenizer
+
+    def batches(lang: str) -> Any:
+        with open(f"{prefix}.{lang}", encoding="utf-8") as f:
+            batch: list[str] = []
+            for line in f:
+                batch.append(line.rstrip("\n"))
+                if len(batch) == 50_000:
+                    yield batch
+                    batch = []
+            if batch:
+                yield batch
+
+    start = time.perf_counter()
+    tok = _new_tokenizer()
+    trainer = trainers.BpeTrainer(vocab_size=TEXT_VOCAB, min_frequency=2, special_tokens=list(SPECIAL_TOKENS),
+                                  limit_alphabet=1000, show_progress=False)  # fmt: skip
+    tok.train_from_iterator(chain(batches("de"), batches("en")), trainer)
+    trained = time.perf_counter() - start
+    flat = {}
+    for lang in ("de", "en"):
+        parts = [np.fromiter(chain.from_iterable(e.ids for e in tok.encode_batch(b, add_special_tokens=False)), np.uint16)
+                 for b in batches(lang)]  # fmt: skip
+        flat[lang] = np.concatenate(parts)
+    KEPT.append(flat)
+    return {"tokenizer_s": trained}
+
+
+@phase("lightning_tf.text.data")
+def text_prepare(prefix: str, cache: str) -> dict[str, Any]:
+    """``prepare_data()``: on an empty cache the whole build, else the check that reuses it."""
+    dm = _translation_dm(prefix, cache)
+    dm.prepare_data()
+    manifest = json.loads((Path(cache) / "text" / dm.corpus_spec().key() / "manifest.json").read_text())
+    return {"phase_seconds": manifest["phase_seconds"]}
+
+
+@phase("lightning_tf.text.data", "tokenizers")
+def text_setup(prefix: str, cache: str, epoch: bool = False) -> dict[str, Any]:
+    """``setup("fit")`` and the first training batch; with ``epoch`` then a whole epoch of batches (every
+    page of the corpus touched, as training touches them), the DataModule kept for the steady PSS. Under
+    DDP rank 0 prepares first, as Lightning runs ``prepare_data`` before ``setup``."""
+    import torch.distributed as dist
+
+    dm = _translation_dm(prefix, cache)
+    if dist.is_initialized():
+        if dist.get_rank() == 0:
+            dm.prepare_data()
+        dist.barrier()
+    dm.setup("fit")
+    loader = dm.train_dataloader()
+    next(iter(loader))
+    first = time.perf_counter()
+    batches = sum(1 for _ in loader) if epoch else 0
+    KEPT.append((dm, loader))
+    d = dm.datasets["train"]
+    return {"epoch_s": time.perf_counter() - first if epoch else None, "batches": batches, "pairs": len(d),
+            "int32_ids_mb": 4 * (len(d.src_ids.values) + len(d.tgt_ids.values)) / 2**20}
+
+
+def text_section(args: argparse.Namespace) -> Section:
+    import shutil
+
+    rows = []
+    for n in args.text_sizes:
+        prefix = write_corpus(args.work / f"text_{n}" / "train", n)
+        cache = args.work / f"text_{n}" / "cache"
+        print(f"text: {n} pairs ...", file=sys.stderr, flush=True)
+        kw = {"prefix": str(prefix), "cache": str(cache)}
+        limits, colds = [], []
+        for r in range(args.text_repeats):  # ours and the limit take turns, each on an empty cache
+            shutil.rmtree(cache, ignore_errors=True)
+            for label in (("limit", "cold") if r % 2 == 0 else ("cold", "limit")):
+                if label == "limit":
+                    limits.append(measure("text_limit", prefix=str(prefix)))
+                else:
+                    colds.append((measure("text_prepare", **kw), measure("text_setup", **kw)))
+        limit = min(limits, key=lambda x: x["seconds"])
+        prepare, setup = min(colds, key=lambda x: x[0]["seconds"] + x[1]["seconds"])
+        warm = min(((measure("text_prepare", **kw), measure("text_setup", **kw)) for _ in range(args.repeats)),
+                   key=lambda x: x[0]["seconds"] + x[1]["seconds"])  # fmt: skip
+        steady = measure("text_setup", epoch=True, **kw)
+        ddp = measure_ddp("text_setup", 2, epoch=True, **kw) if n in args.ddp_sizes_text else None
+        rows.append({
+            "pairs": n, "limit_s": limit["seconds"], "cold_s": prepare["seconds"] + setup["seconds"],
+            "ratio": (prepare["seconds"] + setup["seconds"]) / limit["seconds"],
+            "warm_s": warm[0]["seconds"] + warm[1]["seconds"],
+            "limit_tokenizer_s": limit["tokenizer_s"], "tokenizer_s": prepare["phase_seconds"]["tokenizer"],
+            "int32_ids_mb": steady["int32_ids_mb"], "limit_peak_mb": limit["peak_mb"],
+            "peak_mb": max(prepare["peak_mb"], setup["peak_mb"], steady["peak_mb"]),
+            "steady_mb": steady["steady_mb"],
+            "ddp_rank_mb": None if ddp is None else sum(ddp["rank_mb"]) / len(ddp["rank_mb"]),
+            "ddp_sum_mb": None if ddp is None else ddp["sum_mb"],
+        })  # fmt: skip
+    big = rows[-1]
+    sizes = [r["pairs"] for r in rows]
+    n = f"{big['pairs']:,} pairs"
+    targets = [
+        Target(f"{n}: cold s <= 1.5 x limit + 15 s", big["cold_s"], 1.5 * big["limit_s"] + 15),
+        Target(f"{n}: warm s <= 10 s", big["warm_s"], 10),
+        Target(f"{n}: peak MB <= 1.5 GB", big["peak_mb"], 1536),
+        Target(f"{n}: steady PSS MB <= 3 x int32 ids + 100 MB", big["steady_mb"], 3 * big["int32_ids_mb"] + 100),
+    ]
+    if big["ddp_sum_mb"] is not None:
+        targets.append(Target(f"{n}: 2 DDP ranks' PSS MB <= 1.3 x one process's", big["ddp_sum_mb"],
+                              1.3 * big["steady_mb"]))  # fmt: skip
+    exponents = {k: growth_exponent(sizes, [r[key] for r in rows])
+                 for k, key in (("cold time", "cold_s"), ("peak memory", "peak_mb"), ("limit time", "limit_s"))}
+    targets += [Target(f"growth exponent of {k}, {sizes[0]:,}-{sizes[-1]:,} pairs", v, 1.1)
+                for k, v in exponents.items() if k != "limit time"]
+    columns = [("pairs", "pairs", ","), ("limit_s", "tokenizers alone s", ".1f"), ("cold_s", "cold s", ".1f"),
+               ("ratio", "cold/limit", ".2f"), ("warm_s", "warm s", ".2f"),
+               ("limit_tokenizer_s", "BPE training s, alone", ".1f"), ("tokenizer_s", "BPE training s, ours", ".1f"),
+               ("int32_ids_mb", "int32 ids MB", ".0f"), ("limit_peak_mb", "tokenizers alone peak MB", ".0f"),
+               ("peak_mb", "peak MB", ".0f"), ("steady_mb", "steady PSS MB", ".0f"),
+               ("ddp_rank_mb", "DDP PSS MB/rank", ".0f"), ("ddp_sum_mb", "DDP PSS MB, 2 ranks", ".0f")]
+    notes = [f"Aligned de-en files of WMT-length made-up sentences (about 26 words a side, Zipf vocabularies of "
+             f"30,000 words), BPE vocabulary {TEXT_VOCAB:,}, {TEXT_HELD_OUT:,} validation and test pairs split off. "
+             "'cold': prepare_data() on an empty cache, then setup('fit') and the first training batch, each in a "
+             "fresh process; 'warm': the same with the cache built; the limit reads both files with the "
+             "tokenizers library, trains the same BPE and encodes both sides in chunks into numpy. Steady PSS and "
+             "the DDP ranks' PSS are taken after one whole epoch of training batches (every page of the corpus "
+             "touched; each rank reads its share). Growth exponent of the limit's time: "
+             f"{exponents['limit time']:.2f}. {args.text_repeats} cold run(s) per size, ours and the limit in turn."]
+    return Section("Text: a parallel corpus", columns, rows, targets, notes)
+
+
+SECTIONS: dict[str, Callable[[argparse.Namespace], Section]] = {
+    "text": text_section, "kline": kline_section, "vision": vision_section,
+}
 
 
 # ------------------------------------------------------------------------------------------------ main
@@ -525,6 +723,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--kline-sizes", type=int, nargs="+", default=[100, 1000, 2000, 5000])
     p.add_argument("--kline-bars", type=int, default=2500)
     p.add_argument("--vision-sizes", type=int, nargs="+", default=[10_000, 50_000])
+    p.add_argument("--text-sizes", type=int, nargs="+", default=[100_000, 300_000, 1_000_000])
+    p.add_argument("--text-repeats", type=int, default=1, help="cold runs per text size (minutes each)")
     p.add_argument("--phase", help=argparse.SUPPRESS)  # internal: run one measured phase
     p.add_argument("--kwargs", default="{}", help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path, help=argparse.SUPPRESS)
@@ -537,10 +737,12 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.quick:
         args.repeats, args.kline_sizes, args.kline_bars, args.vision_sizes = 1, [20, 60], 300, [200, 400]
+        args.text_sizes, args.text_repeats = [2000, 4000], 1
         args.work = args.work / "quick"
     args.kline_target_sizes = [n for n in args.kline_sizes if n >= 2000] or args.kline_sizes[-1:]
     args.ddp_sizes = args.kline_sizes[-1:]
     args.ddp_sizes_vision = args.vision_sizes[-1:]
+    args.ddp_sizes_text = args.text_sizes[-1:]
     args.work.mkdir(parents=True, exist_ok=True)
     md = args.md or (args.work / "scale.md" if args.quick else RESULTS / "scale.md")
     js = args.json or md.with_suffix(".json")

@@ -1,4 +1,4 @@
-"""The cost-against-size benchmark still runs end to end (``--quick``: tiny universes and image folders),
+"""The cost-against-size benchmark still runs end to end (``--quick``: tiny corpora, universes and image folders),
 measuring each phase in its own process and under 2-process DDP, and prints its tables and targets.
 No time or memory is asserted here; the ratios printed must be the ratios of the numbers printed."""
 
@@ -42,7 +42,16 @@ def test_scale_benchmark_smoke(tmp_path: Path) -> None:
     names = [t["what"] for t in kline["targets"]]
     assert names[:2] == ["60 tickers: setup s <= 4 x pandas + 5 s", "60 tickers: peak MB <= 6 x features + 200 MB"]
     assert all(t["passed"] == (t["value"] <= t["limit"]) for t in kline["targets"])
-    assert sum(line.endswith(("| PASS |", "| FAIL |")) for line in proc.stdout.splitlines()) == len(names)
+    text = sections["Text: a parallel corpus"]
+    assert [r["pairs"] for r in text["rows"]] == [2000, 4000]
+    for row in text["rows"]:
+        assert row["ratio"] == pytest.approx(row["cold_s"] / row["limit_s"]) and row["warm_s"] < row["cold_s"]
+        # 90% of the pairs trained on (10% + 10% held out is 20%, less the dedup of repeats), two sides of ~27 ids
+        assert 0.7 * row["pairs"] * 2 * 20 * 4 / 2**20 < row["int32_ids_mb"] < row["pairs"] * 2 * 40 * 4 / 2**20
+    assert text["rows"][-1]["ddp_sum_mb"] == pytest.approx(2 * text["rows"][-1]["ddp_rank_mb"])
+    assert all(t["passed"] == (t["value"] <= t["limit"]) for t in text["targets"])
+    n_targets = len(names) + len(text["targets"])
+    assert sum(line.endswith(("| PASS |", "| FAIL |")) for line in proc.stdout.splitlines()) == n_targets
     for row in vision["rows"]:
         assert row["ours_per_s"] > 0 and row["ratio"] == pytest.approx(row["ours_per_s"] / row["ref_per_s"])
     page = (tmp_path / "scale.md").read_text()
