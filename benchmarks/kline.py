@@ -48,7 +48,7 @@ from core_layers import machine_info
 from ett import load_config, parse_overrides
 
 from lightning_tf.kline import KLineDataModule, KLineForecaster
-from lightning_tf.kline.backtest import format_stat
+from lightning_tf.kline.evaluation.backtest import format_stat
 
 CONFIG = ROOT / "configs" / "kline" / "msft_daily.yaml"
 METRICS = ("mse", "mae", "rmse", "mase", "dir_acc", "up_share", "ic", "rank_ic")

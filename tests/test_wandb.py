@@ -135,7 +135,7 @@ def test_resolved_config_adds_linked_arguments_and_drops_cli_bookkeeping() -> No
 def test_kline_forecast_figure_draws_context_truth_and_forecast_of_each_window() -> None:
     import numpy as np
 
-    from lightning_tf.kline.plots import forecast_figure
+    from lightning_tf.kline.evaluation.plots import forecast_figure
 
     rng = np.random.default_rng(0)
     past, true, pred = rng.normal(size=(3, 16)), rng.normal(size=(3, 5)), rng.normal(size=(3, 5))

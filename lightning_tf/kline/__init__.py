@@ -1,8 +1,9 @@
 """K-line (OHLCV candlestick) and multivariate time-series forecasting.
 
 * :class:`KLineDataModule` (:mod:`.data`): OHLCV bars (CSV/Parquet, one file, a folder or a long
-  table) to feature windows with future log returns or closes as targets; :func:`read_bars` parses
-  the common layouts, :mod:`.features` builds the per-bar features.
+  table) to feature windows with future log returns or closes as targets; :func:`read_bars`
+  (:mod:`.reader`, which needs no torch) parses the common layouts, :mod:`.features` builds the
+  per-bar features.
 * :class:`MultivariateDataModule` (:mod:`.multivariate`): any CSV of numeric columns under the
   long-term forecasting protocol (ETTh/ETTm borders, M/S/MS).
 * :mod:`.windows`: the windows, split borders, calendar and loaders both DataModules share;
@@ -13,64 +14,87 @@
   :class:`PatchBackbone` (``patches``, PatchTST), :class:`VariateBackbone` (``variates``, iTransformer) or
   :class:`BarBackbone` (``bars``, one token per bar). ``PatchTST`` is its earlier name.
 * :class:`KLineForecaster` (:mod:`.module`): fits the linear path, trains the residual, keeps it only
-  where validation says so, and evaluates the model, scoring the baselines of :mod:`.baselines` (the
-  strongest the closed-form :class:`LinearBaseline`) on the same test windows (:mod:`.summary`) with the
-  finance metrics of :mod:`.metrics` and a cost-aware backtest (:mod:`.backtest`); ``forecast(bars)``
+  where validation says so, and evaluates the model (:mod:`.evaluation`), scoring the baselines (the
+  strongest the closed-form :class:`LinearBaseline`) on the same test windows with finance metrics
+  and a cost-aware backtest; ``forecast(bars)``
   forecasts new bars from a checkpoint alone (:mod:`.inference`); :class:`ForecastWriter`
   (:mod:`.writer`) writes the forecasts of ``predict``.
+
+The names below load on first use (PEP 562), so ``import lightning_tf.kline.reader`` stays free of torch
+and Lightning.
 """
 
-from .baselines import LinearBaseline, drift, mean_forecast, moving_average, persistence
-from .data import KLineDataModule
-from .io import read_bars
-from .metrics import ForecastMetrics
-from .module import KLineForecaster
-from .multivariate import MultivariateDataModule
-from .networks import (
-    BarBackbone,
-    ForecastNet,
-    LinearPath,
-    PatchBackbone,
-    PatchTST,
-    RevIN,
-    RevINStats,
-    VariateBackbone,
-    n_patches,
-    patchify,
-)
-from .scale import DataScale, rebuild_prices
-from .summary import summary_text
-from .windows import EpochShuffleSampler, WindowDataset, chronological_borders, ett_borders, next_timestamps
-from .writer import ForecastWriter
+from __future__ import annotations
 
-__all__ = [
-    "BarBackbone",
-    "DataScale",
-    "EpochShuffleSampler",
-    "ForecastMetrics",
-    "ForecastNet",
-    "ForecastWriter",
-    "KLineDataModule",
-    "KLineForecaster",
-    "LinearBaseline",
-    "LinearPath",
-    "MultivariateDataModule",
-    "PatchBackbone",
-    "PatchTST",
-    "RevIN",
-    "RevINStats",
-    "VariateBackbone",
-    "WindowDataset",
-    "chronological_borders",
-    "drift",
-    "ett_borders",
-    "mean_forecast",
-    "moving_average",
-    "n_patches",
-    "next_timestamps",
-    "patchify",
-    "persistence",
-    "read_bars",
-    "rebuild_prices",
-    "summary_text",
-]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what the names are, for type checkers and editors
+    from .data import KLineDataModule
+    from .evaluation.baselines import LinearBaseline, drift, mean_forecast, moving_average, persistence
+    from .evaluation.metrics import ForecastMetrics
+    from .evaluation.summary import summary_text
+    from .module import KLineForecaster
+    from .multivariate import MultivariateDataModule
+    from .networks import (
+        BarBackbone,
+        ForecastNet,
+        LinearPath,
+        PatchBackbone,
+        PatchTST,
+        RevIN,
+        RevINStats,
+        VariateBackbone,
+        n_patches,
+        patchify,
+    )
+    from .reader.io import read_bars
+    from .scale import DataScale, rebuild_prices
+    from .windows import EpochShuffleSampler, WindowDataset, chronological_borders, ett_borders, next_timestamps
+    from .writer import ForecastWriter
+
+_WHERE = {
+    "BarBackbone": ".networks",
+    "DataScale": ".scale",
+    "EpochShuffleSampler": ".windows",
+    "ForecastMetrics": ".evaluation.metrics",
+    "ForecastNet": ".networks",
+    "ForecastWriter": ".writer",
+    "KLineDataModule": ".data",
+    "KLineForecaster": ".module",
+    "LinearBaseline": ".evaluation.baselines",
+    "LinearPath": ".networks",
+    "MultivariateDataModule": ".multivariate",
+    "PatchBackbone": ".networks",
+    "PatchTST": ".networks",
+    "RevIN": ".networks",
+    "RevINStats": ".networks",
+    "VariateBackbone": ".networks",
+    "WindowDataset": ".windows",
+    "chronological_borders": ".windows",
+    "drift": ".evaluation.baselines",
+    "ett_borders": ".windows",
+    "mean_forecast": ".evaluation.baselines",
+    "moving_average": ".evaluation.baselines",
+    "n_patches": ".networks",
+    "next_timestamps": ".windows",
+    "patchify": ".networks",
+    "persistence": ".evaluation.baselines",
+    "read_bars": ".reader.io",
+    "rebuild_prices": ".scale",
+    "summary_text": ".evaluation.summary",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        value = getattr(importlib.import_module(_WHERE[name], __name__), name)
+        globals()[name] = value  # loaded once
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -19,12 +19,12 @@ from torch import Tensor
 from torch.utils.data import DataLoader
 
 from .features import DEFAULT_FEATURES, Target, check_feature_names, compute_target, feature_matrix
-from .formats import check_number_options
-from .io import read_bars
-from .parsing import check_timezone
-from .pool import pool_workers
+from .reader.formats import check_number_options
+from .reader.io import read_bars
+from .reader.parsing import check_timezone
+from .reader.pool import pool_workers
 from .scale import DataScale, TargetKind, rebuild_prices, standard_scaler_fit
-from .validation import ON_ERROR_CHOICES, OnError
+from .reader.validation import ON_ERROR_CHOICES, OnError
 from .windows import WindowDataset, chronological_borders, next_timestamps, resolve_path, split_ends, window_loader
 
 __all__ = ["KLineDataModule"]
@@ -56,7 +56,7 @@ class KLineDataModule(LightningDataModule):
     """Windows of OHLCV bars for direct multi-horizon forecasting of returns or closes.
 
     Reads one file, a folder with one file per ticker or a long table (see
-    :func:`lightning_tf.kline.io.read_bars`), builds per-bar features (see
+    :func:`lightning_tf.kline.reader.io.read_bars`), builds per-bar features (see
     :mod:`lightning_tf.kline.features`), splits every ticker chronologically and scales it with
     statistics of its own training rows. A panel of tickers trains one model. ``target_kind`` tells
     the model how to read the target: ``"return"`` for ``log_return``, ``"level"`` for ``close``.

@@ -12,7 +12,7 @@ from typing import Any
 
 from lightning.pytorch.utilities import rank_zero_info
 
-from .baselines import LinearBaseline
+from .evaluation.baselines import LinearBaseline
 from .networks import RIDGES, ForecastNet, LinearFit
 from .windows import in_order, xy_pairs
 

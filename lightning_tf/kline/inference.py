@@ -12,10 +12,9 @@ those statistics; ``scaled_by`` says which happened.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -118,9 +117,14 @@ def series_windows(
 
 
 def forecast_table(
-    model: Any,
     bars: pd.DataFrame | str | Path,
     *,
+    net: torch.nn.Module,
+    forward: Callable[[Tensor], Tensor],
+    scale: DataScale | None,
+    context_len: int,
+    quantiles: list[float] | None,
+    device: torch.device | str = "cpu",
     columns: Mapping[str, str] | None = None,
     ticker_column: str | None = None,
     on_error: str = "error",
@@ -128,11 +132,13 @@ def forecast_table(
     name: str | None = None,
 ) -> pd.DataFrame:
     """The forecast of :meth:`KLineForecaster.forecast <lightning_tf.kline.KLineForecaster.forecast>`: one
-    row per future bar and series, in the series' own units (see there)."""
-    from .io import read_bars
+    row per future bar and series, in the series' own units (see there). ``forward`` maps windows
+    ``(n, L, C)`` to forecasts ``(n, F, K[, Q])`` on the model scale; it runs with ``net`` in eval mode (the
+    previous mode is restored), without gradients, on ``device``; ``scale``, ``context_len`` and
+    ``quantiles`` are the model's."""
+    from .reader.io import read_bars
     from .windows import next_timestamps, resolve_path
 
-    scale: DataScale | None = model.data_scale
     if scale is None or not scale.has_prices:
         raise ValueError(
             "forecast() needs a model trained on K-line bars: its checkpoint holds no bar data scale "
@@ -146,23 +152,21 @@ def forecast_table(
         t: (scale.feature_mean[k], scale.feature_std[k], scale.target_mean[k], scale.target_std[k])
         for k, t in enumerate(scale.ticker_names)
     }
-    hp = model.hparams
     windows = series_windows(
-        frame, feature_names=list(scale.feature_names), target=scale.target_names[0], context_len=hp.context_len,
+        frame, feature_names=list(scale.feature_names), target=scale.target_names[0], context_len=context_len,
         volatility_window=scale.volatility_window, volume_window=scale.volume_window,
         trained=trained, source=source,
     )
-    x = torch.tensor(np.stack([w.x for w in windows]), dtype=torch.float32, device=model.device)  # (n, L, C)
-    was_training = model.training
-    model.eval()
+    x = torch.tensor(np.stack([w.x for w in windows]), dtype=torch.float32, device=device)  # (n, L, C)
+    was_training = net.training
+    net.eval()
     try:
         with torch.no_grad():
-            out = model.net.combine(model._parts(x)).double().cpu()  # (n, F, K[, Q])
+            out = forward(x).double().cpu()  # (n, F, K[, Q])
     finally:
-        model.train(was_training)
+        net.train(was_training)
     mean = torch.tensor(np.stack([w.target_mean for w in windows]))[:, None, :]  # (n, 1, K)
     std = torch.tensor(np.stack([w.target_std for w in windows]))[:, None, :]  # (n, 1, K)
-    quantiles = model.quantiles
     point = out if quantiles is None else out[..., quantiles.index(0.5)]  # (n, F, K)
     values = point * std + mean  # (n, F, K)
     rows = []

@@ -5,10 +5,10 @@
 The forecast is ``linear(window) + residual(window)``: a linear path fit in closed form on the training
 windows when training starts (:mod:`.networks.linear`, :mod:`.fitting`; DLinear / RLinear, Zeng et al.
 2023, "Are Transformers Effective for Time Series Forecasting?"), plus a Transformer residual that starts
-at exactly zero and is kept only where it beats the linear path on validation by more than noise (:mod:`.selection`).
+at zero and is kept only where it beats the linear path on validation by more than noise (:mod:`.evaluation`).
 What the model must know of its data arrives once, in :meth:`KLineForecaster.setup` (sizes, target
 channels, the :class:`~.scale.DataScale`), and lives in every checkpoint. Testing scores the baselines on
-the same windows (:mod:`.summary`) and backtests the forecasts (:mod:`.report`). The design and its
+the same windows (:mod:`.evaluation.summary`) and backtests the forecasts (:mod:`.evaluation.report`). The design and its
 numbers: ``docs/kline.md``.
 """
 
@@ -27,18 +27,19 @@ from torch import Tensor
 from torchmetrics import MeanMetric
 
 from lightning_tf.core import Activation, NormName, PositionalName
-from lightning_tf.training import SchedulerName, check_agreement, configure_adamw
+from lightning_tf.training import SchedulerName, check_agreement, configure_adamw, prediction_path
 
-from .baselines import LinearBaseline
-from .inference import predict_outputs
+from .evaluation.baselines import LinearBaseline
+from .evaluation.metrics import IntervalMetrics, pinball_loss
+from .evaluation.report import TestFigures, TestRecord, report_text
+from .evaluation.selection import ResidualSelection, selection_line
+from .evaluation.summary import BASELINES, SCALES, baseline_forecasts, naive_model_scale, score, stage_metrics
 from .fitting import fit_linear_parts
-from .metrics import IntervalMetrics, pinball_loss
+from .inference import predict_outputs
 from .networks import BackboneName, ForecastNet, ForecastParts, LinearInput, Pooling, ResidualMode, check_training
-from .report import TestRecord, report_text
+from .reader.validation import OnError
 from .scale import DataScale
-from .selection import ResidualSelection, selection_line
-from .summary import BASELINES, SCALES, baseline_forecasts, naive_model_scale, score, stage_metrics
-from .validation import OnError
+from .windows import check_batch
 from .writer import ForecastWriter
 
 __all__ = ["DEFAULT_QUANTILES", "KLineForecaster"]
@@ -280,7 +281,7 @@ class KLineForecaster(LightningModule):
         training data; in eval mode on the model's device (the previous mode is restored).
 
         Args:
-            bars: OHLCV bars: a DataFrame or a file (or folder) in any layout :func:`~.io.read_bars` reads;
+            bars: OHLCV bars: a DataFrame or a file (or folder) in any layout :func:`~.reader.read_bars` reads;
                 several tickers (a ticker column) give one forecast each. Needs ``context_len`` bars after
                 the features' warm-up.
             columns: canonical name -> column, overriding the column detection.
@@ -299,8 +300,10 @@ class KLineForecaster(LightningModule):
         """
         from .inference import forecast_table
 
-        return forecast_table(self, bars, columns=columns, ticker_column=ticker_column, on_error=on_error,
-                              timezone=timezone, name=name)
+        return forecast_table(bars, net=self.net, forward=lambda x: self.net.combine(self._parts(x)),
+                              scale=self.data_scale, context_len=self.hparams.context_len, quantiles=self.quantiles,
+                              device=self.device, columns=columns, ticker_column=ticker_column, on_error=on_error,
+                              timezone=timezone, name=name)  # fmt: skip
 
     @torch.no_grad()
     def attention_maps(self, x: Tensor, layer: int = -1) -> Tensor:
@@ -372,14 +375,6 @@ class KLineForecaster(LightningModule):
 
     # ------------------------------------------------------------------ steps
 
-    def _check_batch(self, x: Tensor, y: Tensor | None) -> None:
-        hp = self.hparams
-        (L, C), (F_, K) = (hp.context_len, hp.n_features), (hp.horizon, hp.n_targets)
-        if x.dim() != 3 or x.shape[1:] != (L, C):
-            raise ValueError(f"batch 'x' must be (B, context_len={L}, n_features={C}), got {tuple(x.shape)}")
-        if y is not None and (y.dim() != 3 or y.shape[1:] != (F_, K)):
-            raise ValueError(f"batch 'y' must be (B, horizon={F_}, n_targets={K}), got {tuple(y.shape)}")
-
     def _loss(self, pred: Tensor, y: Tensor, per_window: bool = False) -> Tensor:
         """The training loss of a forecast ``(B, F, K)`` (or quantiles ``(B, F, K, Q)``) against ``y``
         (B, F, K): the mean, or each window's ``(B,)``."""
@@ -398,7 +393,7 @@ class KLineForecaster(LightningModule):
 
     def _shared_step(self, batch: dict[str, Tensor], stage: str) -> Tensor:
         x, y = batch["x"], batch["y"]
-        self._check_batch(x, y)
+        check_batch(x, y, self.hparams)
         parts = self._parts(x)
         B = float(x.shape[0])
         # training and validation score the model with its residual; test scores it as selected
@@ -423,7 +418,7 @@ class KLineForecaster(LightningModule):
             self.metrics[f"{stage}_intervals"].update(out, y)
         if stage == "test":
             forecasts = self._score_baselines(batch, naive) if self.hparams.baselines else {}
-            self._record.add(self, batch, out, pred, forecasts)
+            self._record.add(batch, out, pred, forecasts, self.data_scale, self.net.has_encoder, self.logger)
         return loss
 
     def _score_baselines(self, batch: dict[str, Tensor], naive: Tensor | None) -> dict[str, tuple[Tensor, bool]]:
@@ -518,8 +513,12 @@ class KLineForecaster(LightningModule):
         summary["about"] = about
         if self.quantiles is not None:
             summary["intervals"] = self._log_metrics("test_intervals", "test/")
-        self.test_summary = summary
-        self.backtest_curves = self._record.finish(self)
+        trainer, hp = self.trainer, self.hparams
+        equity = prediction_path(trainer, None, "backtest.png") if trainer.is_global_zero and trainer.loggers else None
+        figures = TestFigures(self.logger, equity, hp.backtest_cost_bps, hp.backtest_short, self.net.backbone_name,
+                              self.attention_maps, self.data_scale, self.target_channels, self.quantiles)  # fmt: skip
+        backtest, self.backtest_curves = self._record.finish(figures)
+        self.test_summary = summary if backtest is None else {**summary, "backtest": backtest}
 
     def test_report(self) -> str:
         """The last test in plain words (what ``lightning-tf test`` prints): the model beside the baselines
@@ -534,7 +533,7 @@ class KLineForecaster(LightningModule):
         A batch may carry its own ``scale_mean`` and ``scale_std`` (B, K) (a series the model was not
         trained on, scaled by its own history). Written by :class:`~.writer.ForecastWriter`."""
         x = batch["x"]
-        self._check_batch(x, None)
+        check_batch(x, None, self.hparams)
         out = self.net.combine(self._parts(x))  # (B, F, K[, Q])
         pred = self._point(out)  # (B, F, K)
         return predict_outputs(batch, pred, out if self.quantiles is not None else None, self.data_scale)

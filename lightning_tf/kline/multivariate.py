@@ -16,7 +16,7 @@ from sklearn.preprocessing import StandardScaler
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from .io import parse_timestamps
+from .reader.io import parse_timestamps
 from .scale import DataScale, TargetKind
 from .windows import WindowDataset, ett_borders, next_timestamps, resolve_path, split_ends, window_loader
 

@@ -23,7 +23,7 @@ Batches are dicts:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sized
+from collections.abc import Iterator, Mapping, Sized
 from pathlib import Path
 from typing import Any, Literal
 
@@ -37,6 +37,7 @@ from lightning_tf.distributed import eval_sampler
 from lightning_tf.resources import find
 
 __all__ = [
+    "check_batch",
     "EpochShuffleSampler",
     "WindowDataset",
     "chronological_borders",
@@ -49,6 +50,16 @@ __all__ = [
     "xy_pairs",
 ]
 
+
+
+def check_batch(x: Tensor, y: Tensor | None, sizes: Mapping[str, Any]) -> None:
+    """Refuse a batch whose context ``x`` is not ``(B, context_len, n_features)`` or whose targets ``y``
+    are not ``(B, horizon, n_targets)``, with the sizes of ``sizes`` (a model's hyperparameters)."""
+    (L, C), (F, K) = (sizes["context_len"], sizes["n_features"]), (sizes["horizon"], sizes["n_targets"])
+    if x.dim() != 3 or x.shape[1:] != (L, C):
+        raise ValueError(f"batch 'x' must be (B, context_len={L}, n_features={C}), got {tuple(x.shape)}")
+    if y is not None and (y.dim() != 3 or y.shape[1:] != (F, K)):
+        raise ValueError(f"batch 'y' must be (B, horizon={F}, n_targets={K}), got {tuple(y.shape)}")
 
 
 def resolve_path(path: str) -> Path:

@@ -75,7 +75,7 @@ class ForecastWriter(BasePredictionWriter):
 
     def write(self, trainer: Trainer, pl_module: LightningModule, forecast: dict[str, Tensor], path: Path) -> int:
         """Write the CSV and the charts of one merged batch of forecasts; returns the window count."""
-        from .plots import candlestick_figure
+        from .evaluation.plots import candlestick_figure
 
         dm = getattr(trainer, "datamodule", None)
         scale = getattr(pl_module, "data_scale", None)
@@ -111,7 +111,7 @@ class ForecastWriter(BasePredictionWriter):
             closes = frame["close"] if "close" in frame else frame.get("pred_close")
             band = None
             if "price_quantiles" in forecast and quantiles is not None:
-                from .metrics import central_intervals
+                from .evaluation.metrics import central_intervals
 
                 pairs = central_intervals(quantiles)
                 if pairs:

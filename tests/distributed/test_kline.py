@@ -16,7 +16,7 @@ import math
 import pandas as pd
 import pytest
 
-from lightning_tf.kline.summary import summary_text
+from lightning_tf.kline.evaluation.summary import summary_text
 
 from .conftest import Runs
 

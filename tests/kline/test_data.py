@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from lightning_tf.kline import DataScale, KLineDataModule
-from lightning_tf.kline.io import read_bars
+from lightning_tf.kline.reader.io import read_bars
 from lightning_tf.kline.windows import chronological_borders
 from tests.helpers.kline import make_bars
 

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from lightning_tf.kline.features import FEATURES, compute_features, compute_target
-from lightning_tf.kline.io import read_bars
+from lightning_tf.kline.reader.io import read_bars
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

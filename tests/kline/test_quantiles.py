@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from lightning_tf.kline import KLineDataModule, KLineForecaster, PatchTST
-from lightning_tf.kline.metrics import IntervalMetrics, central_intervals, pinball_loss
+from lightning_tf.kline.evaluation.metrics import IntervalMetrics, central_intervals, pinball_loss
 from tests.helpers.kline import TINY, SineDataModule, write_bars
 
 LEVELS = [0.05, 0.1, 0.5, 0.9, 0.95]

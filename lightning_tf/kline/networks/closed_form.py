@@ -14,7 +14,7 @@ RevIN-normalised), a strong ridge shrinks the forecast toward the training month
 later period need not share. So the lowest validation error is the default.
 
 Used by :class:`~.linear.LinearPath` (the forecaster's linear path) and
-:class:`lightning_tf.kline.baselines.LinearBaseline` (the baseline its verdicts use).
+:class:`lightning_tf.kline.evaluation.baselines.LinearBaseline` (the baseline its verdicts use).
 """
 
 from __future__ import annotations

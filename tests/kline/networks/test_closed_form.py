@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from lightning_tf.kline.baselines import LinearBaseline
+from lightning_tf.kline.evaluation.baselines import LinearBaseline
 from lightning_tf.kline.networks.closed_form import (
     Candidate,
     GramStats,
@@ -19,7 +19,7 @@ from lightning_tf.kline.networks.closed_form import (
     trend_matrix,
 )
 from lightning_tf.kline.networks.linear import LinearPath
-from lightning_tf.kline.selection import block_standard_error
+from lightning_tf.kline.evaluation.selection import block_standard_error
 
 
 def _hat_trace(z: torch.Tensor, w: torch.Tensor, ridge: float) -> float:

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from lightning_tf.kline.backtest import (
+from lightning_tf.kline.evaluation.backtest import (
     backtest,
     beats_line,
     equity_curve,

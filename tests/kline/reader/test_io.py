@@ -14,12 +14,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lightning_tf.kline.formats import tongdaxin_title
-from lightning_tf.kline.io import detect_columns, parse_numbers, parse_timestamps, read_bars
-from lightning_tf.kline.parsing import time_of_day
+from lightning_tf.kline.reader.formats import tongdaxin_title
+from lightning_tf.kline.reader.io import detect_columns, parse_numbers, parse_timestamps, read_bars
+from lightning_tf.kline.reader.parsing import time_of_day
 
-FIXTURES = Path(__file__).parent / "fixtures"
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+SHARED = Path(__file__).resolve().parents[3].parent / "shared" / "data"
 OHLCV = ["timestamp", "open", "high", "low", "close", "volume"]
 
 

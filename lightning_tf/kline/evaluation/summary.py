@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from .baselines import drift, mean_forecast, persistence
 from .metrics import ForecastMetrics, IntervalMetrics
-from .scale import DataScale, rebuild_prices
+from ..scale import DataScale, rebuild_prices
 
 __all__ = [
     "BASELINES",

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from lightning_tf.kline.selection import ResidualSelection, block_standard_error, selection_line
+from lightning_tf.kline.evaluation.selection import ResidualSelection, block_standard_error, selection_line
 
 
 def _windows(n: int = 400, k: int = 3, f: int = 4, seed: int = 0, signal: tuple[float, ...] = (0.3, -0.5, 2.0)):

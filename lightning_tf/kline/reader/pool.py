@@ -10,7 +10,6 @@ platform allows it (Linux: no import time, nothing to pickle but the results), e
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import multiprocessing
 import os
@@ -19,7 +18,7 @@ from concurrent.futures import ProcessPoolExecutor
 from functools import partial
 from typing import Any, TypeVar
 
-__all__ = ["MIN_BYTES_PER_WORKER", "map_in_order", "pool_workers", "release_freed_memory"]
+__all__ = ["MIN_BYTES_PER_WORKER", "map_in_order", "pool_workers"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -106,14 +105,3 @@ def _run(function: Callable[[Any], Any], level: int, item: Any) -> tuple[bool, A
         logger.handlers, logger.propagate = saved[0], saved[1]
         logger.setLevel(saved[2])
 
-
-def release_freed_memory() -> None:
-    """Hand the heap's free pages back to the system (glibc's ``malloc_trim``; nothing elsewhere).
-
-    Thousands of files read one after another leave their freed buffers, some tens of kilobytes each, in
-    the C heap, which glibc keeps rather than returning: after a universe is read that is as much memory
-    again as the panel itself."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc
-        pass

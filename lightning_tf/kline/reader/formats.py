@@ -15,7 +15,7 @@ Everything here is decided from the bytes, never from the file name alone:
   MetaTrader's ``2024.01.02,00:00,...``).
 - **Numbers**: the decimal and thousands separators, decided on the lines at both ends of the
   table (see :func:`decide_number_format`); the reader then checks the decision on every cell of the
-  columns pandas could not read as numbers under it (:func:`lightning_tf.kline.io.read_table`).
+  columns pandas could not read as numbers under it (:func:`lightning_tf.kline.reader.io.read_table`).
 """
 
 from __future__ import annotations
@@ -424,7 +424,7 @@ def decide_number_format(
 def sample_evidence(lines: list[str], table: TextTable) -> tuple[NumberEvidence, bool]:
     """The evidence of up to ``_SAMPLE_LINES`` rows from each end of the table, and whether that is
     every row (else the reader checks the rest of each column against the decision, see
-    :func:`lightning_tf.kline.io.read_table`)."""
+    :func:`lightning_tf.kline.reader.io.read_table`)."""
     start = table.first + (0 if table.header is None else 1)
     stop = table.stop
     complete = stop - start <= 2 * _SAMPLE_LINES

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lightning_tf.kline.baselines import LinearBaseline, drift, mean_forecast, moving_average, persistence
+from lightning_tf.kline.evaluation.baselines import LinearBaseline, drift, mean_forecast, moving_average, persistence
 
 PAST = torch.tensor([1.0, 2.0, 3.0, 6.0]).view(1, 4, 1)  # (B=1, L=4, K=1)
 

@@ -1,4 +1,4 @@
-"""Which column of a bar table is which canonical column (see :mod:`lightning_tf.kline.io`).
+"""Which column of a bar table is which canonical column (see :mod:`lightning_tf.kline.reader.io`).
 
 Column names are recognised without configuration: English names in any case and order, the Chinese
 names akshare, tushare and TongDaXin write, QMT's ``stime``, an unnamed datetime index column,

@@ -1,4 +1,4 @@
-"""What a test of :class:`~.module.KLineForecaster` reports beside its metrics: the cost-aware backtest
+"""What a test of :class:`~lightning_tf.kline.module.KLineForecaster` reports beside its metrics: the cost-aware backtest
 of the forecasts on the test windows, the figures (attention, forecasts, equity curves) and the report
 in plain words that ``lightning-tf test`` prints.
 
@@ -9,24 +9,25 @@ nothing of the data.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import torch
-from lightning.pytorch.loggers import WandbLogger
+from lightning.pytorch.loggers import Logger, WandbLogger
 from torch import Tensor
 
 from lightning_tf.distributed import gather_objects
 
+from ..scale import DataScale
 from .backtest import STATS as BACKTEST_STATS
 from .backtest import backtest, beats_line, format_stat
-from .scale import DataScale
 from .summary import BASELINES, summary_text
 
-if TYPE_CHECKING:
-    from .module import KLineForecaster
-
 __all__ = [
+    "TestFigures",
     "TestRecord",
     "backtest_row",
     "backtest_text",
@@ -41,6 +42,34 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class TestFigures:
+    """What the end of a test needs to write its backtest and figures, as plain values.
+
+    Args:
+        logger: the run's logger (figures go to wandb only).
+        equity_path: where the equity curves' PNG (and CSV beside it) go; None writes none (another rank,
+            or a run without a logger).
+        cost_bps: the backtest's cost per side in basis points.
+        short: the backtest's strategy may go short.
+        backbone: ``patches``, ``variates`` or ``bars`` (what the attention's tokens are).
+        attention: a window ``(1, L, C)`` -> the last layer's attention ``(1, G, T, T)``.
+        scale: the data's scaling (feature and target names; None: unknown).
+        target_channels: index among the input channels of each target, if any.
+        quantiles: the forecast's quantile levels, if any.
+    """
+
+    logger: Logger | None
+    equity_path: Path | None
+    cost_bps: float
+    short: bool
+    backbone: str
+    attention: Callable[[Tensor], Tensor]
+    scale: DataScale | None
+    target_channels: list[int] | None
+    quantiles: list[float] | None
+
+
 class TestRecord:
     """What one test keeps beside its metrics: the first test window (the attention image), a few windows
     of the first batch with their forecasts (the forecast image, with wandb), and every window's next-bar
@@ -51,35 +80,41 @@ class TestRecord:
         self.forecast_windows: tuple[Tensor, Tensor, Tensor] | None = None  # x, y, forecast of a few windows
         self.rows: list[dict[str, Tensor]] = []
 
-    def add(self, model: KLineForecaster, batch: dict[str, Tensor], out: Tensor, pred: Tensor,
-            forecasts: dict[str, tuple[Tensor, bool]]) -> None:
+    def add(self, batch: dict[str, Tensor], out: Tensor, pred: Tensor, forecasts: dict[str, tuple[Tensor, bool]],
+            scale: DataScale | None, attention: bool, logger: Logger | None) -> None:
         """Keep what the report needs of a test batch: the forecast ``out`` (B, F, K[, Q]), its point
-        forecast ``pred`` (B, F, K) and the baselines' ``forecasts``."""
+        forecast ``pred`` (B, F, K) and the baselines' ``forecasts``, in the data's ``scale``; with
+        ``attention`` (the model has an encoder) its first window, with a wandb ``logger`` a few forecast
+        windows."""
         x, y = batch["x"], batch["y"]  # (B, L, C), (B, F, K)
-        if self.attention_window is None and model.net.has_encoder:
+        if self.attention_window is None and attention:
             self.attention_window = x[:1].detach()  # (1, L, C)
-        if self.forecast_windows is None and isinstance(model.logger, WandbLogger):
+        if self.forecast_windows is None and isinstance(logger, WandbLogger):
             pick = torch.linspace(0, x.shape[0] - 1, min(4, x.shape[0]), device=x.device).long()  # (W,)
             self.forecast_windows = (x[pick].detach(), y[pick].detach(), out[pick].detach())
-        row = backtest_row(batch, pred, forecasts, model.data_scale)
+        row = backtest_row(batch, pred, forecasts, scale)
         if row is not None:
             self.rows.append(row)
 
-    def finish(self, model: KLineForecaster) -> pd.DataFrame | None:
-        """At the end of the test: the backtest into ``model.test_summary`` (and its equity curves, returned,
-        written beside the checkpoints), the figures to wandb."""
-        hp = model.hparams
-        backtest = run_backtest(self.rows, hp.backtest_cost_bps, hp.backtest_short)
+    def finish(self, figures: TestFigures) -> tuple[dict[str, Any] | None, pd.DataFrame | None]:
+        """At the end of the test: the backtest's summary entry and equity curves (written to
+        ``figures.equity_path``), the figures to wandb."""
+        result = run_backtest(self.rows, figures.cost_bps, figures.short)
         self.rows = []
-        curves = None
-        if backtest is not None:
-            model.test_summary["backtest"], curves = backtest
-            write_equity(model, curves, hp.backtest_cost_bps)
-        if self.attention_window is not None:
-            log_attention(model, self.attention_window)
-        if self.forecast_windows is not None:
-            log_forecasts(model, self.forecast_windows)
-        return curves
+        entry, curves = result if result is not None else (None, None)
+        if curves is not None:
+            write_equity(curves, figures.cost_bps, figures.equity_path, figures.logger)
+        if isinstance(figures.logger, WandbLogger):
+            scale = figures.scale
+            if self.attention_window is not None:
+                maps = figures.attention(self.attention_window)[0].float().cpu().numpy()  # (G, T, T)
+                names = list(scale.feature_names) if scale else [f"ch{i}" for i in range(maps.shape[-1])]
+                log_attention(figures.logger, maps, figures.backbone, names)
+            if self.forecast_windows is not None:
+                names = list(scale.target_names) if scale else ["target"]
+                log_forecasts(figures.logger, self.forecast_windows, figures.target_channels, names[0],
+                              figures.quantiles)  # fmt: skip
+        return entry, curves
 
 
 def backtest_row(
@@ -123,69 +158,56 @@ def run_backtest(
     return entry, curves
 
 
-def write_equity(model: KLineForecaster, curves: pd.DataFrame, cost_bps: float) -> None:
-    """The equity curves beside the run's checkpoints (PNG and CSV) and to wandb (``test/equity``);
-    global rank zero, with a logger only."""
-    trainer = model.trainer
-    if not trainer.is_global_zero or not trainer.loggers:
+def write_equity(curves: pd.DataFrame, cost_bps: float, path: Path | None, logger: Logger | None) -> None:
+    """The equity curves to ``path`` (PNG, and the CSV beside it; None: nothing written) and to wandb
+    (``test/equity``)."""
+    if path is None:
         return
-    from lightning_tf.training import prediction_path
-
     from .plots import equity_figure
 
     fig = equity_figure(curves, f"test backtest, {cost_bps:g} bp per side")
-    path = prediction_path(trainer, None, "backtest.png")
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     curves.to_csv(path.with_suffix(".csv"))
     log.info("backtest equity curves written to %s", path)
-    if isinstance(model.logger, WandbLogger):
-        model.logger.log_image(key="test/equity", images=[fig])
+    if isinstance(logger, WandbLogger):
+        logger.log_image(key="test/equity", images=[fig])
 
 
-def log_attention(model: KLineForecaster, window: Tensor) -> None:
-    """The last layer's attention over the tokens (patches, channels or bars) of one test window
-    ``(1, L, C)``, to wandb."""
-    if not isinstance(model.logger, WandbLogger):
-        return
+def log_attention(logger: WandbLogger, maps: Any, backbone: str, feature_names: list[str]) -> None:
+    """The last layer's attention ``maps`` (G, T, T) over the tokens (patches, channels or bars, by
+    ``backbone``) of one test window, to wandb."""
     from .plots import attention_figure
 
-    maps = model.attention_maps(window)[0].float().cpu().numpy()  # (G, T, T)
-    scale = model.data_scale
-    names = list(scale.feature_names) if scale else [f"ch{i}" for i in range(window.shape[-1])]
-    token = {"patches": "patch", "variates": "channel", "bars": "bar"}[model.net.backbone_name]
+    token = {"patches": "patch", "variates": "channel", "bars": "bar"}[backbone]
     plural = "patches" if token == "patch" else f"{token}s"
-    fig = attention_figure(maps, names if token == "patch" else ["window"],
+    fig = attention_figure(maps, feature_names if token == "patch" else ["window"],
                            f"attention over {plural}, last layer, first test window", token=token,
-                           token_names=names if token == "channel" else None)
-    model.logger.log_image(key="test/attention", images=[fig])
+                           token_names=feature_names if token == "channel" else None)  # fmt: skip
+    logger.log_image(key="test/attention", images=[fig])
 
 
-def log_forecasts(model: KLineForecaster, windows: tuple[Tensor, Tensor, Tensor]) -> None:
+def log_forecasts(logger: WandbLogger, windows: tuple[Tensor, Tensor, Tensor], target_channels: list[int] | None,
+                  target_name: str, quantiles: list[float] | None) -> None:
     """The forecast of the first target against what happened for a few test windows ``(x, y, forecast)``,
     on the model's scale (the target's context drawn when it is an input channel), the central interval
     shaded for quantile forecasts; to wandb."""
-    if not isinstance(model.logger, WandbLogger):
-        return
     from .metrics import central_intervals
     from .plots import forecast_figure
 
     x, y, out = (t.float().cpu().numpy() for t in windows)  # (W, L, C), (W, F, K), (W, F, K[, Q])
-    channels = model.target_channels
-    past = x[..., channels[0]] if channels else None  # (W, L)
-    names = list(model.data_scale.target_names) if model.data_scale else ["target"]
+    past = x[..., target_channels[0]] if target_channels else None  # (W, L)
     band = None
-    levels = model.quantiles
-    if levels is not None:
-        pred = out[..., 0, levels.index(0.5)]  # (W, F)
-        pairs = central_intervals(levels)
+    if quantiles is not None:
+        pred = out[..., 0, quantiles.index(0.5)]  # (W, F)
+        pairs = central_intervals(quantiles)
         if pairs:
             lo, hi = pairs[0]
             band = (out[..., 0, lo], out[..., 0, hi])  # (W, F) each
     else:
         pred = out[..., 0]  # (W, F)
-    fig = forecast_figure(past, y[..., 0], pred, names[0], "test forecasts (first test batch, model scale)", band=band)
-    model.logger.log_image(key="test/forecast", images=[fig])
+    fig = forecast_figure(past, y[..., 0], pred, target_name, "test forecasts (first test batch, model scale)", band=band)
+    logger.log_image(key="test/forecast", images=[fig])
 
 
 def intervals_text(values: dict[str, float]) -> str:

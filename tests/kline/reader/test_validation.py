@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lightning_tf.kline.io import read_bars
-from lightning_tf.kline.validation import validate_bars
+from lightning_tf.kline.reader.io import read_bars
+from lightning_tf.kline.reader.validation import validate_bars
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 CLOSES = [10.5, 10.2, 10.8, 11.0, 10.9, 10.6]
 
 # (fixture, line, column, message fragment, count key) - lines count the header as line 1.

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lightning_tf.kline.parsing import iso_stamps, parse_timestamps_described
+from lightning_tf.kline.reader.parsing import iso_stamps, parse_timestamps_described
 
 
 def _pandas(cells: list[str]) -> pd.Series:

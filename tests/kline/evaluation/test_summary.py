@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from lightning_tf.kline import DataScale, ForecastMetrics
-from lightning_tf.kline.summary import baseline_forecasts, naive_model_scale, score, summary_text
+from lightning_tf.kline.evaluation.summary import baseline_forecasts, naive_model_scale, score, summary_text
 
 
 def metrics(key: str) -> nn.ModuleDict:

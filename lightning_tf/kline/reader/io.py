@@ -17,9 +17,9 @@ Chinese names akshare, tushare and TongDaXin write, QMT's ``stime``, an unnamed 
 column, MetaTrader's and Binance's headerless layouts); an explicit ``columns`` mapping (canonical
 name -> file column) overrides the detection. How the file is stored (compression, encoding,
 separator, title and footer lines, decimal commas) is recognised from its content
-(:mod:`lightning_tf.kline.formats`); how cells are parsed is in :mod:`lightning_tf.kline.parsing`.
+(:mod:`lightning_tf.kline.reader.formats`); how cells are parsed is in :mod:`lightning_tf.kline.reader.parsing`.
 ``docs/kline_formats.md`` lists the layouts. Every file passes through
-:func:`lightning_tf.kline.validation.validate_bars`.
+:func:`lightning_tf.kline.reader.validation.validate_bars`.
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from lightning_tf.memory import release_freed_memory
+
 from .columns import CANONICAL_COLUMNS, NUMERIC_COLUMNS, TEXT_NAMES, detect_columns, normalise
 from .formats import (
     COMPRESSED_SUFFIXES,
@@ -51,7 +53,7 @@ from .formats import (
     tongdaxin_title,
 )
 from .parsing import check_timezone, parse_numbers, parse_timestamps, parse_timestamps_described, time_of_day
-from .pool import map_in_order, pool_workers, release_freed_memory
+from .pool import map_in_order, pool_workers
 from .validation import OnError, check_on_error, validate_bars, validate_columns
 
 __all__ = [
@@ -106,7 +108,7 @@ def read_table(
     path: str | Path, text_columns: tuple[str, ...] = (), decimal: str | None = None, thousands: str | None = None
 ) -> pd.DataFrame:
     """One text table (``,`` ``;`` or tab separated; UTF-8, UTF-16 or GBK; plain, gzip, zip, bz2
-    or xz) or Parquet file, as stored, recognised by content (see :mod:`lightning_tf.kline.formats`).
+    or xz) or Parquet file, as stored, recognised by content (see :mod:`lightning_tf.kline.reader.formats`).
 
     Number columns are typed by pandas' fast parser with the detected decimal separator; a column
     with text in it (``$1.00``, ``1.234,5``, ``--``) stays text and is parsed later. Ticker-like
@@ -313,7 +315,7 @@ def read_bars(
         name: the ticker of a DataFrame without a ticker column (default ``series``), and the name its
             errors give it.
         read_workers: processes reading the files of a folder side by side (see
-            :func:`lightning_tf.kline.pool.map_in_order`); 0: this process reads them; None: one per idle
+            :func:`lightning_tf.kline.reader.pool.map_in_order`); 0: this process reads them; None: one per idle
             CPU core (by the load average) for folders of 8 MB per worker or more, else 0. The frame,
             the errors and the log lines are the same for any number.
 

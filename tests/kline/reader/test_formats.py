@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lightning_tf.kline import formats
-from lightning_tf.kline.formats import NumberEvidence, number_evidence
-from lightning_tf.kline.io import read_bars
+from lightning_tf.kline.reader import formats
+from lightning_tf.kline.reader.formats import NumberEvidence, number_evidence
+from lightning_tf.kline.reader.io import read_bars
 
 OHLCV = ["timestamp", "open", "high", "low", "close", "volume"]
 N = 20_000  # rows: far more than the lines sampled at each end

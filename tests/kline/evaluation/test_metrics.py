@@ -9,7 +9,7 @@ import pytest
 import torch
 from scipy import stats
 
-from lightning_tf.kline.metrics import ForecastMetrics
+from lightning_tf.kline.evaluation.metrics import ForecastMetrics
 
 
 def test_metrics_match_numpy_and_scipy_over_several_batches() -> None:

@@ -24,7 +24,7 @@ from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.utilities import dim_zero_cat
 
-from .networks.closed_form import block_standard_error
+from ..networks.closed_form import block_standard_error
 
 __all__ = ["Decision", "ResidualSelection", "block_standard_error", "selection_line"]
 

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .networks.closed_form import (
+from ..networks.closed_form import (
     FORM_NAMES,
     RIDGES,
     GramStats,

@@ -10,10 +10,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from lightning_tf.kline import pool
-from lightning_tf.kline.io import read_bars
+from lightning_tf.kline.reader import pool
+from lightning_tf.kline.reader.io import read_bars
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 # Files whose ticker is their name (no code inside), in several layouts.
 LAYOUTS = ["english.csv", "yahoo.csv", "nasdaq_us_dates_newest_first.csv", "metatrader_tab.csv",
            "excel_semicolon_decimal_comma.csv", "epoch_seconds.csv", "english_gzip.csv.gz", "barchart.csv"]  # fmt: skip
