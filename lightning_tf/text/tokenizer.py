@@ -333,4 +333,3 @@ def source_ids(tokenizer: TextTokenizer, texts: Sequence[str], max_len: int | No
     for b, r in enumerate(rows):
         src[b, : len(r)] = torch.tensor(r)
     return src
-
