@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 from jsonargparse import Namespace
-from lightning.pytorch import LightningDataModule, LightningModule, Trainer
+from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import WandbLogger
 
@@ -97,24 +97,25 @@ class RunConfigCallback(SaveConfigCallback):
         if not loggers:
             return
         dumped = self.parser.dump(self._config_as_given(), skip_none=False)
-        config = resolved_config(dumped, pl_module, trainer.datamodule)
+        data = trainer.datamodule
+        config = resolved_config(dumped, pl_module.hparams_initial, None if data is None else data.hparams_initial)
         for logger in loggers:
             logger.log_hyperparams(config)
 
 
 def resolved_config(
-    dumped: str, model: LightningModule, datamodule: LightningDataModule | None
+    dumped: str, model_args: Mapping[str, Any], data_args: Mapping[str, Any] | None
 ) -> dict[str, Any]:
     """The CLI config (``dumped``: the parser's YAML dump) as nested plain data, with the model's and
-    the data's ``init_args`` completed by what they were built with (values linked from the data,
-    which the parsed config leaves out)."""
+    the data's ``init_args`` completed by what they were built with (``model_args``, ``data_args``: their
+    ``hparams_initial``; values linked from the data, which the parsed config leaves out)."""
     config = yaml.safe_load(dumped) or {}
-    for section, obj in (("model", model), ("data", datamodule)):
-        if obj is None or not isinstance(config.get(section), dict):
+    for section, built in (("model", model_args), ("data", data_args)):
+        if built is None or not isinstance(config.get(section), dict):
             continue
         init_args = config[section].get("init_args") or {}
         # `_instantiator`, `_class_path`: LightningCLI's bookkeeping, not arguments
-        init_args.update({k: v for k, v in obj.hparams_initial.items() if not k.startswith("_")})
+        init_args.update({k: v for k, v in built.items() if not k.startswith("_")})
         config[section]["init_args"] = init_args
     return config
 

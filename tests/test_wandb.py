@@ -118,13 +118,9 @@ def test_wandb_mode_from_the_environment_wins_over_offline(
 
 
 def test_resolved_config_adds_linked_arguments_and_drops_cli_bookkeeping() -> None:
-    class Built:
-        def __init__(self, **hparams: Any) -> None:
-            self.hparams_initial = hparams
-
     dumped = "seed_everything: 0\nmodel:\n  class_path: M\n  init_args:\n    d_model: 32\ndata:\n  class_path: D\n"
-    model = Built(d_model=32, n_features=6, _instantiator="lightning.pytorch.cli.instantiate_module")
-    config = resolved_config(dumped, model, Built(path="data/msft.csv", _class_path="D"))  # type: ignore[arg-type]
+    model = dict(d_model=32, n_features=6, _instantiator="lightning.pytorch.cli.instantiate_module")
+    config = resolved_config(dumped, model, dict(path="data/msft.csv", _class_path="D"))
     assert config == {
         "seed_everything": 0,
         "model": {"class_path": "M", "init_args": {"d_model": 32, "n_features": 6}},

@@ -10,6 +10,7 @@
 * :mod:`.io`: readers of TSV and line-aligned parallel files;
 * :mod:`.sampler`: length-bucketed batches under a token budget, resumable mid-epoch;
 * :mod:`.data`: datasets, collate functions and the :class:`TranslationDataModule`;
+* :mod:`.handover`: what the model takes from its data once (tokenizer, direction), checked against its own;
 * :mod:`.synthetic`: the built-in generated corpora;
 * :mod:`.writer`: :class:`TranslationWriter`, the prediction writer.
 """

@@ -18,6 +18,7 @@ prefix: the reference the cached path is tested against.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 import torch
@@ -25,7 +26,9 @@ from torch import Tensor
 
 from lightning_tf.core import DecoderCache
 
-__all__ = ["EncoderDecoder", "beam_search", "block_repeated_ngrams", "greedy_search", "length_penalty"]
+__all__ = [
+    "EncoderDecoder", "beam_search", "block_repeated_ngrams", "decode_by_length", "greedy_search", "length_penalty",
+]
 
 
 class EncoderDecoder(Protocol):
@@ -238,3 +241,23 @@ def beam_search(
     out = fin_tokens[rows, best]  # (B, T_max)
     width = int((out != pad_id).sum(1).max())
     return out[:, :width], fin_scores[rows, best]
+
+
+def decode_by_length(ids: Tensor, pad_id: int, batch_size: int, decode: Callable[[Tensor], list[str]]) -> list[str]:
+    """Decode the rows of ``ids (N, S)`` in batches of up to ``batch_size`` rows of similar length (sorted by
+    length, each batch cut to its longest row, so little padding is decoded); one output per row, in row order.
+
+    Args:
+        ids: source ids, right-padded with ``pad_id``.
+        pad_id: the padding id.
+        batch_size: rows decoded together.
+        decode: source ids ``(b, S_b)`` -> one output per row.
+    """
+    lengths = (ids != pad_id).sum(1).tolist()
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    out: list[str] = [""] * len(lengths)
+    for start in range(0, len(order), batch_size):
+        chunk = order[start : start + batch_size]
+        for i, text in zip(chunk, decode(ids[chunk, : max(lengths[i] for i in chunk)]), strict=True):  # (b, S_b)
+            out[i] = text
+    return out

@@ -15,22 +15,21 @@ transformers is imported only inside these functions: importing :mod:`lightning_
 
 from __future__ import annotations
 
-import inspect
 import logging
-from collections.abc import MutableMapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from .spm_tokenizer import SentencePieceTokenizer
-from .tokenizer import load_tokenizer
+from .tokenizer import TextTokenizer, load_tokenizer
 
-if TYPE_CHECKING:
-    from .module import Seq2SeqTransformer
-
-__all__ = ["copy_marian_weights", "from_marian", "load_pretrained", "marian_arguments", "to_marian"]
+__all__ = [
+    "ARCHITECTURE", "EXPORTED", "from_marian_arguments", "load_pretrained", "marian_arguments", "marian_state_dict",
+    "to_marian",
+]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +43,8 @@ ARCHITECTURE = (
     "pos_encoding", "max_len", "share_embeddings", "tie_output", "scale_embedding", "output_bias", "pad_id",
     "bos_id", "eos_id",
 )
+#: the arguments :func:`to_marian` writes: the architecture, the dropout rates and the generation's beam width
+EXPORTED = (*ARCHITECTURE, "dropout", "attn_dropout", "beam_size")
 
 
 def _transformers() -> Any:
@@ -153,22 +154,24 @@ def _layer_map(n_enc: int, n_dec: int) -> list[tuple[str, list[str]]]:
     return out
 
 
-def copy_marian_weights(
-    marian: Any, model: Seq2SeqTransformer, tokenizer: SentencePieceTokenizer | None = None
-) -> None:
-    """Copy a ``MarianMTModel``'s weights into ``model`` (built with :func:`marian_arguments`), every tensor
-    of ``model`` written, and give it ``tokenizer`` when one is given.
+def marian_state_dict(marian: Any, share_embeddings: bool, tie_output: bool) -> dict[str, Tensor]:
+    """A ``MarianMTModel``'s weights as the state dict of a :class:`Seq2SeqTransformer` built with
+    :func:`marian_arguments`: every tensor of that model, by its name.
+
+    Args:
+        marian: the ``MarianMTModel``.
+        share_embeddings: whether the receiving model has one embedding table for source and target.
+        tie_output: whether its output projection reuses the target embedding matrix.
 
     Raises:
-        ValueError: when the Marian model's embedding sharing differs from the one ``model`` was built with.
+        ValueError: when the Marian model's embedding sharing differs from ``share_embeddings`` and ``tie_output``.
     """
     share, tie = _sharing(marian)
-    hp = model.hparams
-    if (share, tie) != (hp.share_embeddings, hp.tie_output):
+    if (share, tie) != (share_embeddings, tie_output):
         raise ValueError(
             f"the Marian model's modules share the encoder and decoder embeddings: {share}, tie the output to the "
-            f"decoder's: {tie}; the model was built with share_embeddings={hp.share_embeddings}, "
-            f"tie_output={hp.tie_output}"
+            f"decoder's: {tie}; the model was built with share_embeddings={share_embeddings}, "
+            f"tie_output={tie_output}"
         )
     theirs = marian.state_dict()
     state: dict[str, Tensor] = {k: torch.cat([theirs[n] for n in names]) for k, names in _layer_map(
@@ -179,135 +182,178 @@ def copy_marian_weights(
         state["src_embed.weight"] = marian.get_encoder().embed_tokens.weight.detach()
     state["head.weight"] = marian.lm_head.weight.detach()
     state["head.bias"] = theirs["final_logits_bias"].reshape(-1)
-    model.load_state_dict(state, strict=True)
-    if tokenizer is not None:  # the direction comes with the data of the first fit (Marian's names are free text)
-        model.tokenizer = tokenizer
+    return state
 
 
-def _architecture_defaults() -> dict[str, Any]:
-    from .module import Seq2SeqTransformer
+def load_pretrained(
+    source: str, changed: Mapping[str, Any], dropout: float | None = None
+) -> tuple[dict[str, Any], dict[str, Tensor], SentencePieceTokenizer]:
+    """Read a Marian model and its tokenizer from a hub name or a local folder.
 
-    params = inspect.signature(Seq2SeqTransformer.__init__).parameters
-    return {k: params[k].default for k in ARCHITECTURE}
+    Args:
+        source: the hub name or folder.
+        changed: the architecture arguments (:data:`ARCHITECTURE`) the user set away from their defaults; each
+            must equal the model's.
+        dropout: a dropout rate to use instead of the model's.
 
-
-def load_pretrained(source: str, hparams: MutableMapping[str, Any]) -> tuple[Any, SentencePieceTokenizer]:
-    """Read a Marian model and its tokenizer from a hub name or a local folder, and write the model's
-    architecture and special ids into ``hparams`` (with ``pretrained`` set to None, so a checkpoint rebuilds
-    the model without transformers).
+    Returns:
+        The model's architecture and special ids as :class:`Seq2SeqTransformer` arguments
+        (:func:`marian_arguments`), its weights as that model's state dict and its tokenizer.
 
     Raises:
-        ValueError: when ``hparams`` sets an architecture argument away from its default to a value other
-            than the model's, naming both (e.g. a ``vocab_size`` linked from data with another tokenizer).
+        ValueError: when an argument of ``changed`` differs from the model's, naming both (e.g. a ``vocab_size``
+            linked from data with another tokenizer).
     """
     transformers = _transformers()
     marian = transformers.MarianMTModel.from_pretrained(source)
     tokenizer = load_tokenizer(source)
     if not isinstance(tokenizer, SentencePieceTokenizer):
         raise ValueError(f"{source}: holds no Marian tokenizer (source.spm, target.spm, vocab.json)")
-    arch = marian_arguments(marian, hparams.get("dropout"))
+    arch = marian_arguments(marian, dropout)
     if tokenizer.vocab_size != arch["vocab_size"]:
         raise ValueError(f"{source}: the tokenizer's vocab_size ({tokenizer.vocab_size}) differs from the model's "
                          f"({arch['vocab_size']})")
-    defaults = _architecture_defaults()
-    for name, value in arch.items():
-        given = hparams.get(name, defaults.get(name))
-        if name in defaults and given != defaults[name] and given != value:
+    for name, given in changed.items():
+        if given != arch[name]:
             hint = " (linked from the data: give it the model's tokenizer, data.tokenizer_dir)" * (name == "vocab_size")
-            raise ValueError(f"model.{name} ({given}) differs from the pretrained model's ({value}){hint}")
-    hparams.update(arch, pretrained=None)
-    return marian, tokenizer
+            raise ValueError(f"model.{name} ({given}) differs from the pretrained model's ({arch[name]}){hint}")
+    return arch, marian_state_dict(marian, arch["share_embeddings"], arch["tie_output"]), tokenizer
 
 
-def from_marian(
-    cls: type[Seq2SeqTransformer], model: Any, tokenizer: Any, hparams: dict[str, Any]
-) -> Seq2SeqTransformer:
-    """:meth:`Seq2SeqTransformer.from_marian`."""
-    clash = sorted(set(hparams) & set(ARCHITECTURE))
+def from_marian_arguments(
+    model: Any, tokenizer: Any, arguments: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, Tensor], SentencePieceTokenizer | None]:
+    """What :meth:`Seq2SeqTransformer.from_marian` builds its model from.
+
+    Args:
+        model: a ``MarianMTModel``, or a hub name or local folder of one.
+        tokenizer: its ``MarianTokenizer`` or a :class:`SentencePieceTokenizer` (None: the folder's, if ``model``
+            names one).
+        arguments: the user's further :class:`Seq2SeqTransformer` arguments (no architecture argument).
+
+    Returns:
+        The model's arguments (``arguments`` and the Marian model's architecture), its weights as a state dict
+        and its tokenizer.
+
+    Raises:
+        ValueError: for an architecture argument in ``arguments``, or a tokenizer of another ``vocab_size``.
+    """
+    clash = sorted(set(arguments) & set(ARCHITECTURE))
     if clash:
         raise ValueError(f"from_marian takes {clash} from the Marian model; leave them out")
+    tok: SentencePieceTokenizer | None = None
     if isinstance(model, (str, Path)):
-        out = cls(pretrained=str(model), **hparams)
+        arch, state, tok = load_pretrained(str(model), {}, arguments.get("dropout"))
     else:
-        out = cls(**{**hparams, **marian_arguments(model, hparams.get("dropout"))})
-        copy_marian_weights(model, out)
+        arch = marian_arguments(model, arguments.get("dropout"))
+        state = marian_state_dict(model, arch["share_embeddings"], arch["tie_output"])
     if tokenizer is not None:
         tok = tokenizer
         if not isinstance(tok, SentencePieceTokenizer):  # a transformers MarianTokenizer
             tok = SentencePieceTokenizer.from_marian(tok)
-        if tok.vocab_size != out.hparams.vocab_size:
+        if tok.vocab_size != arch["vocab_size"]:
             raise ValueError(f"the tokenizer's vocab_size ({tok.vocab_size}) differs from the model's "
-                             f"({out.hparams.vocab_size})")
-        out.tokenizer = tok
-    return out
+                             f"({arch['vocab_size']})")
+    return {**arguments, **arch}, state, tok
 
 
 # ---------------------------------------------------------------------------------------- out
 
 
-def _check_exportable(model: Seq2SeqTransformer) -> SentencePieceTokenizer:
-    hp, size = model.hparams, model.size
-    if size["norm_first"]:
+def _check_exportable(
+    tokenizer: TextTokenizer | None, vocab_size: int, norm_first: bool, pos_encoding: str, activation: str
+) -> SentencePieceTokenizer:
+    if norm_first:
         raise ValueError("to_marian: norm_first is True; a Marian model is Post-LN (norm_first: false)")
-    if hp.pos_encoding != "sinusoidal_halves":
-        raise ValueError(f"to_marian: pos_encoding is {hp.pos_encoding!r}; a Marian model needs 'sinusoidal_halves'")
-    if hp.activation not in _HF_ACTIVATION:
-        raise ValueError(f"to_marian: activation is {hp.activation!r}; a Marian model needs one of "
+    if pos_encoding != "sinusoidal_halves":
+        raise ValueError(f"to_marian: pos_encoding is {pos_encoding!r}; a Marian model needs 'sinusoidal_halves'")
+    if activation not in _HF_ACTIVATION:
+        raise ValueError(f"to_marian: activation is {activation!r}; a Marian model needs one of "
                          f"{sorted(_HF_ACTIVATION)}")
-    if not isinstance(model.tokenizer, SentencePieceTokenizer):
+    if not isinstance(tokenizer, SentencePieceTokenizer):
         raise ValueError(
             f"to_marian needs the model's tokenizer to be a SentencePieceTokenizer, got "
-            f"{type(model.tokenizer).__name__}: MarianTokenizer reads SentencePiece models and a vocabulary"
+            f"{type(tokenizer).__name__}: MarianTokenizer reads SentencePiece models and a vocabulary"
         )
-    if model.tokenizer.vocab_size != hp.vocab_size:
-        raise ValueError(f"to_marian: the tokenizer's vocab_size ({model.tokenizer.vocab_size}) differs from "
-                         f"the model's ({hp.vocab_size})")
-    return model.tokenizer
+    if tokenizer.vocab_size != vocab_size:
+        raise ValueError(f"to_marian: the tokenizer's vocab_size ({tokenizer.vocab_size}) differs from "
+                         f"the model's ({vocab_size})")
+    return tokenizer
 
 
-def to_marian(model: Seq2SeqTransformer, directory: str | Path) -> Path:
-    """Write ``model`` as a transformers Marian folder: ``config.json``, ``generation_config.json`` and the
+def to_marian(
+    directory: str | Path,
+    state: Mapping[str, Tensor],
+    tokenizer: TextTokenizer | None,
+    *,
+    vocab_size: int,
+    d_model: int,
+    n_heads: int,
+    n_layers: int,
+    n_decoder_layers: int,
+    d_ff: int,
+    dropout: float,
+    attn_dropout: float,
+    norm_first: bool,
+    activation: str,
+    pos_encoding: str,
+    max_len: int,
+    share_embeddings: bool,
+    tie_output: bool,
+    scale_embedding: bool,
+    output_bias: bool,
+    pad_id: int,
+    bos_id: int,
+    eos_id: int,
+    beam_size: int,
+) -> Path:
+    """Write a model as a transformers Marian folder: ``config.json``, ``generation_config.json`` and the
     weights (``save_pretrained``) and the tokenizer's ``source.spm``, ``target.spm``, ``vocab.json`` and
     ``tokenizer_config.json``; ``MarianMTModel.from_pretrained`` and ``MarianTokenizer.from_pretrained`` load
-    it. Returns the folder.
+    it. Returns the folder. The keyword arguments are the model's resolved :class:`Seq2SeqTransformer` arguments
+    of the same names (:data:`EXPORTED`); ``beam_size`` and ``max_len`` also set the generation config.
+
+    Args:
+        directory: the folder to write.
+        state: the model's state dict.
+        tokenizer: the model's tokenizer: a :class:`SentencePieceTokenizer` of ``vocab_size`` ids.
 
     Raises:
         ValueError: for a model Marian cannot express (Pre-LN, another positional encoding, SwiGLU, a BPE
             tokenizer), naming the argument.
     """
-    tokenizer = _check_exportable(model)
+    tokenizer = _check_exportable(tokenizer, vocab_size, norm_first, pos_encoding, activation)
     transformers = _transformers()
-    hp, size = model.hparams, model.size
     config = transformers.MarianConfig(
-        vocab_size=hp.vocab_size, decoder_vocab_size=hp.vocab_size, d_model=size["d_model"],
-        encoder_layers=size["n_layers"], decoder_layers=size["n_decoder_layers"],
-        encoder_attention_heads=size["n_heads"], decoder_attention_heads=size["n_heads"],
-        encoder_ffn_dim=size["d_ff"], decoder_ffn_dim=size["d_ff"], activation_function=_HF_ACTIVATION[hp.activation],
+        vocab_size=vocab_size, decoder_vocab_size=vocab_size, d_model=d_model,
+        encoder_layers=n_layers, decoder_layers=n_decoder_layers,
+        encoder_attention_heads=n_heads, decoder_attention_heads=n_heads,
+        encoder_ffn_dim=d_ff, decoder_ffn_dim=d_ff, activation_function=_HF_ACTIVATION[activation],
         # our dropout also drops the feed-forward hidden units: Marian's activation_dropout
-        dropout=size["dropout"], attention_dropout=hp.attn_dropout, activation_dropout=size["dropout"],
-        max_position_embeddings=hp.max_len, scale_embedding=hp.scale_embedding,
-        share_encoder_decoder_embeddings=hp.share_embeddings, tie_word_embeddings=hp.tie_output,
-        pad_token_id=hp.pad_id, eos_token_id=hp.eos_id, decoder_start_token_id=hp.bos_id,
-        forced_eos_token_id=hp.eos_id,
+        dropout=dropout, attention_dropout=attn_dropout, activation_dropout=dropout,
+        max_position_embeddings=max_len, scale_embedding=scale_embedding,
+        share_encoder_decoder_embeddings=share_embeddings, tie_word_embeddings=tie_output,
+        pad_token_id=pad_id, eos_token_id=eos_id, decoder_start_token_id=bos_id,
+        forced_eos_token_id=eos_id,
     )
     marian = transformers.MarianMTModel(config).eval()
-    ours = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    state = dict(marian.state_dict())
-    for key, names in _layer_map(size["n_layers"], size["n_decoder_layers"]):
+    ours = {k: v.detach().cpu() for k, v in state.items()}
+    theirs = dict(marian.state_dict())
+    for key, names in _layer_map(n_layers, n_decoder_layers):
         for name, part in zip(names, ours[key].chunk(len(names)), strict=True):
-            state[name] = part
+            theirs[name] = part
     tgt = ours["tgt_embed.weight"]
-    src = tgt if hp.share_embeddings else ours["src_embed.weight"]
-    state |= {"model.encoder.embed_tokens.weight": src, "model.decoder.embed_tokens.weight": tgt}
-    if "model.shared.weight" in state:
-        state["model.shared.weight"] = src
-    state["lm_head.weight"] = ours["head.weight"]
-    bias = ours.get("head.bias", torch.zeros(hp.vocab_size))
-    state["final_logits_bias"] = bias.reshape(1, -1)
-    marian.load_state_dict(state, strict=True)
+    src = tgt if share_embeddings else ours["src_embed.weight"]
+    theirs |= {"model.encoder.embed_tokens.weight": src, "model.decoder.embed_tokens.weight": tgt}
+    if "model.shared.weight" in theirs:
+        theirs["model.shared.weight"] = src
+    theirs["lm_head.weight"] = ours["head.weight"]
+    bias = ours["head.bias"] if output_bias else torch.zeros(vocab_size)
+    theirs["final_logits_bias"] = bias.reshape(1, -1)
+    marian.load_state_dict(theirs, strict=True)
     marian.generation_config = transformers.GenerationConfig(
-        decoder_start_token_id=hp.bos_id, pad_token_id=hp.pad_id, eos_token_id=hp.eos_id,
-        forced_eos_token_id=hp.eos_id, bad_words_ids=[[hp.pad_id]], num_beams=hp.beam_size, max_length=hp.max_len,
+        decoder_start_token_id=bos_id, pad_token_id=pad_id, eos_token_id=eos_id,
+        forced_eos_token_id=eos_id, bad_words_ids=[[pad_id]], num_beams=beam_size, max_length=max_len,
     )
     out = Path(directory)
     marian.save_pretrained(out)

@@ -10,8 +10,10 @@ OPUS-MT models come in and go out through :mod:`.marian`.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -28,9 +30,10 @@ from lightning_tf.core import Activation, Decoder, DecoderCache, Encoder, Positi
 from lightning_tf.distributed import gather_objects
 from lightning_tf.training import SchedulerName, check_agreement, configure_adamw
 
-from .decoding import beam_search, greedy_search
+from .decoding import beam_search, decode_by_length, greedy_search
 from .embedding import OutputProjection, TokenEmbedding
-from .marian import copy_marian_weights, from_marian, load_pretrained, to_marian
+from .handover import adopt_direction, adopt_tokenizer
+from .marian import ARCHITECTURE, EXPORTED, from_marian_arguments, load_pretrained, to_marian
 from .scoring import DecodedEpochs, corpus_scores, target_texts
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, TextTokenizer, source_ids, tokenizer_from_dict
 from .writer import TranslationWriter
@@ -160,9 +163,13 @@ class Seq2SeqTransformer(LightningModule):
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        # a pretrained model's architecture replaces the arguments; the hyperparameters keep the result
-        marian, pretrained_tokenizer = load_pretrained(pretrained, self.hparams) if pretrained else (None, None)
         hp = self.hparams
+        state, tokenizer = None, None
+        if pretrained:  # its architecture replaces the arguments; the hyperparameters keep the result
+            defaults = inspect.signature(Seq2SeqTransformer.__init__).parameters
+            changed = {k: hp[k] for k in ARCHITECTURE if hp[k] != defaults[k].default}
+            arch, state, tokenizer = load_pretrained(pretrained, changed, dropout)
+            hp.update(arch, pretrained=None)
         vocab_size = hp.vocab_size
         if preset not in PRESETS:
             raise ValueError(f"unknown preset {preset!r}; expected one of {list(PRESETS)}")
@@ -196,7 +203,7 @@ class Seq2SeqTransformer(LightningModule):
         self.decoder = Decoder(n_layers=self.size["n_decoder_layers"], **stack)
         self.head = OutputProjection(D, vocab_size, hp.output_bias, tie_to=self.tgt_embed if hp.tie_output else None)
 
-        self.tokenizer: TextTokenizer | None = None
+        self.tokenizer: TextTokenizer | None = tokenizer  # a pretrained model's, else the data's in the first fit
         #: the direction, ``src_lang -> tgt_lang`` (from the data of the first fit, kept in the checkpoint)
         self.src_lang: str | None = None
         self.tgt_lang: str | None = None
@@ -208,8 +215,8 @@ class Seq2SeqTransformer(LightningModule):
         self._signature_logged = False
         # the teacher-forced forward of the loss, compiled by configure_model when `compile` is set
         self._compiled_forward: Callable[[Tensor, Tensor], Tensor] | None = None
-        if marian is not None:
-            copy_marian_weights(marian, self, pretrained_tokenizer)
+        if state is not None:
+            self.load_state_dict(state, strict=True)
 
     @classmethod
     def from_marian(cls, model: Any, tokenizer: Any = None, **hparams: Any) -> Seq2SeqTransformer:
@@ -222,12 +229,17 @@ class Seq2SeqTransformer(LightningModule):
                 the name or folder, if ``model`` is one).
             hparams: further arguments (``lr``, ``beam_size``, ``label_smoothing``, ...).
         """
-        return from_marian(cls, model, tokenizer, hparams)
+        arguments, state, tok = from_marian_arguments(model, tokenizer, hparams)
+        out = cls(**arguments)
+        out.load_state_dict(state, strict=True)
+        out.tokenizer = tok
+        return out
 
     def to_marian(self, directory: str | Path) -> Path:
         """Write a folder that transformers' ``MarianMTModel`` and ``MarianTokenizer`` load with
         ``from_pretrained``: this model's weights and SentencePiece tokenizer; returns the folder."""
-        return to_marian(self, directory)
+        arguments = {k: self.size.get(k, self.hparams[k]) for k in EXPORTED}  # the resolved sizes, the rest as given
+        return to_marian(directory, self.state_dict(), self.tokenizer, **arguments)
 
     # ------------------------------------------------------------------ model
     def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:
@@ -295,10 +307,8 @@ class Seq2SeqTransformer(LightningModule):
         ids = {k: hp[k] for k in ("pad_id", "bos_id", "eos_id")} | dict(no_repeat_ngram_size=ngram, use_cache=use_cache)
         if beam_size == 1:
             return greedy_search(self, src_ids, limit, **ids)
-        out, _ = beam_search(
-            self, src_ids, limit, beam_size=beam_size, alpha=hp.alpha if alpha is None else alpha, **ids
-        )
-        return out
+        alpha = hp.alpha if alpha is None else alpha
+        return beam_search(self, src_ids, limit, beam_size=beam_size, alpha=alpha, **ids)[0]  # the hypotheses
 
     def _require_tokenizer(self) -> TextTokenizer:
         if self.tokenizer is None:
@@ -345,19 +355,13 @@ class Seq2SeqTransformer(LightningModule):
         was_training = self.training
         self.eval()
         try:
-            ids = self.encode_texts(texts)  # (N, S): every sentence, padded to the longest
-            lengths = (ids != self.hparams.pad_id).sum(1).tolist()
-            order = sorted(range(len(texts)), key=lambda i: lengths[i])
-            out: list[str] = [""] * len(texts)
-            for start in range(0, len(order), batch_size):
-                chunk = order[start : start + batch_size]
-                src = ids[chunk, : max(lengths[i] for i in chunk)]  # (b, S_b)
-                hyp = self.generate(src, beam_size, alpha, extra_len, no_repeat_ngram_size)  # (b, T)
-                for i, text in zip(chunk, tok.decode(hyp, side="tgt"), strict=True):
-                    out[i] = text if texts[i].strip() else ""  # an empty line stays empty, not a guess
+            def decode(src: Tensor) -> list[str]:  # (b, S_b) -> b translations
+                return tok.decode(self.generate(src, beam_size, alpha, extra_len, no_repeat_ngram_size), side="tgt")
+
+            out = decode_by_length(self.encode_texts(texts), self.hparams.pad_id, batch_size, decode)
         finally:
             self.train(was_training)
-        return out
+        return [t if s.strip() else "" for t, s in zip(out, texts, strict=True)]  # an empty line stays empty
 
     # --------------------------------------------------------------- training
     def setup(self, stage: str) -> None:
@@ -372,30 +376,15 @@ class Seq2SeqTransformer(LightningModule):
         if dm is None:
             return
         check_agreement("vocab_size", self.hparams.vocab_size, getattr(dm, "vocab_size", None))
-        direction = (getattr(dm, "src_lang", None), getattr(dm, "tgt_lang", None))
-        if self.src_lang is not None and None not in direction and direction != (self.src_lang, self.tgt_lang):
-            raise ValueError(
-                f"the model translates {self.src_lang} -> {self.tgt_lang}, the data reads {direction[0]} -> "
-                f"{direction[1]}: set data.src_lang and data.tgt_lang to the model's"
-            )
+        data_direction = (getattr(dm, "src_lang", None), getattr(dm, "tgt_lang", None))
+        direction = adopt_direction((self.src_lang, self.tgt_lang), data_direction)
         tokenizer = getattr(dm, "tokenizer", None)
         if tokenizer is None:
             return
         for name in ("pad_id", "bos_id", "eos_id"):
             check_agreement(name, self.hparams[name], getattr(tokenizer, name))
-        if self.src_lang is None:  # a fresh model, or one started from a pretrained model: the data's direction
-            self.src_lang, self.tgt_lang = direction
-        if self.tokenizer is None:
-            self.tokenizer = tokenizer
-            if self.hparams.share_embeddings and not tokenizer.joint:
-                log.warning("share_embeddings=True with separate source/target vocabularies: ids collide in one table")
-        elif self.tokenizer != tokenizer:
-            raise ValueError(
-                "the data is encoded with another tokenizer than the model's (its weights read the model's ids): "
-                "give the DataModule the model's tokenizer, with dm.use_tokenizer(model.tokenizer) before calling "
-                "the Trainer, or with the DataModule's tokenizer_dir argument naming the tokenizer folder of the "
-                "model's training run"
-            )
+        self.src_lang, self.tgt_lang = direction
+        self.tokenizer = adopt_tokenizer(self.tokenizer, tokenizer, self.hparams.share_embeddings)
 
     def configure_model(self) -> None:
         """With ``compile``, compile the teacher-forced forward of the loss, once (Lightning calls this hook
@@ -493,7 +482,12 @@ class Seq2SeqTransformer(LightningModule):
         if isinstance(self.logger, WandbLogger) and candidates:
             from .plots import log_samples
 
-            log_samples(self, candidates, stage)
+            hp = self.hparams
+            log_samples(
+                self.logger, stage, candidates, n=hp.n_logged_samples, seed=hp.sample_seed, epoch=self.current_epoch,
+                step=self.global_step, pad_id=hp.pad_id, attention_figure=self.attention_figure,
+                translate=lambda src: self._texts(self.generate(src.to(self.device))),
+            )
 
     def on_validation_epoch_end(self) -> None:
         self._end_decoding_epoch("val")
@@ -508,7 +502,11 @@ class Seq2SeqTransformer(LightningModule):
         tokens (through EOS) down, no padding position on either axis."""
         from .plots import greedy_attention_figure
 
-        return greedy_attention_figure(self, src, title)
+        hp = self.hparams
+        return greedy_attention_figure(
+            src.to(self.device), partial(self.generate, beam_size=1), self.cross_attention, self.tokenizer,
+            pad_id=hp.pad_id, bos_id=hp.bos_id, eos_id=hp.eos_id, title=title,
+        )
 
     def configure_callbacks(self) -> list[Callback]:
         """A :class:`TranslationWriter` into the run folder, unless the Trainer already has a prediction

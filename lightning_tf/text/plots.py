@@ -5,7 +5,7 @@ across)."""
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -13,7 +13,8 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 if TYPE_CHECKING:
-    from .module import Seq2SeqTransformer
+    from lightning.pytorch.loggers import WandbLogger
+
     from .tokenizer import TextTokenizer
 
 __all__ = [
@@ -85,45 +86,87 @@ def figure_to_array(fig: Figure) -> np.ndarray:
     return np.asarray(canvas.buffer_rgba())[..., :3].copy()
 
 
-def log_samples(model: Seq2SeqTransformer, candidates: list[tuple[list[int], str, str]], stage: str) -> None:
-    """Log to wandb the sample table, ``n_logged_samples`` sentences drawn across source lengths from this epoch's
-    (seeded by ``sample_seed`` and the epoch, so every epoch shows others), translated now, and the
-    cross-attention of the drawn sentence nearest the epoch's median length."""
+def log_samples(
+    logger: WandbLogger,
+    stage: str,
+    candidates: Sequence[tuple[list[int], str, str]],
+    *,
+    n: int,
+    seed: int,
+    epoch: int,
+    step: int,
+    pad_id: int,
+    translate: Callable[[Tensor], list[str]],
+    attention_figure: Callable[[Tensor, str], Figure],
+) -> None:
+    """Log to wandb the sample table, ``n`` sentences drawn across source lengths from this epoch's
+    ``candidates`` (seeded by ``seed`` and ``epoch``, so every epoch shows others), translated now, and the
+    cross-attention of the drawn sentence nearest the epoch's median length.
+
+    Args:
+        logger: the run's wandb logger.
+        stage: the log keys' prefix (``val``, ``test``).
+        candidates: ``(source ids + EOS, source text, reference)`` of every sentence of the epoch.
+        n: sentences in the table.
+        seed: the run's sample seed.
+        epoch: the epoch the draw is for (and the figure's title).
+        step: the global step the image is logged at.
+        pad_id: the padding id of the source batch handed to ``translate``.
+        translate: source ids ``(n, S)`` -> one translation each.
+        attention_figure: source ids ``(S,)`` and a title -> the cross-attention figure of that sentence.
+    """
     import torch
-    from lightning.pytorch.loggers import WandbLogger
 
     lengths = [len(ids) for ids, _, _ in candidates]
-    chosen = draw_samples(lengths, model.hparams.n_logged_samples, model.hparams.sample_seed, model.current_epoch)
-    assert isinstance(model.logger, WandbLogger)
+    chosen = draw_samples(lengths, n, seed, epoch)
     if chosen:
         width = max(lengths[i] for i in chosen)
-        src = torch.full((len(chosen), width), model.hparams.pad_id, dtype=torch.long)  # (n, S)
+        src = torch.full((len(chosen), width), pad_id, dtype=torch.long)  # (n, S)
         for b, i in enumerate(chosen):
             src[b, : lengths[i]] = torch.tensor(candidates[i][0])
-        hyps = model._texts(model.generate(src.to(model.device)))
+        hyps = translate(src)
         rows = [[candidates[i][1], candidates[i][2], h] for i, h in zip(chosen, hyps, strict=True)]
-        model.logger.log_table(key=f"{stage}/samples", columns=["source", "reference", "translation"], data=rows)
+        logger.log_table(key=f"{stage}/samples", columns=["source", "reference", "translation"], data=rows)
     median = sorted(lengths)[len(lengths) // 2]
     # a typical sentence, not the shortest: the drawn one (else any) nearest the median length
     shown = min(chosen or range(len(lengths)), key=lambda i: (abs(lengths[i] - median), i))
-    fig = model.attention_figure(torch.tensor(candidates[shown][0]), title=f"{stage} epoch {model.current_epoch}")
-    model.logger.log_image(key=f"{stage}/cross_attention", images=[figure_to_array(fig)], step=model.global_step)
+    fig = attention_figure(torch.tensor(candidates[shown][0]), f"{stage} epoch {epoch}")
+    logger.log_image(key=f"{stage}/cross_attention", images=[figure_to_array(fig)], step=step)
 
 
+def greedy_attention_figure(
+    src: Tensor,
+    generate: Callable[[Tensor], Tensor],
+    cross_attention: Callable[[Tensor, Tensor], list[Tensor]],
+    tokenizer: TextTokenizer | None,
+    *,
+    pad_id: int,
+    bos_id: int,
+    eos_id: int,
+    title: str = "",
+) -> Figure:
+    """The cross-attention of a greedy translation of one sentence ``src (S,)``, through its first EOS, padding
+    dropped (:meth:`Seq2SeqTransformer.attention_figure <lightning_tf.text.Seq2SeqTransformer.attention_figure>`).
 
-def greedy_attention_figure(model: Seq2SeqTransformer, src: Tensor, title: str = "") -> Figure:
-    """:meth:`Seq2SeqTransformer.attention_figure`: the cross-attention of the model's greedy translation of
-    ``src (S,)``, through its first EOS, padding dropped."""
+    Args:
+        src: source ids ``(S,)`` (+ EOS, maybe padded), on the device of ``generate``.
+        generate: greedy decoding, source ids ``(1, S)`` -> ids ``(1, T')``.
+        cross_attention: teacher-forced ``(src (1, S), tgt (1, T))`` -> per decoder layer ``(1, H, T, S)``.
+        tokenizer: names the tokens on the axes (None: the ids).
+        pad_id: the padding id dropped from ``src``.
+        bos_id: the decoder's start token.
+        eos_id: the end-of-sentence id the translation is cut after.
+        title: figure title.
+    """
     import torch
 
-    hp = model.hparams
-    src = src[src != hp.pad_id][None].to(model.device)  # (1, S): the real tokens only
-    hyp = model.generate(src, beam_size=1)[0]  # (T',): the translation's ids
-    ends = (hyp == hp.eos_id).nonzero()
+    src = src[src != pad_id][None]  # (1, S): the real tokens only
+    hyp = generate(src)[0]  # (T',): the translation's ids
+    ends = (hyp == eos_id).nonzero()
     hyp = hyp[: int(ends[0]) + 1 if len(ends) else len(hyp)][None]  # (1, T): through the first EOS
-    tgt = torch.cat((torch.full_like(hyp[:, :1], hp.bos_id), hyp[:, :-1]), dim=1)  # (1, T): BOS + all but the last
-    weights = [w[0] for w in model.cross_attention(src, tgt)]  # L x (H, T, S)
-    src_tokens, tgt_tokens = (token_strings(model.tokenizer, i, s) for i, s in ((src[0], "src"), (hyp[0], "tgt")))
+    tgt = torch.cat((torch.full_like(hyp[:, :1], bos_id), hyp[:, :-1]), dim=1)  # (1, T): BOS + all but the last
+    weights = [w[0] for w in cross_attention(src, tgt)]  # L x (H, T, S)
+    src_tokens, tgt_tokens = (token_strings(tokenizer, i, s) for i, s in ((src[0], "src"), (hyp[0], "tgt")))
     return cross_attention_figure(weights, src_tokens, tgt_tokens, title=title)
 
 

@@ -11,6 +11,7 @@ from torch import Tensor
 
 from lightning_tf.core import DecoderCache
 from lightning_tf.text import Seq2SeqTransformer, beam_search, block_repeated_ngrams, greedy_search, length_penalty
+from lightning_tf.text.decoding import decode_by_length
 from lightning_tf.text.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from tests.helpers.text import pad_rows
 
@@ -227,3 +228,20 @@ def test_bad_search_arguments() -> None:
         beam_search(model, src, 5, **IDS, beam_size=0)
     with pytest.raises(ValueError, match=r"max_new_tokens must be at least 1.*\[0, 0, 0\]"):
         greedy_search(model, src, 0, **IDS)
+
+
+def test_decode_by_length_batches_similar_lengths_without_extra_padding_and_keeps_row_order() -> None:
+    lengths = [5, 1, 3, 7, 2, 6, 4]
+    ids = torch.full((len(lengths), 9), PAD_ID)  # (N, S): wider than any row
+    for i, n in enumerate(lengths):
+        ids[i, :n] = torch.arange(10 + i, 10 + i + n)
+    seen: list[list[int]] = []
+
+    def decode(src: Tensor) -> list[str]:
+        seen.append([int((row != PAD_ID).sum()) for row in src])
+        assert src.shape[1] == max(seen[-1]), "each batch is cut to its longest row"
+        return [" ".join(map(str, row[row != PAD_ID].tolist())) for row in src]
+
+    out = decode_by_length(ids, PAD_ID, 3, decode)
+    assert seen == [[1, 2, 3], [4, 5, 6], [7]], "shortest first, in batches of 3"
+    assert out == [" ".join(str(10 + i + k) for k in range(n)) for i, n in enumerate(lengths)], "in row order"
