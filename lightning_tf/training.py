@@ -25,6 +25,7 @@ import math
 import os
 from functools import partial
 from pathlib import Path
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
@@ -231,16 +232,16 @@ def prediction_path(trainer: Any, output: str | os.PathLike[str] | None, name: s
 
 
 def configure_adamw(
-    module: LightningModule, total_steps: int | Literal["estimate"] | None = "estimate", eps: float = 1e-8
+    module: nn.Module, hp: Mapping[str, Any], total_steps: int | float | None, eps: float = 1e-8
 ) -> dict[str, Any]:
-    """``configure_optimizers`` of a module whose hyperparameters name ``lr``, ``weight_decay``, ``betas``,
-    ``scheduler``, ``warmup_steps`` and ``min_lr``: AdamW over :func:`parameter_groups` and
-    :func:`build_scheduler` over ``total_steps`` (``estimate``: the Trainer's estimate of the run's steps;
-    None: unknown), with AdamW's ``eps``."""
-    hp = module.hparams
-    optimizer = torch.optim.AdamW(parameter_groups(module, hp.weight_decay), lr=hp.lr, betas=tuple(hp.betas), eps=eps)
-    total = module.trainer.estimated_stepping_batches if total_steps == "estimate" else total_steps
+    """What ``configure_optimizers`` returns for hyperparameters ``hp`` naming ``lr``, ``weight_decay``,
+    ``betas``, ``scheduler``, ``warmup_steps`` and ``min_lr``: AdamW over :func:`parameter_groups` of
+    ``module``'s parameters and :func:`build_scheduler` over ``total_steps`` (the Trainer's
+    ``estimated_stepping_batches``, say; None: unknown), with AdamW's ``eps``."""
+    optimizer = torch.optim.AdamW(parameter_groups(module, hp["weight_decay"]), lr=hp["lr"], betas=tuple(hp["betas"]),
+                                  eps=eps)  # fmt: skip
     scheduler = build_scheduler(
-        optimizer, hp.scheduler, lr=hp.lr, warmup_steps=hp.warmup_steps, total_steps=total, min_lr=hp.min_lr
+        optimizer, hp["scheduler"], lr=hp["lr"], warmup_steps=hp["warmup_steps"], total_steps=total_steps,
+        min_lr=hp["min_lr"],
     )
     return {"optimizer": optimizer} if scheduler is None else {"optimizer": optimizer, "lr_scheduler": scheduler}

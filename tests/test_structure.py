@@ -118,21 +118,12 @@ def test_module_level_imports_form_no_cycle() -> None:
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
-#: Import edges under ``TYPE_CHECKING`` that close a cycle, known while the K-line package is restructured.
-#: This list must shrink to empty: a helper that needs a type of its LightningModule takes the values instead.
-KNOWN_TYPE_CHECKING_CYCLE_EDGES = frozenset({
-    ("lightning_tf.kline.report", "lightning_tf.kline.module"),
-})
-
-
 def test_no_import_cycle_counting_type_checking_imports() -> None:
     """Imports under ``TYPE_CHECKING`` count too: a helper module that names its LightningModule's class for a
     type hint depends on it as much as one that imports it, and the module depends on the helper."""
     graph = _graph(type_checking=True)
-    cycle = _find_cycle(graph, KNOWN_TYPE_CHECKING_CYCLE_EDGES)
+    cycle = _find_cycle(graph)
     assert cycle is None, "import cycle (counting TYPE_CHECKING imports): " + " -> ".join(cycle or [])
-    stale = {(a, b) for a, b in KNOWN_TYPE_CHECKING_CYCLE_EDGES if b not in graph.get(a, set())}
-    assert not stale, f"no longer imported: remove {sorted(stale)} from KNOWN_TYPE_CHECKING_CYCLE_EDGES"
 
 
 def test_the_cycle_check_finds_a_cycle_through_type_checking_and_not_through_the_own_package() -> None:
@@ -288,23 +279,9 @@ def _module_takers(sources: Sources, hooks: frozenset[str]) -> set[tuple[str, st
     return found
 
 
-#: Functions that take a LightningModule, known while the K-line package is restructured. This list must shrink to
-#: empty: each should receive what it uses (tensors, the network, a logger, a path, plain values) instead.
-KNOWN_KLINE_MODULE_TAKERS = frozenset({
-    ("lightning_tf.kline.report", "TestRecord.add"),
-    ("lightning_tf.kline.report", "TestRecord.finish"),
-    ("lightning_tf.kline.report", "log_attention"),
-    ("lightning_tf.kline.report", "log_forecasts"),
-    ("lightning_tf.kline.report", "write_equity"),
-    ("lightning_tf.kline.writer", "ForecastWriter.write"),
-})
-
-
-#: Shared plumbing that takes any task's LightningModule: the export (its input is a trained model, or the
-#: checkpoint it is rebuilt from, and the sidecar is the module's own hparams and ``on_save_checkpoint``) and
-#: ``configure_adamw`` (the ``configure_optimizers`` every task delegates to, reading the hyperparameters they
-#: share by name). This list must not grow.
-KNOWN_SHARED_MODULE_TAKERS = frozenset({
+#: The export's functions, whose input is a trained model of any task (as ``torch.onnx.export`` takes a module):
+#: its weights, its example input, its hparams and ``on_save_checkpoint`` sidecar. This list must not grow.
+EXPORT_MODULE_TAKERS = frozenset({
     ("lightning_tf.export", "_describe"),
     ("lightning_tf.export", "_onnx_spec"),
     ("lightning_tf.export", "_verify_onnx"),
@@ -312,16 +289,14 @@ KNOWN_SHARED_MODULE_TAKERS = frozenset({
     ("lightning_tf.export", "export_safetensors"),
     ("lightning_tf.export", "load_module"),
     ("lightning_tf.export", "load_safetensors"),
-    ("lightning_tf.training", "configure_adamw"),
 })
 
 
 def test_no_function_outside_a_lightning_module_takes_one() -> None:
     """A helper receives what it uses, never the whole LightningModule (that is what keeps imports one-way)."""
     found = _module_takers(_sources(), _lightning_hooks())
-    known = KNOWN_KLINE_MODULE_TAKERS | KNOWN_SHARED_MODULE_TAKERS
-    assert not found - known, f"these take a LightningModule: {sorted(found - known)}"
-    assert not known - found, f"no longer take one: remove {sorted(known - found)} from its KNOWN_ list"
+    assert not found - EXPORT_MODULE_TAKERS, f"these take a LightningModule: {sorted(found - EXPORT_MODULE_TAKERS)}"
+    assert not EXPORT_MODULE_TAKERS - found, f"no longer take one: remove {sorted(EXPORT_MODULE_TAKERS - found)}"
 
 
 def _unannotated(sources: Sources) -> set[tuple[str, str, str]]:

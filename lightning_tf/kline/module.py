@@ -546,4 +546,4 @@ class KLineForecaster(LightningModule):
 
     def configure_optimizers(self) -> dict[str, Any]:
         """AdamW (matrices decay; what :meth:`no_weight_decay` lists does not) and the ``scheduler``."""
-        return configure_adamw(self)
+        return configure_adamw(self, self.hparams, self.trainer.estimated_stepping_batches)

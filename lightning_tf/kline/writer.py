@@ -19,6 +19,8 @@ from torch import Tensor
 from lightning_tf.distributed import gather_predictions, interleave, predict_size
 from lightning_tf.training import prediction_path
 
+from .scale import DataScale
+
 __all__ = ["ForecastWriter"]
 
 log = logging.getLogger(__name__)
@@ -70,15 +72,17 @@ class ForecastWriter(BasePredictionWriter):
             log.warning("no forecasts collected: the predict loader gave no window; nothing written")
             return
         path = prediction_path(trainer, self.output_file, "forecast.csv")
-        n = self.write(trainer, pl_module, merged[0], path)
+        scale, quantiles = getattr(pl_module, "data_scale", None), getattr(pl_module, "quantiles", None)
+        n = self.write(trainer, merged[0], path, scale, quantiles)
         print(f"wrote {n} forecasts to {path}")
 
-    def write(self, trainer: Trainer, pl_module: LightningModule, forecast: dict[str, Tensor], path: Path) -> int:
-        """Write the CSV and the charts of one merged batch of forecasts; returns the window count."""
+    def write(self, trainer: Trainer, forecast: dict[str, Tensor], path: Path, scale: DataScale | None,
+              quantiles: list[float] | None) -> int:
+        """Write the CSV and the charts of one merged batch of forecasts (the model's data ``scale`` and
+        ``quantiles`` name its columns); returns the window count."""
         from .evaluation.plots import candlestick_figure
 
         dm = getattr(trainer, "datamodule", None)
-        scale = getattr(pl_module, "data_scale", None)
         W, Fh, K = forecast["pred"].shape
         target_names = list(scale.target_names) if scale is not None else [f"target{k}" for k in range(K)]
         # predict batches index the predict data's own series; otherwise the model's trained tickers
@@ -88,7 +92,6 @@ class ForecastWriter(BasePredictionWriter):
             ticker_names = list(trained or [])
         scaling = dict(getattr(dm, "predict_scaling", None) or {})
         values = forecast.get("pred_orig", forecast["pred"]).double().numpy()  # (W, F, K)
-        quantiles = getattr(pl_module, "quantiles", None)
         q_values = forecast["quantiles_orig"].double().numpy() if "quantiles_orig" in forecast else None  # (W, F, K, Q)
         path.parent.mkdir(parents=True, exist_ok=True)
         frames, figures = [], []

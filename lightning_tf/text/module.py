@@ -544,5 +544,5 @@ class Seq2SeqTransformer(LightningModule):
         if total is None and hp.scheduler in ("cosine", "onecycle"):
             # only where the schedule needs the run's length: reading it builds the training loader before
             # Lightning restores a checkpoint's loader position, and a mid-epoch resume would redo the epoch
-            total = "estimate"
-        return configure_adamw(self, total, eps=hp.eps)
+            total = self.trainer.estimated_stepping_batches
+        return configure_adamw(self, hp, total, eps=hp.eps)

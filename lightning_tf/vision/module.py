@@ -460,4 +460,4 @@ class ViTClassifier(LightningModule):
 
     def configure_optimizers(self) -> dict[str, Any]:
         """AdamW (matrices decay; what :meth:`no_weight_decay` lists does not) and the ``scheduler``."""
-        return configure_adamw(self)
+        return configure_adamw(self, self.hparams, self.trainer.estimated_stepping_batches)
