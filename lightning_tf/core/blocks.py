@@ -99,9 +99,11 @@ class EncoderLayer(nn.Module):
         d_model: model width D.
         n_heads: number of heads H.
         d_ff: feed-forward hidden width; defaults to ``4 * d_model``.
-        dropout: dropout on each sublayer output (before the residual add) and inside the
-            feed-forward network.
+        dropout: dropout on each sublayer output (before the residual add), and on the feed-forward
+            hidden units unless ``ffn_dropout`` is given.
         attn_dropout: dropout on the attention weights.
+        ffn_dropout: dropout on the feed-forward hidden units; None: ``dropout`` (``torch.nn``'s
+            convention; Marian's ``activation_dropout`` is another rate).
         activation: feed-forward activation, ``relu``, ``gelu``, ``silu`` or ``swiglu``.
         norm_first: Pre-LN (True) or Post-LN (False).
         bias: whether linear layers have biases.
@@ -121,6 +123,7 @@ class EncoderLayer(nn.Module):
         *,
         dropout: float = 0.1,
         attn_dropout: float = 0.0,
+        ffn_dropout: float | None = None,
         activation: Activation = "relu",
         norm_first: bool = True,
         bias: bool = True,
@@ -134,7 +137,7 @@ class EncoderLayer(nn.Module):
             raise ValueError("drop_path and layer_scale need a Pre-LN layer (norm_first=True)")
         self.norm_first = norm_first
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=attn_dropout, bias=bias)
-        self.ff = FeedForward(d_model, d_ff, activation, dropout, bias)
+        self.ff = FeedForward(d_model, d_ff, activation, dropout if ffn_dropout is None else ffn_dropout, bias)
         self.norm1 = make_norm(norm, d_model, layer_norm_eps)
         self.norm2 = make_norm(norm, d_model, layer_norm_eps)
         self.dropout1 = nn.Dropout(dropout)
@@ -173,8 +176,10 @@ class DecoderLayer(nn.Module):
         d_model: model width D.
         n_heads: number of heads H.
         d_ff: feed-forward hidden width; defaults to ``4 * d_model``.
-        dropout: dropout on each sublayer output and inside the feed-forward network.
+        dropout: dropout on each sublayer output, and on the feed-forward hidden units unless
+            ``ffn_dropout`` is given.
         attn_dropout: dropout on the attention weights.
+        ffn_dropout: dropout on the feed-forward hidden units; None: ``dropout``.
         activation: feed-forward activation, ``relu``, ``gelu``, ``silu`` or ``swiglu``.
         norm_first: Pre-LN (True) or Post-LN (False).
         bias: whether linear layers have biases.
@@ -189,6 +194,7 @@ class DecoderLayer(nn.Module):
         *,
         dropout: float = 0.1,
         attn_dropout: float = 0.0,
+        ffn_dropout: float | None = None,
         activation: Activation = "relu",
         norm_first: bool = True,
         bias: bool = True,
@@ -198,7 +204,7 @@ class DecoderLayer(nn.Module):
         self.norm_first = norm_first
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=attn_dropout, bias=bias)
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=attn_dropout, bias=bias, cross_attention=True)
-        self.ff = FeedForward(d_model, d_ff, activation, dropout, bias)
+        self.ff = FeedForward(d_model, d_ff, activation, dropout if ffn_dropout is None else ffn_dropout, bias)
         self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps)
         self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps)
         self.norm3 = nn.LayerNorm(d_model, eps=layer_norm_eps)

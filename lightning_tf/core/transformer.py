@@ -69,8 +69,10 @@ class Encoder(nn.Module):
         n_heads: number of heads H; must divide ``d_model``.
         n_layers: number of layers.
         d_ff: feed-forward hidden width; defaults to ``4 * d_model``.
-        dropout: dropout on the input (embeddings + positions) and on every sublayer output.
+        dropout: dropout on the input (embeddings + positions), on every sublayer output and (unless
+            ``ffn_dropout`` is given) on the feed-forward hidden units.
         attn_dropout: dropout on the attention weights.
+        ffn_dropout: dropout on the feed-forward hidden units; None: ``dropout``.
         activation: feed-forward activation, ``relu``, ``gelu``, ``silu`` or ``swiglu``.
         norm_first: Pre-LN (True) or Post-LN (False).
         final_norm: layer norm after the last layer; defaults to ``norm_first``.
@@ -95,6 +97,7 @@ class Encoder(nn.Module):
         *,
         dropout: float = 0.1,
         attn_dropout: float = 0.0,
+        ffn_dropout: float | None = None,
         activation: Activation = "relu",
         norm_first: bool = True,
         final_norm: bool | None = None,
@@ -116,8 +119,8 @@ class Encoder(nn.Module):
         rates = [drop_path * i / max(n_layers - 1, 1) for i in range(n_layers)]
         self.layers = nn.ModuleList(
             EncoderLayer(
-                d_model, n_heads, d_ff, dropout=dropout, attn_dropout=attn_dropout, activation=activation,
-                norm_first=norm_first, bias=bias, layer_norm_eps=layer_norm_eps, drop_path=rate,
+                d_model, n_heads, d_ff, dropout=dropout, attn_dropout=attn_dropout, ffn_dropout=ffn_dropout,
+                activation=activation, norm_first=norm_first, bias=bias, layer_norm_eps=layer_norm_eps, drop_path=rate,
                 layer_scale=layer_scale, norm=norm,
             )
             for rate in rates
@@ -171,6 +174,7 @@ class Decoder(nn.Module):
         *,
         dropout: float = 0.1,
         attn_dropout: float = 0.0,
+        ffn_dropout: float | None = None,
         activation: Activation = "relu",
         norm_first: bool = True,
         final_norm: bool | None = None,
@@ -185,8 +189,8 @@ class Decoder(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.layers = nn.ModuleList(
             DecoderLayer(
-                d_model, n_heads, d_ff, dropout=dropout, attn_dropout=attn_dropout, activation=activation,
-                norm_first=norm_first, bias=bias, layer_norm_eps=layer_norm_eps,
+                d_model, n_heads, d_ff, dropout=dropout, attn_dropout=attn_dropout, ffn_dropout=ffn_dropout,
+                activation=activation, norm_first=norm_first, bias=bias, layer_norm_eps=layer_norm_eps,
             )
             for _ in range(n_layers)
         )

@@ -44,7 +44,7 @@ ARCHITECTURE = (
     "bos_id", "eos_id",
 )
 #: the arguments :func:`to_marian` writes: the architecture, the dropout rates and the generation's beam width
-EXPORTED = (*ARCHITECTURE, "dropout", "attn_dropout", "beam_size")
+EXPORTED = (*ARCHITECTURE, "dropout", "attn_dropout", "ffn_dropout", "beam_size")
 
 
 def _transformers() -> Any:
@@ -60,12 +60,16 @@ def _transformers() -> Any:
 # ---------------------------------------------------------------------------------------- in
 
 
-def marian_arguments(marian: Any, dropout: float | None = None) -> dict[str, Any]:
+def marian_arguments(
+    marian: Any, dropout: float | None = None, ffn_dropout: float | None = None
+) -> dict[str, Any]:
     """The :class:`Seq2SeqTransformer` arguments that reproduce a ``MarianMTModel``.
 
     Args:
         marian: the ``MarianMTModel`` (its config, and the embedding sharing of its modules).
-        dropout: a dropout rate to use instead of the config's.
+        dropout: a dropout rate to use instead of the config's ``dropout``.
+        ffn_dropout: a rate for the feed-forward hidden units to use instead of the config's
+            ``activation_dropout``.
 
     Raises:
         ValueError: for what our model cannot express, naming the config field.
@@ -101,6 +105,7 @@ def marian_arguments(marian: Any, dropout: float | None = None) -> dict[str, Any
         n_decoder_layers=config.decoder_layers,
         d_ff=config.encoder_ffn_dim,
         dropout=float(config.dropout if dropout is None else dropout),
+        ffn_dropout=float(config.activation_dropout if ffn_dropout is None else ffn_dropout),
         norm_first=False,
         activation=ACTIVATIONS[config.activation_function],
         pos_encoding="sinusoidal_halves",
@@ -186,7 +191,7 @@ def marian_state_dict(marian: Any, share_embeddings: bool, tie_output: bool) -> 
 
 
 def load_pretrained(
-    source: str, changed: Mapping[str, Any], dropout: float | None = None
+    source: str, changed: Mapping[str, Any], dropout: float | None = None, ffn_dropout: float | None = None
 ) -> tuple[dict[str, Any], dict[str, Tensor], SentencePieceTokenizer]:
     """Read a Marian model and its tokenizer from a hub name or a local folder.
 
@@ -195,6 +200,7 @@ def load_pretrained(
         changed: the architecture arguments (:data:`ARCHITECTURE`) the user set away from their defaults; each
             must equal the model's.
         dropout: a dropout rate to use instead of the model's.
+        ffn_dropout: a rate for the feed-forward hidden units to use instead of the model's.
 
     Returns:
         The model's architecture and special ids as :class:`Seq2SeqTransformer` arguments
@@ -209,7 +215,7 @@ def load_pretrained(
     tokenizer = load_tokenizer(source)
     if not isinstance(tokenizer, SentencePieceTokenizer):
         raise ValueError(f"{source}: holds no Marian tokenizer (source.spm, target.spm, vocab.json)")
-    arch = marian_arguments(marian, dropout)
+    arch = marian_arguments(marian, dropout, ffn_dropout)
     if tokenizer.vocab_size != arch["vocab_size"]:
         raise ValueError(f"{source}: the tokenizer's vocab_size ({tokenizer.vocab_size}) differs from the model's "
                          f"({arch['vocab_size']})")
@@ -243,9 +249,9 @@ def from_marian_arguments(
         raise ValueError(f"from_marian takes {clash} from the Marian model; leave them out")
     tok: SentencePieceTokenizer | None = None
     if isinstance(model, (str, Path)):
-        arch, state, tok = load_pretrained(str(model), {}, arguments.get("dropout"))
+        arch, state, tok = load_pretrained(str(model), {}, arguments.get("dropout"), arguments.get("ffn_dropout"))
     else:
-        arch = marian_arguments(model, arguments.get("dropout"))
+        arch = marian_arguments(model, arguments.get("dropout"), arguments.get("ffn_dropout"))
         state = marian_state_dict(model, arch["share_embeddings"], arch["tie_output"])
     if tokenizer is not None:
         tok = tokenizer
@@ -294,6 +300,7 @@ def to_marian(
     d_ff: int,
     dropout: float,
     attn_dropout: float,
+    ffn_dropout: float | None,
     norm_first: bool,
     activation: str,
     pos_encoding: str,
@@ -329,8 +336,8 @@ def to_marian(
         encoder_layers=n_layers, decoder_layers=n_decoder_layers,
         encoder_attention_heads=n_heads, decoder_attention_heads=n_heads,
         encoder_ffn_dim=d_ff, decoder_ffn_dim=d_ff, activation_function=_HF_ACTIVATION[activation],
-        # our dropout also drops the feed-forward hidden units: Marian's activation_dropout
-        dropout=dropout, attention_dropout=attn_dropout, activation_dropout=dropout,
+        dropout=dropout, attention_dropout=attn_dropout,
+        activation_dropout=dropout if ffn_dropout is None else ffn_dropout,  # ours: None is dropout's rate
         max_position_embeddings=max_len, scale_embedding=scale_embedding,
         share_encoder_decoder_embeddings=share_embeddings, tie_word_embeddings=tie_output,
         pad_token_id=pad_id, eos_token_id=eos_id, decoder_start_token_id=bos_id,

@@ -76,6 +76,7 @@ class Seq2SeqTransformer(LightningModule):
         d_ff: feed-forward width (None: the preset's).
         dropout: dropout on embeddings, sublayer outputs and feed-forward hidden units (None: the preset's).
         attn_dropout: dropout on attention weights.
+        ffn_dropout: the feed-forward hidden units' own rate (None: ``dropout``'s; Marian's ``activation_dropout``).
         norm_first: Pre-LN (True) or Post-LN (False, the paper's) (None: the preset's).
         activation: feed-forward activation.
         pos_encoding: positional encoding of both stacks.
@@ -90,8 +91,8 @@ class Seq2SeqTransformer(LightningModule):
         bos_id: the tokenizer's decoder start token (Marian models start with ``pad_id``).
         eos_id: the tokenizer's end-of-sentence id.
         pretrained: a Marian / OPUS-MT model to start from, by hub name or local folder (``hf`` extra): its
-            architecture, special ids, tokenizer and weights replace the arguments above (``dropout`` left at None
-            takes its) and the initial weights; checkpoints keep the result with ``pretrained: null``.
+            architecture, special ids, tokenizer and weights replace the arguments above (dropout rates left at None
+            take its) and the initial weights; checkpoints keep the result with ``pretrained: null``.
         label_smoothing: label smoothing of the cross-entropy (PAD targets are ignored).
         lr: peak learning rate.
         scheduler: learning-rate schedule (:func:`lightning_tf.training.build_scheduler`): ``noam``
@@ -130,6 +131,7 @@ class Seq2SeqTransformer(LightningModule):
         d_ff: int | None = None,
         dropout: float | None = None,
         attn_dropout: float = 0.0,
+        ffn_dropout: float | None = None,
         norm_first: bool | None = None,
         activation: Activation = "relu",
         pos_encoding: PositionalName = "sinusoidal",
@@ -168,7 +170,7 @@ class Seq2SeqTransformer(LightningModule):
         if pretrained:  # its architecture replaces the arguments; the hyperparameters keep the result
             defaults = inspect.signature(Seq2SeqTransformer.__init__).parameters
             changed = {k: hp[k] for k in ARCHITECTURE if hp[k] != defaults[k].default}
-            arch, state, tokenizer = load_pretrained(pretrained, changed, dropout)
+            arch, state, tokenizer = load_pretrained(pretrained, changed, dropout, ffn_dropout)
             hp.update(arch, pretrained=None)
         vocab_size = hp.vocab_size
         if preset not in PRESETS:
@@ -194,8 +196,8 @@ class Seq2SeqTransformer(LightningModule):
         n_dec = hp.n_decoder_layers
         self.size = size | {"n_decoder_layers": size["n_layers"] if n_dec is None else n_dec}
         stack = {k: size[k] for k in ("d_model", "n_heads", "d_ff", "dropout", "norm_first")} | dict(
-            attn_dropout=hp.attn_dropout, activation=hp.activation, pos_encoding=hp.pos_encoding, max_len=hp.max_len
-        )
+            attn_dropout=hp.attn_dropout, ffn_dropout=hp.ffn_dropout, activation=hp.activation,
+            pos_encoding=hp.pos_encoding, max_len=hp.max_len)
         D, pad = size["d_model"], hp.pad_id
         self.tgt_embed = TokenEmbedding(vocab_size, D, pad, hp.scale_embedding)
         self.src_embed = None if hp.share_embeddings else TokenEmbedding(vocab_size, D, pad, hp.scale_embedding)

@@ -81,3 +81,25 @@ def test_regularizers_need_pre_ln() -> None:
         EncoderLayer(D, H, norm_first=False, drop_path=0.1)
     with pytest.raises(ValueError, match=r"drop_path must be in \[0, 1\), got 1.5"):
         Encoder(D, H, 2, drop_path=1.5)
+
+
+@pytest.mark.parametrize(("ffn_dropout", "expected"), [(None, 0.3), (0.0, 0.0), (0.6, 0.6)])
+def test_ffn_dropout_is_the_hidden_units_rate_in_both_stacks(ffn_dropout: float | None, expected: float) -> None:
+    from torch import nn
+
+    from lightning_tf.core import Decoder
+    from tests.helpers.core import hidden_dropout_rates
+
+    torch.manual_seed(0)
+    kw = dict(dropout=0.3, ffn_dropout=ffn_dropout, activation="gelu")
+    enc, dec = Encoder(D, H, 2, 64, **kw), Decoder(D, H, 2, 64, **kw)
+    x = torch.randn(8, 24, D)
+    rates = hidden_dropout_rates(enc, lambda: enc(x)) + hidden_dropout_rates(dec, lambda: dec(x, x))
+    assert len(rates) == 4  # 12,288 hidden units per layer: a standard error of 0.005 at most
+    assert all(abs(r - expected) < 0.03 for r in rates), rates
+    if expected == 0:
+        assert all(r == 0 for r in rates)
+    # the embeddings' and the sublayer outputs' dropout keep `dropout`'s rate
+    others = [m.p for stack in (enc, dec) for name, m in stack.named_modules()
+              if isinstance(m, nn.Dropout) and ".ff." not in name]
+    assert len(others) == 2 + 2 * 2 + 2 * 3 and set(others) == {0.3}

@@ -197,6 +197,43 @@ def test_a_model_built_here_goes_out_to_transformers(tmp_path: Path) -> None:
         )
 
 
+def test_dropout_rates_come_from_the_marian_config_and_go_back(tmp_path: Path) -> None:
+    from transformers import MarianConfig
+
+    from lightning_tf.text.spm_tokenizer import SentencePieceTokenizer
+    from tests.helpers.core import hidden_dropout_rates
+    from tests.helpers.marian import SMALL, padded_sources, random_marian, write_tokenizer_folder
+
+    tok = SentencePieceTokenizer.load(write_tokenizer_folder(tmp_path / "tok"))
+    ref = random_marian(tok.vocab_size, SMALL)
+    ref.config.dropout, ref.config.activation_dropout = 0.15, 0.4
+    src, _ = padded_sources(tok.vocab_size, (30, 24, 30, 17) * 4)
+    tgt = src.clamp(max=tok.pad_id - 1)
+
+    def rates(model: Seq2SeqTransformer) -> list[float]:
+        return hidden_dropout_rates(model, lambda: model(src, tgt))
+
+    ours = Seq2SeqTransformer.from_marian(ref, tokenizer=tok)
+    assert (ours.size["dropout"], ours.hparams.ffn_dropout) == (0.15, 0.4)
+    got = rates(ours)  # 1 + 2 layers of 16 x 30 positions x 32 hidden units
+    assert len(got) == 3 and all(abs(r - 0.4) < 0.05 for r in got), got
+    config = MarianConfig.from_pretrained(ours.to_marian(tmp_path / "out"))
+    assert (config.dropout, config.activation_dropout) == (0.15, 0.4)
+    # a rate given by the user wins over the config's, and goes out as given
+    own = Seq2SeqTransformer.from_marian(ref, tokenizer=tok, ffn_dropout=0.0)
+    assert own.hparams.ffn_dropout == 0.0 and all(r == 0 for r in rates(own))
+    assert MarianConfig.from_pretrained(own.to_marian(tmp_path / "own")).activation_dropout == 0.0
+    # a model of ours with ffn_dropout left at None drops its hidden units at `dropout`, and says so to Marian
+    plain = Seq2SeqTransformer(
+        vocab_size=tok.vocab_size, d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.25, norm_first=False,
+        activation="silu", pos_encoding="sinusoidal_halves", output_bias=True, pad_id=tok.pad_id,
+        bos_id=tok.bos_id, eos_id=tok.eos_id,
+    )
+    plain.tokenizer = tok
+    assert all(abs(r - 0.25) < 0.05 for r in rates(plain))
+    assert MarianConfig.from_pretrained(plain.to_marian(tmp_path / "plain")).activation_dropout == 0.25
+
+
 def test_to_marian_refuses_what_marian_cannot_express(tmp_path: Path) -> None:
     model = Seq2SeqTransformer(vocab_size=40, preset="tiny")
     with pytest.raises(ValueError, match="norm_first is True; a Marian model is Post-LN"):
@@ -257,8 +294,11 @@ def test_pretrained_argument_reads_a_local_marian_folder(tmp_path: Path) -> None
         Seq2SeqTransformer(pretrained=str(folder), vocab_size=1000)
     with pytest.raises(ValueError, match=r"model\.d_model \(512\) differs from the pretrained model's \(16\)"):
         Seq2SeqTransformer(pretrained=str(folder), d_model=512)
-    # an architecture argument equal to the pretrained model's is fine, and dropout is the user's to choose
+    # an architecture argument equal to the pretrained model's is fine, and the dropout rates are the user's to
+    # choose (left at None: the model's, OPUS-MT's activation_dropout 0 for the feed-forward hidden units)
     assert Seq2SeqTransformer(pretrained=str(folder), d_model=16, dropout=0.3).size["dropout"] == 0.3
+    assert (hp.ffn_dropout, again.hparams.ffn_dropout) == (ref.config.activation_dropout,) * 2 == (0.0, 0.0)
+    assert Seq2SeqTransformer(pretrained=str(folder), ffn_dropout=0.2).hparams.ffn_dropout == 0.2
 
 
 def test_what_else_is_refused_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
