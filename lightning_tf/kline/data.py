@@ -9,6 +9,7 @@ PatchTST's borders). The windows and their batches are described in :mod:`.windo
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -18,30 +19,19 @@ from lightning.pytorch import LightningDataModule
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from .features import DEFAULT_FEATURES, Target, check_feature_names, compute_target, feature_matrix
+from .features import DEFAULT_FEATURES, Target, check_feature_names
+from .panel import PanelSettings, build_panel, load_panel, panel_spec, prepare_panel, ticker_spans
 from .reader.formats import check_number_options
 from .reader.io import read_bars
 from .reader.parsing import check_timezone
 from .reader.pool import pool_workers
-from .scale import DataScale, TargetKind, rebuild_prices, standard_scaler_fit
 from .reader.validation import ON_ERROR_CHOICES, OnError
-from .windows import WindowDataset, chronological_borders, next_timestamps, resolve_path, split_ends, window_loader
+from .scale import DataScale, TargetKind, rebuild_prices
+from .windows import WindowDataset, next_timestamps, resolve_path, window_loader
 
 __all__ = ["KLineDataModule"]
 
 log = logging.getLogger(__name__)
-
-
-def _ticker_spans(tickers: np.ndarray) -> list[tuple[str, int, int]]:
-    """``(ticker, first row, end row)`` of each ticker of a column sorted by ticker (the canonical frame's),
-    found by bisection: a few comparisons per ticker, none per row."""
-    spans, start = [], 0
-    while start < len(tickers):
-        name = tickers[start]
-        stop = int(np.searchsorted(tickers, name, side="right"))
-        spans.append((str(name), start, stop))
-        start = stop
-    return spans
 
 
 def _parse_date(name: str, value: str) -> pd.Timestamp:
@@ -92,6 +82,10 @@ class KLineDataModule(LightningDataModule):
         read_workers: processes reading the files of a folder side by side (the bars, errors and log
             lines are the same for any number); 0: this process reads them; None: one per idle CPU core
             (by the load average) for folders of 8 MB per worker or more, else 0.
+        cache_dir: a folder to prepare the panel in once (``prepare_data``: the scaled rows, borders,
+            statistics and windows as flat arrays, keyed by the bar files' content and these settings),
+            which every later run, DDP rank and loader worker memory-maps instead of reading the bars
+            (:mod:`lightning_tf.kline.panel`); None: every process reads and builds it in memory.
     """
 
     def __init__(
@@ -119,6 +113,7 @@ class KLineDataModule(LightningDataModule):
         predict_path: str | None = None,
         seed: int = 0,
         read_workers: int | None = None,
+        cache_dir: str | None = None,
     ) -> None:
         super().__init__()
         features = list(DEFAULT_FEATURES if features is None else features)
@@ -164,6 +159,7 @@ class KLineDataModule(LightningDataModule):
         self.datasets: dict[str, WindowDataset] = {}
         self.data_scale: DataScale | None = None  # the training statistics, after setup
         self._frame: pd.DataFrame | None = None
+        self._panel_folder: Path | None = None  # the prepared panel of this process (cache_dir)
         self._checkpoint_state: dict = {}  # a checkpoint's training statistics (load_state_dict)
         self.predict_ticker_names: list[str] = []  # the series to forecast, indexed by predict batches' ``ticker``
         self.predict_scaling: dict[str, str] = {}  # how each was scaled: a trained ticker's statistics or its own
@@ -177,127 +173,58 @@ class KLineDataModule(LightningDataModule):
             read_workers=h.read_workers,
         )
 
-    def _series(self, name: str, bars: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
-        """Features ``(n, C)``, target ``(n,)``, the first row where both are finite, and segment ids
-        ``(n,)`` (a new segment after every gap longer than ``max_gap``) of ticker ``name``'s bars (its
-        canonical columns as arrays)."""
+    def _settings(self) -> PanelSettings:
         h = self.hparams
-        feats = feature_matrix(bars, self.feature_names, h.volatility_window, h.volume_window)
-        target = compute_target(bars, h.target)
-        n = len(target)
-        finite = np.isfinite(feats).all(axis=1) & np.isfinite(target)
-        first = int(np.argmax(finite)) if finite.any() else n
-        bad = np.flatnonzero(~finite[first:])
-        if len(bad):
-            i = first + int(bad[0])
-            col = [n for n, ok in zip(self.feature_names, np.isfinite(feats[i]), strict=True) if not ok] or [h.target]
-            raise ValueError(
-                f"{h.path}: ticker {name!r} at {pd.Timestamp(bars['timestamp'][i])}: feature(s) {col} "
-                "are not finite after the warm-up rows"
-            )
-        segment = np.zeros(n, dtype=np.int64)
-        if h.max_gap is not None:
-            gaps = np.diff(bars["timestamp"]) > np.timedelta64(pd.Timedelta(h.max_gap))
-            segment[1:] = np.cumsum(gaps)
-        return feats, target, first, segment
+        return PanelSettings(
+            path=str(h.path), features=tuple(self.feature_names), target=h.target, context_len=self.context_len,
+            horizon=self.horizon, train_fraction=h.train_fraction, val_fraction=h.val_fraction, val_start=h.val_start,
+            test_start=h.test_start, max_gap=h.max_gap, volatility_window=h.volatility_window,
+            volume_window=h.volume_window,
+        )
 
-    def _borders(self, ts: np.ndarray) -> tuple[int, int]:
+    def _prepared(self) -> Path:
+        """The prepared panel's folder under ``cache_dir``, built first unless it exists."""
+        if self._panel_folder is not None:  # prepared by this process: the folder is finished and checked
+            return self._panel_folder
         h = self.hparams
-        if h.val_start is not None:
-            values = ts
-            return (
-                int(np.searchsorted(values, np.datetime64(pd.Timestamp(h.val_start)))),
-                int(np.searchsorted(values, np.datetime64(pd.Timestamp(h.test_start)))),
-            )
-        return chronological_borders(len(ts), h.train_fraction, h.val_fraction)
+        reader = {k: h[k] for k in ("columns", "ticker_column", "on_error", "decimal", "thousands", "timezone")}
+        spec = panel_spec(self._settings(), resolve_path(h.path), reader)
+        self._panel_folder = prepare_panel(spec, h.cache_dir, lambda: self._read(h.path))
+        return self._panel_folder
+
+    def prepare_data(self) -> None:
+        """With a ``cache_dir``: prepare the panel once (Lightning runs this on one process per machine before
+        ``setup``). Prediction prepares nothing: it reads only the bars to forecast."""
+        if self.trainer is not None and self.trainer.state.fn == "predict":
+            return
+        if self.hparams.cache_dir is not None:
+            self._prepared()
 
     def _build(self) -> None:
         h = self.hparams
-        L, F = self.context_len, self.horizon
-        frame = self._read(h.path)
-        self._frame = frame
-        n_rows, C = len(frame), self.n_features
-        # Every row's arrays, allocated once and filled ticker by ticker in the dtypes the batches use
-        # (rows of a ticker left out of the panel are cut off the end).
-        x = np.empty((n_rows, C), dtype=np.float32)
-        y = np.empty((n_rows, 1), dtype=np.float32)
-        raw = np.empty((n_rows, 1), dtype=np.float32)
-        anchor = np.empty(n_rows, dtype=np.float64)
-        ids = np.empty(n_rows, dtype=np.int64)
-        times = np.empty(n_rows, dtype=np.int64)
-        columns = {c: frame[c].to_numpy() for c in ("timestamp", "open", "high", "low", "close", "volume")}
-        close, stamps = columns["close"], columns["timestamp"].view(np.int64)
-        spans = _ticker_spans(frame["ticker"].to_numpy())
-        self.ticker_names = []
-        ends: dict[str, list[np.ndarray]] = {"train": [], "val": [], "test": []}
-        stats: list[tuple[np.ndarray, ...]] = []  # per ticker: feature mean, std, target mean, std
-        self.borders: dict[str, dict] = {}
-        offset = 0
-        for name, start, stop in spans:
-            bars = {c: v[start:stop] for c, v in columns.items()}  # views
-            feats, target, first, segment = self._series(name, bars)
-            n = stop - start
-            train_end, val_end = self._borders(bars["timestamp"])
-            if train_end - first < 2:
-                problem = (
-                    f"{h.path}: ticker {name!r} has {max(train_end - first, 0)} usable training rows "
-                    f"(of {n} bars, {first} warm-up)"
-                )
-                if len(spans) == 1:
-                    raise ValueError(f"{problem}; need more bars or a later val_start")
-                # In a panel, a ticker listed after val_start has no training statistics to scale it by.
-                log.warning("%s; it is left out of the panel", problem)
-                continue
-            k = len(self.ticker_names)
-            self.ticker_names.append(name)
-            # Statistics from the training rows only: validation and test rows never shape the scale.
-            f_mean, f_std = standard_scaler_fit(feats[first:train_end])
-            t_mean, t_std = standard_scaler_fit(target[first:train_end, None])
-            stats.append((f_mean, f_std, t_mean, t_std))
-            self.borders[name] = {
-                "first": first,
-                "train_end": train_end,
-                "val_end": val_end,
-                "n": n,
-                "val_start": pd.Timestamp(bars["timestamp"][train_end]) if train_end < n else None,
-                "test_start": pd.Timestamp(bars["timestamp"][val_end]) if val_end < n else None,
-            }
-            for split, e in split_ends(train_end, val_end, n, first, L, F).items():
-                e = e[segment[e - L + 1] == segment[np.minimum(e + F, n - 1)]]  # no window across a long gap
-                ends[split].append(e + offset)
-                if len(e) == 0:
-                    log.warning("%s: ticker %r has no %s windows (%d bars)", h.path, name, split, n)
-            rows = slice(offset, offset + n)
-            x[rows] = np.where(np.isfinite(feats), (feats - f_mean) / f_std, 0.0)  # warm-up rows are never read
-            y[rows, 0] = np.where(np.isfinite(target), (target - t_mean[0]) / t_std[0], 0.0)
-            raw[rows, 0] = np.nan_to_num(target)
-            anchor[rows] = close[start:stop]
-            ids[rows] = k
-            times[rows] = stamps[start:stop]
-            offset += n
-        if not self.ticker_names:
-            raise ValueError(f"{h.path}: no ticker has training rows before the validation border")
+        if h.cache_dir is not None:
+            folder = self._prepared()
+            panel, warnings = load_panel(folder)
+            for name, level, message in warnings:  # what the build said, said again: nothing is lost on reuse
+                logging.getLogger(name).log(level, "%s (when the panel was prepared)", message)
+        else:
+            self._frame = self._read(h.path)
+            panel = build_panel(self._frame, self._settings())
+        self.ticker_names, self.borders = panel.ticker_names, panel.borders
         self._warn_overlapping_fraction_splits()
-        f_mean, f_std, t_mean, t_std = (torch.tensor(np.stack(s)) for s in zip(*stats, strict=True))
-        self.feature_mean, self.feature_std = f_mean, f_std  # (n_tickers, C)
-        self.target_mean, self.target_std = t_mean, t_std  # (n_tickers, K)
+        stats = panel.statistics
+        self.feature_mean, self.feature_std = stats["feature_mean"], stats["feature_std"]  # (n_tickers, C)
+        self.target_mean, self.target_std = stats["target_mean"], stats["target_std"]  # (n_tickers, K)
         self.data_scale = DataScale(
             feature_names=self.feature_names, target_names=self.target_names, target_kind=self.target_kind,
-            ticker_names=self.ticker_names, feature_mean=f_mean, feature_std=f_std, target_mean=t_mean,
-            target_std=t_std, has_prices=True, volatility_window=h.volatility_window, volume_window=h.volume_window,
+            ticker_names=self.ticker_names, feature_mean=self.feature_mean, feature_std=self.feature_std,
+            target_mean=self.target_mean, target_std=self.target_std, has_prices=True,
+            volatility_window=h.volatility_window, volume_window=h.volume_window,
         )
-        self._rows = {
-            "x": torch.from_numpy(x[:offset]),  # (N, C)
-            "y": torch.from_numpy(y[:offset]),  # (N, K)
-            "raw_target": torch.from_numpy(raw[:offset]),  # (N, K)
-            "anchor": torch.from_numpy(anchor[:offset]),  # (N,)
-            "ticker": torch.from_numpy(ids[:offset]),  # (N,)
-            "time": torch.from_numpy(times[:offset]),  # (N,)
-        }
-        for split, parts in ends.items():
-            self.datasets[split] = WindowDataset(
-                ends=torch.from_numpy(np.concatenate(parts)), context_len=L, horizon=F, **self._rows
-            )
+        self._rows = panel.rows
+        for split, ends in panel.ends.items():
+            self.datasets[split] = WindowDataset(ends=ends, context_len=self.context_len, horizon=self.horizon,
+                                                 **self._rows)
         self._check_splits()
         log.info(
             "%s: %d tickers, windows train/val/test = %d/%d/%d",
@@ -358,7 +285,7 @@ class KLineDataModule(LightningDataModule):
         self._predict_source = str(h.predict_path or h.path)
         frame = self._frame if h.predict_path is None and self._frame is not None else self._read(self._predict_source)
         self._predict_frame = frame
-        spans = _ticker_spans(frame["ticker"].to_numpy())
+        spans = ticker_spans(frame["ticker"].to_numpy())
         self.predict_ticker_names = [name for name, _, _ in spans]
         self._predict_bars = {}
         self._predict_times = {}
@@ -515,9 +442,12 @@ class KLineDataModule(LightningDataModule):
 
     @property
     def bars(self) -> pd.DataFrame:
-        """The canonical bars of ``path`` (all tickers, validated), read by ``setup``."""
-        if self._frame is None:
+        """The canonical bars of ``path`` (all tickers, validated), read by ``setup`` (with a ``cache_dir``,
+        which reads no bars, when first asked for)."""
+        if "train" not in self.datasets:
             self.setup("fit")
+        if self._frame is None:
+            self._frame = self._read(self.hparams.path)
         return self._frame
 
     def recent_bars(self, n: int, ticker: int = 0) -> pd.DataFrame:
@@ -535,10 +465,9 @@ class KLineDataModule(LightningDataModule):
 
     def split_frame(self, split: Literal["train", "val", "test"]) -> pd.DataFrame:
         """The canonical bars whose rows the windows of ``split`` forecast (for reports and plots)."""
-        if self._frame is None:
-            self.setup("fit")
+        frame = self.bars
         parts = []
-        rows = {name: (start, stop) for name, start, stop in _ticker_spans(self._frame["ticker"].to_numpy())}
+        rows = {name: (start, stop) for name, start, stop in ticker_spans(frame["ticker"].to_numpy())}
         for name in self.ticker_names:
             b = self.borders[name]
             lo, hi = {
@@ -546,5 +475,5 @@ class KLineDataModule(LightningDataModule):
                 "val": (b["train_end"], b["val_end"]),
                 "test": (b["val_end"], b["n"]),
             }[split]
-            parts.append(self._frame.iloc[rows[name][0] : rows[name][1]].iloc[lo:hi])
+            parts.append(frame.iloc[rows[name][0] : rows[name][1]].iloc[lo:hi])
         return pd.concat(parts, ignore_index=True)

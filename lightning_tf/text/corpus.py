@@ -18,10 +18,7 @@ manifest, an interrupted build included, is rebuilt, never used. A lock file mak
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
-import os
 import shutil
 import time
 from collections.abc import Iterable, Iterator
@@ -30,11 +27,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info
 from tqdm.auto import tqdm
 
+from lightning_tf.prepared import default_cache_root, file_identity, prepare_folder, sha256, write_manifest
+
 from .io import FileFormat, Pair, ReadStats, iter_pairs, pair_files
-from .store import Lines, LinesWriter, Ragged, RaggedWriter, check_manifest, crc32, write_manifest
+from .store import Lines, LinesWriter, Ragged, RaggedWriter
 from .synthetic import algorithmic_pairs, english_german_pairs
 from .tokenizer import BPETokenizer, TextTokenizer, tokenizer_from_dict
 
@@ -48,14 +47,6 @@ BIG = 100_000  # training pairs from which BPE training shows the tokenizers lib
 Split = Literal["train", "val", "test"]
 SPLITS: tuple[Split, ...] = ("train", "val", "test")
 Dedup = Literal["source", "pair", "either", "none"]
-
-
-def default_cache_root() -> Path:
-    """``$LIGHTNING_TF_CACHE``, else ``$XDG_CACHE_HOME/lightning-tf``, else ``~/.cache/lightning-tf``."""
-    if os.environ.get("LIGHTNING_TF_CACHE"):
-        return Path(os.environ["LIGHTNING_TF_CACHE"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base).expanduser() / "lightning-tf"
 
 
 @dataclass(frozen=True)
@@ -102,9 +93,9 @@ class CorpusSpec:
         d = asdict(self)
         d["columns"] = list(self.columns)
         tok = d.pop("tokenizer")
-        d["tokenizer_sha256"] = None if tok is None else _sha256(tok)
+        d["tokenizer_sha256"] = None if tok is None else sha256(tok)
         d["inputs"] = {
-            s: [{"name": p.name, "bytes": p.stat().st_size, "crc32": crc32(p)} for p in files]
+            s: [file_identity(p) for p in files]
             for s, files in self.inputs().items()
         }
         d["version"] = CACHE_VERSION
@@ -113,7 +104,7 @@ class CorpusSpec:
     def key(self) -> str:
         """The folder name: a readable label and 16 hex digits of the fingerprint's hash."""
         label = self.dataset or Path(self.train_file or "corpus").name.split(".")[0] or "corpus"
-        return f"{label}-{self.src_lang}-{self.tgt_lang}-{_sha256(self.fingerprint())[:16]}"
+        return f"{label}-{self.src_lang}-{self.tgt_lang}-{sha256(self.fingerprint())[:16]}"
 
     def where(self, split: str, stats: dict[str, int]) -> str:
         """`` (file: lines=..., ...)`` or `` (dataset '...')``, for messages about ``split``."""
@@ -123,10 +114,6 @@ class CorpusSpec:
             return f" (dataset {self.dataset!r})"
         counts = ", ".join(f"{k.split('/')[1]}={v}" for k, v in stats.items() if k.startswith(f"{split}/"))
         return f" ({source}: {counts})" if counts else f" ({source})"
-
-
-def _sha256(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
 # ------------------------------------------------------------------------------------------- building
@@ -388,53 +375,12 @@ def build_corpus(spec: CorpusSpec, out: Path, progress: bool = True) -> dict[str
     return write_manifest(out, manifest)
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``path`` (released by the system when a process dies)."""
-    try:
-        import fcntl
-    except ImportError:  # no POSIX locks (Windows): builds stay atomic, a race builds twice
-        yield
-        return
-    with path.open("a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def prepare_corpus(spec: CorpusSpec, root: str | Path | None = None, progress: bool = True) -> Path:
     """The folder of ``spec``'s prepared corpus under ``root/text`` (default :func:`default_cache_root`),
     built first unless a complete one exists. A folder that does not match its manifest (a build that
     was killed, a truncated or changed file) is said to be unusable and built again."""
     base = Path(root if root is not None else default_cache_root()).expanduser() / "text"
-    base.mkdir(parents=True, exist_ok=True)
-    key = spec.key()
-    final = base / key
-    with _locked(base / f"{key}.lock"):
-        if final.exists():
-            manifest, problem = check_manifest(final, CACHE_VERSION, key)
-            if manifest is not None:
-                rank_zero_info(f"reusing the prepared corpus {final}")
-                return final
-            rank_zero_warn(f"the prepared corpus {final} cannot be used ({problem}); building it again")
-            shutil.rmtree(final)
-        for stale in base.glob(f"{key}.tmp*"):  # left by a killed build: the lock says nobody builds it now
-            rank_zero_warn(f"removing {stale}: an unfinished build of this corpus, left by an interrupted run")
-            shutil.rmtree(stale, ignore_errors=True)
-        tmp = base / f"{key}.tmp{os.getpid()}"
-        tmp.mkdir()
-        rank_zero_info(f"preparing the corpus into {final} (once: later runs with the same data and settings reuse it)")
-        try:
-            manifest = build_corpus(spec, tmp, progress)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        os.rename(tmp, final)
-        phases = ", ".join(f"{k} {v:.1f} s" for k, v in manifest["phase_seconds"].items())
-        rank_zero_info(f"prepared the corpus in {manifest['seconds']:.1f} s ({phases}): {final}")
-    return final
+    return prepare_folder(base, spec.key(), CACHE_VERSION, lambda tmp: build_corpus(spec, tmp, progress), "corpus")
 
 
 class PreparedCorpus:

@@ -12,9 +12,6 @@ again instead of receiving a copy).
 
 from __future__ import annotations
 
-import json
-import os
-import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import chain
 from pathlib import Path
@@ -22,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Lines", "LinesWriter", "Ragged", "RaggedWriter", "check_manifest", "crc32", "write_manifest"]
+from lightning_tf.prepared import MANIFEST, check_manifest, crc32, write_manifest
 
-MANIFEST = "manifest.json"
+__all__ = ["Lines", "LinesWriter", "Ragged", "RaggedWriter", "check_manifest", "crc32", "write_manifest"]
 
 
 def _append(path: Path, array: np.ndarray) -> None:
@@ -194,51 +191,3 @@ class Lines:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._map()
-
-
-def crc32(path: Path) -> int:
-    """CRC-32 of a file's bytes, read in blocks."""
-    crc = 0
-    with path.open("rb") as f:
-        while block := f.read(1 << 24):
-            crc = zlib.crc32(block, crc)
-    return crc
-
-
-def write_manifest(directory: Path, manifest: dict[str, Any]) -> dict[str, Any]:
-    """Add the size and CRC-32 of every file in ``directory`` to ``manifest`` and write it as
-    ``manifest.json``, last and atomically: a folder without a manifest is an unfinished build."""
-    directory = Path(directory)
-    files = {
-        p.name: {"bytes": p.stat().st_size, "crc32": crc32(p)}
-        for p in sorted(directory.iterdir())
-        if p.is_file() and p.name != MANIFEST
-    }
-    manifest = {**manifest, "files": files}
-    tmp = directory / f"{MANIFEST}.tmp"
-    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, directory / MANIFEST)
-    return manifest
-
-
-def check_manifest(directory: Path, version: int, key: str) -> tuple[dict[str, Any] | None, str | None]:
-    """``(manifest, None)`` when ``directory`` holds a finished build of ``key`` in format ``version`` whose
-    files all have their recorded size and checksum, else ``(None, what is wrong)``."""
-    path = Path(directory) / MANIFEST
-    if not path.is_file():
-        return None, "it has no manifest: its build did not finish"
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        return None, f"its manifest cannot be read ({e})"
-    if manifest.get("version") != version or manifest.get("key") != key:
-        return None, f"its manifest is for format {manifest.get('version')} key {manifest.get('key')}"
-    for name, entry in manifest.get("files", {}).items():
-        file = Path(directory) / name
-        if not file.is_file():
-            return None, f"{name} is missing"
-        if file.stat().st_size != entry["bytes"]:
-            return None, f"{name} has {file.stat().st_size} bytes, the manifest says {entry['bytes']}"
-        if crc32(file) != entry["crc32"]:
-            return None, f"{name} does not match its checksum"
-    return manifest, None

@@ -39,6 +39,9 @@ def test_scale_benchmark_smoke(tmp_path: Path) -> None:
         assert row["feature_mb"] == pytest.approx(row["rows"] * 6 * 4 / 2**20)  # six float32 features per bar
         assert row["peak_mb"] >= row["steady_mb"] - 1
     assert kline["rows"][-1]["ddp_sum_mb"] == pytest.approx(2 * kline["rows"][-1]["ddp_rank_mb"])
+    for row in kline["rows"]:  # the prepared panel: built once (cold), then mapped (warm)
+        assert row["cold_s"] > 0 and 0 < row["warm_s"] < row["cold_s"] and row["prepared_mb"] > 0
+    assert kline["rows"][-1]["ddp_prepared_mb"] > 0 and kline["rows"][0]["ddp_prepared_mb"] is None
     names = [t["what"] for t in kline["targets"]]
     assert names[:2] == ["60 tickers: setup s <= 4 x pandas + 5 s", "60 tickers: peak MB <= 6 x features + 200 MB"]
     assert all(t["passed"] == (t["value"] <= t["limit"]) for t in kline["targets"])

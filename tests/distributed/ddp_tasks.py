@@ -226,7 +226,9 @@ def run_kline(devices: int, out: Path) -> None:
     }
     record: dict[str, Any] = {}
     pl.seed_everything(SEED, verbose=False)
-    dm = KLineDataModule(batch_size=b * 2 // devices, **data_kw)
+    # the two processes read a panel prepared once (rank 0 prepares, both map it); one process builds it in memory
+    cache = {"cache_dir": str(out / "panel_cache")} if devices > 1 else {}
+    dm = KLineDataModule(batch_size=b * 2 // devices, **data_kw, **cache)
     model = KLineForecaster(**model_kw)
     t = trainer(devices, max_steps=6, limit_val_batches=0)
     t.fit(model, datamodule=dm)

@@ -6,7 +6,9 @@ DataModule's evaluation loaders use :class:`~lightning_tf.distributed.UnpaddedDi
 instead. ``up_share`` depends only on the data, so it must be EXACTLY equal (counts summed over the
 processes); the other metrics come from weights that agree to float32 precision after 6 steps
 (measured: 6e-7 relative at most, 2e-5 for the correlations, merged from per-process float32
-moments). A repeated window moves the metrics by about 1/147 = 7e-3.
+moments). A repeated window moves the metrics by about 1/147 = 7e-3. The two processes read their panel from
+a prepared cache (``cache_dir``: rank 0 prepares it, both map it), the one process builds it in memory: the
+same windows and metrics either way.
 """
 
 from __future__ import annotations
@@ -29,6 +31,12 @@ def _close(a: float, b: float, key: str) -> bool:
         return math.isnan(a) and math.isnan(b)
     rel = 1e-3 if key.endswith("ic") else 1e-4
     return b == pytest.approx(a, rel=rel, abs=1e-9)
+
+
+def test_the_two_processes_shared_one_prepared_panel(ddp_runs: Runs) -> None:
+    panels = [p for p in (ddp_runs.two / "panel_cache" / "kline").iterdir() if p.is_dir()]
+    assert len(panels) == 1 and (panels[0] / "manifest.json").is_file()
+    assert not (ddp_runs.one / "panel_cache").exists()
 
 
 def test_training_keeps_processes_in_step(ddp_runs: Runs) -> None:

@@ -1,0 +1,336 @@
+"""The panel of a :class:`~lightning_tf.kline.KLineDataModule`: every ticker's scaled features and targets
+stored end to end, its split borders, training statistics and window ends.
+
+:func:`build_panel` makes one from the canonical bars in memory. With a ``cache_dir``, the DataModule
+instead prepares it once (:func:`prepare_panel`, what ``prepare_data`` runs on one process per machine)
+into a folder keyed by the bar files' content and every setting the panel depends on, and every rank and
+DataLoader worker memory-maps that folder (:func:`load_panel`): the pages are shared, a later start reads
+no bar file, and the warnings of the build are said again when it is reused. The folder is built and
+checked as the text corpora are (:mod:`lightning_tf.prepared`: temporary folder, manifest of sizes and
+checksums, rename, lock).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import Tensor
+
+from lightning_tf.prepared import file_identity, prepare_folder, sha256, write_manifest
+
+from .features import Target, compute_target, feature_matrix
+from .reader.io import list_bar_files
+from .scale import standard_scaler_fit
+from .windows import chronological_borders, split_ends
+
+__all__ = ["PANEL_VERSION", "Panel", "PanelSettings", "build_panel", "load_panel", "prepare_panel", "ticker_spans"]
+
+log = logging.getLogger(__name__)
+
+#: the layout of a prepared panel; a change makes every older folder a different key
+PANEL_VERSION = 1
+ROWS = ("x", "y", "raw_target", "anchor", "ticker", "time")
+STATISTICS = ("feature_mean", "feature_std", "target_mean", "target_std")
+SPLITS = ("train", "val", "test")
+
+
+def ticker_spans(tickers: np.ndarray) -> list[tuple[str, int, int]]:
+    """``(ticker, first row, end row)`` of each ticker of a column sorted by ticker (the canonical frame's),
+    found by bisection: a few comparisons per ticker, none per row."""
+    spans, start = [], 0
+    while start < len(tickers):
+        name = tickers[start]
+        stop = int(np.searchsorted(tickers, name, side="right"))
+        spans.append((str(name), start, stop))
+        start = stop
+    return spans
+
+
+@dataclass(frozen=True)
+class PanelSettings:
+    """What a panel depends on beyond the bars: the :class:`~lightning_tf.kline.KLineDataModule` arguments of
+    the same names (``path`` names the data in messages)."""
+
+    path: str
+    features: tuple[str, ...]
+    target: Target
+    context_len: int
+    horizon: int
+    train_fraction: float
+    val_fraction: float
+    val_start: str | None
+    test_start: str | None
+    max_gap: str | None
+    volatility_window: int
+    volume_window: int
+
+
+@dataclass
+class Panel:
+    """A built panel.
+
+    Attributes:
+        ticker_names: the tickers kept, in row order (id ``k`` is ``ticker_names[k]``).
+        borders: per ticker: ``first`` (first row with finite features), ``train_end``, ``val_end``, ``n``,
+            and the first timestamps of validation and test (``val_start``, ``test_start``, or None).
+        rows: ``x (N, C)``, ``y (N, 1)``, ``raw_target (N, 1)`` float32, ``anchor (N,)`` float64, ``ticker (N,)``
+            and ``time (N,)`` int64 of every row of every kept ticker.
+        ends: per split, the row of the last context bar of each window ``(W,)`` int64.
+        statistics: ``feature_mean``, ``feature_std`` ``(n_tickers, C)``, ``target_mean``, ``target_std``
+            ``(n_tickers, 1)`` float64, of each ticker's training rows.
+    """
+
+    ticker_names: list[str]
+    borders: dict[str, dict[str, Any]]
+    rows: dict[str, Tensor]
+    ends: dict[str, Tensor]
+    statistics: dict[str, Tensor]
+
+
+def _series(
+    name: str, bars: dict[str, np.ndarray], s: PanelSettings
+) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
+    """Features ``(n, C)``, target ``(n,)``, the first row where both are finite, and segment ids
+    ``(n,)`` (a new segment after every gap longer than ``max_gap``) of ticker ``name``'s bars (its
+    canonical columns as arrays)."""
+    feats = feature_matrix(bars, list(s.features), s.volatility_window, s.volume_window)
+    target = compute_target(bars, s.target)
+    n = len(target)
+    finite = np.isfinite(feats).all(axis=1) & np.isfinite(target)
+    first = int(np.argmax(finite)) if finite.any() else n
+    bad = np.flatnonzero(~finite[first:])
+    if len(bad):
+        i = first + int(bad[0])
+        col = [f for f, ok in zip(s.features, np.isfinite(feats[i]), strict=True) if not ok] or [s.target]
+        raise ValueError(
+            f"{s.path}: ticker {name!r} at {pd.Timestamp(bars['timestamp'][i])}: feature(s) {col} "
+            "are not finite after the warm-up rows"
+        )
+    segment = np.zeros(n, dtype=np.int64)
+    if s.max_gap is not None:
+        gaps = np.diff(bars["timestamp"]) > np.timedelta64(pd.Timedelta(s.max_gap))
+        segment[1:] = np.cumsum(gaps)
+    return feats, target, first, segment
+
+
+def _borders(ts: np.ndarray, s: PanelSettings) -> tuple[int, int]:
+    if s.val_start is not None:
+        return (
+            int(np.searchsorted(ts, np.datetime64(pd.Timestamp(s.val_start)))),
+            int(np.searchsorted(ts, np.datetime64(pd.Timestamp(s.test_start)))),
+        )
+    return chronological_borders(len(ts), s.train_fraction, s.val_fraction)
+
+
+def build_panel(frame: pd.DataFrame, s: PanelSettings) -> Panel:
+    """The panel of the canonical bars ``frame`` (sorted by ticker, then time). Every ticker is split
+    chronologically and scaled with the statistics of its own training rows only; a ticker of a panel
+    without two training rows is left out with a warning (a single one is refused)."""
+    L, F = s.context_len, s.horizon
+    n_rows, C = len(frame), len(s.features)
+    # Every row's arrays, allocated once and filled ticker by ticker in the dtypes the batches use
+    # (rows of a ticker left out of the panel are cut off the end).
+    x = np.empty((n_rows, C), dtype=np.float32)
+    y = np.empty((n_rows, 1), dtype=np.float32)
+    raw = np.empty((n_rows, 1), dtype=np.float32)
+    anchor = np.empty(n_rows, dtype=np.float64)
+    ids = np.empty(n_rows, dtype=np.int64)
+    times = np.empty(n_rows, dtype=np.int64)
+    columns = {c: frame[c].to_numpy() for c in ("timestamp", "open", "high", "low", "close", "volume")}
+    close, stamps = columns["close"], columns["timestamp"].view(np.int64)
+    spans = ticker_spans(frame["ticker"].to_numpy())
+    names: list[str] = []
+    ends: dict[str, list[np.ndarray]] = {split: [] for split in SPLITS}
+    stats: list[tuple[np.ndarray, ...]] = []  # per ticker: feature mean, std, target mean, std
+    borders: dict[str, dict[str, Any]] = {}
+    offset = 0
+    for name, start, stop in spans:
+        bars = {c: v[start:stop] for c, v in columns.items()}  # views
+        feats, target, first, segment = _series(name, bars, s)
+        n = stop - start
+        train_end, val_end = _borders(bars["timestamp"], s)
+        if train_end - first < 2:
+            problem = (
+                f"{s.path}: ticker {name!r} has {max(train_end - first, 0)} usable training rows "
+                f"(of {n} bars, {first} warm-up)"
+            )
+            if len(spans) == 1:
+                raise ValueError(f"{problem}; need more bars or a later val_start")
+            # In a panel, a ticker listed after val_start has no training statistics to scale it by.
+            log.warning("%s; it is left out of the panel", problem)
+            continue
+        k = len(names)
+        names.append(name)
+        # Statistics from the training rows only: validation and test rows never shape the scale.
+        f_mean, f_std = standard_scaler_fit(feats[first:train_end])
+        t_mean, t_std = standard_scaler_fit(target[first:train_end, None])
+        stats.append((f_mean, f_std, t_mean, t_std))
+        borders[name] = {
+            "first": first,
+            "train_end": train_end,
+            "val_end": val_end,
+            "n": n,
+            "val_start": pd.Timestamp(bars["timestamp"][train_end]) if train_end < n else None,
+            "test_start": pd.Timestamp(bars["timestamp"][val_end]) if val_end < n else None,
+        }
+        for split, e in split_ends(train_end, val_end, n, first, L, F).items():
+            e = e[segment[e - L + 1] == segment[np.minimum(e + F, n - 1)]]  # no window across a long gap
+            ends[split].append(e + offset)
+            if len(e) == 0:
+                log.warning("%s: ticker %r has no %s windows (%d bars)", s.path, name, split, n)
+        rows = slice(offset, offset + n)
+        x[rows] = np.where(np.isfinite(feats), (feats - f_mean) / f_std, 0.0)  # warm-up rows are never read
+        y[rows, 0] = np.where(np.isfinite(target), (target - t_mean[0]) / t_std[0], 0.0)
+        raw[rows, 0] = np.nan_to_num(target)
+        anchor[rows] = close[start:stop]
+        ids[rows] = k
+        times[rows] = stamps[start:stop]
+        offset += n
+    if not names:
+        raise ValueError(f"{s.path}: no ticker has training rows before the validation border")
+    arrays = (x, y, raw, anchor, ids, times)
+    return Panel(
+        ticker_names=names,
+        borders=borders,
+        rows={key: torch.from_numpy(a[:offset]) for key, a in zip(ROWS, arrays, strict=True)},
+        ends={split: torch.from_numpy(np.concatenate(parts)) for split, parts in ends.items()},
+        statistics={key: torch.tensor(np.stack(v)) for key, v in zip(STATISTICS, zip(*stats, strict=True), strict=True)},
+    )
+
+
+# ------------------------------------------------------------------------------------------- prepared
+
+
+@dataclass(frozen=True)
+class PanelSpec:
+    """Everything a prepared panel depends on: the panel's settings and the reader's (the
+    :class:`~lightning_tf.kline.KLineDataModule` arguments ``columns``, ``ticker_column``, ``on_error``,
+    ``decimal``, ``thousands``, ``timezone``), and the bar files, by name, size and CRC-32."""
+
+    settings: PanelSettings
+    reader: tuple[tuple[str, Any], ...]
+    files: tuple[Path, ...]
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The settings and every bar file's identity (:func:`lightning_tf.prepared.file_identity`)."""
+        return self._fingerprint
+
+    @cached_property
+    def _fingerprint(self) -> dict[str, Any]:  # the files are read once per spec
+        settings = asdict(self.settings)
+        settings.pop("path")  # a moved folder of the same files is the same panel
+        return {
+            "settings": settings,
+            "reader": {k: v for k, v in self.reader},
+            "files": [file_identity(p) for p in self.files],
+            "version": PANEL_VERSION,
+        }
+
+    def key(self) -> str:
+        """The folder name: the data's name and 16 hex digits of the fingerprint's hash."""
+        label = Path(self.settings.path).name.split(".")[0] or "bars"
+        return f"{label}-{sha256(self.fingerprint())[:16]}"
+
+
+def panel_spec(settings: PanelSettings, path: Path, reader: dict[str, Any]) -> PanelSpec:
+    """The :class:`PanelSpec` of the bars at ``path`` (a file or a folder of files) read with ``reader``."""
+    return PanelSpec(settings, tuple(sorted(reader.items())), tuple(list_bar_files(path)))
+
+
+class _Keep(logging.Handler):
+    """Collects the warnings of ``lightning_tf`` loggers during a build, to be said again on reuse."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.records: list[list[Any]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append([record.name, record.levelno, record.getMessage()])
+
+
+@contextmanager
+def _kept_warnings() -> Iterator[_Keep]:
+    logger, keep = logging.getLogger("lightning_tf"), _Keep()
+    logger.addHandler(keep)
+    try:
+        yield keep
+    finally:
+        logger.removeHandler(keep)
+
+
+def _write(panel: Panel, spec: PanelSpec, out: Path, warnings: list[list[Any]], times: dict[str, float]) -> dict:
+    for key in ROWS:
+        np.save(out / f"{key}.npy", panel.rows[key].numpy())
+    for split in SPLITS:
+        np.save(out / f"ends_{split}.npy", panel.ends[split].numpy())
+    for key in STATISTICS:
+        np.save(out / f"{key}.npy", panel.statistics[key].numpy())
+    stamp = lambda t: None if t is None else t.isoformat()  # noqa: E731
+    borders = {name: {**b, "val_start": stamp(b["val_start"]), "test_start": stamp(b["test_start"])}
+               for name, b in panel.borders.items()}
+    manifest = {
+        "version": PANEL_VERSION,
+        "key": spec.key(),
+        "spec": spec.fingerprint(),
+        "ticker_names": panel.ticker_names,
+        "borders": borders,
+        "warnings": warnings,
+        "seconds": round(sum(times.values()), 2),
+        "phase_seconds": times,
+    }
+    return write_manifest(out, manifest)
+
+
+def prepare_panel(spec: PanelSpec, root: str | Path, read: Callable[[], pd.DataFrame]) -> Path:
+    """The folder of ``spec``'s prepared panel under ``root/kline``, built first (``read()`` gives the canonical
+    bars) unless a finished, intact one exists; a folder that does not match its manifest (a killed build, a
+    truncated or changed file) is said to be unusable and built again."""
+
+    def build(out: Path) -> dict[str, Any]:
+        times: dict[str, float] = {}
+        with _kept_warnings() as kept:
+            t0 = time.perf_counter()
+            frame = read()
+            times["read"] = round(time.perf_counter() - t0, 2)
+            t0 = time.perf_counter()
+            panel = build_panel(frame, spec.settings)
+            del frame
+            times["features"] = round(time.perf_counter() - t0, 2)
+        t0 = time.perf_counter()
+        manifest = _write(panel, spec, out, kept.records, times)
+        manifest["phase_seconds"]["write"] = round(time.perf_counter() - t0, 2)
+        manifest["seconds"] = round(sum(manifest["phase_seconds"].values()), 2)
+        return manifest
+
+    base = Path(root).expanduser() / "kline"
+    return prepare_folder(base, spec.key(), PANEL_VERSION, build, "panel")
+
+
+def load_panel(folder: str | Path) -> tuple[Panel, list[list[Any]]]:
+    """A prepared panel, its row arrays memory-mapped (copy-on-write: shared pages, never written back), and
+    the warnings its build gave (``[logger, level, message]``)."""
+    import json
+
+    folder = Path(folder)
+    manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    stamp = lambda t: None if t is None else pd.Timestamp(t)  # noqa: E731
+    borders = {name: {**b, "val_start": stamp(b["val_start"]), "test_start": stamp(b["test_start"])}
+               for name, b in manifest["borders"].items()}
+    panel = Panel(
+        ticker_names=list(manifest["ticker_names"]),
+        borders=borders,
+        rows={key: torch.from_numpy(np.load(folder / f"{key}.npy", mmap_mode="c")) for key in ROWS},
+        ends={split: torch.from_numpy(np.load(folder / f"ends_{split}.npy")) for split in SPLITS},
+        statistics={key: torch.from_numpy(np.load(folder / f"{key}.npy")) for key in STATISTICS},
+    )
+    return panel, manifest["warnings"]
