@@ -806,9 +806,12 @@ def main(argv: list[str] | None = None) -> None:
         section.measured = (f"{where}; fastest of {args.repeats} run(s) per phase, each in a fresh process; "
                             f"{before} at the start, {_load()} at the end (other jobs shared the machine)")
         sections.append(section)
-    if args.merge and js.exists():  # keep the sections this run did not measure
-        done = {s.title for s in sections}
-        sections += [Section.from_dict(d) for d in json.loads(js.read_text())["sections"] if d["title"] not in done]
+    if args.merge and js.exists():  # keep the sections this run did not measure, in the page's order
+        done = {s.title: s for s in sections}
+        earlier = json.loads(js.read_text())["sections"]
+        order = [d["title"] for d in earlier] + [t for t in done if t not in {d["title"] for d in earlier}]
+        kept = {d["title"]: Section.from_dict(d) for d in earlier}
+        sections = [done.get(t) or kept[t] for t in order]
     title = f"# Cost against size (`benchmarks/scale.py{' --quick' if args.quick else ''}`)"
     text = title + "\n\n" + "\n\n".join(s.markdown() for s in sections) + "\n"
     print(text)

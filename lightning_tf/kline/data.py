@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import torch
 from lightning.pytorch import LightningDataModule
+from lightning.pytorch.utilities import rank_zero_only
 from torch import Tensor
 from torch.utils.data import DataLoader
 
@@ -170,7 +171,7 @@ class KLineDataModule(LightningDataModule):
         return read_bars(
             resolve_path(path), columns=h.columns, ticker_column=h.ticker_column, on_error=h.on_error,
             max_gap=h.max_gap, decimal=h.decimal, thousands=h.thousands, timezone=h.timezone,
-            read_workers=h.read_workers,
+            read_workers=h.read_workers, progress=rank_zero_only.rank == 0,
         )
 
     def _settings(self) -> PanelSettings:

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from tqdm.auto import tqdm
 
 from lightning_tf.memory import release_freed_memory
 
@@ -293,6 +294,7 @@ def read_bars(
     timezone: str | None = None,
     name: str | None = None,
     read_workers: int | None = None,
+    progress: bool = True,
 ) -> pd.DataFrame:
     """Read bars into the canonical frame (see the module docstring), validated.
 
@@ -318,6 +320,7 @@ def read_bars(
             :func:`lightning_tf.kline.reader.pool.map_in_order`); 0: this process reads them; None: one per idle
             CPU core (by the load average) for folders of 8 MB per worker or more, else 0. The frame,
             the errors and the log lines are the same for any number.
+        progress: show a bar of the files read once a folder's reading has taken two seconds.
 
     Returns:
         The canonical frame, sorted by ticker then timestamp, with a fresh RangeIndex.
@@ -336,16 +339,20 @@ def read_bars(
     workers = pool_workers(read_workers, len(sources), sum(file.stat().st_size for file in files))
     origin: dict[str, Any] = {}
     names, parts = [], []
-    for (file, _), tickers in zip(sources, map_in_order(partial(_read_source, options=options), sources, workers),
-                                  strict=True):
-        for ticker, part in tickers:
-            if ticker in origin:
-                raise ValueError(f"{file}: ticker {ticker!r} also comes from {origin[ticker]}; one file per ticker")
-            origin[ticker] = file
-            if isinstance(part, ValueError):
-                raise part from None
-            names.append(ticker)
-            parts.append(part)
+    read = map_in_order(partial(_read_source, options=options), sources, workers)
+    show = progress and len(sources) > 1  # a folder of files
+    with tqdm(total=len(sources), desc=f"reading {path}" if show else "", unit="file", delay=2, disable=not show,
+              leave=False) as bar:
+        for (file, _), tickers in zip(sources, read, strict=True):
+            bar.update()
+            for ticker, part in tickers:
+                if ticker in origin:
+                    raise ValueError(f"{file}: ticker {ticker!r} also comes from {origin[ticker]}; one file per ticker")
+                origin[ticker] = file
+                if isinstance(part, ValueError):
+                    raise part from None
+                names.append(ticker)
+                parts.append(part)
     frame = _stack(names, parts)
     del parts
     release_freed_memory()

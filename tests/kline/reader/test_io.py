@@ -545,3 +545,23 @@ def test_tongdaxin_titles_and_times_of_day() -> None:
     assert times.iloc[4:].isna().all()  # minute 60 and text are not times of day
     assert time_of_day(pd.Series([935, 1500])).tolist() == ["09:35:00", "15:00:00"]  # 0935 read as a number
     assert time_of_day(pd.Series(["093500", "150000"])).tolist() == ["09:35:00", "15:00:00"]
+
+
+def test_a_folder_read_shows_its_progress_unless_told_not_to(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lightning_tf.kline.reader import io as reader_io
+    from tests.helpers.kline import make_bars
+
+    for seed, name in enumerate(["A", "B", "C"]):
+        make_bars(30, seed=seed).to_csv(tmp_path / f"{name}.csv", index=False)
+    bar = reader_io.tqdm
+    monkeypatch.setattr(reader_io, "tqdm", lambda *a, **kw: bar(*a, **{**kw, "delay": 0, "mininterval": 0}))
+    shown = read_bars(tmp_path, read_workers=0)
+    err = capsys.readouterr().err
+    assert f"reading {tmp_path}" in err and "3/3" in err
+    quiet = read_bars(tmp_path, read_workers=0, progress=False)
+    assert "reading" not in capsys.readouterr().err
+    pd.testing.assert_frame_equal(shown, quiet)
+    read_bars(tmp_path / "A.csv", read_workers=0)  # one file: no bar
+    assert "reading" not in capsys.readouterr().err
