@@ -12,6 +12,7 @@ checksums, rename, lock).
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -30,6 +31,7 @@ from lightning_tf.prepared import file_identity, prepare_folder, sha256, write_m
 
 from .features import Target, compute_target, feature_matrix
 from .reader.io import list_bar_files
+from .reader.pool import RecordKeeper
 from .scale import standard_scaler_fit
 from .windows import chronological_borders, split_ends
 
@@ -247,25 +249,18 @@ def panel_spec(settings: PanelSettings, path: Path, reader: dict[str, Any]) -> P
     return PanelSpec(settings, tuple(sorted(reader.items())), tuple(list_bar_files(path)))
 
 
-class _Keep(logging.Handler):
-    """Collects the warnings of ``lightning_tf`` loggers during a build, to be said again on reuse."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.records: list[list[Any]] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append([record.name, record.levelno, record.getMessage()])
-
-
 @contextmanager
-def _kept_warnings() -> Iterator[_Keep]:
-    logger, keep = logging.getLogger("lightning_tf"), _Keep()
+def _kept_warnings() -> Iterator[list[list[Any]]]:
+    """The warnings of ``lightning_tf`` loggers while in the block, as ``[logger, level, message]`` (to be said
+    again when the panel is reused)."""
+    logger, keep = logging.getLogger("lightning_tf"), RecordKeeper(logging.WARNING)
+    kept: list[list[Any]] = []
     logger.addHandler(keep)
     try:
-        yield keep
+        yield kept
     finally:
         logger.removeHandler(keep)
+        kept += [[r.name, r.levelno, r.getMessage()] for r in keep.records]
 
 
 def _write(panel: Panel, spec: PanelSpec, out: Path, warnings: list[list[Any]], times: dict[str, float]) -> dict:
@@ -307,7 +302,7 @@ def prepare_panel(spec: PanelSpec, root: str | Path, read: Callable[[], pd.DataF
             del frame
             times["features"] = round(time.perf_counter() - t0, 2)
         t0 = time.perf_counter()
-        manifest = _write(panel, spec, out, kept.records, times)
+        manifest = _write(panel, spec, out, kept, times)
         manifest["phase_seconds"]["write"] = round(time.perf_counter() - t0, 2)
         manifest["seconds"] = round(sum(manifest["phase_seconds"].values()), 2)
         return manifest
@@ -319,8 +314,6 @@ def prepare_panel(spec: PanelSpec, root: str | Path, read: Callable[[], pd.DataF
 def load_panel(folder: str | Path) -> tuple[Panel, list[list[Any]]]:
     """A prepared panel, its row arrays memory-mapped (copy-on-write: shared pages, never written back), and
     the warnings its build gave (``[logger, level, message]``)."""
-    import json
-
     folder = Path(folder)
     manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
     stamp = lambda t: None if t is None else pd.Timestamp(t)  # noqa: E731

@@ -23,6 +23,7 @@ import shutil
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -89,7 +90,11 @@ class CorpusSpec:
     def fingerprint(self) -> dict[str, Any]:
         """The settings, the tokenizer's hash and each input file's size and CRC-32 (its content: a file
         rewritten within the clock's resolution, or copied with its old modification time, still counts as
-        changed; reading it costs about a second per GB)."""
+        changed; reading it costs about a second per GB, once per spec)."""
+        return self._fingerprint
+
+    @cached_property
+    def _fingerprint(self) -> dict[str, Any]:
         d = asdict(self)
         d["columns"] = list(self.columns)
         tok = d.pop("tokenizer")

@@ -1,5 +1,5 @@
 """Flat arrays on disk for prepared corpora: ragged rows of token ids and lines of text, appended in
-chunks, memory-mapped when read, and a manifest of sizes and checksums written last.
+chunks and memory-mapped when read (their manifest of sizes and checksums: :mod:`lightning_tf.prepared`).
 
 A ragged column ``name`` is three files: ``name.ids`` (every row's values back to back), ``name.len``
 (each row's length) and ``name.off`` (``n + 1`` int64 offsets, row ``i`` being ``ids[off[i]:off[i + 1]]``),
@@ -19,9 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from lightning_tf.prepared import MANIFEST, check_manifest, crc32, write_manifest
-
-__all__ = ["Lines", "LinesWriter", "Ragged", "RaggedWriter", "check_manifest", "crc32", "write_manifest"]
+__all__ = ["Lines", "LinesWriter", "Ragged", "RaggedWriter"]
 
 
 def _append(path: Path, array: np.ndarray) -> None:

@@ -42,6 +42,16 @@ def _ids(dm: TranslationDataModule, split: str) -> list[tuple[list[int], list[in
     return [(d.src_ids[i].tolist(), d.tgt_ids[i].tolist()) for i in range(len(d))]
 
 
+def test_a_build_reads_its_inputs_checksum_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write_tsv(tmp_path / "deu.txt", tatoeba_rows())
+    seen: list[str] = []
+    real = corpus.file_identity
+    monkeypatch.setattr(corpus, "file_identity", lambda p: seen.append(Path(p).name) or real(p))
+    spec = CorpusSpec(dataset=None, train_file=str(path), n_val=2, n_test=2, min_frequency=1)
+    prepare_corpus(spec, tmp_path / "cache", progress=False)
+    assert seen == ["deu.txt"]  # the key, the build and its manifest share one fingerprint
+
+
 def test_a_second_run_reuses_the_prepared_corpus(tmp_path: Path, builds: list[Path], caplog) -> None:
     path = write_tsv(tmp_path / "deu.txt", tatoeba_rows())
     kw = dict(dataset=None, train_file=str(path), min_frequency=1, cache_dir=str(tmp_path / "cache"))

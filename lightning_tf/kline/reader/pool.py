@@ -18,7 +18,7 @@ from concurrent.futures import ProcessPoolExecutor
 from functools import partial
 from typing import Any, TypeVar
 
-__all__ = ["MIN_BYTES_PER_WORKER", "map_in_order", "pool_workers"]
+__all__ = ["MIN_BYTES_PER_WORKER", "RecordKeeper", "map_in_order", "pool_workers"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -77,11 +77,12 @@ def map_in_order(function: Callable[[T], R], items: Iterable[T], workers: int) -
         executor.shutdown(wait=True, cancel_futures=True)
 
 
-class _Keep(logging.Handler):
-    """Collects records, formatted so that they can travel between processes."""
+class RecordKeeper(logging.Handler):
+    """Collects the records of ``level`` and above, formatted so that they can travel between processes (or be
+    stored and said again)."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, level: int = logging.NOTSET) -> None:
+        super().__init__(level)
         self.records: list[logging.LogRecord] = []
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -92,7 +93,7 @@ class _Keep(logging.Handler):
 def _run(function: Callable[[Any], Any], level: int, item: Any) -> tuple[bool, Any, list[logging.LogRecord]]:
     """In a worker: ``(True, result, records)`` or ``(False, exception, records)``."""
     logger = logging.getLogger(_LOGGER)
-    keep = _Keep()
+    keep = RecordKeeper()
     saved = logger.handlers, logger.propagate, logger.level
     # The records go back to the parent only: a forked worker would otherwise also write them itself.
     logger.handlers, logger.propagate = [keep], False
