@@ -1,7 +1,8 @@
 # The two commands of the README, plus helpers. Each creates and fills .venv on first use.
 #   make run    the main job: the three tasks on their embedded default data, each tested after fit,
 #               then one summary table (lightning-tf tour)
-#   make test   the unit tier of the test suite (under 3 minutes on 2 CPU cores)
+#   make test   the unit tier of the test suite (under 3 minutes on 2 CPU cores; one pytest-xdist worker per
+#               core, at most 4)
 #   make test-integration   CLI subprocesses, DDP, resume, config builds, wandb content, benchmark smoke runs
 #   make test-slow          quality thresholds (minutes of training)
 
@@ -37,7 +38,7 @@ run-kline: $(STAMP)
 	$(FIT) --config configs/kline/msft_daily.yaml
 
 test: $(STAMP)
-	$(PY) -m pytest -q --durations=10
+	$(PY) -m pytest -q -n auto --maxprocesses 4 --durations=10
 
 test-integration: $(STAMP)
 	$(PY) -m pytest -q -m integration --integration --durations=10
