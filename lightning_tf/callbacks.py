@@ -161,6 +161,7 @@ class RNGState(Callback):
         self.isolate_validation = isolate_validation
         self._train_states: tuple[Any, ...] | None = None  # after the latest training batch
         self._loaded: dict[str, Any] | None = None  # from the checkpoint, until applied
+        self._loader_states: list[Any] | None = None  # the training loaders' positions, likewise
 
     # ------------------------------------------------------------------ training stream
     def on_train_batch_end(
@@ -199,6 +200,8 @@ class RNGState(Callback):
     def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]) -> None:
         if trainer.state.fn != TrainerFn.FITTING:
             return
+        fit_loop = checkpoint.get("loops", {}).get("fit_loop", {}).get("state_dict", {})
+        self._loader_states = fit_loop.get("combined_loader")  # the training loaders' positions: on_train_start
         saved = checkpoint.get(CHECKPOINT_KEY)
         if saved is None:
             rank_zero_warn(
@@ -222,6 +225,15 @@ class RNGState(Callback):
             self._loaded = None
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        # Lightning loads a checkpoint's loader positions when it builds the training loader; one built
+        # earlier (``trainer.estimated_stepping_batches`` in ``configure_optimizers``) would restart its
+        # epoch. Loading again is harmless: no batch has been asked for yet.
+        loaders = trainer.train_dataloader
+        loaders = loaders if isinstance(loaders, (list, tuple)) else [loaders]
+        for loader, state in zip(loaders, self._loader_states or [], strict=False):
+            if state and callable(getattr(loader, "load_state_dict", None)):
+                loader.load_state_dict(state)
+        self._loader_states = None
         if self._loaded is not None:
             set_rng_states(self._loaded["states"])
             self._loaded = None
