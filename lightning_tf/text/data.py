@@ -31,7 +31,8 @@ from .io import FileFormat, read_sentences
 from .sampler import BatchListDataset, BucketBatchSampler
 from .store import Lines, Ragged
 from .synthetic import SyntheticName
-from .tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, TextTokenizer, load_tokenizer, tokenizer_from_dict
+from .tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, TextTokenizer
+from .tokenizer_kinds import load_tokenizer, tokenizer_from_dict
 
 __all__ = [
     "Dedup",
