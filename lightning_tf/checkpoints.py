@@ -199,7 +199,10 @@ def check_checkpoint(path: str | os.PathLike[str], model_class: type | None = No
         ckpt = _open(p)
     except CheckpointError as e:
         raise CheckpointError(f"{e}{_alternative(p)}") from None
-    error = _format_error(p, ckpt) or (_class_error(p, ckpt, model_class) if model_class is not None else None)
+    error = _format_error(p, ckpt)
+    if error:
+        raise CheckpointError(f"{error}{_alternative(p)}")
+    error = _class_error(p, ckpt, model_class) if model_class is not None else None
     if error:
         raise CheckpointError(error)
     return ckpt

@@ -29,7 +29,8 @@ once), so the training stream does not depend on ``num_workers``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import signal
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -42,6 +43,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 __all__ = [
     "Batch",
     "EpochBatchSampler",
+    "IgnoreStopSignals",
     "ResumableDataLoader",
     "SeededBatches",
     "ShardedDataLoader",
@@ -271,10 +273,32 @@ class SeededBatches(Dataset):
         return self.dataset[i]
 
 
+class IgnoreStopSignals:
+    """A ``worker_init_fn``: SIGTERM and SIGUSR1 are ignored in the loader worker (a scheduler signals
+    every process of a job; the main process decides when the run stops, and a worker killed
+    mid-fetch would take the run with it); then the given ``worker_init_fn``. Workers still end with
+    their loader, or when the main process is gone.
+
+    Args:
+        then: a ``worker_init_fn`` to call after.
+    """
+
+    def __init__(self, then: Callable[[int], None] | None = None) -> None:
+        self.then = then
+
+    def __call__(self, worker_id: int) -> None:
+        for name in ("SIGTERM", "SIGUSR1"):
+            if hasattr(signal, name):
+                signal.signal(getattr(signal, name), signal.SIG_IGN)
+        if self.then is not None:
+            self.then(worker_id)
+
+
 class ShardedDataLoader(DataLoader):
     """A DataLoader over an :class:`EpochBatchSampler`, which shards itself: ``loader.sampler`` is the
     batch sampler's ``DistributedSampler``-typed view, so Lightning neither adds its own sampler under
-    DDP nor needs ``use_distributed_sampler: false``.
+    DDP nor needs ``use_distributed_sampler: false``. Its workers ignore the stop signals
+    (:class:`IgnoreStopSignals`).
 
     Args:
         dataset: the items.
@@ -283,6 +307,9 @@ class ShardedDataLoader(DataLoader):
     """
 
     def __init__(self, dataset: Dataset, batch_sampler: EpochBatchSampler, **kwargs: Any) -> None:
+        given = kwargs.get("worker_init_fn")
+        if kwargs.get("num_workers", 0) > 0 and not isinstance(given, IgnoreStopSignals):
+            kwargs["worker_init_fn"] = IgnoreStopSignals(given)
         super().__init__(dataset, batch_sampler=batch_sampler, **kwargs)
         object.__setattr__(self, "sampler", batch_sampler.sampler)  # DataLoader refuses it after __init__
 

@@ -25,6 +25,7 @@ from lightning_tf.kline import KLineDataModule, KLineForecaster
 from lightning_tf.text import BucketBatchSampler, ResumableDataLoader, Seq2SeqTransformer, TranslationDataModule
 from lightning_tf.vision import ImageDataModule, ViTClassifier
 from lightning_tf.vision import data as vision_data
+from tests.helpers.kline import make_bars
 
 # subprocesses, process groups or whole training runs: the integration tier (make test-integration)
 pytestmark = pytest.mark.integration
@@ -195,14 +196,30 @@ def test_resume_with_the_cli_spelling_last(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------- mid-epoch
 
 
-@pytest.mark.parametrize("name", list(TASKS))
+def panel_task(folder: Path) -> Task:
+    """K-line windows of a folder of tickers, prepared once into a panel under ``cache`` and mapped."""
+    bars = folder / "bars"
+    bars.mkdir(parents=True, exist_ok=True)
+    for seed, name in enumerate(["A", "B", "C"]):
+        make_bars(300, seed=seed).to_csv(bars / f"{name}.csv", index=False)
+
+    def task() -> tuple[LightningModule, LightningDataModule]:
+        model, _ = kline_task()
+        dm = KLineDataModule(str(bars), context_len=32, horizon=4, batch_size=32, cache_dir=str(folder / "cache"),
+                             val_start="2000-09-01", test_start="2000-11-01")
+        return model, dm
+
+    return task
+
+
+@pytest.mark.parametrize("name", [*TASKS, "kline_panel"])
 def test_resume_mid_epoch_is_exact(name: str, tmp_path: Path) -> None:
     """ModelCheckpoint(every_n_train_steps=3) saves inside epochs (steps 3, 9) and at an epoch's last
     batch (step 12, before its validation). Killed at step 10, resumed from step 9 (batch 2 of epoch
     3): the stateful loader goes on with the epoch's 2nd batch (vision: with that batch's own
     augmentation draws) and the RNG is restored after the new iterator exists, so the result is
-    bitwise the uninterrupted run."""
-    task = TASKS[name]
+    bitwise the uninterrupted run. Text trains on its prepared corpus, ``kline_panel`` on a prepared panel."""
+    task = TASKS[name] if name in TASKS else panel_task(tmp_path)
     full = fit(task, tmp_path / "full", max_epochs=4, every_n_train_steps=3)
     fit(task, tmp_path / "cut", max_epochs=4, every_n_train_steps=3, kill_at_step=10)
     ckpt = torch.load(tmp_path / "cut" / "last.ckpt", weights_only=True)

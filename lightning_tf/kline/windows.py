@@ -34,7 +34,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from lightning_tf.distributed import eval_sampler
-from lightning_tf.loaders import ResumableDataLoader, ShuffledBatchSampler
+from lightning_tf.loaders import IgnoreStopSignals, ResumableDataLoader, ShuffledBatchSampler
 from lightning_tf.resources import find
 
 __all__ = [
@@ -254,6 +254,7 @@ def window_loader(
         collate_fn=_batched,
         num_workers=num_workers,
         persistent_workers=num_workers > 0,
+        worker_init_fn=IgnoreStopSignals() if num_workers > 0 else None,  # the main process stops the run
     )
 
 

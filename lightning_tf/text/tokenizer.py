@@ -73,11 +73,11 @@ class TextTokenizer(Protocol):
         ...
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON types: :func:`~lightning_tf.text.tokenizer_kinds.tokenizer_from_dict` rebuilds the tokenizer from them."""
+        """Plain JSON types: :func:`.tokenizer_kinds.tokenizer_from_dict` rebuilds the tokenizer from them."""
         ...
 
     def save(self, directory: str | Path) -> Path:
-        """Write the tokenizer's files into ``directory`` (:func:`~lightning_tf.text.tokenizer_kinds.load_tokenizer` reads them back)."""
+        """Write the tokenizer's files into ``directory`` (:func:`.tokenizer_kinds.load_tokenizer` reads them back)."""
         ...
 
 

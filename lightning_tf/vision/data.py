@@ -27,7 +27,7 @@ from torch.utils.data import DataLoader, Dataset, default_collate
 from torchvision.transforms import v2
 
 from lightning_tf.distributed import eval_sampler
-from lightning_tf.loaders import ResumableDataLoader, SeededBatches, ShuffledBatchSampler
+from lightning_tf.loaders import IgnoreStopSignals, ResumableDataLoader, SeededBatches, ShuffledBatchSampler
 
 from .datasets import (
     DATASETS,
@@ -475,6 +475,7 @@ class ImageDataModule(LightningDataModule):
             "persistent_workers": h.num_workers > 0,
             "pin_memory": torch.cuda.is_available(),
             "collate_fn": _collate,
+            "worker_init_fn": IgnoreStopSignals() if h.num_workers > 0 else None,  # the main process stops the run
         }
         if train:
             # the order and every batch's augmentation depend on (seed, epoch, batch) alone: a mid-epoch
