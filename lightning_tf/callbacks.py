@@ -138,13 +138,16 @@ class RNGState(Callback):
       uninterrupted run never made (inside an epoch it continues from it; after an epoch's last batch
       Lightning discards it and creates the next epoch's), so the states are restored in
       ``on_train_start``, after it exists and before the next batch is fetched. Inside an epoch this
-      is exact for a loader that resumes its position (``state_dict``/``load_state_dict``, as
-      ``TranslationDataModule``'s training loader does); a plain ``DataLoader`` restarts the epoch
-      (Lightning warns), so its order is not the same.
+      is exact for a loader that resumes its position (``state_dict``/``load_state_dict``, as every
+      task's :class:`~lightning_tf.loaders.ResumableDataLoader` does); a plain ``DataLoader`` restarts
+      the epoch (Lightning warns), so its order is not the same. Lightning loads a checkpoint's loader
+      position when it builds the training loader, and builds it before restoring the loop when
+      ``configure_optimizers`` asks for ``trainer.estimated_stepping_batches``; the position would
+      then be lost, so ``on_train_start`` loads it again (no batch has been asked for yet).
 
     Exactness also needs deterministic kernels (``torch.use_deterministic_algorithms(True)``, the
-    Trainer's ``deterministic=True``), the same devices and world size, and ``num_workers=0`` (runs
-    with loader workers are not tested). Randomness drawn in hooks between the checkpoint and the
+    Trainer's ``deterministic=True``) and the same devices and world size; the number of loader
+    workers may differ (tested with 0 and 2). Randomness drawn in hooks between the checkpoint and the
     next batch (``on_fit_start``, or a module's ``on_train_epoch_end`` after a checkpoint taken at
     validation end) is not covered, nor are strategies that load checkpoints after
     ``configure_optimizers`` (``restore_checkpoint_after_setup``, e.g. DeepSpeed). Under DDP each

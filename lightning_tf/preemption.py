@@ -56,7 +56,8 @@ EXIT_STATUS = 128 + signal.SIGTERM
 
 class Stop(dict):
     """Where a signal stopped the run: ``signal`` (its name), ``path`` (the checkpoint written),
-    ``global_step``, ``epoch``, ``batch`` (in the epoch), ``requeued`` (SLURM)."""
+    ``global_step``, ``epoch``, ``batch`` (in the epoch), ``hpc`` (after SLURM's requeue signal: whether
+    the job was requeued, and the checkpoint it resumes from)."""
 
 
 class LastCheckpoint(ModelCheckpoint):
@@ -144,12 +145,11 @@ class LastCheckpoint(ModelCheckpoint):
         if self._last_global_step_saved != trainer.global_step or not self.best_model_path:
             self._save_none_monitor_checkpoint(trainer, self._monitor_candidates(trainer))
         path = self.best_model_path
-        if requeue:
-            _requeue(trainer, path)
+        hpc = _requeue(trainer, path) if requeue else None
         name = "the SLURM requeue signal" if requeue else "SIGTERM"
         progress = trainer.fit_loop.epoch_loop.batch_progress.current
         self.stopped = Stop(signal=name, path=path, global_step=trainer.global_step, epoch=trainer.current_epoch,
-                            batch=progress.processed, requeued=requeue)
+                            batch=progress.processed, hpc=hpc)
         trainer._signal_connector.received_sigterm = True  # what Lightning's own handler would have set
         raise SIGTERMException(EXIT_STATUS)
 
@@ -171,9 +171,11 @@ class LastCheckpoint(ModelCheckpoint):
         super().on_exception(trainer, pl_module, exception)
 
 
-def _requeue(trainer: Trainer, path: str) -> None:
+def _requeue(trainer: Trainer, path: str) -> str | None:
     """Make ``path`` Lightning's SLURM checkpoint (``hpc_ckpt_<n>.ckpt`` in ``default_root_dir``, which a
-    requeued job resumes from) and requeue the job, on global rank zero."""
+    requeued job resumes from) and requeue the job, on global rank zero. Returns what happened, in words
+    (None on the other ranks)."""
+    said = None
     if trainer.is_global_zero:
         hpc = Path(_CheckpointConnector.hpc_save_path(trainer.default_root_dir))
         hpc.parent.mkdir(parents=True, exist_ok=True)
@@ -190,8 +192,9 @@ def _requeue(trainer: Trainer, path: str) -> None:
         except FileNotFoundError:
             ok, why = False, "scontrol not found"
         if ok:
-            log.info("requeued SLURM job %s; it resumes from %s", job, hpc)
+            said = f"job {job} requeued; it resumes from {hpc} with the same command"
         else:
-            log.warning("could not requeue SLURM job %s (%s); resume from %s", job, why, hpc)
+            said = f"job {job} not requeued ({why}); the same command resumes from {hpc}"
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         trainer.strategy.barrier("requeue")
+    return said

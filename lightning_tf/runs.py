@@ -353,8 +353,8 @@ def stopped_summary(trainer: Trainer, given_args: list[str]) -> str:
         f"of epoch {stop['epoch']}; exit status {EXIT_STATUS}); checkpoint: {shown(stop['path'])}",
         f"resume: {command}",
     ]
-    if stop.get("requeued"):
-        lines.append("the SLURM job was requeued: it resumes on its own from Lightning's hpc checkpoint")
+    if stop.get("hpc"):  # SLURM: the same command (no --ckpt_path) resumes from Lightning's hpc checkpoint
+        lines.append(f"SLURM: {stop['hpc']}")
     return "\n".join(lines)
 
 

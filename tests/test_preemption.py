@@ -142,6 +142,30 @@ def test_a_kill_during_a_checkpoint_save_leaves_the_previous_one_and_last_resume
     assert same_training(reference("kline"), last(tmp_path)) == []
 
 
+def test_slurm_requeue_signal_saves_at_the_step_and_the_same_command_resumes_bitwise(
+    reference: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """In a SLURM job (its variables set; Lightning then uses SLURMEnvironment(auto_requeue=True)),
+    SIGUSR1 stops the run after the step like SIGTERM, links the checkpoint as Lightning's
+    hpc_ckpt_1.ckpt and asks scontrol to requeue (absent here: said); the same command, without
+    --ckpt_path, resumes from it to the uninterrupted run's end."""
+    slurm = {"SLURM_NTASKS": "1", "SLURM_NTASKS_PER_NODE": "1", "SLURM_JOB_NAME": "train", "SLURM_JOB_ID": "4242",
+             "SLURM_NODELIST": "localhost", "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0"}
+    proc = start(fit_args("kline", tmp_path), slurm)
+    wait_for(tmp_path / "checkpoints" / "step=6.ckpt", proc)
+    proc.send_signal(signal.SIGUSR1)
+    assert finish(proc) == 143
+    log = log_of(tmp_path)
+    assert "stopped by the SLURM requeue signal after global step" in log
+    assert f"SLURM: job 4242 not requeued (scontrol not found); the same command resumes from {tmp_path}/hpc_ckpt_1.ckpt" in log
+    assert (tmp_path / "hpc_ckpt_1.ckpt").stat().st_ino == last(tmp_path).stat().st_ino  # a link, not a copy
+    proc = start(fit_args("kline", tmp_path), slurm, log=tmp_path / "requeued.log")
+    assert finish(proc) == 0
+    assert f"Restoring states from the checkpoint path at {tmp_path}/hpc_ckpt_1.ckpt" in (
+        tmp_path / "requeued.log").read_text()
+    assert same_training(reference("kline"), last(tmp_path)) == []
+
+
 # ------------------------------------------------------------------------------ several processes
 
 
@@ -153,6 +177,20 @@ def ddp_reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_ddp_killed_inside_an_epoch_resumes_bitwise(ddp_reference: Path, tmp_path: Path) -> None:
     assert same_training(ddp_reference, kill_and_resume("vision", tmp_path, devices=2)) == []
+
+
+def test_ddp_sigterm_to_rank_zero_alone_stops_both_ranks_after_the_same_step(ddp_reference: Path, tmp_path: Path) -> None:
+    """Only the launching process (rank 0) gets SIGTERM: the ranks agree at the step's end, both stop after
+    it, one checkpoint is written, and resuming from it ends bitwise where the uninterrupted DDP run ends."""
+    proc = start(fit_args("vision", tmp_path, devices=2))
+    wait_for(tmp_path / "checkpoints" / "step=6.ckpt", proc)
+    proc.send_signal(signal.SIGTERM)
+    assert finish(proc) == 143
+    log = log_of(tmp_path)
+    step = int(re.search(r"stopped by SIGTERM after global step (\d+)", log)[1])
+    assert torch.load(last(tmp_path), map_location="cpu", weights_only=True)["global_step"] == step
+    run(fit_args("vision", tmp_path, devices=2, extra=("--ckpt_path", str(last(tmp_path)))), log="resumed.log")
+    assert same_training(ddp_reference, last(tmp_path)) == []
 
 
 def two_nodes(root: Path, extra: tuple[str, ...] = ()) -> list:

@@ -93,8 +93,9 @@ def finish(proc: subprocess.Popen, timeout: float = 300) -> int:
     try:
         return proc.wait(timeout)
     except subprocess.TimeoutExpired:
-        stop(proc, signal.SIGKILL)
         raise AssertionError(f"{proc.args} ran over {timeout} s") from None
+    finally:
+        stop(proc, signal.SIGKILL)  # whatever of its group is left (a rank, a loader worker)
 
 
 def stop(proc: subprocess.Popen, sig: int) -> None:
