@@ -319,3 +319,29 @@ def test_rng_states_round_trip_through_a_weights_only_file(tmp_path: Path) -> No
     assert got[:3] == expected[:3]
     np.testing.assert_array_equal(got[3], expected[3])
     assert torch.equal(got[4], expected[4])
+
+
+def test_last_checkpoint_writes_on_its_time_trigger_inside_an_epoch(tmp_path: Path) -> None:
+    """``train_time_interval`` writes last.ckpt at a step's end once that much training time has passed
+    (0 here: every step), besides the epoch ends: a run killed as step 3 starts leaves step 3's state, not
+    the start's; without the trigger, nothing (no epoch ended yet)."""
+    from datetime import timedelta
+
+    from lightning_tf.preemption import LastCheckpoint
+
+    for interval, saved in ((timedelta(0), 3), (None, None)):
+        root = tmp_path / str(interval)
+        seed_everything(0)
+        model, dm = vision_task()
+        last = LastCheckpoint(dirpath=str(root), train_time_interval=interval)
+        trainer = Trainer(max_epochs=1, limit_train_batches=6, limit_val_batches=1, num_sanity_val_steps=0,
+                          callbacks=[last, Kill(3)], logger=False, enable_progress_bar=False,
+                          enable_model_summary=False, accelerator="cpu", devices=1)
+        with pytest.raises(Killed):
+            trainer.fit(model, datamodule=dm)
+        files = sorted(p.name for p in root.glob("*.ckpt")) if root.exists() else []
+        if saved is None:
+            assert files == []
+        else:
+            assert files == ["last.ckpt"]
+            assert torch.load(root / "last.ckpt", weights_only=True)["global_step"] == saved

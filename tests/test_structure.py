@@ -9,6 +9,7 @@ synthetic package, so the checks can fail."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,12 @@ Sources = dict[str, tuple[str, bool]]
 def _sources(root: Path = PACKAGE) -> Sources:
     files = sorted(root.rglob("*.py"))
     return {_module_name(f, root): (f.read_text(encoding="utf-8"), f.name == "__init__.py") for f in files}
+
+
+@functools.lru_cache(maxsize=None)
+def _parse(source: str) -> ast.Module:
+    """A module's syntax tree, parsed once for all the checks (none of them changes it)."""
+    return ast.parse(source)
 
 
 def _module_level_imports(
@@ -71,7 +78,7 @@ def _module_level_imports(
                     if f"{target}.{alias.name}" in modules:
                         found.add(f"{target}.{alias.name}")
 
-    visit(ast.parse(source).body)
+    visit(_parse(source).body)
     found.discard(name)
     return found
 
@@ -225,8 +232,9 @@ def test_the_kline_networks_are_torch_modules_that_know_nothing_of_the_rest() ->
 # ------------------------------------------------------------- no helper takes the LightningModule
 
 #: Lightning's base classes whose hooks a package class overrides with the signature Lightning calls
-#: (``pl_module`` included): the callbacks, the prediction writers and LightningCLI's config callback.
-LIGHTNING_CALLBACKS = ("Callback", "BasePredictionWriter", "SaveConfigCallback")
+#: (``pl_module`` included): the callbacks, the checkpoint callbacks, the prediction writers and LightningCLI's
+#: config callback.
+LIGHTNING_CALLBACKS = ("Callback", "ModelCheckpoint", "BasePredictionWriter", "SaveConfigCallback")
 
 
 def _lightning_hooks() -> frozenset[str]:
@@ -274,7 +282,7 @@ def _module_takers(sources: Sources, hooks: frozenset[str]) -> set[tuple[str, st
     one (``Source = Union[str, "LightningModule"]``), ``type[...]`` of one included. Left out: the methods of a
     LightningModule's own class, and a Lightning callback's overrides of Lightning's hooks (``hooks``), whose
     signature is Lightning's."""
-    trees = {name: ast.parse(source) for name, (source, _) in sources.items()}
+    trees = {name: _parse(source) for name, (source, _) in sources.items()}
     modules = _subclasses(trees, {"LightningModule"})
     callbacks = _subclasses(trees, set(LIGHTNING_CALLBACKS))
     found: set[tuple[str, str]] = set()
@@ -330,7 +338,7 @@ def _unannotated(sources: Sources) -> set[tuple[str, str, str]]:
     the check above reads annotations, so a parameter without one would pass it unseen."""
     found: set[tuple[str, str, str]] = set()
     for name, (source, _) in sources.items():
-        for node in ast.walk(ast.parse(source)):
+        for node in ast.walk(_parse(source)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 a = node.args
                 for p in [*a.posonlyargs, *a.args, *a.kwonlyargs, *filter(None, (a.vararg, a.kwarg))]:
