@@ -125,12 +125,9 @@ def _class_error(path: Path, ckpt: dict[str, Any], expected: type) -> str | None
     ours = f"{expected.__module__}.{expected.__qualname__}"
     if theirs:
         module_name, _, name = theirs.rpartition(".")
-        if name == expected.__qualname__ and ours.startswith(module_name):
+        if name == expected.__qualname__ and ours.startswith(module_name) or _related(theirs, expected):
             return None
-        return (
-            f"{path}: a checkpoint of {name} ({_task(theirs)}), not of the config's model {expected.__name__} "
-            f"({_task(ours)})"
-        )
+        return f"{path}: a checkpoint of {name} ({_task(theirs)}), not of {expected.__name__} ({_task(ours)})"
     params = set(inspect.signature(expected.__init__).parameters) - {"self"}
     unknown = sorted(k for k in hparams if not k.startswith("_") and k not in params)
     if unknown:
@@ -139,6 +136,21 @@ def _class_error(path: Path, ckpt: dict[str, Any], expected: type) -> str | None
             f"{unknown[:4]} are not {expected.__name__}'s arguments"
         )
     return None
+
+
+def _related(class_path: str, expected: type) -> bool:
+    """Whether the package's class at ``class_path`` is ``expected``, a subclass or a base of it (only
+    lightning_tf's modules are imported on a checkpoint's say-so)."""
+    import importlib
+
+    module_name, _, name = class_path.rpartition(".")
+    if module_name.split(".")[0] != "lightning_tf":
+        return False
+    try:
+        cls = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError):
+        return False
+    return isinstance(cls, type) and (issubclass(expected, cls) or issubclass(cls, expected))
 
 
 def _task(class_path: str) -> str:

@@ -79,7 +79,7 @@ def test_what_is_not_a_usable_lightning_checkpoint_says_why(tmp_path: Path) -> N
 def test_a_checkpoint_of_another_model_is_named_as_such(tmp_path: Path) -> None:
     text = write(tmp_path / "t.ckpt", hyper_parameters={"_class_path": "lightning_tf.text.Seq2SeqTransformer"})
     with pytest.raises(CheckpointError, match=(
-        "t.ckpt: a checkpoint of Seq2SeqTransformer \\(text\\), not of the config's model ViTClassifier \\(vision\\)"
+        "t.ckpt: a checkpoint of Seq2SeqTransformer \\(text\\), not of ViTClassifier \\(vision\\)"
     )):  # fmt: skip
         check_checkpoint(text, model_class=ViTClassifier)
     plain = write(tmp_path / "p.ckpt", hyper_parameters={"vocab_size": 64, "beam_size": 1})  # a plain Trainer's
@@ -87,6 +87,7 @@ def test_a_checkpoint_of_another_model_is_named_as_such(tmp_path: Path) -> None:
         check_checkpoint(plain, model_class=ViTClassifier)
     own = write(tmp_path / "v.ckpt", hyper_parameters={"_class_path": "lightning_tf.vision.module.ViTClassifier"})
     assert check_checkpoint(own, model_class=ViTClassifier)["global_step"] == 7
+    assert check_checkpoint(own, model_class=type("MyViT", (ViTClassifier,), {}))["global_step"] == 7  # a subclass
     with pytest.raises(CheckpointError, match="t.ckpt: a checkpoint of Seq2SeqTransformer"):
         ViTClassifier.load_from_checkpoint(text)  # load_from_checkpoint checks first
     (tmp_path / "cut.ckpt").write_bytes(own.read_bytes()[:500])
