@@ -138,13 +138,16 @@ class RNGState(Callback):
       uninterrupted run never made (inside an epoch it continues from it; after an epoch's last batch
       Lightning discards it and creates the next epoch's), so the states are restored in
       ``on_train_start``, after it exists and before the next batch is fetched. Inside an epoch this
-      is exact for a loader that resumes its position (``state_dict``/``load_state_dict``, as
-      ``TranslationDataModule``'s training loader does); a plain ``DataLoader`` restarts the epoch
-      (Lightning warns), so its order is not the same.
+      is exact for a loader that resumes its position (``state_dict``/``load_state_dict``, as every
+      task's :class:`~lightning_tf.loaders.ResumableDataLoader` does); a plain ``DataLoader`` restarts
+      the epoch (Lightning warns), so its order is not the same. Lightning loads a checkpoint's loader
+      position when it builds the training loader, and builds it before restoring the loop when
+      ``configure_optimizers`` asks for ``trainer.estimated_stepping_batches``; the position would
+      then be lost, so ``on_train_start`` loads it again (no batch has been asked for yet).
 
     Exactness also needs deterministic kernels (``torch.use_deterministic_algorithms(True)``, the
-    Trainer's ``deterministic=True``), the same devices and world size, and ``num_workers=0`` (runs
-    with loader workers are not tested). Randomness drawn in hooks between the checkpoint and the
+    Trainer's ``deterministic=True``) and the same devices and world size; the number of loader
+    workers may differ (tested with 0 and 2). Randomness drawn in hooks between the checkpoint and the
     next batch (``on_fit_start``, or a module's ``on_train_epoch_end`` after a checkpoint taken at
     validation end) is not covered, nor are strategies that load checkpoints after
     ``configure_optimizers`` (``restore_checkpoint_after_setup``, e.g. DeepSpeed). Under DDP each
@@ -161,6 +164,7 @@ class RNGState(Callback):
         self.isolate_validation = isolate_validation
         self._train_states: tuple[Any, ...] | None = None  # after the latest training batch
         self._loaded: dict[str, Any] | None = None  # from the checkpoint, until applied
+        self._loader_states: list[Any] | None = None  # the training loaders' positions, likewise
 
     # ------------------------------------------------------------------ training stream
     def on_train_batch_end(
@@ -199,6 +203,8 @@ class RNGState(Callback):
     def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]) -> None:
         if trainer.state.fn != TrainerFn.FITTING:
             return
+        fit_loop = checkpoint.get("loops", {}).get("fit_loop", {}).get("state_dict", {})
+        self._loader_states = fit_loop.get("combined_loader")  # the training loaders' positions: on_train_start
         saved = checkpoint.get(CHECKPOINT_KEY)
         if saved is None:
             rank_zero_warn(
@@ -222,6 +228,15 @@ class RNGState(Callback):
             self._loaded = None
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        # Lightning loads a checkpoint's loader positions when it builds the training loader; one built
+        # earlier (``trainer.estimated_stepping_batches`` in ``configure_optimizers``) would restart its
+        # epoch. Loading again is harmless: no batch has been asked for yet.
+        loaders = trainer.train_dataloader
+        loaders = loaders if isinstance(loaders, (list, tuple)) else [loaders]
+        for loader, state in zip(loaders, self._loader_states or [], strict=False):
+            if state and callable(getattr(loader, "load_state_dict", None)):
+                loader.load_state_dict(state)
+        self._loader_states = None
         if self._loaded is not None:
             set_rng_states(self._loaded["states"])
             self._loaded = None

@@ -18,9 +18,11 @@ from jsonargparse import Namespace
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, ModelSummary, ProgressBar, RichModelSummary
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lightning_tf.argument_errors import OneLineParser, debug_mode, instantiation_error, root_cause
 from lightning_tf.callbacks import CompactModelSummary
+from lightning_tf.checkpoints import check_checkpoint
 from lightning_tf.console import metrics_table, quiet, quiet_eval
 from lightning_tf.runs import (
     RunConfigCallback,
@@ -29,6 +31,7 @@ from lightning_tf.runs import (
     quiet_wandb,
     scalars,
     shown,
+    stopped_summary,
     wandb_logger_args,
 )
 from lightning_tf.training import check_agreement, run_dir
@@ -72,6 +75,24 @@ class LightningTFCLI(LightningCLI):
         # hyperparameters into the model config (`--ckpt_path`): those are the checkpoint's, not given
         subcommand = self.config.get("subcommand")
         self._given_links = _explicit_model_links(self.config[subcommand] if subcommand else self.config)
+
+    def _parse_ckpt_path(self) -> None:
+        # the checkpoint is checked where it enters, before LightningCLI reads its hyperparameters (and would
+        # put its model class in place of the config's): one line for a missing, broken, foreign or too new file
+        subcommand = self.config.get("subcommand")
+        config = self.config[subcommand] if subcommand else self.config
+        path = config.get("ckpt_path")
+        if path and path not in ("last", "best", "hpc") and "://" not in str(path):
+            check_checkpoint(path, model_class=_callback_class(config.get("model")))
+        super()._parse_ckpt_path()
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        try:
+            super()._run_subcommand(subcommand)
+        except SIGTERMException:
+            if self.trainer.is_global_zero:  # what was saved, and the command that goes on from there
+                print(stopped_summary(self.trainer, getattr(self, "given_args", [])), file=sys.stderr, flush=True)
+            raise
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument(
@@ -209,7 +230,7 @@ def _switched_off(trainer: Namespace) -> tuple[type, ...]:
 
 
 def _callback_class(callback: Any) -> type | None:
-    """The class a callback entry of the config names (None when it cannot be imported)."""
+    """The class a callback (or model) entry of the config names (None when it cannot be imported)."""
     class_path = str(getattr(callback, "class_path", "") or "")
     module_name, _, name = class_path.rpartition(".")
     try:

@@ -28,7 +28,6 @@ import json
 import logging
 import math
 import os
-import pickle
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
@@ -135,8 +134,9 @@ def load_module(source: Source, model_class: type[LightningModule] | None = None
         model_class: the class to build; by default read from the checkpoint (``_class_path`` under
             LightningCLI) or recognised from its hyperparameters.
     """
-    import torch
     from lightning.pytorch import LightningModule
+
+    from lightning_tf.checkpoints import check_checkpoint
 
     if isinstance(source, LightningModule):
         return source
@@ -145,14 +145,7 @@ def load_module(source: Source, model_class: type[LightningModule] | None = None
         if (path / SIDECAR).is_file():
             return load_safetensors(path, model_class=model_class)
         raise FileNotFoundError(f"{path} is a directory without {SIDECAR}: not an export of export_safetensors")
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint not found: {path}")
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError) as e:
-        raise ValueError(f"{path}: not a checkpoint that loads with torch.load(weights_only=True): {e}") from None
-    if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
-        raise ValueError(f"{path}: not a Lightning checkpoint (no 'state_dict')")
+    ckpt = check_checkpoint(path, model_class)  # one line for a missing, broken, foreign or too new file
     cls = model_class or _checkpoint_class(dict(ckpt.get("hyper_parameters") or {}), path)
     del ckpt
     model = cls.load_from_checkpoint(path, map_location="cpu", weights_only=True)
@@ -471,8 +464,6 @@ def export_main(argv: Sequence[str]) -> None:
     parser.add_argument("--no_verify", action="store_true", help="skip the onnxruntime check of an ONNX export")
     args = parser.parse_args(list(argv))
     ckpt = Path(args.ckpt_path)
-    if not ckpt.exists():
-        parser.error(f"checkpoint not found: {ckpt}")
     stem = ckpt.parent / ckpt.name.removesuffix(".ckpt")
     try:
         model = load_module(ckpt)

@@ -17,6 +17,7 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import WandbLogger
 
+from lightning_tf.preemption import EXIT_STATUS, LastCheckpoint
 from lightning_tf.training import run_dir
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "run_name",
     "scalars",
     "shown",
+    "stopped_summary",
     "wandb_logger_args",
     "wandb_run_dir",
 ]
@@ -326,6 +328,33 @@ def fit_summary(trainer: Trainer, given_args: list[str]) -> str:
     if best or last:
         lines.append("next:")
         lines += [f"  {_next_command(sub, config, best or last, given_args)}" for sub in ("test", "predict")]
+    return "\n".join(lines)
+
+
+def stopped_summary(trainer: Trainer, given_args: list[str]) -> str:
+    """What a fit stopped by SIGTERM (or SLURM's requeue signal) leaves, printed as it exits: where it
+    stopped, the checkpoint written there (:class:`~lightning_tf.preemption.LastCheckpoint`), and the
+    command that resumes the run: the run's saved config (with the same wandb run id, so the run goes
+    on in the same folder and wandb run), else the fit's own arguments, with ``--ckpt_path``."""
+    stop = next((cb.stopped for cb in trainer.callbacks if isinstance(cb, LastCheckpoint) and cb.stopped), None)
+    if stop is None:  # stopped before training started, or without LastCheckpoint: nothing new was saved
+        return (
+            f"lightning-tf: stopped by SIGTERM at global step {trainer.global_step} (exit status {EXIT_STATUS}); "
+            "no checkpoint was written: run the same command again to go on"
+        )
+    folder = run_dir(trainer) if trainer.loggers else None
+    config = folder / "config.yaml" if folder is not None and (folder / "config.yaml").is_file() else None
+    command = _next_command("fit", config, stop["path"], given_args)
+    logger = next((lg for lg in trainer.loggers if isinstance(lg, WandbLogger)), None)
+    if config is not None and logger is not None and logger.version:
+        command += f" --trainer.logger.init_args.id {logger.version}"
+    lines = [
+        f"lightning-tf: stopped by {stop['signal']} after global step {stop['global_step']} (batch {stop['batch']} "
+        f"of epoch {stop['epoch']}; exit status {EXIT_STATUS}); checkpoint: {shown(stop['path'])}",
+        f"resume: {command}",
+    ]
+    if stop.get("hpc"):  # SLURM: the same command (no --ckpt_path) resumes from Lightning's hpc checkpoint
+        lines.append(f"SLURM: {stop['hpc']}")
     return "\n".join(lines)
 
 

@@ -18,11 +18,14 @@ import pytest
 import torch
 from lightning.pytorch import Callback, LightningDataModule, LightningModule, Trainer, seed_everything
 from lightning.pytorch.callbacks import ModelCheckpoint
+from torch.utils.data import DataLoader
 
 from lightning_tf.callbacks import RNGState, get_rng_states, set_rng_states
-from lightning_tf.kline import EpochShuffleSampler, KLineDataModule, KLineForecaster
+from lightning_tf.kline import KLineDataModule, KLineForecaster
 from lightning_tf.text import BucketBatchSampler, ResumableDataLoader, Seq2SeqTransformer, TranslationDataModule
 from lightning_tf.vision import ImageDataModule, ViTClassifier
+from lightning_tf.vision import data as vision_data
+from tests.helpers.kline import make_bars
 
 # subprocesses, process groups or whole training runs: the integration tier (make test-integration)
 pytestmark = pytest.mark.integration
@@ -193,19 +196,38 @@ def test_resume_with_the_cli_spelling_last(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------- mid-epoch
 
 
-def test_text_resume_mid_epoch_is_exact(tmp_path: Path) -> None:
+def panel_task(folder: Path) -> Task:
+    """K-line windows of a folder of tickers, prepared once into a panel under ``cache`` and mapped."""
+    bars = folder / "bars"
+    bars.mkdir(parents=True, exist_ok=True)
+    for seed, name in enumerate(["A", "B", "C"]):
+        make_bars(300, seed=seed).to_csv(bars / f"{name}.csv", index=False)
+
+    def task() -> tuple[LightningModule, LightningDataModule]:
+        model, _ = kline_task()
+        dm = KLineDataModule(str(bars), context_len=32, horizon=4, batch_size=32, cache_dir=str(folder / "cache"),
+                             val_start="2000-09-01", test_start="2000-11-01")
+        return model, dm
+
+    return task
+
+
+@pytest.mark.parametrize("name", [*TASKS, "kline_panel"])
+def test_resume_mid_epoch_is_exact(name: str, tmp_path: Path) -> None:
     """ModelCheckpoint(every_n_train_steps=3) saves inside epochs (steps 3, 9) and at an epoch's last
     batch (step 12, before its validation). Killed at step 10, resumed from step 9 (batch 2 of epoch
-    3): the stateful BucketBatchSampler goes on with the epoch's 2nd batch and the RNG is restored
-    after the new iterator exists, so the result is bitwise the uninterrupted run."""
-    full = fit(text_task, tmp_path / "full", max_epochs=4, every_n_train_steps=3)
-    fit(text_task, tmp_path / "cut", max_epochs=4, every_n_train_steps=3, kill_at_step=10)
+    3): the stateful loader goes on with the epoch's 2nd batch (vision: with that batch's own
+    augmentation draws) and the RNG is restored after the new iterator exists, so the result is
+    bitwise the uninterrupted run. Text trains on its prepared corpus, ``kline_panel`` on a prepared panel."""
+    task = TASKS[name] if name in TASKS else panel_task(tmp_path)
+    full = fit(task, tmp_path / "full", max_epochs=4, every_n_train_steps=3)
+    fit(task, tmp_path / "cut", max_epochs=4, every_n_train_steps=3, kill_at_step=10)
     ckpt = torch.load(tmp_path / "cut" / "last.ckpt", weights_only=True)
     assert ckpt["global_step"] == 9 and ckpt["rng_states"]["restore_at"] == "train_start"
     assert ckpt["loops"]["fit_loop"]["state_dict"]["combined_loader"] == [
         {"epoch": 2, "batches_done": 1, "num_replicas": 1}
     ]
-    resumed = fit(text_task, tmp_path / "cut", max_epochs=4, every_n_train_steps=3, ckpt_path="last")
+    resumed = fit(task, tmp_path / "cut", max_epochs=4, every_n_train_steps=3, ckpt_path="last")
     assert resumed[1].global_step == full[1].global_step == 16
     assert differences(full, resumed) == []
 
@@ -225,33 +247,29 @@ def test_resume_from_a_step_checkpoint_at_an_epoch_end(name: str, isolate: bool,
     assert (differences(full, resumed) == []) == isolate
 
 
+class PlainLoaderImages(ImageDataModule):
+    """Digits served by a plain shuffled DataLoader, which has no position to save."""
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(self.train_set, batch_size=16, shuffle=True, collate_fn=vision_data._collate)
+
+
+def plain_vision_task() -> tuple[LightningModule, LightningDataModule]:
+    model, _ = vision_task()
+    return model, PlainLoaderImages(dataset="digits", batch_size=16, augment="flip_crop")
+
+
 def test_plain_loader_mid_epoch_resume_is_not_exact(tmp_path: Path) -> None:
-    """The documented limit: a plain DataLoader (vision) cannot resume inside an epoch; Lightning
-    restarts that epoch's data, so the result differs (an epoch-boundary checkpoint is exact)."""
-    full = fit(vision_task, tmp_path / "full", every_n_train_steps=3)
-    fit(vision_task, tmp_path / "cut", every_n_train_steps=3, kill_at_step=10)
+    """The documented limit: a plain DataLoader cannot resume inside an epoch; Lightning restarts that
+    epoch's data, so the result differs (an epoch-boundary checkpoint is exact)."""
+    full = fit(plain_vision_task, tmp_path / "full", every_n_train_steps=3)
+    fit(plain_vision_task, tmp_path / "cut", every_n_train_steps=3, kill_at_step=10)
     with pytest.warns(UserWarning, match="not resumable"):
-        resumed = fit(vision_task, tmp_path / "cut", every_n_train_steps=3, ckpt_path="last")
+        resumed = fit(plain_vision_task, tmp_path / "cut", every_n_train_steps=3, ckpt_path="last")
     assert len(differences(full, resumed)) > 0
 
 
 # ---------------------------------------------------------------------------------- the pieces
-
-
-def test_kline_shuffle_depends_only_on_seed_and_epoch() -> None:
-    """A fresh sampler at epoch 2 gives the order an uninterrupted one gives at its 3rd epoch."""
-    running = EpochShuffleSampler(range(50), seed=7)
-    orders = []
-    for epoch in range(3):
-        running.set_epoch(epoch)
-        orders.append(list(running))
-    fresh = EpochShuffleSampler(range(50), seed=7)
-    fresh.set_epoch(2)
-    assert list(fresh) == orders[2] != orders[1]
-    assert sorted(orders[2]) == list(range(50))
-    other = EpochShuffleSampler(range(50), seed=8)
-    other.set_epoch(2)
-    assert list(other) != orders[2]
 
 
 def test_bucket_sampler_state_skips_the_batches_already_trained() -> None:
@@ -301,3 +319,29 @@ def test_rng_states_round_trip_through_a_weights_only_file(tmp_path: Path) -> No
     assert got[:3] == expected[:3]
     np.testing.assert_array_equal(got[3], expected[3])
     assert torch.equal(got[4], expected[4])
+
+
+def test_last_checkpoint_writes_on_its_time_trigger_inside_an_epoch(tmp_path: Path) -> None:
+    """``train_time_interval`` writes last.ckpt at a step's end once that much training time has passed
+    (0 here: every step), besides the epoch ends: a run killed as step 3 starts leaves step 3's state, not
+    the start's; without the trigger, nothing (no epoch ended yet)."""
+    from datetime import timedelta
+
+    from lightning_tf.preemption import LastCheckpoint
+
+    for interval, saved in ((timedelta(0), 3), (None, None)):
+        root = tmp_path / str(interval)
+        seed_everything(0)
+        model, dm = vision_task()
+        last = LastCheckpoint(dirpath=str(root), train_time_interval=interval)
+        trainer = Trainer(max_epochs=1, limit_train_batches=6, limit_val_batches=1, num_sanity_val_steps=0,
+                          callbacks=[last, Kill(3)], logger=False, enable_progress_bar=False,
+                          enable_model_summary=False, accelerator="cpu", devices=1)
+        with pytest.raises(Killed):
+            trainer.fit(model, datamodule=dm)
+        files = sorted(p.name for p in root.glob("*.ckpt")) if root.exists() else []
+        if saved is None:
+            assert files == []
+        else:
+            assert files == ["last.ckpt"]
+            assert torch.load(root / "last.ckpt", weights_only=True)["global_step"] == saved

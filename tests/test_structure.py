@@ -1,4 +1,5 @@
-"""The package's shape: module-level imports form no cycle, nor do they with the imports under ``TYPE_CHECKING``,
+"""The package's shape: module-level imports form no cycle, nor do they with the imports under ``TYPE_CHECKING``
+and inside functions,
 task packages do not import each other, the core imports nothing of the package outside itself, no
 LightningModule file imports its DataModule's module, no function outside a LightningModule's class takes a
 LightningModule (read from the annotations, so every parameter has one), the K-line networks are torch modules
@@ -8,6 +9,7 @@ synthetic package, so the checks can fail."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -30,11 +32,18 @@ def _sources(root: Path = PACKAGE) -> Sources:
     return {_module_name(f, root): (f.read_text(encoding="utf-8"), f.name == "__init__.py") for f in files}
 
 
+@functools.lru_cache(maxsize=None)
+def _parse(source: str) -> ast.Module:
+    """A module's syntax tree, parsed once for all the checks (none of them changes it)."""
+    return ast.parse(source)
+
+
 def _module_level_imports(
-    source: str, name: str, is_package: bool, modules: set[str], type_checking: bool = False
+    source: str, name: str, is_package: bool, modules: set[str], type_checking: bool = False, functions: bool = False
 ) -> set[str]:
-    """Package modules imported at module level (not inside functions); under ``TYPE_CHECKING`` only when
-    ``type_checking``. ``modules`` names the package's modules (``from . import io`` imports the submodule)."""
+    """Package modules imported at module level; under ``TYPE_CHECKING`` only when ``type_checking``, inside
+    functions only when ``functions``. ``modules`` names the package's modules (``from . import io`` imports the
+    submodule)."""
     root = name.split(".")[0]
     package = name if is_package else name.rpartition(".")[0]
     found: set[str] = set()
@@ -45,9 +54,12 @@ def _module_level_imports(
                 visit(node.body if type_checking else [])
                 visit(node.orelse)
                 continue
-            if isinstance(node, (ast.If, ast.Try)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                visit(node.body if functions else [])
+            elif isinstance(node, (ast.If, ast.Try, ast.ClassDef, ast.With, ast.For, ast.While)):
                 visit(node.body)
                 visit(getattr(node, "orelse", []))
+                visit(getattr(node, "finalbody", []))
                 for handler in getattr(node, "handlers", []):
                     visit(handler.body)
             elif isinstance(node, ast.Import):
@@ -66,18 +78,20 @@ def _module_level_imports(
                     if f"{target}.{alias.name}" in modules:
                         found.add(f"{target}.{alias.name}")
 
-    visit(ast.parse(source).body)
+    visit(_parse(source).body)
     found.discard(name)
     return found
 
 
-def _graph(sources: Sources | None = None, type_checking: bool = False) -> dict[str, set[str]]:
+def _graph(
+    sources: Sources | None = None, type_checking: bool = False, functions: bool = False
+) -> dict[str, set[str]]:
     sources = _sources() if sources is None else sources
     names = set(sources)
     graph: dict[str, set[str]] = {}
     for name, (source, is_package) in sources.items():
         deps = set()
-        for dep in _module_level_imports(source, name, is_package, names, type_checking):
+        for dep in _module_level_imports(source, name, is_package, names, type_checking, functions):
             while dep not in names and "." in dep:
                 dep = dep.rpartition(".")[0]  # an attribute of a module: the module
             if dep in names:
@@ -124,6 +138,25 @@ def test_no_import_cycle_counting_type_checking_imports() -> None:
     graph = _graph(type_checking=True)
     cycle = _find_cycle(graph)
     assert cycle is None, "import cycle (counting TYPE_CHECKING imports): " + " -> ".join(cycle or [])
+
+
+def test_no_import_cycle_counting_imports_inside_functions() -> None:
+    """Nor through an import deferred into a function: two modules that need each other are one concept in two
+    files (or need a third that both use), whenever the import runs."""
+    cycle = _find_cycle(_graph(type_checking=True, functions=True))
+    assert cycle is None, "import cycle (counting imports inside functions): " + " -> ".join(cycle or [])
+
+
+def test_the_cycle_check_finds_a_cycle_through_an_import_inside_a_function() -> None:
+    """The checker itself: ``b`` imports ``a`` inside a method, the only way the two meet."""
+    sources: Sources = {
+        "pkg": ("", True),
+        "pkg.a": ("from .b import B\nclass A: ...\n", False),
+        "pkg.b": ("class B:\n    def make(self) -> object:\n        from .a import A\n        return A()\n", False),
+    }
+    assert _find_cycle(_graph(sources, type_checking=True)) is None
+    assert _graph(sources, functions=True)["pkg.b"] == {"pkg.a"}
+    assert _find_cycle(_graph(sources, functions=True)) == ["pkg.a", "pkg.b", "pkg.a"]
 
 
 def test_the_cycle_check_finds_a_cycle_through_type_checking_and_not_through_the_own_package() -> None:
@@ -199,8 +232,9 @@ def test_the_kline_networks_are_torch_modules_that_know_nothing_of_the_rest() ->
 # ------------------------------------------------------------- no helper takes the LightningModule
 
 #: Lightning's base classes whose hooks a package class overrides with the signature Lightning calls
-#: (``pl_module`` included): the callbacks, the prediction writers and LightningCLI's config callback.
-LIGHTNING_CALLBACKS = ("Callback", "BasePredictionWriter", "SaveConfigCallback")
+#: (``pl_module`` included): the callbacks, the checkpoint callbacks, the prediction writers and LightningCLI's
+#: config callback.
+LIGHTNING_CALLBACKS = ("Callback", "ModelCheckpoint", "BasePredictionWriter", "SaveConfigCallback")
 
 
 def _lightning_hooks() -> frozenset[str]:
@@ -248,7 +282,7 @@ def _module_takers(sources: Sources, hooks: frozenset[str]) -> set[tuple[str, st
     one (``Source = Union[str, "LightningModule"]``), ``type[...]`` of one included. Left out: the methods of a
     LightningModule's own class, and a Lightning callback's overrides of Lightning's hooks (``hooks``), whose
     signature is Lightning's."""
-    trees = {name: ast.parse(source) for name, (source, _) in sources.items()}
+    trees = {name: _parse(source) for name, (source, _) in sources.items()}
     modules = _subclasses(trees, {"LightningModule"})
     callbacks = _subclasses(trees, set(LIGHTNING_CALLBACKS))
     found: set[tuple[str, str]] = set()
@@ -304,7 +338,7 @@ def _unannotated(sources: Sources) -> set[tuple[str, str, str]]:
     the check above reads annotations, so a parameter without one would pass it unseen."""
     found: set[tuple[str, str, str]] = set()
     for name, (source, _) in sources.items():
-        for node in ast.walk(ast.parse(source)):
+        for node in ast.walk(_parse(source)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 a = node.args
                 for p in [*a.posonlyargs, *a.args, *a.kwonlyargs, *filter(None, (a.vararg, a.kwarg))]:

@@ -50,13 +50,12 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     )
     from .reader.io import read_bars
     from .scale import DataScale, rebuild_prices
-    from .windows import EpochShuffleSampler, WindowDataset, chronological_borders, ett_borders, next_timestamps
+    from .windows import WindowDataset, chronological_borders, ett_borders, next_timestamps
     from .writer import ForecastWriter
 
 _WHERE = {
     "BarBackbone": ".networks",
     "DataScale": ".scale",
-    "EpochShuffleSampler": ".windows",
     "ForecastMetrics": ".evaluation.metrics",
     "ForecastNet": ".networks",
     "ForecastWriter": ".writer",

@@ -26,6 +26,7 @@ from lightning.pytorch.callbacks import BasePredictionWriter
 from torch import Tensor
 from torchmetrics import MeanMetric
 
+from lightning_tf.checkpoints import CheckedLoading, stamp
 from lightning_tf.core import Activation, NormName, PositionalName
 from lightning_tf.training import SchedulerName, check_agreement, configure_adamw, prediction_path
 
@@ -49,7 +50,7 @@ log = logging.getLogger(__name__)
 DEFAULT_QUANTILES = [0.1, 0.5, 0.9]
 
 
-class KLineForecaster(LightningModule):
+class KLineForecaster(CheckedLoading, LightningModule):
     """A linear path plus a Transformer residual over patches, channels or bars, with RevIN and a direct
     multi-horizon head. The arguments of the Transformer name the backbones that read them.
 
@@ -362,7 +363,7 @@ class KLineForecaster(LightningModule):
         return self.target_channels is None
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        # plain lists, strings and floats: loads with weights_only=True, and dumps as JSON for export
+        stamp(checkpoint)  # the package version and format; plain data (weights_only=True, JSON for export)
         checkpoint["target_channels"] = self.target_channels
         if self.data_scale is not None:
             checkpoint["data_scale"] = self.data_scale.to_dict()

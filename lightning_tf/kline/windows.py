@@ -23,7 +23,7 @@ Batches are dicts:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sized
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -31,14 +31,14 @@ import numpy as np
 import pandas as pd
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, RandomSampler
+from torch.utils.data import DataLoader, Dataset
 
 from lightning_tf.distributed import eval_sampler
+from lightning_tf.loaders import IgnoreStopSignals, ResumableDataLoader, ShuffledBatchSampler
 from lightning_tf.resources import find
 
 __all__ = [
     "check_batch",
-    "EpochShuffleSampler",
     "WindowDataset",
     "chronological_borders",
     "ett_borders",
@@ -203,39 +203,6 @@ def next_timestamps(ts: pd.DatetimeIndex, n: int, session_days: int = 20) -> pd.
     return pd.DatetimeIndex([last + step * (i + 1) for i in range(n)])
 
 
-_CHUNK = 1 << 16  # indices turned into Python ints at a time
-
-
-class EpochShuffleSampler(RandomSampler):
-    """A random order that depends only on ``seed`` and the epoch (Lightning calls :meth:`set_epoch`
-    before each one), not on how many epochs this process has run: a run resumed from a checkpoint
-    shuffles its next epoch exactly as the uninterrupted run does. Under DDP Lightning replaces it
-    with a ``DistributedSampler``, which is epoch-seeded likewise.
-
-    Args:
-        data_source: the dataset.
-        seed: base seed of the order.
-    """
-
-    def __init__(self, data_source: Sized, seed: int = 0) -> None:
-        super().__init__(data_source, generator=torch.Generator())  # type: ignore[arg-type]
-        self.seed = seed
-        self.set_epoch(0)
-
-    def set_epoch(self, epoch: int) -> None:
-        self.generator.manual_seed(int(np.random.SeedSequence([self.seed, epoch]).generate_state(1)[0]))
-
-    def __iter__(self) -> Iterator[int]:
-        # RandomSampler's order from the same draws, handed out a slice at a time: its list of every
-        # index as a Python int costs 36 bytes a window (300 MB for a universe's 8 million windows).
-        n = len(self.data_source)  # type: ignore[arg-type]
-        for _ in range(self.num_samples // n):
-            for chunk in torch.randperm(n, generator=self.generator).split(_CHUNK):
-                yield from chunk.tolist()
-        for chunk in torch.randperm(n, generator=self.generator)[: self.num_samples % n].split(_CHUNK):
-            yield from chunk.tolist()
-
-
 def _batched(batch: dict[str, Tensor]) -> dict[str, Tensor]:
     """Collate for :class:`WindowDataset`, whose ``__getitems__`` already returns a batch."""
     return batch
@@ -251,9 +218,10 @@ def window_loader(
     source: object,
     horizon: int,
 ) -> DataLoader:
-    """The loader of one split: training windows in an order set by ``seed`` and the epoch alone (so a
-    resumed run shuffles as the uninterrupted one), every evaluation window in order (under DDP on
-    exactly one process; Lightning's own sampler would repeat some).
+    """The loader of one split: training windows in an order set by ``seed`` and the epoch alone, resumable
+    inside an epoch (:class:`~lightning_tf.loaders.ResumableDataLoader`; under DDP each rank takes its
+    share), every evaluation window in order (under DDP on exactly one process; Lightning's own sampler
+    would repeat some).
 
     Args:
         datasets: the DataModule's windows by split.
@@ -273,16 +241,20 @@ def window_loader(
             f"{source}: no test windows; the test split has fewer than horizon "
             f"({horizon}) bars after its border (check test_start / the split fractions)"
         )
-    train = split == "train"
-    sampler = EpochShuffleSampler(dataset, seed) if train else eval_sampler(dataset, predict=split == "predict")
+    if split == "train":
+        # the order depends on (seed, epoch) alone and the position inside the epoch is checkpointed
+        sampler = ShuffledBatchSampler(len(dataset), batch_size, seed=seed)
+        return ResumableDataLoader(dataset, sampler, collate_fn=_batched, num_workers=num_workers,
+                                   persistent_workers=num_workers > 0)
     return DataLoader(
         dataset,
         batch_size=batch_size,
-        sampler=sampler,
-        drop_last=False,  # every evaluation window is scored; a short last training batch is fine
+        sampler=eval_sampler(dataset, predict=split == "predict"),
+        drop_last=False,  # every evaluation window is scored
         collate_fn=_batched,
         num_workers=num_workers,
         persistent_workers=num_workers > 0,
+        worker_init_fn=IgnoreStopSignals() if num_workers > 0 else None,  # the main process stops the run
     )
 
 
@@ -293,8 +265,8 @@ def in_order(loaders: object) -> DataLoader | None:
     dataset = getattr(loader, "dataset", None)
     if dataset is None or not hasattr(dataset, "__len__") or len(dataset) == 0:
         return None
-    return DataLoader(dataset, batch_size=loader.batch_size or 1, collate_fn=loader.collate_fn,
-                      generator=torch.Generator())
+    batch_size = loader.batch_size or getattr(loader.batch_sampler, "batch_size", None) or 1
+    return DataLoader(dataset, batch_size=batch_size, collate_fn=loader.collate_fn, generator=torch.Generator())
 
 
 def xy_pairs(loader: DataLoader) -> Iterator[tuple[Tensor, Tensor]]:

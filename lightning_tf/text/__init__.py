@@ -28,7 +28,8 @@ from .io import ReadStats, read_aligned, read_lines, read_pairs, read_tsv
 from .module import PRESETS, Seq2SeqTransformer
 from .sampler import BatchListDataset, BucketBatchSampler, ResumableDataLoader, padding_fraction
 from .spm_tokenizer import SentencePieceTokenizer
-from .tokenizer import BPETokenizer, TextTokenizer, load_tokenizer, tokenizer_from_dict
+from .tokenizer import BPETokenizer, TextTokenizer
+from .tokenizer_kinds import load_tokenizer, tokenizer_from_dict
 from .writer import TranslationWriter
 
 __all__ = [

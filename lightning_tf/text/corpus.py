@@ -36,7 +36,8 @@ from lightning_tf.prepared import default_cache_root, file_identity, prepare_fol
 from .io import FileFormat, Pair, ReadStats, iter_pairs, pair_files
 from .store import Lines, LinesWriter, Ragged, RaggedWriter
 from .synthetic import algorithmic_pairs, english_german_pairs
-from .tokenizer import BPETokenizer, TextTokenizer, tokenizer_from_dict
+from .tokenizer import BPETokenizer, TextTokenizer
+from .tokenizer_kinds import tokenizer_from_dict
 
 __all__ = ["CACHE_VERSION", "CorpusSpec", "Dedup", "PreparedCorpus", "default_cache_root", "prepare_corpus"]
 

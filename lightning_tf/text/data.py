@@ -22,15 +22,17 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from lightning_tf.distributed import eval_sampler
+from lightning_tf.loaders import ResumableDataLoader, ShardedDataLoader
 from lightning_tf.memory import release_freed_memory
 from lightning_tf.training import run_dir
 
 from .corpus import SPLITS, CorpusSpec, Dedup, PreparedCorpus, default_cache_root, prepare_corpus
 from .io import FileFormat, read_sentences
-from .sampler import BatchListDataset, BucketBatchSampler, ResumableDataLoader
+from .sampler import BatchListDataset, BucketBatchSampler
 from .store import Lines, Ragged
 from .synthetic import SyntheticName
-from .tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, TextTokenizer, load_tokenizer, tokenizer_from_dict
+from .tokenizer import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, TextTokenizer
+from .tokenizer_kinds import load_tokenizer, tokenizer_from_dict
 
 __all__ = [
     "Dedup",
@@ -400,12 +402,13 @@ class TranslationDataModule(LightningDataModule):
         sampler = self._sampler(split, shuffle)
         if self.trainer is not None and shuffle:
             sampler.set_epoch(self.trainer.current_epoch)
-        # the training loader keeps its position in checkpoints, for exact mid-epoch resume
+        # the training loader keeps its position in checkpoints, for exact mid-epoch resume; both shard
+        # themselves under DDP (Lightning adds no sampler)
         assert self.tokenizer is not None
         collate = partial(
             collate_translation, pad_id=self.tokenizer.pad_id, bos_id=self.tokenizer.bos_id, eos_id=self.tokenizer.eos_id
         )
-        return (ResumableDataLoader if shuffle else DataLoader)(
+        return (ResumableDataLoader if shuffle else ShardedDataLoader)(
             self.datasets[split],
             batch_sampler=sampler,
             collate_fn=collate,

@@ -24,7 +24,8 @@ import torch
 from torch import Tensor
 
 from .spm_tokenizer import SentencePieceTokenizer
-from .tokenizer import TextTokenizer, load_tokenizer
+from .tokenizer import TextTokenizer
+from .tokenizer_kinds import load_tokenizer
 
 __all__ = [
     "ARCHITECTURE", "EXPORTED", "from_marian_arguments", "load_pretrained", "marian_arguments", "marian_state_dict",

@@ -26,6 +26,7 @@ from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.text import Perplexity
 
+from lightning_tf.checkpoints import CheckedLoading, stamp
 from lightning_tf.core import Activation, Decoder, DecoderCache, Encoder, PositionalName, padding_mask
 from lightning_tf.distributed import gather_objects
 from lightning_tf.training import SchedulerName, check_agreement, configure_adamw
@@ -35,7 +36,8 @@ from .embedding import OutputProjection, TokenEmbedding
 from .handover import adopt_direction, adopt_tokenizer
 from .marian import ARCHITECTURE, EXPORTED, from_marian_arguments, load_pretrained, to_marian
 from .scoring import DecodedEpochs, corpus_scores, target_texts
-from .tokenizer import BOS_ID, EOS_ID, PAD_ID, TextTokenizer, source_ids, tokenizer_from_dict
+from .tokenizer import BOS_ID, EOS_ID, PAD_ID, TextTokenizer, source_ids
+from .tokenizer_kinds import tokenizer_from_dict
 from .writer import TranslationWriter
 
 if TYPE_CHECKING:
@@ -57,7 +59,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 _ABSOLUTE_PE = ("sinusoidal", "sinusoidal_halves", "learned")
 
 
-class Seq2SeqTransformer(LightningModule):
+class Seq2SeqTransformer(CheckedLoading, LightningModule):
     """Encoder-decoder Transformer for translation with greedy/beam decoding on the KV cache.
 
     Size arguments left at ``None`` (``d_model``, ``n_heads``, ``n_layers``, ``d_ff``, ``dropout``,
@@ -324,9 +326,8 @@ class Seq2SeqTransformer(LightningModule):
         """Tokenise raw source sentences into ids ``(B, S)``: tokens + EOS, right-padded with PAD."""
         hp = self.hparams
         limit = hp.max_len if hp.pos_encoding in _ABSOLUTE_PE else None
-        return source_ids(self._require_tokenizer(), texts, limit, f"of the {hp.pos_encoding} positional encoding").to(
-            self.device
-        )
+        ids = source_ids(self._require_tokenizer(), texts, limit, f"of the {hp.pos_encoding} positional encoding")
+        return ids.to(self.device)
 
     @torch.no_grad()
     def translate(
@@ -406,9 +407,8 @@ class Seq2SeqTransformer(LightningModule):
         logits = (self._compiled_forward or self)(src, tgt_in)  # (B, T, V)
         target = tgt[:, 1:]  # (B, T)
         hp = self.hparams
-        loss = F.cross_entropy(
-            logits.flatten(0, 1).float(), target.flatten(), ignore_index=hp.pad_id, label_smoothing=hp.label_smoothing
-        )
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), target.flatten(), ignore_index=hp.pad_id,
+                               label_smoothing=hp.label_smoothing)
         return loss, logits, target
 
     def _shared_step(self, batch: dict[str, Any], stage: str) -> Tensor:
@@ -529,6 +529,7 @@ class Seq2SeqTransformer(LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """The tokenizer (plain JSON types) and the direction beside the weights; ``max_len``, the special ids
         and the decoding settings are hyperparameters."""
+        stamp(checkpoint)  # the package version and checkpoint format
         if self.tokenizer is not None:
             checkpoint["tokenizer"] = self.tokenizer.to_dict()
         if self.src_lang is not None:
@@ -544,7 +545,6 @@ class Seq2SeqTransformer(LightningModule):
         hp = self.hparams
         total = hp.total_steps
         if total is None and hp.scheduler in ("cosine", "onecycle"):
-            # only where the schedule needs the run's length: reading it builds the training loader before
-            # Lightning restores a checkpoint's loader position, and a mid-epoch resume would redo the epoch
+            # only where the schedule needs the run's length: reading it builds the training loader early
             total = self.trainer.estimated_stepping_batches
         return configure_adamw(self, hp, total, eps=hp.eps)

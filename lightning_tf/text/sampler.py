@@ -1,4 +1,5 @@
-"""Length-bucketed batches for parallel text, their padding, and a DataLoader that resumes mid-epoch.
+"""Length-bucketed batches for parallel text and their padding; they resume mid-epoch through
+:class:`lightning_tf.loaders.ResumableDataLoader`.
 
 Batches are bucketed by length as in fairseq (Ott et al., 2019): each epoch shuffles the pairs, sorts
 them by length inside pools of ``pool_batches`` batches, cuts the pools into batches under a token
@@ -11,10 +12,9 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
-import torch.distributed as dist
-from lightning.pytorch.utilities import rank_zero_warn
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import Dataset
 
+from lightning_tf.loaders import EpochBatchSampler, ResumableDataLoader
 from lightning_tf.memory import release_freed_memory
 
 __all__ = ["BatchListDataset", "BucketBatchSampler", "ResumableDataLoader", "padding_fraction"]
@@ -63,24 +63,7 @@ def padding_fraction(batches: Sequence[Sequence[int]], *lengths: Sequence[int] |
     return 1.0 - real / padded if padded else 0.0
 
 
-class _EpochSampler(Sampler[int]):
-    """The indices of a :class:`BucketBatchSampler`'s epoch in batch order. Lightning calls ``set_epoch`` on
-    ``loader.batch_sampler.sampler`` (not on the batch sampler), so the epoch reaches the batches through here."""
-
-    def __init__(self, parent: BucketBatchSampler) -> None:
-        self.parent = parent
-
-    def set_epoch(self, epoch: int) -> None:
-        self.parent.set_epoch(epoch)
-
-    def __iter__(self) -> Iterator[int]:
-        return (i for batch in self.parent._batches() for i in batch.tolist())  # not the parent's resumable iteration
-
-    def __len__(self) -> int:
-        return sum(len(b) for b in self.parent._batches())
-
-
-class BucketBatchSampler(Sampler[list[int]]):
+class BucketBatchSampler(EpochBatchSampler):
     """Batches of similar lengths under a token budget, reshuffled every epoch and sharded across ranks.
 
     Each epoch (seeded by ``seed`` and :meth:`set_epoch`) shuffles the indices, sorts them by length in
@@ -123,12 +106,7 @@ class BucketBatchSampler(Sampler[list[int]]):
             raise ValueError(f"batch_size ({batch_size}) must be >= 1")
         if tgt_lengths is not None and len(tgt_lengths) != len(src_lengths):
             raise ValueError(f"{len(src_lengths)} source lengths but {len(tgt_lengths)} target lengths")
-        if num_replicas is None:
-            num_replicas = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-        if rank is None:
-            rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-        if not 0 <= rank < num_replicas:
-            raise ValueError(f"rank ({rank}) must be in [0, num_replicas ({num_replicas}))")
+        super().__init__(seed, num_replicas, rank)
         # memory-mapped length arrays stay memory-mapped (shared by ranks and workers); lists become int64
         self.src_lengths = _int_array(src_lengths)
         self.tgt_lengths = None if tgt_lengths is None else _int_array(tgt_lengths)
@@ -137,18 +115,8 @@ class BucketBatchSampler(Sampler[list[int]]):
             raise ValueError(
                 f"max_tokens ({max_tokens}) is smaller than the longest item ({self.cost.max()} tokens with specials)"
             )
-        self.batch_size, self.max_tokens, self.shuffle, self.seed = batch_size, max_tokens, shuffle, seed
-        self.pool_batches, self.num_replicas, self.rank = pool_batches, num_replicas, rank
-        self.epoch = 0
-        self._cache: tuple[int, list[np.ndarray]] | None = None
-        self.sampler = _EpochSampler(self)
-        self._resume: tuple[int, int] | None = None  # (epoch, batches to skip) from load_state_dict
-        self.start = 0  # batches skipped by the current iteration (a resumed epoch)
-        self.yielded = 0  # batches yielded by the current iteration, skipped ones included
-
-    def set_epoch(self, epoch: int) -> None:
-        """Lightning calls this before every training epoch."""
-        self.epoch = epoch
+        self.batch_size, self.max_tokens, self.shuffle = batch_size, max_tokens, shuffle
+        self.pool_batches = pool_batches
 
     def _sort(self, idx: np.ndarray) -> np.ndarray:
         tgt = self.tgt_lengths[idx] if self.tgt_lengths is not None else self.src_lengths[idx]
@@ -216,70 +184,7 @@ class BucketBatchSampler(Sampler[list[int]]):
             batches = batches + [batches[k % len(batches)] for k in range(R - len(batches) % R)] if batches else []
         return batches
 
-    def _batches(self) -> list[np.ndarray]:
-        if self._cache is None or self._cache[0] != self.epoch:
-            self._cache = (self.epoch, self._epoch_batches(self.epoch)[self.rank :: self.num_replicas])
-            release_freed_memory()  # the epoch's sort of the whole corpus leaves its buffers in the heap
-        return self._cache[1]
-
-    def __iter__(self) -> Iterator[list[int]]:
-        batches = self._batches()
-        self.start = 0
-        if self._resume is not None:
-            epoch, done = self._resume
-            self._resume = None
-            if epoch == self.epoch:  # a checkpoint from inside this epoch: go on after its last batch
-                self.start = min(done, len(batches))
-        self.yielded = self.start
-        for batch in batches[self.start :]:
-            self.yielded += 1
-            yield batch.tolist()
-
-    def __len__(self) -> int:
-        return len(self._batches())
-
-    def state_dict(self) -> dict[str, int]:
-        """Where the epoch stands: its number and the batches yielded so far (a DataLoader with workers
-        fetches ahead of training; :class:`ResumableDataLoader` counts what it returned instead)."""
-        return {"epoch": self.epoch, "batches_done": self.yielded, "num_replicas": self.num_replicas}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        """Resume mid-epoch: the next iteration over ``state["epoch"]`` skips its first ``batches_done``
-        batches (the batch list depends only on ``seed`` and the epoch, so it is the same list). An
-        iteration over another epoch (the checkpoint closed its epoch) starts at the first batch."""
-        if state["num_replicas"] != self.num_replicas:
-            rank_zero_warn(
-                f"the checkpoint's sampler state was saved with {state['num_replicas']} ranks, this run has "
-                f"{self.num_replicas}: the resumed epoch's batches differ from the interrupted one's"
-            )
-        self.set_epoch(int(state["epoch"]))
-        self._resume = (int(state["epoch"]), int(state["batches_done"]))
-
-
-class ResumableDataLoader(DataLoader):
-    """A DataLoader over a :class:`BucketBatchSampler` whose position Lightning saves in checkpoints
-    (Lightning calls ``state_dict`` / ``load_state_dict`` on training loaders that have them), so a run
-    resumed from a mid-epoch checkpoint trains on the rest of that epoch's batches, in order.
-
-    The position is the number of batches this loader has returned: workers and prefetching read the
-    sampler ahead of training, while Lightning fetches a sized loader's batches one at a time."""
-
-    def __iter__(self) -> Iterator[Any]:
-        iterator = super().__iter__()  # created now, as DataLoader does: it draws the base seed here
-        self._returned = 0
-        return self._counted(iterator)
-
-    def _counted(self, iterator: Iterator[Any]) -> Iterator[Any]:
-        for batch in iterator:
-            self._returned += 1
-            yield batch
-
-    def state_dict(self) -> dict[str, int]:
-        sampler = self.batch_sampler
-        assert isinstance(sampler, BucketBatchSampler)
-        return sampler.state_dict() | {"batches_done": sampler.start + getattr(self, "_returned", 0)}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        sampler = self.batch_sampler
-        assert isinstance(sampler, BucketBatchSampler)
-        sampler.load_state_dict(state)
+    def _build(self, epoch: int) -> list[np.ndarray]:
+        batches = self._epoch_batches(epoch)[self.rank :: self.num_replicas]
+        release_freed_memory()  # the epoch's sort of the whole corpus leaves its buffers in the heap
+        return batches

@@ -1,8 +1,8 @@
 """Tokenizers for translation: the interface every tokenizer of the text task has
 (:class:`TextTokenizer`), and byte-pair encoding (Sennrich et al., 2016) on HF ``tokenizers``
 (:class:`BPETokenizer`). The SentencePiece tokenizer of Marian / OPUS-MT models is
-:class:`~lightning_tf.text.spm_tokenizer.SentencePieceTokenizer`; :func:`tokenizer_from_dict` and
-:func:`load_tokenizer` rebuild either kind.
+:class:`~lightning_tf.text.spm_tokenizer.SentencePieceTokenizer`;
+:mod:`~lightning_tf.text.tokenizer_kinds` rebuilds either kind (from a checkpoint or a folder).
 
 BPE: text is NFKC-normalised, split on spaces with a ``Metaspace`` marker (``▁``, as in SentencePiece) and
 with punctuation isolated; the ``Metaspace`` decoder turns the markers back into spaces, so
@@ -32,9 +32,7 @@ __all__ = [
     "BPETokenizer",
     "Side",
     "TextTokenizer",
-    "load_tokenizer",
     "source_ids",
-    "tokenizer_from_dict",
 ]
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
@@ -75,59 +73,12 @@ class TextTokenizer(Protocol):
         ...
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON types: :func:`tokenizer_from_dict` rebuilds the tokenizer from them."""
+        """Plain JSON types: :func:`.tokenizer_kinds.tokenizer_from_dict` rebuilds the tokenizer from them."""
         ...
 
     def save(self, directory: str | Path) -> Path:
-        """Write the tokenizer's files into ``directory`` (:func:`load_tokenizer` reads them back)."""
+        """Write the tokenizer's files into ``directory`` (:func:`.tokenizer_kinds.load_tokenizer` reads them back)."""
         ...
-
-
-def tokenizer_from_dict(d: dict[str, Any]) -> TextTokenizer:
-    """The tokenizer a ``to_dict()`` describes: its ``kind`` names the class (``bpe`` when absent, as in
-    checkpoints written before there were other kinds)."""
-    kind = d.get("kind", "bpe")
-    if kind == "bpe":
-        return BPETokenizer.from_dict(d)
-    if kind == "sentencepiece":
-        from .spm_tokenizer import SentencePieceTokenizer
-
-        return SentencePieceTokenizer.from_dict(d)
-    raise ValueError(f"unknown tokenizer kind {kind!r}; expected 'bpe' or 'sentencepiece'")
-
-
-def load_tokenizer(source: str | Path) -> TextTokenizer:
-    """The tokenizer saved in a folder: one written by :meth:`BPETokenizer.save` (a training run's
-    ``tokenizer`` folder), or one with Marian's ``source.spm`` / ``target.spm`` / ``vocab.json`` (written by
-    :meth:`~lightning_tf.text.spm_tokenizer.SentencePieceTokenizer.save`, or a Marian / OPUS-MT model
-    folder). A ``source`` that is no folder is taken as a Hugging Face hub model name (``Helsinki-NLP/opus-mt-de-en``):
-    its tokenizer files are read from the local hub cache, or fetched."""
-    from .spm_tokenizer import SentencePieceTokenizer
-
-    directory = Path(source)
-    if not directory.is_dir():
-        directory = _hub_folder(str(source))
-    if SentencePieceTokenizer.is_saved_in(directory):
-        return SentencePieceTokenizer.load(directory)
-    if not (directory / CONFIG_FILE).is_file():
-        raise FileNotFoundError(
-            f"{directory} holds no tokenizer: neither BPETokenizer.save's {CONFIG_FILE} nor Marian's source.spm and "
-            "vocab.json"
-        )
-    return BPETokenizer.load(directory)
-
-
-def _hub_folder(name: str) -> Path:
-    """The local snapshot of the tokenizer files of hub model ``name``."""
-    from huggingface_hub import snapshot_download
-
-    try:
-        return Path(snapshot_download(name, allow_patterns=["*.spm", "*.json"]))
-    except Exception as e:  # the hub's errors are many (invalid name, offline, not found, no access)
-        raise FileNotFoundError(
-            f"tokenizer {name!r}: no such folder, and not a model on the Hugging Face hub or in its local cache "
-            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
-        ) from None
 
 
 def _new_tokenizer() -> Tokenizer:

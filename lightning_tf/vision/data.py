@@ -27,6 +27,7 @@ from torch.utils.data import DataLoader, Dataset, default_collate
 from torchvision.transforms import v2
 
 from lightning_tf.distributed import eval_sampler
+from lightning_tf.loaders import IgnoreStopSignals, ResumableDataLoader, SeededBatches, ShuffledBatchSampler
 
 from .datasets import (
     DATASETS,
@@ -107,7 +108,8 @@ class ImageDataModule(LightningDataModule):
         val_fraction: share of the training pool held out for validation, stratified.
         test_fraction: share held out for test where no test set exists (digits, an image folder
             without ``test/``), stratified.
-        seed: seed of the splits.
+        seed: seed of the splits, of the training order and of the augmentations (each training batch
+            draws its crops, flips and policy operations from ``(seed, epoch, batch)``).
         augment: training augmentation preset: ``none``, ``flip_crop`` (pad-and-crop or random
             resized crop, plus flip), ``randaugment`` or ``trivialaugment`` (each after flip_crop).
         hflip: whether flip_crop flips horizontally; default: yes, except for handwritten digits
@@ -468,19 +470,24 @@ class ImageDataModule(LightningDataModule):
         if dataset is None:
             raise RuntimeError("call setup() (or let the Trainer call it) before asking for a DataLoader")
         h = self.hparams
+        common = {
+            "num_workers": h.num_workers,
+            "persistent_workers": h.num_workers > 0,
+            "pin_memory": torch.cuda.is_available(),
+            "collate_fn": _collate,
+            "worker_init_fn": IgnoreStopSignals() if h.num_workers > 0 else None,  # the main process stops the run
+        }
+        if train:
+            # the order and every batch's augmentation depend on (seed, epoch, batch) alone: a mid-epoch
+            # checkpoint resumes on the rest of the epoch, and the workers change nothing; Mixup pairs
+            # sample i with B - 1 - i, so its batches are even (drop_last)
+            sampler = ShuffledBatchSampler(len(dataset), h.batch_size, drop_last=self.mixup is not None, seed=h.seed)
+            if self.trainer is not None:
+                sampler.set_epoch(self.trainer.current_epoch)
+            return ResumableDataLoader(SeededBatches(dataset, h.seed), sampler, **common)
         # under DDP: every evaluation image on exactly one process (Lightning's sampler would repeat some)
-        sampler = None if train else eval_sampler(dataset, predict=dataset is self.predict_set)  # type: ignore[arg-type]
-        return DataLoader(
-            dataset,
-            batch_size=h.batch_size,
-            shuffle=train,
-            sampler=sampler,
-            drop_last=train and self.mixup is not None,  # Mixup pairs sample i with B - 1 - i: even batches
-            num_workers=h.num_workers,
-            persistent_workers=h.num_workers > 0,
-            pin_memory=torch.cuda.is_available(),
-            collate_fn=_collate,
-        )
+        sampler = eval_sampler(dataset, predict=dataset is self.predict_set)  # type: ignore[arg-type]
+        return DataLoader(dataset, batch_size=h.batch_size, shuffle=False, sampler=sampler, **common)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self.train_set, train=True)

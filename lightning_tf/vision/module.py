@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
+from lightning_tf.checkpoints import CheckedLoading, stamp
 from lightning_tf.training import SchedulerName, check_agreement, configure_adamw
 
 from .inputs import ImageInput, as_image_list, prepare_images
@@ -34,7 +35,7 @@ __all__ = ["ViTClassifier"]
 log = logging.getLogger(__name__)
 
 
-class ViTClassifier(LightningModule):
+class ViTClassifier(CheckedLoading, LightningModule):
     """Vision Transformer image classifier.
 
     The architecture comes from ``preset`` (see :data:`~.vit.PRESETS`); any size argument that is
@@ -242,6 +243,7 @@ class ViTClassifier(LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """What inference needs, as plain data (loads with ``weights_only=True``): the class names, the
         input shape ``[C, H, W]`` and the normalisation."""
+        stamp(checkpoint)  # the package version and checkpoint format
         checkpoint["class_names"] = list(self.class_names)
         checkpoint["input_shape"] = [self.net.in_chans, self.net.image_size, self.net.image_size]
         checkpoint["normalization"] = {"mean": self.mean, "std": self.std}

@@ -5,8 +5,9 @@ and the prediction files under ``<out>/``.
 Run as a script: ``python tests/distributed/ddp_tasks.py --devices 2 --out DIR [--tasks text,vision]``.
 Lightning's DDP launcher starts the other ranks by running this same command again, so every
 process runs the same sequence of Trainers. ``--devices 1`` runs the same strategy (``ddp``) in one
-process, so both runs draw their training batches from the same ``DistributedSampler`` permutation
-(which does not depend on the number of processes): one process with batch ``2b`` sees at every
+process, so both runs draw their training batches from the same permutation (the loaders' own
+``ShuffledBatchSampler``, dealt out as ``DistributedSampler`` deals it; it does not depend on the number
+of processes): one process with batch ``2b`` sees at every
 step exactly the union of what two processes with batch ``b`` see.
 
 Sizes are chosen so that the evaluation sets do NOT divide by 2: a sampler that pads them (with a

@@ -1,8 +1,8 @@
 """ViT classification under DDP (2 CPU processes, gloo) against one process at the same global batch.
 
 One process with batch 32 and two with batch 16 draw the same training images per step (the same
-DistributedSampler permutation), and their averaged gradients differ only in the order of the float32
-sums: after 6 AdamW steps the weights agree to ~1e-7, and so do the metrics (measured: at most 1e-7
+permutation, dealt out as DistributedSampler deals it), and their averaged gradients differ only in
+the order of the float32 sums: after 6 AdamW steps the weights agree to ~1e-7, and so do the metrics (measured: at most 1e-7
 relative). The tolerance, 1e-5, is far below what a repeated or dropped image would change: the test
 and validation sets hold 359 and 143 images (odd), one image moves accuracy by 1/359 = 3e-3.
 """

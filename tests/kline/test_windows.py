@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 from torch.utils.data import RandomSampler
 
 from lightning_tf.kline.windows import (
-    EpochShuffleSampler,
     WindowDataset,
     chronological_borders,
     next_timestamps,
@@ -17,6 +17,7 @@ from lightning_tf.kline.windows import (
     split_ends,
     window_loader,
 )
+from lightning_tf.loaders import ShuffledBatchSampler
 
 
 def test_windows_index_their_context_and_targets() -> None:
@@ -39,23 +40,28 @@ def test_split_ends_give_each_window_to_the_split_of_its_targets() -> None:
     assert chronological_borders(1000, 0.7, 0.1) == (700, 800)
 
 
-def test_training_order_is_random_samplers_handed_out_in_slices() -> None:
-    n = 150_000  # more than one slice of indices
-    ours = EpochShuffleSampler(range(n), seed=5)
-    ours.set_epoch(2)
-    reference = RandomSampler(range(n), generator=torch.Generator().manual_seed(ours.generator.initial_seed()))
-    assert list(ours) == list(reference)
-    # the draws after an epoch are the same too (a second pass without set_epoch shuffles alike)
-    assert torch.equal(torch.rand(3, generator=ours.generator), torch.rand(3, generator=reference.generator))
+def test_training_order_is_random_samplers_under_the_epochs_seed() -> None:
+    """The training windows come in RandomSampler's order under a generator seeded from (seed, epoch), as
+    before the loaders resumed inside an epoch: trained models are bitwise what they were."""
+    n = 5000
+    sampler = ShuffledBatchSampler(n, batch_size=64, seed=5)
+    sampler.set_epoch(2)
+    seed = int(np.random.SeedSequence([5, 2]).generate_state(1)[0])
+    reference = RandomSampler(range(n), generator=torch.Generator().manual_seed(seed))
+    assert [i for batch in sampler for i in batch] == list(reference)
 
 
 def test_training_order_depends_on_seed_and_epoch_only() -> None:
-    sampler = EpochShuffleSampler(range(30), seed=3)
-    sampler.set_epoch(1)
-    first = list(sampler)
-    again = EpochShuffleSampler(range(30), seed=3)
-    again.set_epoch(1)
-    assert list(again) == first != list(range(30)) and sorted(first) == list(range(30))
+    x = torch.zeros(40, 1)
+    ds = WindowDataset(x, torch.arange(3, 37), 4, 2, x, x, x[:, 0].double(), torch.zeros(40, dtype=torch.long),
+                       torch.arange(40))
+    orders = []
+    for seed, epoch in ((3, 1), (3, 1), (3, 2), (4, 1)):
+        loader = window_loader({"train": ds}, "train", batch_size=8, num_workers=0, seed=seed, source="f", horizon=2)
+        loader.sampler.set_epoch(epoch)
+        orders.append(torch.cat([b["time"] for b in loader]).tolist())
+    assert orders[0] == orders[1] != list(range(3, 37)) and sorted(orders[0]) == list(range(3, 37))
+    assert orders[2] != orders[0] and orders[3] != orders[0]
     x = torch.zeros(40, 1)
     ds = WindowDataset(x, torch.arange(3, 37), 4, 2, x, x, x[:, 0].double(), torch.zeros(40, dtype=torch.long),
                        torch.arange(40))

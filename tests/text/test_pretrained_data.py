@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from lightning_tf.text import TranslationDataModule
-from lightning_tf.text.tokenizer import tokenizer_from_dict
+from lightning_tf.text.tokenizer_kinds import tokenizer_from_dict
 from tests.helpers.text import tatoeba_rows, write_tsv
 
 

@@ -16,7 +16,8 @@ import torch
 pytest.importorskip("sentencepiece")
 
 from lightning_tf.text.spm_tokenizer import SentencePieceTokenizer  # noqa: E402
-from lightning_tf.text.tokenizer import BPETokenizer, load_tokenizer, tokenizer_from_dict  # noqa: E402
+from lightning_tf.text.tokenizer import BPETokenizer  # noqa: E402
+from lightning_tf.text.tokenizer_kinds import load_tokenizer, tokenizer_from_dict  # noqa: E402
 from tests.helpers.marian import EN_DE, marian_vocab, spm_pieces, train_spm, write_tokenizer_folder  # noqa: E402
 
 TEXTS = [

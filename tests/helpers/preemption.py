@@ -1,0 +1,190 @@
+"""Real ``lightning-tf fit`` runs that the tests stop with real signals: the commands, starting and
+stopping them (a whole process group: DDP ranks included), waiting for a checkpoint file to appear, and the
+comparison of two runs' final checkpoints bit for bit. Also a checkpoint writer made slow on purpose."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO, Any
+
+import torch
+
+from lightning_tf.checkpoints import AtomicCheckpointIO
+
+__all__ = ["SlowCheckpointIO", "TASK_ARGS", "fit_args", "free_port", "same_training", "start", "stop", "wait_for"]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: each task's config with a tiny model and dropout, shuffling and (vision) RandAugment + Mixup/CutMix on
+TASK_ARGS: dict[str, list[str]] = {
+    "text": [
+        "--config", "configs/text/copy.yaml", "--data.n_train", "400", "--data.n_val", "16", "--data.n_test", "16",
+        "--data.max_tokens", "256", "--model.d_model", "16", "--model.n_heads", "2", "--model.n_layers", "1",
+        "--model.d_ff", "32", "--model.dropout", "0.1", "--model.warmup_steps", "4", "--model.extra_len", "4",
+        "--model.n_logged_samples", "0",
+    ],
+    "vision": [
+        "--config", "configs/vision/digits.yaml", "--data.batch_size", "16", "--data.augment", "randaugment",
+        "--data.mixup_alpha", "0.2", "--data.cutmix_alpha", "1.0", "--data.mixup_prob", "0.5", "--model.d_model", "16",
+        "--model.n_heads", "2", "--model.n_layers", "1", "--model.d_ff", "32", "--model.dropout", "0.1",
+        "--model.warmup_steps", "4", "--model.attention_images", "0",
+    ],
+    "kline": [
+        "--config", "configs/kline/msft_daily.yaml", "--data.batch_size", "32", "--model.d_model", "16",
+        "--model.n_heads", "2", "--model.n_layers", "1", "--model.d_ff", "32", "--model.warmup_steps", "4",
+    ],
+}  # fmt: skip
+
+#: 2 epochs of 5 steps; a checkpoint every 3 steps (step=3, 6, 9) besides last.ckpt and the best one
+STEP_CHECKPOINTS = """\
+trainer:
+  callbacks+:
+    - class_path: lightning.pytorch.callbacks.ModelCheckpoint
+      init_args:
+        filename: "{step}"
+        every_n_train_steps: 3
+        save_top_k: -1
+"""
+
+
+def fit_args(task: str, root: Path, workers: int = 0, devices: int = 1, extra: tuple[str, ...] = ()) -> list[str]:
+    """``fit`` of ``task`` under the default trainer config, writing under ``root`` (no logger)."""
+    root.mkdir(parents=True, exist_ok=True)
+    steps = root / "step_checkpoints.yaml"
+    steps.write_text(STEP_CHECKPOINTS)
+    distributed = ["--trainer.strategy", "ddp"] if devices > 1 or "--trainer.num_nodes" in extra else []
+    return [
+        "fit", "--config", "configs/trainer/default.yaml", *TASK_ARGS[task], "--config", str(steps),
+        "--trainer.logger", "false", "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary",
+        "false", "--trainer.accelerator", "cpu", "--trainer.devices", str(devices), *distributed,
+        "--trainer.deterministic", "true", "--trainer.max_epochs", "2", "--trainer.limit_train_batches", "5",
+        "--trainer.limit_val_batches", "2", "--trainer.num_sanity_val_steps", "0", "--trainer.default_root_dir",
+        str(root), "--data.num_workers", str(workers), *extra,
+    ]  # fmt: skip
+
+
+def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1",
+           "PYTHONWARNINGS": "ignore"}  # fmt: skip
+    for name in ("LIGHTNING_TF_DEBUG", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)  # an outer launcher's variables would make these runs its children
+    return env | (extra or {})
+
+
+def start(args: list[str], env: dict[str, str] | None = None, log: Path | None = None) -> subprocess.Popen:
+    """``lightning-tf <args>`` in a process group of its own (the DDP ranks it launches join it), output to
+    ``log`` (default: ``<default_root_dir>/run.log``)."""
+    root = Path(args[args.index("--trainer.default_root_dir") + 1])
+    log = log or root / "run.log"
+    out = open(log, "w")  # noqa: SIM115 (closed with the process: the file outlives this call)
+    return subprocess.Popen([sys.executable, "-m", "lightning_tf", *args], cwd=ROOT, env=_env(env), stdout=out,
+                            stderr=subprocess.STDOUT, start_new_session=True, text=True)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 300) -> int:
+    """Wait for ``proc``; fail with its log's end when it ran over."""
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"{proc.args} ran over {timeout} s") from None
+    finally:
+        stop(proc, signal.SIGKILL)  # whatever of its group is left (a rank, a loader worker)
+
+
+def stop(proc: subprocess.Popen, sig: int) -> None:
+    """Send ``sig`` to ``proc``'s whole process group (every rank it launched)."""
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
+    """Until ``path`` exists (checkpoints are renamed into place whole, so it is complete when it does);
+    fail if ``proc`` ends first."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"the run ended ({proc.returncode}) before {path.name} appeared")
+        if time.monotonic() > deadline:
+            stop(proc, signal.SIGKILL)
+            raise AssertionError(f"{path} did not appear within {timeout} s")
+        time.sleep(0.005)
+
+
+def log_of(root: Path) -> str:
+    return (root / "run.log").read_text()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _tensors(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Every leaf of a nested checkpoint section, by its path."""
+    if isinstance(value, dict):
+        return {k: v for key, item in value.items() for k, v in _tensors(item, f"{prefix}{key}.").items()}
+    if isinstance(value, (list, tuple)):
+        return {k: v for i, item in enumerate(value) for k, v in _tensors(item, f"{prefix}{i}.").items()}
+    return {prefix.rstrip("."): value}
+
+
+def same_training(a: Path, b: Path) -> list[str]:
+    """What differs between two final checkpoints: weights, optimizer state, LR schedule, the step and the
+    monitored validation loss of the best-checkpoint callback (a metric). [] when bitwise equal."""
+    x, y = (torch.load(p, map_location="cpu", weights_only=True) for p in (a, b))
+    out = [f"global_step {x['global_step']} != {y['global_step']}"] if x["global_step"] != y["global_step"] else []
+    for section in ("state_dict", "optimizer_states", "lr_schedulers"):
+        tx, ty = _tensors(x[section]), _tensors(y[section])
+        for key in sorted(set(tx) | set(ty)):
+            u, v = tx.get(key), ty.get(key)
+            equal = (torch.equal(u, v) if isinstance(u, torch.Tensor) and isinstance(v, torch.Tensor) else u == v)
+            if not equal:
+                out.append(f"{section}.{key}")
+    scores = [{k: _tensors(v).get("best_model_score") for k, v in c["callbacks"].items()
+               if str(k).startswith("ModelCheckpoint") and "'val/loss'" in str(k)}
+              for c in (x, y)]  # fmt: skip
+    if any(v is None for v in scores[0].values()) or not all(
+        torch.equal(scores[0][k], scores[1].get(k, torch.tensor(float("nan")))) for k in scores[0]
+    ):
+        out.append(f"best val/loss {scores[0]} != {scores[1]}")
+    return out
+
+
+class SlowCheckpointIO(AtomicCheckpointIO):
+    """The package's atomic writer, made slow on purpose: the ``slow_save``-th write of a file called
+    ``last.ckpt`` writes half of it, then waits ``pause`` seconds (long enough for a test to kill the run
+    there) before the rest.
+
+    Args:
+        pause: seconds to wait half-way.
+        slow_save: which write of last.ckpt is slow (1 = the first).
+    """
+
+    def __init__(self, pause: float = 60.0, slow_save: int = 2) -> None:
+        super().__init__()
+        self.pause, self.slow_save, self.saves = pause, slow_save, 0
+
+    def _write(self, checkpoint: dict[str, Any], f: IO[bytes]) -> None:
+        if not str(f.name).endswith("last.ckpt.partial"):
+            return super()._write(checkpoint, f)
+        self.saves += 1
+        if self.saves != self.slow_save:
+            return super()._write(checkpoint, f)
+        buffer = io.BytesIO()
+        torch.save(checkpoint, buffer)
+        data = buffer.getvalue()
+        f.write(data[: len(data) // 2])
+        f.flush()
+        Path(f"{f.name}.half").touch()  # the test's cue
+        time.sleep(self.pause)
+        f.write(data[len(data) // 2 :])

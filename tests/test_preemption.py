@@ -1,0 +1,268 @@
+"""Runs stopped with real signals continue as if they never stopped: ``lightning-tf fit`` subprocesses
+SIGKILLed once a chosen checkpoint file is on disk, or sent SIGTERM, resumed, and compared bit for bit
+(weights, optimizer state, LR schedule, best validation loss) with a run never stopped; a kill during a
+checkpoint save; DDP and two "nodes" on 127.0.0.1; every broken-checkpoint case through the CLI.
+
+Every run trains a tiny model for 2 epochs of 5 steps with a checkpoint every 3 steps (step=3, 6, 9): step 6
+is the first batch of epoch 1 and step 9 the fourth, both inside an epoch. One uninterrupted
+run per task (and one under DDP) is the reference for every case of that task; with loader workers the
+training is bitwise that of ``num_workers=0`` (augmentation is drawn per batch), so workers 0 and 2 share it.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from lightning_tf.__main__ import main
+from tests.helpers.preemption import (
+    ROOT,
+    fit_args,
+    finish,
+    free_port,
+    log_of,
+    same_training,
+    start,
+    stop,
+    wait_for,
+)
+
+# subprocesses, process groups or whole training runs: the integration tier (make test-integration)
+pytestmark = pytest.mark.integration
+
+TASKS = ("text", "vision", "kline")
+EPOCH = 5  # steps per epoch (limit_train_batches)
+
+
+def last(root: Path) -> Path:
+    return root / "checkpoints" / "last.ckpt"
+
+
+def newest_step_checkpoint(root: Path) -> Path:
+    """The run's last periodic checkpoint (``step=<n>.ckpt``, the highest ``n``)."""
+    steps = sorted((root / "checkpoints").glob("step=*.ckpt"), key=lambda p: int(p.stem.split("=")[1]))
+    return steps[-1]
+
+
+def run(args: list[str], log: str = "run.log") -> Path:
+    root = Path(args[args.index("--trainer.default_root_dir") + 1])
+    proc = start(args, log=root / log)
+    assert finish(proc) == 0, (root / log).read_text()[-4000:]
+    return root
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """The final checkpoint of one uninterrupted run per task (single process, no workers), made once."""
+    made: dict[str, Path] = {}
+
+    def get(task: str) -> Path:
+        if task not in made:
+            made[task] = last(run(fit_args(task, tmp_path_factory.mktemp(f"reference_{task}"))))
+        return made[task]
+
+    return get
+
+
+def kill_and_resume(task: str, root: Path, workers: int = 0, devices: int = 1) -> Path:
+    """Start a run, SIGKILL its whole process group as soon as step=6.ckpt is on disk, check that it died
+    inside an epoch, resume it from its newest periodic checkpoint; return the resumed run's last.ckpt."""
+    proc = start(fit_args(task, root, workers, devices))
+    wait_for(root / "checkpoints" / "step=6.ckpt", proc)
+    stop(proc, signal.SIGKILL)
+    assert finish(proc) == -signal.SIGKILL
+    ckpt = newest_step_checkpoint(root)
+    state = torch.load(ckpt, map_location="cpu", weights_only=True)
+    step = state["global_step"]
+    assert step % EPOCH, f"{ckpt.name} is at an epoch's end"  # the resumed run starts inside an epoch
+    loader = state["loops"]["fit_loop"]["state_dict"]["combined_loader"][0]
+    assert (loader["epoch"], loader["batches_done"]) == (step // EPOCH, step % EPOCH)
+    run(fit_args(task, root, workers, devices, ("--ckpt_path", str(ckpt))), log="resumed.log")
+    return last(root)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("task", TASKS)
+def test_a_run_killed_inside_an_epoch_resumes_bitwise(
+    task: str, workers: int, reference: Callable[[str], Path], tmp_path: Path
+) -> None:
+    resumed = kill_and_resume(task, tmp_path, workers)
+    assert same_training(reference(task), resumed) == []
+
+
+def test_sigterm_stops_after_the_step_saves_it_and_the_printed_command_resumes_bitwise(
+    reference: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """SIGTERM to every process of the run (as a scheduler sends it; the loader workers ignore it): the
+    step in progress finishes, last.ckpt is written at that step (step 6 or later), the run exits with
+    status 143 within seconds and prints the command that resumes it; that command ends bitwise where the
+    uninterrupted run ends."""
+    proc = start(fit_args("vision", tmp_path, workers=2))
+    wait_for(tmp_path / "checkpoints" / "step=6.ckpt", proc)
+    sent = time.monotonic()
+    stop(proc, signal.SIGTERM)
+    assert finish(proc) == 143
+    assert time.monotonic() - sent < 60
+    log = log_of(tmp_path)
+    stopped = re.search(r"lightning-tf: stopped by SIGTERM after global step (\d+) \(batch (\d+) of epoch (\d+)", log)
+    assert stopped, log[-3000:]
+    step, batch, epoch = map(int, stopped.groups())
+    state = torch.load(last(tmp_path), map_location="cpu", weights_only=True)
+    assert state["global_step"] == step == epoch * EPOCH + batch and step >= 6
+    assert "Traceback" not in log
+    command = shlex.split(re.search(r"^resume: (.*)$", log, re.M)[1])
+    assert command[0] == "lightning-tf" and command[-2:] == ["--ckpt_path", str(last(tmp_path))]
+    run([*command[1:]], log="resumed.log")
+    assert same_training(reference("vision"), last(tmp_path)) == []
+
+
+def test_a_kill_during_a_checkpoint_save_leaves_the_previous_one_and_last_resumes_from_it(
+    reference: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """The second write of last.ckpt (end of epoch 1) is slowed half-way; SIGKILL there. last.ckpt is still
+    the whole checkpoint of epoch 0, the half-written file is last.ckpt.partial, and ``--ckpt_path last``
+    resumes from the former to the uninterrupted run's end."""
+    slow = ("--trainer.plugins", "tests.helpers.preemption.SlowCheckpointIO")
+    proc = start(fit_args("kline", tmp_path, extra=slow))
+    wait_for(tmp_path / "checkpoints" / "last.ckpt.partial.half", proc)
+    stop(proc, signal.SIGKILL)
+    assert finish(proc) == -signal.SIGKILL
+    partial = tmp_path / "checkpoints" / "last.ckpt.partial"
+    assert 0 < partial.stat().st_size < last(tmp_path).stat().st_size * 0.6
+    assert torch.load(last(tmp_path), map_location="cpu", weights_only=True)["global_step"] == EPOCH
+    run(fit_args("kline", tmp_path, extra=("--ckpt_path", "last")), log="resumed.log")
+    assert f"Restoring states from the checkpoint path at {last(tmp_path)}" in (tmp_path / "resumed.log").read_text()
+    assert same_training(reference("kline"), last(tmp_path)) == []
+
+
+def test_slurm_requeue_signal_saves_at_the_step_and_the_same_command_resumes_bitwise(
+    reference: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """In a SLURM job (its variables set; Lightning then uses SLURMEnvironment(auto_requeue=True)),
+    SIGUSR1 stops the run after the step like SIGTERM, links the checkpoint as Lightning's
+    hpc_ckpt_1.ckpt and asks scontrol to requeue (absent here: said); the same command, without
+    --ckpt_path, resumes from it to the uninterrupted run's end."""
+    slurm = {"SLURM_NTASKS": "1", "SLURM_NTASKS_PER_NODE": "1", "SLURM_JOB_NAME": "train", "SLURM_JOB_ID": "4242",
+             "SLURM_NODELIST": "localhost", "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0"}
+    proc = start(fit_args("kline", tmp_path), slurm)
+    wait_for(tmp_path / "checkpoints" / "step=6.ckpt", proc)
+    proc.send_signal(signal.SIGUSR1)
+    assert finish(proc) == 143
+    log = log_of(tmp_path)
+    assert "stopped by the SLURM requeue signal after global step" in log
+    assert f"SLURM: job 4242 not requeued (scontrol not found); the same command resumes from {tmp_path}/hpc_ckpt_1.ckpt" in log
+    assert (tmp_path / "hpc_ckpt_1.ckpt").stat().st_ino == last(tmp_path).stat().st_ino  # a link, not a copy
+    proc = start(fit_args("kline", tmp_path), slurm, log=tmp_path / "requeued.log")
+    assert finish(proc) == 0
+    assert f"Restoring states from the checkpoint path at {tmp_path}/hpc_ckpt_1.ckpt" in (
+        tmp_path / "requeued.log").read_text()
+    assert same_training(reference("kline"), last(tmp_path)) == []
+
+
+# ------------------------------------------------------------------------------ several processes
+
+
+@pytest.fixture(scope="module")
+def ddp_reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The final checkpoint of an uninterrupted vision run in 2 processes (Lightning's launcher, gloo)."""
+    return last(run(fit_args("vision", tmp_path_factory.mktemp("reference_ddp"), devices=2)))
+
+
+def test_ddp_killed_inside_an_epoch_resumes_bitwise(ddp_reference: Path, tmp_path: Path) -> None:
+    assert same_training(ddp_reference, kill_and_resume("vision", tmp_path, devices=2)) == []
+
+
+def test_ddp_sigterm_to_rank_zero_alone_stops_both_ranks_after_the_same_step(ddp_reference: Path, tmp_path: Path) -> None:
+    """Only the launching process (rank 0) gets SIGTERM: the ranks agree at the step's end, both stop after
+    it, one checkpoint is written, and resuming from it ends bitwise where the uninterrupted DDP run ends."""
+    proc = start(fit_args("vision", tmp_path, devices=2))
+    wait_for(tmp_path / "checkpoints" / "step=6.ckpt", proc)
+    proc.send_signal(signal.SIGTERM)
+    assert finish(proc) == 143
+    log = log_of(tmp_path)
+    step = int(re.search(r"stopped by SIGTERM after global step (\d+)", log)[1])
+    assert torch.load(last(tmp_path), map_location="cpu", weights_only=True)["global_step"] == step
+    run(fit_args("vision", tmp_path, devices=2, extra=("--ckpt_path", str(last(tmp_path)))), log="resumed.log")
+    assert same_training(ddp_reference, last(tmp_path)) == []
+
+
+def two_nodes(root: Path, extra: tuple[str, ...] = ()) -> list:
+    """Node 0 and node 1 of a 2-node run, one process each, meeting on 127.0.0.1."""
+    port = free_port()
+    args = fit_args("vision", root, extra=("--trainer.num_nodes", "2", *extra))
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    return [start(args, env | {"NODE_RANK": str(n)}, log=root / f"node{n}.log") for n in range(2)]
+
+
+def test_two_nodes_train_as_two_processes_of_one_node_and_a_kill_resumes_bitwise(
+    ddp_reference: Path, tmp_path: Path
+) -> None:
+    """``--trainer.num_nodes 2``, one process per node: the same training as 2 processes on one node, bit
+    for bit; then both nodes SIGKILLed once step=6.ckpt is on disk and restarted from it end there too."""
+    nodes = two_nodes(tmp_path / "full")
+    assert [finish(p) for p in nodes] == [0, 0], (tmp_path / "full" / "node1.log").read_text()[-3000:]
+    assert "GLOBAL_RANK: 1, MEMBER: 2/2" in (tmp_path / "full" / "node1.log").read_text()
+    assert same_training(ddp_reference, last(tmp_path / "full")) == []
+
+    cut = tmp_path / "cut"
+    nodes = two_nodes(cut)
+    wait_for(cut / "checkpoints" / "step=6.ckpt", nodes[0])
+    for p in nodes:
+        stop(p, signal.SIGKILL)
+    assert [finish(p) for p in nodes] == [-signal.SIGKILL] * 2
+    ckpt = newest_step_checkpoint(cut)
+    nodes = two_nodes(cut, ("--ckpt_path", str(ckpt)))
+    assert [finish(p) for p in nodes] == [0, 0], (cut / "node0.log").read_text()[-3000:]
+    assert same_training(ddp_reference, last(cut)) == []
+
+
+# ------------------------------------------------------------------------------ broken checkpoints
+
+
+def test_every_broken_checkpoint_is_one_line_naming_the_file(
+    reference: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the command's entry point: truncated (fit), corrupted (validate), another task's (test), too
+    new (predict), missing (export): exit status 2 and one line naming the file and the cause, and the
+    newest complete checkpoint in its folder where there is one."""
+    good = reference("text")
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    data = good.read_bytes()
+    truncated, corrupted, newer = folder / "truncated.ckpt", folder / "corrupted.ckpt", folder / "newer.ckpt"
+    truncated.write_bytes(data[: len(data) // 2])
+    flipped = bytearray(data)
+    flipped[len(data) // 2] ^= 0xFF
+    corrupted.write_bytes(bytes(flipped))
+    state = torch.load(good, map_location="cpu", weights_only=True)
+    state["lightning_tf"] = {"version": "9.0.0", "format": 99}
+    torch.save(state, newer)
+    complete = folder / "complete.ckpt"
+    complete.write_bytes(data)
+    monkeypatch.chdir(ROOT)  # the configs' relative paths
+    text = fit_args("text", tmp_path / "run")[1:-2]  # the text config without fit and --data.num_workers
+    cases = [
+        (["fit", *text, "--ckpt_path", str(truncated)], f"{truncated}: not a complete checkpoint, truncated"),
+        (["validate", *text, "--ckpt_path", str(corrupted)], f"{corrupted}: corrupted, the record .* fails its CRC-32"),
+        (["test", *fit_args("vision", tmp_path / "v")[1:-2], "--ckpt_path", str(complete)],
+         f"{complete}: a checkpoint of Seq2SeqTransformer \\(text\\), not of ViTClassifier"),
+        (["predict", *text, "--ckpt_path", str(newer)],
+         f"{newer}: written by lightning-tf 9.0.0 in checkpoint format 99; this lightning-tf .* reads formats up to"),
+        (["export", "--ckpt_path", str(folder / "gone.ckpt")], f"{folder / 'gone.ckpt'}: no such checkpoint file"),
+    ]  # fmt: skip
+    for args, message in cases:
+        with pytest.raises(SystemExit) as stopped:
+            main(args)
+        err = capsys.readouterr().err
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert stopped.value.code == 2 and len(lines) == 1, (args[0], err[-3000:])
+        assert re.match(rf"lightning-tf( export)?: error: {message}", lines[0]), lines[0]
+        if args[0] != "test":  # the newest other complete file of the folder is named
+            assert "the newest complete checkpoint in" in lines[0] and "complete.ckpt (epoch 1, step 10)" in lines[0]
