@@ -152,24 +152,27 @@ def _check_continuation(study: Any, attrs: dict[str, Any]) -> None:
 
 
 def _run(options: argparse.Namespace, rest: list[str], argv: list[str]) -> None:
-    import optuna
-
     from lightning_tf.__main__ import bundled_configs
 
-    from .config import BaseConfig, absolute_configs, check_space
-    from .overrides import trial_overrides
+    from .overrides import absolute_configs, trial_overrides
     from .space import SearchSpace
+
+    t0 = time.time()
+    if options.study_name is not None:
+        trial_overrides(options.study_name, 0, "", False, [])  # a name that can name folders and runs
+    args = absolute_configs(bundled_configs(rest))
+    search = bundled_configs(["--config", options.search])[1]
+    space = SearchSpace.load(search)  # the search file's own errors before the config is parsed
+
+    import optuna
+
+    from .config import BaseConfig, check_space
     from .study import StudySpec, counted, infer_direction, open_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    t0 = time.time()
-    args = absolute_configs(bundled_configs(rest))
-    search = bundled_configs(["--config", options.search])[1]
-    space = SearchSpace.load(search)
     base = BaseConfig(args)
     fixed = check_space(space, base)
     name = options.study_name or base.task_name()
-    trial_overrides(name, 0, "", False, [])  # checks the name
     study_dir = _study_dir(name)
     storage = options.storage or _default_storage(name)
     direction = options.direction or infer_direction(options.metric)

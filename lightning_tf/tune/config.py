@@ -5,7 +5,6 @@ constraints read from it, and the best trial written back as one complete config
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -16,9 +15,9 @@ from lightning_tf.argument_errors import one_line_error
 from lightning_tf.cli import LightningTFCLI, make_cli
 
 from .overrides import to_overrides
-from .space import SearchSpace
+from .space import FloatParam, IntParam, SearchSpace
 
-__all__ = ["BaseConfig", "absolute_configs", "check_space", "parse_config"]
+__all__ = ["BaseConfig", "check_space", "parse_config"]
 
 
 class _ParseOnly(LightningTFCLI):
@@ -63,7 +62,7 @@ def _reason(line: str, name: str) -> str:
 
 
 class BaseConfig:
-    """The command's ``--config`` files and overrides as one parsed config.
+    """The command's ``--config`` files and overrides as one parsed config, and the parser that read them.
 
     Args:
         args: the arguments ``lightning-tf fit`` would get (without ``fit``).
@@ -72,6 +71,15 @@ class BaseConfig:
     def __init__(self, args: Sequence[str]) -> None:
         self.args = list(args)
         self.parser, self.config = parse_config(self.args)
+
+    def parse(self, extra: Sequence[str]) -> Namespace:
+        """The config with ``extra`` arguments after the command's own (the same parser: no new CLI is built);
+        a rejected argument is one ValueError line."""
+        try:
+            return self.parser.parse_args([*self.args, *extra])
+        except Exception as err:  # jsonargparse's ArgumentError (exit_on_error=False)
+            options = [o for action in self.parser._actions for o in action.option_strings]
+            raise ValueError(one_line_error(str(err), options)) from None
 
     def get(self, name: str) -> Any:
         """The config's value at dotted ``name`` (None when unset)."""
@@ -96,27 +104,28 @@ class BaseConfig:
         return "study"
 
     def dump(self, params: Mapping[str, Any]) -> str:
-        """The complete config with ``params`` applied, as ``fit --config`` reads it (YAML)."""
-        _, config = parse_config([*self.args, *to_overrides(params)])
-        return self.parser.dump(config, skip_none=False)
+        """The complete config with ``params`` applied, as ``fit --config`` reads it (YAML, None values kept)."""
+        return self.parser.dump(self.parse(to_overrides(params)), skip_unset=False)
 
 
 def check_space(space: SearchSpace, base: BaseConfig) -> dict[str, Any]:
-    """Check every key of ``space`` against the config's parser, with each of its values (the bounds of a
-    range, every choice): one ValueError line naming the search file and the key that the parser rejects.
-    Returns the values the constraints read from the config (the names they use that are not searched)."""
-    probes = {name: param.probes() for name, param in space.params.items()}
+    """Check every key of ``space`` against the config's parser: one ValueError line naming the search file
+    and the key that the parser rejects. A range is tried at its low end (the parser checks types, and both
+    ends have one), a categorical with each choice. Returns the values the constraints read from the config
+    (the names they use that are not searched)."""
+    probes = {name: [param.low] if isinstance(param, (FloatParam, IntParam)) else param.probes()
+              for name, param in space.params.items()}
     rounds = max(len(values) for values in probes.values())
     for i in range(rounds):
         values = {name: vals[i] if i < len(vals) else vals[-1] for name, vals in probes.items()}
         try:
-            parse_config([*base.args, *to_overrides(values)])
+            base.parse(to_overrides(values))
             continue
         except ValueError:
             pass
         for name, value in values.items():  # which key: one at a time
             try:
-                parse_config([*base.args, *to_overrides({name: value})])
+                base.parse(to_overrides({name: value}))
             except ValueError as err:
                 raise ValueError(f"{space.source}: {name}: {_reason(str(err), name)}") from None
         raise ValueError(f"{space.source}: the config does not take these values together: {values}")
@@ -129,17 +138,3 @@ def check_space(space: SearchSpace, base: BaseConfig) -> dict[str, Any]:
             )
         fixed[name] = value
     return fixed
-
-
-def absolute_configs(args: Sequence[str]) -> list[str]:
-    """``args`` with every ``--config`` file as an absolute path, so the study's record works from any folder."""
-    out = list(args)
-    for i, arg in enumerate(out):
-        name, eq, value = arg.partition("=")
-        if name != "--config":
-            continue
-        if eq and os.path.exists(value):
-            out[i] = f"--config={os.path.abspath(value)}"
-        elif not eq and i + 1 < len(out) and os.path.exists(out[i + 1]):
-            out[i + 1] = os.path.abspath(out[i + 1])
-    return out

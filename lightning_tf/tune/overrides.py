@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["format_value", "given_names", "to_overrides", "trial_id", "trial_overrides"]
+__all__ = ["absolute_configs", "format_value", "given_names", "to_overrides", "trial_id", "trial_overrides"]
 
 
 def format_value(value: Any) -> str:
@@ -95,3 +96,17 @@ def trial_overrides(
     out.update({"trainer.enable_progress_bar": "false", "trainer.enable_model_summary": "false",
                 "trainer.devices": "1"})
     return [f"--{name}={value}" for name, value in out.items() if name not in given]
+
+
+def absolute_configs(args: Sequence[str]) -> list[str]:
+    """``args`` with every ``--config`` file as an absolute path, so the study's record works from any folder."""
+    out = list(args)
+    for i, arg in enumerate(out):
+        name, eq, value = arg.partition("=")
+        if name != "--config":
+            continue
+        if eq and os.path.exists(value):
+            out[i] = f"--config={os.path.abspath(value)}"
+        elif not eq and i + 1 < len(out) and os.path.exists(out[i + 1]):
+            out[i + 1] = os.path.abspath(out[i + 1])
+    return out
