@@ -84,7 +84,11 @@ def tune_main(argv: list[str]) -> None:
         return _report_only(options, rest)
     if not options.search:
         raise ValueError("--search is required: a search file such as configs/search/vision.yaml")
-    _run(options, rest, argv)
+    try:
+        _run(options, rest, argv)
+    except KeyboardInterrupt:  # before the workers started (they handle their own)
+        print("\nstopped before any trial started", file=sys.stderr, flush=True)
+        raise SystemExit(130) from None
 
 
 def _open(options: argparse.Namespace) -> Any:
@@ -104,8 +108,9 @@ def _open(options: argparse.Namespace) -> Any:
         raise ValueError(f"no study {options.study_name!r} in {_describe_storage(storage)}") from None
 
 
-def _write_report(study: Any) -> dict[str, Path]:
-    """The report of ``study`` in its folder, ``best.yaml`` from its recorded configs."""
+def _write_report(study: Any, base: Any = None) -> dict[str, Path]:
+    """The report of ``study`` in its folder, ``best.yaml`` from its recorded configs (``base``: those configs
+    already parsed)."""
     from .config import BaseConfig
     from .report import ranked_trials, write_report
 
@@ -113,7 +118,9 @@ def _write_report(study: Any) -> dict[str, Path]:
     best = None
     if ranked:
         args = list(study.user_attrs.get("args", []))
-        best = BaseConfig(args).dump(ranked[0].params)
+        if base is None or base.args != args:
+            base = BaseConfig(args)
+        best = base.dump(ranked[0].params)
     folder = Path(study.user_attrs.get("study_dir") or _study_dir(study.study_name))
     return write_report(study, folder, best)
 
@@ -212,7 +219,7 @@ def _run(options: argparse.Namespace, rest: list[str], argv: list[str]) -> None:
         status = _supervise(spec, options.jobs, study_dir)
         study.set_user_attr(f"run:{socket.gethostname()}:{os.getpid()}:{int(t0)}",
                             {"wall_s": round(time.time() - t0, 1), "jobs": options.jobs, "trials": options.trials})
-    _print_report(_write_report(optuna.load_study(study_name=name, storage=open_storage(storage))))
+    _print_report(_write_report(optuna.load_study(study_name=name, storage=open_storage(storage)), base))
     if status == 130:
         print(f"stopped; continue the study with the same command: lightning-tf tune {shlex.join(argv)}", flush=True)
     if status:
