@@ -49,8 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="stop unpromising trials after an epoch (default median)")
     parser.add_argument("--pruner_startup", type=int, default=3,
                         help="median: trials that finish before any is pruned (default 3)")
-    parser.add_argument("--pruner_warmup", type=int, default=1,
-                        help="median: epochs every trial runs before it can be pruned (default 1)")
+    parser.add_argument("--pruner_warmup", type=int, default=None,
+                        help="median: epochs every trial runs before it can be pruned (default: a tenth of "
+                        "trainer.max_epochs, at least 1)")
     parser.add_argument("--storage", default=None, help="an Optuna storage URL (sqlite:///tune.db, postgresql://..., "
                         "mysql://...) or a journal file; default runs/tune/<study>/journal.log")
     parser.add_argument("--study_name", default=None, help="the study (default: <task>-<size>-<dataset> of the "
@@ -76,7 +77,7 @@ def tune_main(argv: list[str]) -> None:
     """Entry point of ``lightning-tf tune``."""
     options, rest = build_parser().parse_known_args(argv)
     for name, low in (("trials", 1), ("jobs", 1), ("pruner_startup", 0), ("pruner_warmup", 0)):
-        if getattr(options, name) < low:
+        if getattr(options, name) is not None and getattr(options, name) < low:
             raise ValueError(f"--{name} must be >= {low}, got {getattr(options, name)}")
     if options.timeout is not None and options.timeout <= 0:
         raise ValueError(f"--timeout must be > 0 seconds, got {options.timeout}")
@@ -184,6 +185,8 @@ def _run(options: argparse.Namespace, rest: list[str], argv: list[str]) -> None:
     storage = options.storage or _default_storage(name)
     direction = options.direction or infer_direction(options.metric)
     max_epochs = base.get("trainer.max_epochs")
+    max_epochs = max_epochs if isinstance(max_epochs, int) and max_epochs > 0 else None
+    warmup = options.pruner_warmup if options.pruner_warmup is not None else max(1, (max_epochs or 10) // 10)
     attrs = {"args": args, "search": os.path.abspath(search), "search_text": space.text, "metric": options.metric,
              "direction": direction, "study_dir": str(study_dir.absolute())}
     study = optuna.create_study(study_name=name, storage=open_storage(storage), direction=direction,
@@ -200,14 +203,16 @@ def _run(options: argparse.Namespace, rest: list[str], argv: list[str]) -> None:
         study_name=name, storage=storage if "://" in storage else os.path.abspath(storage),
         study_dir=str(study_dir.absolute()), args=args, search=os.path.abspath(search), trials=options.trials,
         metric=options.metric, direction=direction, sampler=options.sampler, seed=options.seed,
-        pruner=options.pruner, pruner_startup=options.pruner_startup, pruner_warmup=options.pruner_warmup,
-        max_epochs=max_epochs if isinstance(max_epochs, int) and max_epochs > 0 else None, wandb=base.uses_wandb(),
+        pruner=options.pruner, pruner_startup=options.pruner_startup, pruner_warmup=warmup,
+        max_epochs=max_epochs, wandb=base.uses_wandb(),
         fixed=fixed, deadline=None if options.timeout is None else t0 + options.timeout,
         threads=None if torch.cuda.is_available() else max(1, cpus // options.jobs),
     )
     held = counted(study.get_trials(deepcopy=False))
     print(f"study {name}: {held} of {options.trials} trials held; {options.jobs} worker(s); {options.metric} "
-          f"({direction}); sampler {options.sampler} (seed {options.seed}); pruner {options.pruner}", flush=True)
+          f"({direction}); sampler {options.sampler} (seed {options.seed}); pruner {options.pruner}"
+          + (f" (after {options.pruner_startup} trials, {warmup} epochs)" if options.pruner == "median" else ""),
+          flush=True)
     print(f"  storage {_describe_storage(storage)} (watch it: optuna-dashboard {_describe_storage(storage)})",
           flush=True)
     print(f"  folder {study_dir}/ (log: {study_dir}/tune.log; workers' output: {study_dir}/workers/)", flush=True)

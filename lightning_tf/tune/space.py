@@ -244,6 +244,12 @@ class SearchSpace:
                 return constraint
         return None
 
+    def refusal(self, values: Mapping[str, Any]) -> str | None:
+        """Why a trial with ``values`` (its parameters and the config values the constraints read) must not
+        start: the first broken constraint with the values it read; None when every constraint holds."""
+        broken = self.violated(values)
+        return None if broken is None else f"refused: {broken.explain(values)} is false"
+
     def constraint_names(self) -> list[str]:
         """The config names the constraints read that the space does not search (taken from the config)."""
         names = {n for c in self.constraints for n in c.names}

@@ -182,10 +182,9 @@ def run_trial(
     never raises for what a trial can do wrong (the study goes on)."""
     params = space.suggest(trial)
     t0 = time.perf_counter()
-    broken = space.violated({**spec.fixed, **params})
-    if broken is not None:
-        return params, Outcome(TrialState.FAIL, reason=f"refused: {broken.explain({**spec.fixed, **params})} is false",
-                               refused=True)
+    refusal = space.refusal({**spec.fixed, **params})
+    if refusal is not None:
+        return params, Outcome(TrialState.FAIL, reason=refusal, refused=True)
     reporter = TrialReporter(trial, spec.metric, params, spec.study_name, interrupts)
     args = ["fit", *spec.args, *to_overrides(params),
             *trial_overrides(spec.study_name, trial.number, spec.study_dir, spec.wandb, spec.args)]

@@ -129,3 +129,11 @@ def test_every_malformed_entry_is_one_line_naming_the_key(tmp_path: Path, text: 
 def test_a_missing_search_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"search file .*absent\.yaml not found"):
         SearchSpace.load(tmp_path / "absent.yaml")
+
+
+def test_a_trial_whose_values_break_a_constraint_is_refused_with_them(tmp_path: Path) -> None:
+    space = load(tmp_path, SPACE)
+    assert space.refusal({"model.init_args.d_model": 64, "model.init_args.n_heads": 4}) is None
+    assert space.refusal({"model.init_args.d_model": 48, "model.init_args.n_heads": 5}) == (
+        "refused: model.init_args.d_model % model.init_args.n_heads == 0 (d_model 48, n_heads 5) is false")
+
