@@ -127,12 +127,15 @@ def _write_report(study: Any, base: Any = None) -> dict[str, Path]:
 
 
 def _print_report(written: dict[str, Path]) -> None:
-    print(f"report: {written['summary']}, {written['trials']}", flush=True)
+    from lightning_tf.runs import shown
+
+    print(f"report: {shown(written['summary'])}, {shown(written['trials'])}", flush=True)
     figures = [p.name for k, p in written.items() if k.endswith(".png")]
     if figures:
         print(f"figures: {', '.join(figures)}", flush=True)
     if "best" in written:
-        print(f"best config: {written['best']}\n  train it: lightning-tf fit --config {written['best']}", flush=True)
+        print(f"best config: {shown(written['best'])}\n  train it: lightning-tf fit --config {shown(written['best'])}",
+              flush=True)
     else:
         print("no trial has completed: no best.yaml", flush=True)
 
@@ -188,7 +191,7 @@ def _run(options: argparse.Namespace, rest: list[str], argv: list[str]) -> None:
     max_epochs = max_epochs if isinstance(max_epochs, int) and max_epochs > 0 else None
     warmup = options.pruner_warmup if options.pruner_warmup is not None else max(1, (max_epochs or 10) // 10)
     attrs = {"args": args, "search": os.path.abspath(search), "search_text": space.text, "metric": options.metric,
-             "direction": direction, "study_dir": str(study_dir.absolute())}
+             "direction": direction, "study_dir": str(study_dir.absolute()), "max_epochs": max_epochs}
     study = optuna.create_study(study_name=name, storage=open_storage(storage), direction=direction,
                                 load_if_exists=True)
     if "args" in study.user_attrs:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import datetime
 import logging
+import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,23 @@ def state_name(trial: FrozenTrial) -> str:
             return "interrupted"
         return "refused" if trial.user_attrs.get("refused") else "failed"
     return trial.state.name.lower()
+
+
+def _shown(path: str | Path) -> str:
+    """``path`` relative to the working directory when it lies below it, else absolute."""
+    full = Path(path).absolute()
+    try:
+        return str(full.relative_to(Path.cwd()))
+    except ValueError:
+        return str(full)
+
+
+def _inside(path: str | Path, folder: Path) -> str:
+    """``path`` relative to ``folder`` (the study folder, where summary.md is) when below it."""
+    try:
+        return os.path.relpath(path, folder) if Path(path).absolute().is_relative_to(folder.absolute()) else str(path)
+    except ValueError:
+        return str(path)
 
 
 def _short(name: str) -> str:
@@ -133,7 +151,7 @@ def write_report(study: optuna.Study, folder: str | Path, best_config: str | Non
         header = (f"# The best trial of study {study.study_name}: trial {best.number}, {metric} {best.value:.6g}"
                   f" ({study.direction.name.lower()}).\n"
                   f"# Its parameters: {', '.join(f'{k}={_value(v)}' for k, v in best.params.items())}\n"
-                  f"#   lightning-tf fit --config {best_path}\n")
+                  f"#   lightning-tf fit --config {_shown(best_path)}\n")
         best_path.write_text(header + best_config)
         written["best"] = best_path
 
@@ -158,14 +176,21 @@ def write_report(study: optuna.Study, folder: str | Path, best_config: str | Non
              f"{len(study.trials)} trials: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + ".",
              f"Wall time {wall / 60:.1f} min; the trials' own time {trial_s / 60:.1f} min.",
              f"Objective: {metric}, {study.direction.name.lower()}d; search space: "
-             f"{study.user_attrs.get('search', '?')}.", ""]
+             f"{_shown(study.user_attrs['search']) if 'search' in study.user_attrs else '?'}."]
+    max_epochs = study.user_attrs.get("max_epochs")
+    epochs = sum(int(t.user_attrs.get("epochs", 0)) for t in study.trials)
+    full = sum(1 for t in study.trials if t.user_attrs.get("epochs")) * (max_epochs or 0)
+    if max_epochs and full:
+        lines.append(f"Epochs run: {epochs} of the {full} that full runs of the trials that trained would take "
+                     f"({100 * (1 - epochs / full):.0f}% saved by pruning and early stopping).")
+    lines.append("")
     if best is not None:
         lines += ["## Best trial", "",
                   f"Trial {best.number}: {metric} **{best.value:.6g}** after {best.user_attrs.get('epochs', '?')} "
                   f"epochs ({float(best.user_attrs.get('seconds') or 0):.0f} s), run folder "
-                  f"`{best.user_attrs.get('run_dir', '')}`.", ""]
+                  f"`{_inside(best.user_attrs.get('run_dir', ''), folder)}`.", ""]
         lines += _table([[f"`{k}`", _value(v)] for k, v in best.params.items()], ["parameter", "value"])
-        lines += ["", f"Train it: `lightning-tf fit --config {best_path}`", ""]
+        lines += ["", f"Train it: `lightning-tf fit --config {_shown(best_path)}`", ""]
     else:
         lines += ["No trial has completed yet.", ""]
     if ranked:

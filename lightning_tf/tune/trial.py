@@ -28,7 +28,6 @@ from optuna.trial import TrialState
 from optuna_integration import PyTorchLightningPruningCallback
 
 from lightning_tf.argument_errors import one_line_error
-from lightning_tf.callbacks import NonFiniteError
 from lightning_tf.cli import make_cli
 from lightning_tf.training import run_dir
 
@@ -202,7 +201,7 @@ def run_trial(
             outcome = Outcome(TrialState.FAIL, reason="interrupted", interrupted=True)
         elif isinstance(err, MetricMissing):
             outcome = Outcome(TrialState.FAIL, reason=str(err), stop_study=True)
-        elif isinstance(err, NonFiniteError) or isinstance(err, FloatingPointError):
+        elif isinstance(err, FloatingPointError):  # NaNGuard's NonFiniteError, or a non-finite metric
             outcome = Outcome(TrialState.FAIL, reason=f"non-finite: {_first_line(err)}")
         elif _is_oom(err):
             outcome = Outcome(TrialState.FAIL, reason=f"out of memory: {_first_line(err)}")
