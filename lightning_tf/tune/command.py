@@ -109,20 +109,21 @@ def _open(options: argparse.Namespace) -> Any:
         raise ValueError(f"no study {options.study_name!r} in {_describe_storage(storage)}") from None
 
 
-def _write_report(study: Any, base: Any = None) -> dict[str, Path]:
-    """The report of ``study`` in its folder, ``best.yaml`` from its recorded configs (``base``: those configs
-    already parsed)."""
+def _write_report(study: Any, base: Any = None, folder: Path | None = None) -> dict[str, Path]:
+    """The report of ``study`` in ``folder`` (default: the folder the study recorded, when it exists here, else
+    ``runs/tune/<study>``), ``best.yaml`` from ``base`` (the study's configs parsed here; default: the
+    configs the study recorded)."""
     from .config import BaseConfig
     from .report import ranked_trials, write_report
 
     ranked = ranked_trials(study)
     best = None
     if ranked:
-        args = list(study.user_attrs.get("args", []))
-        if base is None or base.args != args:
-            base = BaseConfig(args)
+        base = base if base is not None else BaseConfig(list(study.user_attrs.get("args", [])))
         best = base.dump(ranked[0].params)
-    folder = Path(study.user_attrs.get("study_dir") or _study_dir(study.study_name))
+    if folder is None:
+        recorded = study.user_attrs.get("study_dir")
+        folder = Path(recorded) if recorded and Path(recorded).is_dir() else _study_dir(study.study_name)
     return write_report(study, folder, best)
 
 
@@ -149,10 +150,10 @@ def _report_only(options: argparse.Namespace, rest: list[str]) -> None:
 def _check_continuation(study: Any, attrs: dict[str, Any]) -> None:
     """A re-run continues the study only with the same configs and metric; a changed search file is noted."""
     old = study.user_attrs
-    if old.get("args") != attrs["args"]:
+    if old.get("args_key") != attrs["args_key"]:
         raise ValueError(
-            f"study {study.study_name!r} was started with other arguments ({shlex.join(old.get('args', []))}); "
-            "give the same ones to continue it, or another --study_name"
+            f"study {study.study_name!r} was started with other arguments or config files "
+            f"({shlex.join(old.get('args', []))}); give the same ones to continue it, or another --study_name"
         )
     for key in ("metric", "direction"):
         if old.get(key) != attrs[key]:
@@ -165,7 +166,7 @@ def _check_continuation(study: Any, attrs: dict[str, Any]) -> None:
 def _run(options: argparse.Namespace, rest: list[str], argv: list[str]) -> None:
     from lightning_tf.__main__ import bundled_configs
 
-    from .overrides import absolute_configs, trial_overrides
+    from .overrides import absolute_configs, args_key, trial_overrides
     from .space import SearchSpace
 
     t0 = time.time()
@@ -190,7 +191,7 @@ def _run(options: argparse.Namespace, rest: list[str], argv: list[str]) -> None:
     max_epochs = base.get("trainer.max_epochs")
     max_epochs = max_epochs if isinstance(max_epochs, int) and max_epochs > 0 else None
     warmup = options.pruner_warmup if options.pruner_warmup is not None else max(1, (max_epochs or 10) // 10)
-    attrs = {"args": args, "search": os.path.abspath(search), "search_text": space.text, "metric": options.metric,
+    attrs = {"args": args, "args_key": args_key(args), "search": os.path.abspath(search), "search_text": space.text, "metric": options.metric,
              "direction": direction, "study_dir": str(study_dir.absolute()), "max_epochs": max_epochs}
     study = optuna.create_study(study_name=name, storage=open_storage(storage), direction=direction,
                                 load_if_exists=True)
@@ -227,7 +228,7 @@ def _run(options: argparse.Namespace, rest: list[str], argv: list[str]) -> None:
         status = _supervise(spec, options.jobs, study_dir)
         study.set_user_attr(f"run:{socket.gethostname()}:{os.getpid()}:{int(t0)}",
                             {"wall_s": round(time.time() - t0, 1), "jobs": options.jobs, "trials": options.trials})
-    _print_report(_write_report(optuna.load_study(study_name=name, storage=open_storage(storage)), base))
+    _print_report(_write_report(optuna.load_study(study_name=name, storage=open_storage(storage)), base, study_dir))
     if status == 130:
         print(f"stopped; continue the study with the same command: lightning-tf tune {shlex.join(argv)}", flush=True)
     if status:

@@ -8,14 +8,15 @@ boolean), floats with a decimal point (YAML 1.1 reads ``1e-05`` as text), boolea
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["absolute_configs", "format_value", "given_names", "to_overrides", "trial_id", "trial_overrides"]
+__all__ = ["absolute_configs", "args_key", "format_value", "given_names", "to_overrides", "trial_id", "trial_overrides"]
 
 
 def format_value(value: Any) -> str:
@@ -110,3 +111,20 @@ def absolute_configs(args: Sequence[str]) -> list[str]:
         elif not eq and i + 1 < len(out) and os.path.exists(out[i + 1]):
             out[i + 1] = os.path.abspath(out[i + 1])
     return out
+
+
+def args_key(args: Sequence[str]) -> list[str]:
+    """``args`` with every ``--config`` file replaced by a digest of its content: the same on every machine
+    whose configs are the same, wherever its clone is (what a study is continued with is compared by it)."""
+    out = list(args)
+    for i, arg in enumerate(out):
+        name, eq, value = arg.partition("=")
+        if name != "--config":
+            continue
+        j, value = (i, value) if eq else (i + 1, out[i + 1] if i + 1 < len(out) else "")
+        if value and os.path.isfile(value):
+            with open(value, "rb") as handle:
+                digest = hashlib.sha256(handle.read()).hexdigest()[:16]
+            out[j] = f"--config=sha256:{digest}" if eq else f"sha256:{digest}"
+    return out
+

@@ -4,10 +4,12 @@ trial its own folder and wandb run without taking over what the user set."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
-from lightning_tf.tune.overrides import format_value, given_names, to_overrides, trial_id, trial_overrides
+from lightning_tf.tune.overrides import (
+    absolute_configs, args_key, format_value, given_names, to_overrides, trial_id, trial_overrides)
 
 
 @pytest.mark.parametrize(("value", "text"), [
@@ -46,3 +48,17 @@ def test_a_trial_gets_its_own_folder_and_wandb_run_in_the_study_group() -> None:
 def test_a_study_name_that_cannot_name_a_folder_or_run_is_refused() -> None:
     with pytest.raises(ValueError, match=r"study name 'my study/1': use letters, digits, '-' and '_' only"):
         trial_overrides("my study/1", 0, "/s", True, [])
+
+
+def test_a_study_is_known_by_its_configs_contents_wherever_the_clone_is(tmp_path: Path) -> None:
+    for machine in ("a", "b"):
+        (tmp_path / machine).mkdir()
+        (tmp_path / machine / "digits.yaml").write_text("trainer: {max_epochs: 40}\n")
+    a, b = (absolute_configs(["--config", str(tmp_path / m / "digits.yaml"), "--trainer.max_epochs=3"]) for m in "ab")
+    assert a[1] == str(tmp_path / "a" / "digits.yaml") and a != b
+    assert args_key(a) == args_key(b) and args_key(a)[1].startswith("sha256:") and args_key(a)[2:] == a[2:]
+    (tmp_path / "b" / "digits.yaml").write_text("trainer: {max_epochs: 41}\n")
+    assert args_key(a) != args_key(b)
+    inline = ["--config={trainer: {max_epochs: 2}}"]
+    assert args_key(inline) == inline  # not a file: kept as written
+
