@@ -18,7 +18,7 @@ from outside; what the studies hold is read back from their journal files. Three
 Run (the page ``docs/results/tune.md`` and ``tune.json`` are rewritten from what the run measured)::
 
     python benchmarks/tune.py [--sections pruning parallel etth1] [--data PATH] [--out docs/results/tune]
-        [--workdir DIR] [--smoke]
+        [--workdir DIR] [--smoke] [--trials N]
 
 ``--smoke``: every section at toy size (a few batches, a few trials) to check that it runs end to end.
 """
@@ -126,8 +126,8 @@ def study_row(workdir: Path, name: str, wall_s: float) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------ sections
-def pruning(workdir: Path, smoke: bool) -> dict[str, Any]:
-    trials = "2" if smoke else "24"
+def pruning(workdir: Path, smoke: bool, n: int | None = None) -> dict[str, Any]:
+    trials = str(n or (2 if smoke else 24))
     budget = SMOKE_VISION if smoke else []
     base = ["--config", TRAINER, "--config", DIGITS, *budget, "--search", str(ROOT / "configs/search/vision.yaml"),
             "--trials", trials, "--jobs", "2", "--seed", "0", "--metric", "val/acc", "--direction", "maximize"]
@@ -143,10 +143,10 @@ def pruning(workdir: Path, smoke: bool) -> dict[str, Any]:
             "target_met": saving >= 0.40 and gap <= 0.5}
 
 
-def parallel(workdir: Path, smoke: bool) -> dict[str, Any]:
+def parallel(workdir: Path, smoke: bool, n: int | None = None) -> dict[str, Any]:
     space = workdir / "fixed_cost.yaml"
     space.write_text(FIXED_COST_SPACE)
-    trials = 2 if smoke else 8
+    trials = n or (2 if smoke else 8)
     budget = SMOKE_VISION if smoke else []
     base = ["--config", TRAINER, "--config", DIGITS, *budget, "--search", str(space), "--trials", str(trials),
             "--pruner", "none", "--seed", "0"]
@@ -196,10 +196,10 @@ def _scores(summary: dict[str, Any]) -> dict[str, float]:
             "persistence_mse": summary["persistence"]["model"]["mse"]}
 
 
-def etth1(workdir: Path, smoke: bool, data: Path) -> dict[str, Any]:
+def etth1(workdir: Path, smoke: bool, data: Path, n: int | None = None) -> dict[str, Any]:
     if not data.is_file():
         return {"skipped": f"{data} not found"}
-    trials = 2 if smoke else 30
+    trials = n or (2 if smoke else 30)
     budget = SMOKE_ETT if smoke else ["--trainer.max_time=00:00:03:00"]
     common = ["--config", TRAINER, "--config", ETT, f"--data.init_args.path={data}", *budget]
     args = [*common, "--search", str(ROOT / "configs/search/kline.yaml"), "--trials", str(trials), "--jobs", "2",
@@ -331,6 +331,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workdir", type=Path, default=None, help="where the studies run (default: a temporary "
                         "folder, removed at the end)")
     parser.add_argument("--smoke", action="store_true", help="toy budgets: check that every section runs")
+    parser.add_argument("--trials", type=int, default=None,
+                        help="trials per study in every section (default: 24, 8 and 30; a reduced run)")
     args = parser.parse_args(argv)
 
     import torch
@@ -343,11 +345,11 @@ def main(argv: list[str] | None = None) -> None:
                                "date": datetime.date.today().isoformat(), "sections": args.sections}
     try:
         if "pruning" in args.sections:
-            results["pruning"] = pruning(workdir, args.smoke)
+            results["pruning"] = pruning(workdir, args.smoke, args.trials)
         if "parallel" in args.sections:
-            results["parallel"] = parallel(workdir, args.smoke)
+            results["parallel"] = parallel(workdir, args.smoke, args.trials)
         if "etth1" in args.sections:
-            results["etth1"] = etth1(workdir, args.smoke, args.data)
+            results["etth1"] = etth1(workdir, args.smoke, args.data, args.trials)
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)

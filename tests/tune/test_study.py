@@ -77,3 +77,20 @@ def test_stale_trials_are_failed_queued_again_and_not_counted() -> None:
     retry = study.ask()  # its parameters come first
     assert retry.suggest_float("x", 0, 1) == x_dead and retry.user_attrs["retry_of"] == dead.number
     assert fail_stale(study) == []
+
+
+def test_a_path_is_a_journal_file(tmp_path: Path) -> None:
+    from lightning_tf.tune.study import open_storage
+
+    journal = open_storage(str(tmp_path / "new" / "journal.log"))
+    assert isinstance(journal, optuna.storages.JournalStorage) and (tmp_path / "new").is_dir()
+
+
+@pytest.mark.integration  # sqlalchemy creates the database's tables: seconds
+def test_a_database_url_gets_a_heartbeat(tmp_path: Path) -> None:
+    from lightning_tf.tune.study import open_storage
+
+    database = open_storage(f"sqlite:///{tmp_path / 'tune.db'}")
+    assert isinstance(database, optuna.storages.RDBStorage)
+    assert database.get_heartbeat_interval() == 60 and database.grace_period == 180
+    assert database.failed_trial_callback is not None  # a trial whose heartbeat stopped runs again once
