@@ -215,7 +215,7 @@ def _run(options: argparse.Namespace, rest: list[str], argv: list[str]) -> None:
     held = counted(study.get_trials(deepcopy=False))
     print(f"study {name}: {held} of {options.trials} trials held; {options.jobs} worker(s); {options.metric} "
           f"({direction}); sampler {options.sampler} (seed {options.seed}); pruner {options.pruner}"
-          + (f" (after {options.pruner_startup} trials, {warmup} epochs)" if options.pruner == "median" else ""),
+          + (f" (after {options.pruner_startup} trials, from epoch {warmup + 1})" if options.pruner == "median" else ""),
           flush=True)
     print(f"  storage {_describe_storage(storage)} (watch it: optuna-dashboard {_describe_storage(storage)})",
           flush=True)

@@ -51,7 +51,10 @@ def write_space(tmp: Path, text: str = SPACE) -> str:
     return str(path)
 
 
-def test_two_workers_run_ordinary_trials_and_the_report_trains_through_fit(tmp_path: Path) -> None:
+def test_two_workers_run_ordinary_trials_and_the_report_trains_through_fit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the trials and the fit of best.yaml: the same numerics
     proc = tune(tmp_path, "--search", write_space(tmp_path), "--trials", "4", "--jobs", "2", "--study_name", "two")
     study = load(tmp_path, "two")
     trials = study.trials
@@ -98,6 +101,12 @@ def test_two_workers_run_ordinary_trials_and_the_report_trains_through_fit(tmp_p
     assert "fit done" in fit.stdout
     runs = [p for p in (tmp_path / "runs/lightning-tf").iterdir() if (p / "config.yaml").is_file()]
     assert len(runs) == 1 and list((runs[0] / "checkpoints").glob("best-*.ckpt"))
+    # ... and trains the best trial again: the same best validation loss, to the last bit
+    import torch
+
+    state = torch.load(runs[0] / "checkpoints/last.ckpt", weights_only=True)["callbacks"]
+    (score,) = [v["best_model_score"] for k, v in state.items() if "'monitor': 'val/loss'" in k]
+    assert float(score) == best.value
     # --report rewrites the report from the storage alone; the study already holds its trials
     (folder / "summary.md").unlink()
     report = cli("tune", "--study_name", "two", "--report", cwd=tmp_path)
