@@ -55,6 +55,8 @@ model.init_args.label_smoothing: {type: float, low: 0.0, high: 0.2}
 model.init_args.drop_path: {type: float, low: 0.0, high: 0.3}
 """
 
+SECTIONS = ("pruning", "parallel", "etth1")
+
 #: toy budgets of --smoke (a few batches per epoch)
 SMOKE_VISION = ["--trainer.max_epochs=3", "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=2"]
 SMOKE_ETT = ["--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=2",
@@ -248,14 +250,14 @@ def page(results: dict[str, Any]) -> str:
              f"Machine: {info['cpu']}, {info['cores']} cores, torch {info['torch']}. Each study is "
              "`lightning-tf tune` timed from outside (wall time of the whole command, worker start-up included). "
              f"Written by `python benchmarks/tune.py{' --smoke' if smoke else ''}` on {results['date']}; a rerun "
-             "rewrites this page.", ""]
-    if smoke:
+             "rewrites this page (`--sections` a subset of it). Each section is measured in one run.", ""]
+    if smoke or any(results.get(k, {}).get("smoke") for k in SECTIONS):
         lines += ["**Smoke run: toy budgets (a few batches, a few trials); the numbers say only that every "
                   "section runs.**", ""]
     p = results.get("pruning")
     if p:
         lines += ["## Pruning pays", "",
-                  f"The digits ViT (`configs/vision/digits.yaml`) over `configs/search/vision.yaml`, {p['trials']} "
+                  f"Measured {p.get('date', results['date'])}. The digits ViT (`configs/vision/digits.yaml`) over `configs/search/vision.yaml`, {p['trials']} "
                   "trials each, `--jobs 2`, TPE with seed 0, optimising `val/acc`; the median pruner (once 3 trials "
                   "have finished, a trial below the median of the earlier ones at the same epoch stops, from its "
                   "4th epoch on) against none.", "",
@@ -272,7 +274,7 @@ def page(results: dict[str, Any]) -> str:
     q = results.get("parallel")
     if q:
         lines += ["## Parallel workers", "",
-                  f"The same budget twice: {q['trials']} trials of the digits ViT over its optimisation settings "
+                  f"Measured {q.get('date', results['date'])}. The same budget twice: {q['trials']} trials of the digits ViT over its optimisation settings "
                   "(learning rate, weight decay, label smoothing, drop path; size fixed, no pruner, so every trial "
                   "is the same work), one worker against two on this machine's cores.", "",
                   "| workers | wall time | trials | trials per hour |", "|---|---|---|---|"]
@@ -293,10 +295,10 @@ def page(results: dict[str, Any]) -> str:
             lines += [f"Not run: {e['skipped']}.", ""]
         else:
             s = e["study"]
-            lines += [f"{e['trials']} trials of `configs/kline/patchtst_etth1.yaml` over `configs/search/kline.yaml` "
+            lines += [f"Measured {e.get('date', results['date'])}. {e['trials']} trials of `configs/kline/patchtst_etth1.yaml` over `configs/search/kline.yaml` "
                       f"(backbone, residual mode and rule, linear path frozen or tuned, size, patches, learning rate), "
                       f"`--jobs 2`, TPE seed 0, median pruner, each trial under the same budget "
-                      f"(`{' '.join(e['budget'])}`, the config's 8 epochs and early stopping); "
+                      f"(`{' '.join(e['budget'])}` on top of the config's 8 epochs with early stopping); "
                       f"{_min(s['wall_s'])}, {_states(s['states'])}. Test MSE / MAE on every test window of the "
                       "standardised scale.", ""]
             if "best" in e:
@@ -324,8 +326,8 @@ def page(results: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sections", nargs="+", choices=["pruning", "parallel", "etth1"],
-                        default=["pruning", "parallel", "etth1"])
+    parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS),
+                        help="the sections to measure (default all); a subset keeps the others from OUT.json")
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="ETTh1.csv")
     parser.add_argument("--out", default=str(ROOT / "docs/results/tune"), help="writes OUT.md and OUT.json")
     parser.add_argument("--workdir", type=Path, default=None, help="where the studies run (default: a temporary "
@@ -343,17 +345,22 @@ def main(argv: list[str] | None = None) -> None:
     print(f"studies under {workdir}", flush=True)
     results: dict[str, Any] = {"machine": machine_info(torch.device("cpu")), "smoke": args.smoke,
                                "date": datetime.date.today().isoformat(), "sections": args.sections}
+    out = Path(args.out)
+    earlier = out.with_suffix(".json")
+    if set(args.sections) != set(SECTIONS) and earlier.is_file():  # a subset: the other sections stay as measured
+        kept = json.loads(earlier.read_text())
+        results.update({k: kept[k] for k in SECTIONS if k in kept and k not in args.sections})
     try:
-        if "pruning" in args.sections:
-            results["pruning"] = pruning(workdir, args.smoke, args.trials)
-        if "parallel" in args.sections:
-            results["parallel"] = parallel(workdir, args.smoke, args.trials)
-        if "etth1" in args.sections:
-            results["etth1"] = etth1(workdir, args.smoke, args.data, args.trials)
+        for name in args.sections:
+            if name == "etth1":
+                section = etth1(workdir, args.smoke, args.data, args.trials)
+            else:
+                section = {"pruning": pruning, "parallel": parallel}[name](workdir, args.smoke, args.trials)
+            section.update(date=results["date"], smoke=args.smoke)
+            results[name] = section
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
-    out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     text = page(results)
     out.with_suffix(".md").write_text(text + "\n")

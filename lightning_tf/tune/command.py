@@ -212,6 +212,7 @@ def _run(options: argparse.Namespace, rest: list[str], argv: list[str]) -> None:
         fixed=fixed, deadline=None if options.timeout is None else t0 + options.timeout,
         threads=None if torch.cuda.is_available() else max(1, cpus // options.jobs),
     )
+    _fail_stale(study, study_dir)
     held = counted(study.get_trials(deepcopy=False))
     print(f"study {name}: {held} of {options.trials} trials held; {options.jobs} worker(s); {options.metric} "
           f"({direction}); sampler {options.sampler} (seed {options.seed}); pruner {options.pruner}"
@@ -233,6 +234,25 @@ def _run(options: argparse.Namespace, rest: list[str], argv: list[str]) -> None:
         print(f"stopped; continue the study with the same command: lightning-tf tune {shlex.join(argv)}", flush=True)
     if status:
         raise SystemExit(status)
+
+
+def _fail_stale(study: Any, study_dir: Path) -> None:
+    """Before counting what the study holds: fail the trials a dead worker left running (they do not count,
+    and their parameters run again), said in the study's log."""
+    from optuna.storages import fail_stale_trials
+    from optuna.storages._heartbeat import is_heartbeat_enabled
+
+    from .study import fail_stale, study_lock
+    from .worker import StudyLog
+
+    log = StudyLog(study_dir / "tune.log", "tune")
+    with study_lock(study_dir):
+        if is_heartbeat_enabled(study._storage):
+            fail_stale_trials(study)
+        for stale in fail_stale(study):
+            message = f"trial {stale.number} was left running by a worker that is gone: failed, its parameters queued again"
+            log.write(message)
+            print(message, flush=True)
 
 
 def _supervise(spec: Any, jobs: int, study_dir: Path) -> int:
