@@ -65,8 +65,9 @@ def test_the_page_states_each_measurement_and_its_verdict() -> None:
 @pytest.mark.integration
 def test_the_pruning_section_runs_at_toy_size(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "benchmarks/tune.py", "--smoke", "--sections", "pruning", "--out", str(tmp_path / "tune"),
-         "--workdir", str(tmp_path / "work")], cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+        [sys.executable, "benchmarks/tune.py", "--smoke", "--sections", "pruning", "--trials", "1", "--out",
+         str(tmp_path / "tune"), "--workdir", str(tmp_path / "work")],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = json.loads((tmp_path / "tune.json").read_text())
     rows = results["pruning"]["rows"]
