@@ -18,7 +18,7 @@ from outside; what the studies hold is read back from their journal files. Three
 Run (the page ``docs/results/tune.md`` and ``tune.json`` are rewritten from what the run measured)::
 
     python benchmarks/tune.py [--sections pruning parallel etth1] [--data PATH] [--out docs/results/tune]
-        [--workdir DIR] [--smoke] [--trials N]
+        [--workdir DIR] [--smoke] [--trials N] [--render]
 
 ``--smoke``: every section at toy size (a few batches, a few trials) to check that it runs end to end.
 """
@@ -251,9 +251,10 @@ def page(results: dict[str, Any]) -> str:
              "`lightning-tf tune` timed from outside (wall time of the whole command, worker start-up included). "
              f"Written by `python benchmarks/tune.py{' --smoke' if smoke else ''}` on {results['date']}; a rerun "
              "rewrites this page (`--sections` a subset of it). Each section is measured in one run.", ""]
-    if smoke or any(results.get(k, {}).get("smoke") for k in SECTIONS):
-        lines += ["**Smoke run: toy budgets (a few batches, a few trials); the numbers say only that every "
-                  "section runs.**", ""]
+    toy = [k for k in SECTIONS if k in results and results[k].get("smoke", smoke)]
+    if toy:
+        lines += [f"**Smoke-sized ({', '.join(toy)}): toy budgets, a few batches and trials; those numbers say only "
+                  "that the section runs.**", ""]
     p = results.get("pruning")
     if p:
         lines += ["## Pruning pays", "",
@@ -333,6 +334,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workdir", type=Path, default=None, help="where the studies run (default: a temporary "
                         "folder, removed at the end)")
     parser.add_argument("--smoke", action="store_true", help="toy budgets: check that every section runs")
+    parser.add_argument("--render", action="store_true", help="write OUT.md again from OUT.json, measuring nothing")
     parser.add_argument("--trials", type=int, default=None,
                         help="trials per study in every section (default: 24, 8 and 30; a reduced run)")
     args = parser.parse_args(argv)
@@ -340,16 +342,22 @@ def main(argv: list[str] | None = None) -> None:
     import torch
     from core_layers import machine_info
 
+    out = Path(args.out)
+    earlier = out.with_suffix(".json")
+    if args.render:  # the page again from OUT.json, nothing measured
+        out.with_suffix(".md").write_text(page(json.loads(earlier.read_text())) + "\n")
+        print(f"written {out.with_suffix('.md')} from {earlier}", flush=True)
+        return
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="tune-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"studies under {workdir}", flush=True)
     results: dict[str, Any] = {"machine": machine_info(torch.device("cpu")), "smoke": args.smoke,
                                "date": datetime.date.today().isoformat(), "sections": args.sections}
-    out = Path(args.out)
-    earlier = out.with_suffix(".json")
     if set(args.sections) != set(SECTIONS) and earlier.is_file():  # a subset: the other sections stay as measured
         kept = json.loads(earlier.read_text())
-        results.update({k: kept[k] for k in SECTIONS if k in kept and k not in args.sections})
+        for name in SECTIONS:
+            if name in kept and name not in args.sections:
+                results[name] = {"date": kept.get("date"), "smoke": kept.get("smoke", False), **kept[name]}
     try:
         for name in args.sections:
             if name == "etth1":

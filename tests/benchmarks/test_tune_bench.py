@@ -42,7 +42,7 @@ def test_the_page_states_each_measurement_and_its_verdict() -> None:
                   "default": {"mse": 0.3695, "mae": 0.3912, "train_s": 240.0}},
     }
     text = page(results)
-    assert "Machine: AMD EPYC, 2 cores, torch 2.14.1" in text and "Smoke run" not in text
+    assert "Machine: AMD EPYC, 2 cores, torch 2.14.1" in text and "Smoke" not in text
     assert "| median | 10.0 min | 10 complete, 14 pruned | 400 | 98.50% | lr 0.00123, d_model 64 |" in text
     assert "Pruning saves **50%** of the wall time" in text and "+0.25 points" in text and "**met**" in text
     assert "| 1 | 8.0 min | 8 complete | 60 |" in text and "| 2 | 4.5 min | 8 complete | 107 |" in text
@@ -57,7 +57,7 @@ def test_the_page_states_each_measurement_and_its_verdict() -> None:
     results["etth1"].pop("default")
     results["etth1"]["default"] = {"mse": 0.3700, "mae": 0.39, "train_s": 60.0}
     text = page({**results, "smoke": True})
-    assert "Smoke run" in text and "**NOT met**" in text
+    assert "Smoke-sized (pruning, parallel, etth1)" in text and "**NOT met**" in text
     assert "the tuned model is above the linear model by 0.0050 MSE; against the default config it is not better" in text
     assert "Not run: x.csv not found." in page({**results, "etth1": {"skipped": "x.csv not found"}})
 
@@ -76,4 +76,4 @@ def test_the_pruning_section_runs_at_toy_size(tmp_path: Path) -> None:
     assert results["pruning"]["saving"] == pytest.approx(1 - rows["median"]["wall_s"] / rows["none"]["wall_s"])
     assert 0 < rows["none"]["best_value"] <= 1  # validation accuracy
     text = (tmp_path / "tune.md").read_text()
-    assert "Smoke run" in text and "## Pruning pays" in text and "| none |" in text
+    assert "Smoke-sized (pruning)" in text and "## Pruning pays" in text and "| none |" in text
