@@ -258,7 +258,8 @@ def page(results: dict[str, Any]) -> str:
     p = results.get("pruning")
     if p:
         lines += ["## Pruning pays", "",
-                  f"Measured {p.get('date', results['date'])}. The digits ViT (`configs/vision/digits.yaml`) over `configs/search/vision.yaml`, {p['trials']} "
+                  f"Measured {p.get('date', results['date'])}. The digits ViT (`configs/vision/digits.yaml`) over "
+                  f"`configs/search/vision.yaml`, {p['trials']} "
                   "trials each, `--jobs 2`, TPE with seed 0, optimising `val/acc`; the median pruner (once 3 trials "
                   "have finished, a trial below the median of the earlier ones at the same epoch stops, from its "
                   "4th epoch on) against none.", "",
@@ -275,7 +276,8 @@ def page(results: dict[str, Any]) -> str:
     q = results.get("parallel")
     if q:
         lines += ["## Parallel workers", "",
-                  f"Measured {q.get('date', results['date'])}. The same budget twice: {q['trials']} trials of the digits ViT over its optimisation settings "
+                  f"Measured {q.get('date', results['date'])}. The same budget twice: {q['trials']} trials of the "
+                  "digits ViT over its optimisation settings "
                   "(learning rate, weight decay, label smoothing, drop path; size fixed, no pruner, so every trial "
                   "is the same work), one worker against two on this machine's cores.", "",
                   "| workers | wall time | trials | trials per hour |", "|---|---|---|---|"]
@@ -296,7 +298,8 @@ def page(results: dict[str, Any]) -> str:
             lines += [f"Not run: {e['skipped']}.", ""]
         else:
             s = e["study"]
-            lines += [f"Measured {e.get('date', results['date'])}. {e['trials']} trials of `configs/kline/patchtst_etth1.yaml` over `configs/search/kline.yaml` "
+            lines += [f"Measured {e.get('date', results['date'])}. {e['trials']} trials of "
+                      "`configs/kline/patchtst_etth1.yaml` over `configs/search/kline.yaml` "
                       f"(backbone, residual mode and rule, linear path frozen or tuned, size, patches, learning rate), "
                       f"`--jobs 2`, TPE seed 0, median pruner, each trial under the same budget "
                       f"(`{' '.join(e['budget'])}` on top of the config's 8 epochs with early stopping); "

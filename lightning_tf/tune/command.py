@@ -42,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=float, default=None, help="seconds after which no new trial starts")
     parser.add_argument("--metric", default="val/loss", help="the validation metric to optimise (default val/loss)")
     parser.add_argument("--direction", choices=["minimize", "maximize"], default=None,
-                        help="default: maximize for accuracy-like metrics (acc, top5, bleu, chrf, f1, ...), else minimize")
+                        help="default: maximize for accuracy-like metrics (acc, top5, bleu, chrf, f1, ...), "
+                        "else minimize")
     parser.add_argument("--sampler", choices=["tpe", "random"], default="tpe", help="default tpe (seeded)")
     parser.add_argument("--seed", type=int, default=0, help="the sampler's seed (default 0)")
     parser.add_argument("--pruner", choices=["median", "hyperband", "none"], default="median",
@@ -191,8 +192,9 @@ def _run(options: argparse.Namespace, rest: list[str], argv: list[str]) -> None:
     max_epochs = base.get("trainer.max_epochs")
     max_epochs = max_epochs if isinstance(max_epochs, int) and max_epochs > 0 else None
     warmup = options.pruner_warmup if options.pruner_warmup is not None else max(1, (max_epochs or 10) // 10)
-    attrs = {"args": args, "args_key": args_key(args), "search": os.path.abspath(search), "search_text": space.text, "metric": options.metric,
-             "direction": direction, "study_dir": str(study_dir.absolute()), "max_epochs": max_epochs}
+    attrs = {"args": args, "args_key": args_key(args), "search": os.path.abspath(search), "search_text": space.text,
+             "metric": options.metric, "direction": direction, "study_dir": str(study_dir.absolute()),
+             "max_epochs": max_epochs}
     study = optuna.create_study(study_name=name, storage=open_storage(storage), direction=direction,
                                 load_if_exists=True)
     if "args" in study.user_attrs:
@@ -216,7 +218,8 @@ def _run(options: argparse.Namespace, rest: list[str], argv: list[str]) -> None:
     held = counted(study.get_trials(deepcopy=False))
     print(f"study {name}: {held} of {options.trials} trials held; {options.jobs} worker(s); {options.metric} "
           f"({direction}); sampler {options.sampler} (seed {options.seed}); pruner {options.pruner}"
-          + (f" (after {options.pruner_startup} trials, from epoch {warmup + 1})" if options.pruner == "median" else ""),
+          + (f" (after {options.pruner_startup} trials, from epoch {warmup + 1})" if options.pruner == "median"
+             else ""),
           flush=True)
     print(f"  storage {_describe_storage(storage)} (watch it: optuna-dashboard {_describe_storage(storage)})",
           flush=True)
@@ -250,7 +253,8 @@ def _fail_stale(study: Any, study_dir: Path) -> None:
         if is_heartbeat_enabled(study._storage):
             fail_stale_trials(study)
         for stale in fail_stale(study):
-            message = f"trial {stale.number} was left running by a worker that is gone: failed, its parameters queued again"
+            message = (f"trial {stale.number} was left running by a worker that is gone: failed, its parameters "
+                       "queued again")
             log.write(message)
             print(message, flush=True)
 

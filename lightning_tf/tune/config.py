@@ -134,7 +134,8 @@ def check_space(space: SearchSpace, base: BaseConfig) -> dict[str, Any]:
         value = base.get(name)
         if value is None:
             raise ValueError(
-                f"{space.source}: a constraint reads {name}, which the space does not search and the config leaves unset"
+                f"{space.source}: a constraint reads {name}, which the space does not search and the config "
+                "leaves unset"
             )
         fixed[name] = value
     return fixed

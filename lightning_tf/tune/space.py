@@ -136,7 +136,8 @@ def _param(where: str, name: str, spec: Any) -> Param:
         raise ValueError(f"{where}: {got}; type is one of {', '.join(_TYPES)}")
     unknown = [str(k) for k in spec if k not in _FIELDS[kind]]
     if unknown:
-        raise ValueError(f"{where}: unknown field {unknown[0]!r} for type {kind}; fields are {', '.join(_FIELDS[kind])}")
+        fields = ", ".join(_FIELDS[kind])
+        raise ValueError(f"{where}: unknown field {unknown[0]!r} for type {kind}; fields are {fields}")
     if kind == "categorical":
         choices = spec.get("choices")
         if not isinstance(choices, list) or len(choices) < 2:

@@ -30,7 +30,8 @@ def test_the_page_states_each_measurement_and_its_verdict() -> None:
         "pruning": {"trials": 24, "rows": {"median": study(600, 0.985, {"complete": 10, "pruned": 14}),
                                            "none": study(1200, 0.9875, {"complete": 24})},
                     "saving": 0.5, "best_gap_points": 0.25, "target_met": True},
-        "parallel": {"trials": 8, "rows": {"1": study(480, 0.9, {"complete": 8}), "2": study(270, 0.9, {"complete": 8})},
+        "parallel": {"trials": 8,
+                     "rows": {"1": study(480, 0.9, {"complete": 8}), "2": study(270, 0.9, {"complete": 8})},
                      "speedup": 1.78,
                      "kill": {"trials": 6, "finished_before_kill": 2, "left_running": [2, 3],
                               "rerun_with_same_params": True, "finished_after": 6, "first_wall_s": 150,
@@ -58,7 +59,8 @@ def test_the_page_states_each_measurement_and_its_verdict() -> None:
     results["etth1"]["default"] = {"mse": 0.3700, "mae": 0.39, "train_s": 60.0}
     text = page({**results, "smoke": True})
     assert "Smoke-sized (pruning, parallel, etth1)" in text and "**NOT met**" in text
-    assert "the tuned model is above the linear model by 0.0050 MSE; against the default config it is not better" in text
+    assert ("the tuned model is above the linear model by 0.0050 MSE; against the default config it is not better"
+            in text)
     assert "Not run: x.csv not found." in page({**results, "etth1": {"skipped": "x.csv not found"}})
 
 

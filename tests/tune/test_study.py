@@ -13,7 +13,8 @@ optuna = pytest.importorskip("optuna")
 
 from optuna.trial import TrialState  # noqa: E402
 
-from lightning_tf.tune.study import StudySpec, counted, fail_stale, infer_direction, make_pruner, make_sampler  # noqa: E402
+from lightning_tf.tune.study import (  # noqa: E402
+    StudySpec, counted, fail_stale, infer_direction, make_pruner, make_sampler)
 
 DEAD_PID = 2**22 + 4321  # above Linux's largest pid: no such process
 
