@@ -67,14 +67,17 @@ def _value(value: Any) -> str:
 
 
 def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
-    """One row per trial: number, state, value, epochs, seconds, each parameter, why it ended, its folder."""
+    """One row per trial: number, state, value, epochs, seconds, each parameter, the validation metrics of its best
+    epoch, why it ended, its folder."""
     names = list(dict.fromkeys(name for t in study.trials for name in t.params))
+    metrics = sorted({k for t in study.trials for k in t.user_attrs.get("val_metrics", {})})
     rows = []
     for t in study.trials:
         row: dict[str, Any] = {"number": t.number, "state": state_name(t), "value": t.value,
                                "epochs": t.user_attrs.get("epochs", len(t.intermediate_values)),
                                "seconds": t.user_attrs.get("seconds")}
         row.update({name: t.params.get(name) for name in names})
+        row.update({name: t.user_attrs.get("val_metrics", {}).get(name) for name in metrics})  # at its best epoch
         row.update({"reason": t.user_attrs.get("reason", ""), "run_dir": t.user_attrs.get("run_dir", ""),
                     "worker": t.user_attrs.get("worker"), "retry_of": t.user_attrs.get("retry_of"),
                     "started": t.datetime_start.isoformat(timespec="seconds") if t.datetime_start else "",

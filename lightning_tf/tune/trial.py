@@ -101,6 +101,7 @@ class TrialReporter(PyTorchLightningPruningCallback):
         self.study_name = study_name
         self.interrupts = interrupts
         self.values: list[float] = []
+        self.epoch_metrics: list[dict[str, float]] = []  # every one-number validation metric, per epoch
         self.run_dir: str = ""
         self.started = False
 
@@ -127,6 +128,8 @@ class TrialReporter(PyTorchLightningPruningCallback):
         if not math.isfinite(value):
             raise FloatingPointError(f"{self.monitor} is {value} after epoch {trainer.current_epoch}")
         self.values.append(value)
+        self.epoch_metrics.append({k: float(v) for k, v in trainer.callback_metrics.items()
+                                   if k.startswith("val") and getattr(v, "numel", lambda: 1)() == 1})
         with self.interrupts.deferred():
             super().on_validation_end(trainer, pl_module)
 
@@ -134,7 +137,8 @@ class TrialReporter(PyTorchLightningPruningCallback):
 @dataclass
 class Outcome:
     """How a trial ended: its state for the study, its value (complete), one line saying why otherwise, the
-    epochs it ran, its folder; ``stop_study``: the error would end every trial (a wrong metric)."""
+    epochs it ran, its folder, the validation metrics of its best epoch; ``stop_study``: the error would end
+    every trial (a wrong metric)."""
 
     state: TrialState
     value: float | None = None
@@ -146,6 +150,7 @@ class Outcome:
     interrupted: bool = False
     stop_study: bool = False
     values: list[float] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)  # the validation metrics of its best epoch
 
 
 def _first_line(err: BaseException) -> str:
@@ -225,4 +230,8 @@ def run_trial(
         else:
             pick = max if spec.direction == "maximize" else min
             outcome.value = pick(reporter.values)
+    if reporter.values:
+        pick = max if spec.direction == "maximize" else min
+        best = reporter.values.index(pick(reporter.values))
+        outcome.metrics = reporter.epoch_metrics[best]
     return params, outcome

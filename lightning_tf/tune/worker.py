@@ -132,7 +132,8 @@ def run_worker(spec: StudySpec, index: int, parent: int | None = None) -> int:
             for sig in (signal.SIGINT, signal.SIGTERM):  # Lightning ignores SIGINT after it shut a run down
                 signal.signal(sig, interrupts.handler)
         for key, value in (("epochs", outcome.epochs), ("seconds", round(outcome.seconds, 2)),
-                           ("run_dir", outcome.run_dir), ("reason", outcome.reason), ("refused", outcome.refused)):
+                           ("run_dir", outcome.run_dir), ("reason", outcome.reason), ("refused", outcome.refused),
+                           ("val_metrics", outcome.metrics)):
             if value not in ("", None, False):
                 trial.set_user_attr(key, value)
         if outcome.interrupted:

@@ -20,6 +20,7 @@ MACHINE = {"cpu": "AMD EPYC", "cores": 2, "torch": "2.14.1", "threads": 2, "devi
 
 def study(wall_s: float, best: float | None, states: dict[str, int]) -> dict:
     return {"wall_s": wall_s, "trials": sum(states.values()), "states": states, "best_value": best, "best_trial": 3,
+            "best_acc": None if best is None else 1 - best / 10, "trial_s": 2 * wall_s,
             "best_params": {"model.init_args.lr": 0.00123, "model.init_args.d_model": 64}, "epochs": 400,
             "trials_per_hour": 3600 * sum(states.values()) / wall_s}
 
@@ -27,8 +28,8 @@ def study(wall_s: float, best: float | None, states: dict[str, int]) -> dict:
 def test_the_page_states_each_measurement_and_its_verdict() -> None:
     results = {
         "machine": MACHINE, "smoke": False, "date": "2026-12-01",
-        "pruning": {"trials": 24, "rows": {"median": study(600, 0.985, {"complete": 10, "pruned": 14}),
-                                           "none": study(1200, 0.9875, {"complete": 24})},
+        "pruning": {"trials": 24, "rows": {"median": study(600, 0.15, {"complete": 10, "pruned": 14}),
+                                           "none": study(1200, 0.125, {"complete": 24})},
                     "saving": 0.5, "best_gap_points": 0.25, "target_met": True},
         "parallel": {"trials": 8,
                      "rows": {"1": study(480, 0.9, {"complete": 8}), "2": study(270, 0.9, {"complete": 8})},
@@ -44,7 +45,8 @@ def test_the_page_states_each_measurement_and_its_verdict() -> None:
     }
     text = page(results)
     assert "Machine: AMD EPYC, 2 cores, torch 2.14.1" in text and "Smoke" not in text
-    assert "| median | 10.0 min | 10 complete, 14 pruned | 400 | 98.50% | lr 0.00123, d_model 64 |" in text
+    assert ("| median | 10.0 min | 10 complete, 14 pruned | 400 | 20.0 min | 0.1500 | 98.50% | lr 0.00123, d_model 64 |"
+            in text)
     assert "Pruning saves **50%** of the wall time" in text and "+0.25 points" in text and "**met**" in text
     assert "| 1 | 8.0 min | 8 complete | 60 |" in text and "| 2 | 4.5 min | 8 complete | 107 |" in text
     assert "Two workers run **1.78x** the trials per hour of one." in text
@@ -76,6 +78,6 @@ def test_the_pruning_section_runs_at_toy_size(tmp_path: Path) -> None:
     assert rows["median"]["trials"] == rows["none"]["trials"] == results["pruning"]["trials"]
     assert rows["none"]["states"] == {"complete": results["pruning"]["trials"]}  # no pruner: every trial completes
     assert results["pruning"]["saving"] == pytest.approx(1 - rows["median"]["wall_s"] / rows["none"]["wall_s"])
-    assert 0 < rows["none"]["best_value"] <= 1  # validation accuracy
+    assert 0 < rows["none"]["best_acc"] <= 1 and rows["none"]["best_value"] > 0  # validation accuracy and loss
     text = (tmp_path / "tune.md").read_text()
     assert "Smoke-sized (pruning)" in text and "## Pruning pays" in text and "| none |" in text

@@ -79,6 +79,9 @@ def test_two_workers_run_ordinary_trials_and_the_report_trains_through_fit(
         wandb_run = OfflineRun.read((run / "wandb").resolve())  # the run folder's link to its wandb run
         assert (wandb_run.name, wandb_run.group, wandb_run.job_type) == (f"two-{t.number:04d}", "two", "tune")
         assert wandb_run.config["tune"] == {"study": "two", "trial": t.number, "params": t.params}
+    for t in trials:  # every validation metric of the trial's best epoch is kept beside its value
+        assert t.user_attrs["val_metrics"]["val/loss"] == min(t.intermediate_values.values())
+        assert 0 <= t.user_attrs["val_metrics"]["val/acc"] <= 1
     best = study.best_trial
     assert best.value == min(t.value for t in trials if t.state.name == "COMPLETE")
     assert best.value == min(best.intermediate_values.values())  # a trial's value: its best epoch
