@@ -1,7 +1,7 @@
 """The ``lightning-tf`` command (also ``python -m lightning_tf``): dispatches to LightningCLI's
 ``fit``, ``validate``, ``test`` and ``predict`` (:mod:`lightning_tf.cli`), ``export``
-(:mod:`lightning_tf.export`) and ``tour`` (:mod:`lightning_tf.tour`), and turns the errors a user
-can fix into one line."""
+(:mod:`lightning_tf.export`), ``tour`` (:mod:`lightning_tf.tour`) and ``tune`` (:mod:`lightning_tf.tune`),
+and turns the errors a user can fix into one line."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ COMMANDS = {
     "predict": "run a checkpoint on new inputs and write the predictions",
     "export": "write a checkpoint as safetensors (+ config) or ONNX",
     "tour": "train and test the three tasks on their embedded data, one summary table",
+    "tune": "search a config's hyperparameters with Optuna (--search configs/search/<task>.yaml; docs/tune.md)",
 }
 
 # Errors this package raises where input enters (a config value, a file, a column): shown as one
@@ -71,6 +72,10 @@ def _dispatch(argv: list[str], from_command_line: bool) -> None:
         from lightning_tf.tour import tour_main
 
         tour_main(rest)
+    elif command == "tune":
+        from lightning_tf.tune.command import tune_main
+
+        tune_main(rest)
     elif command in COMMANDS or command.startswith("-"):  # LightningCLI's own options (--version, ...)
         from lightning_tf.cli import make_cli
 

@@ -280,12 +280,15 @@ def _explicit_model_links(config: Namespace) -> dict[str, Any]:
     return given
 
 
-def make_cli(args: list[str] | None = None, **kwargs: Any) -> LightningTFCLI:
+def make_cli(
+    args: list[str] | None = None, cli_class: type[LightningTFCLI] = LightningTFCLI, **kwargs: Any
+) -> LightningTFCLI:
     """The ``lightning-tf`` CLI on ``args`` (None: the command line), as the console script builds it:
     any LightningModule / LightningDataModule by class path or name, the run config saved beside the
     checkpoints (and uploaded to wandb), seed 0 unless the config says otherwise, and without the
-    library messages :func:`lightning_tf.console.quiet` lists. ``kwargs`` go to LightningCLI (e.g.
-    ``run=False``)."""
+    library messages :func:`lightning_tf.console.quiet` lists. ``cli_class``: a subclass of
+    :class:`LightningTFCLI` to build instead (``lightning-tf tune`` parses configs with one that
+    instantiates nothing). ``kwargs`` go to LightningCLI (e.g. ``run=False``)."""
     kwargs = {
         "save_config_callback": RunConfigCallback,
         "save_config_kwargs": {"overwrite": True},
@@ -296,7 +299,7 @@ def make_cli(args: list[str] | None = None, **kwargs: Any) -> LightningTFCLI:
         "parser_kwargs": {"prog": "lightning-tf", **kwargs.get("parser_kwargs", {})},
     }
     with quiet():
-        return LightningTFCLI(
+        return cli_class(
             LightningModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True, args=args,
             **kwargs,
         )

@@ -1,4 +1,5 @@
-"""Every YAML under configs/ parses, and each experiment config runs one batch through the CLI.
+"""Every YAML under configs/ parses, each experiment config runs one batch through the CLI, and each search
+space (configs/search/, lightning-tf tune) fits the config its header names.
 
 Configs that read files a user supplies (a WMT-style corpus, Tatoeba, CIFAR-10, Fashion-MNIST, ETTh1)
 run on small stand-ins written by the test, with the data paths (and nothing about the model) pointed
@@ -8,6 +9,7 @@ at them: the paper-size models are built and take a training and a validation st
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,7 +22,8 @@ from tests.helpers.cli import ROOT, cli
 pytestmark = pytest.mark.integration
 
 CONFIGS = sorted((ROOT / "configs").rglob("*.yaml"))
-EXPERIMENTS = [p for p in CONFIGS if p.parent.name != "trainer"]
+EXPERIMENTS = [p for p in CONFIGS if p.parent.name not in ("trainer", "search")]  # search: lightning-tf tune's spaces
+SEARCH_SPACES = [p for p in CONFIGS if p.parent.name == "search"]
 
 
 def _name(path: Path) -> str:
@@ -117,6 +120,19 @@ def test_config_starts_with_a_comment_and_parses(path: Path) -> None:
     assert text.startswith("#"), f"{path} must start with a comment saying what it does"
     assert "lightning-tf " in text.split("\n\n")[0] or path.parent.name == "trainer", f"{path}: header lacks the command"
     assert isinstance(yaml.safe_load(text), dict)
+
+
+@pytest.mark.parametrize("path", SEARCH_SPACES, ids=_name)
+def test_each_search_space_fits_the_config_its_header_names(path: Path) -> None:
+    pytest.importorskip("optuna")
+    from lightning_tf.tune.config import BaseConfig, check_space
+    from lightning_tf.tune.space import SearchSpace
+
+    configs = re.findall(r"--config (configs/\S+\.yaml)", path.read_text().split("\n\n")[0])
+    assert configs[0] == "configs/trainer/default.yaml" and len(configs) == 2, configs
+    space = SearchSpace.load(path)
+    assert len(space.params) >= 4
+    check_space(space, BaseConfig([a for c in configs for a in ("--config", str(ROOT / c))]))  # raises when not
 
 
 @pytest.mark.parametrize("path", [p for p in EXPERIMENTS if _name(p) not in USER_DATA], ids=_name)

@@ -232,9 +232,11 @@ def test_the_kline_networks_are_torch_modules_that_know_nothing_of_the_rest() ->
 # ------------------------------------------------------------- no helper takes the LightningModule
 
 #: Lightning's base classes whose hooks a package class overrides with the signature Lightning calls
-#: (``pl_module`` included): the callbacks, the checkpoint callbacks, the prediction writers and LightningCLI's
-#: config callback.
-LIGHTNING_CALLBACKS = ("Callback", "ModelCheckpoint", "BasePredictionWriter", "SaveConfigCallback")
+#: (``pl_module`` included): the callbacks, the checkpoint callbacks, the prediction writers, LightningCLI's
+#: config callback and optuna-integration's pruning callback (a Lightning callback).
+LIGHTNING_CALLBACKS = (
+    "Callback", "ModelCheckpoint", "BasePredictionWriter", "SaveConfigCallback", "PyTorchLightningPruningCallback"
+)
 
 
 def _lightning_hooks() -> frozenset[str]:
