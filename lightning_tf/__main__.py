@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["COMMANDS", "bundled_configs", "main"]
+__all__ = ["COMMANDS", "main"]
 
 #: command -> what it does (the first four are LightningCLI's)
 COMMANDS = {
@@ -34,31 +34,6 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
-def bundled_configs(args: list[str]) -> list[str]:
-    """``args`` with each ``--config PATH`` that is not a file here but one of the package's own
-    (``configs/...`` of the clone or of the installed package, :func:`lightning_tf.resources.find`)
-    pointing at that file, so the shipped configs work from any folder."""
-    from lightning_tf.resources import find
-
-    out = list(args)
-    for i, arg in enumerate(out):
-        name, eq, value = arg.partition("=")
-        if name != "--config":
-            continue
-        if not eq:
-            if i + 1 >= len(out):
-                break
-            value = out[i + 1]
-        if value and not os.path.exists(value) and not value.lstrip().startswith(("{", "[")):
-            found = find(value)
-            if found is not None:
-                if eq:
-                    out[i] = f"--config={found}"
-                else:
-                    out[i + 1] = str(found)
-    return out
-
-
 def _dispatch(argv: list[str], from_command_line: bool) -> None:
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
@@ -78,6 +53,8 @@ def _dispatch(argv: list[str], from_command_line: bool) -> None:
         tune_main(rest)
     elif command in COMMANDS or command.startswith("-"):  # LightningCLI's own options (--version, ...)
         from lightning_tf.cli import make_cli
+
+        from lightning_tf.resources import bundled_configs
 
         argv = [command, *bundled_configs(rest)]
         if from_command_line:

@@ -11,10 +11,11 @@ directory, then the clone the package runs from, then the installed package, so 
 
 from __future__ import annotations
 
+import os
 from importlib import resources
 from pathlib import Path
 
-__all__ = ["find", "repository_root"]
+__all__ = ["bundled_configs", "find", "repository_root"]
 
 
 def repository_root() -> Path | None:
@@ -37,3 +38,26 @@ def find(relative: str | Path) -> Path | None:
         return root / relative
     bundled = Path(str(resources.files("lightning_tf").joinpath(*relative.parts)))
     return bundled if bundled.exists() else None
+
+
+def bundled_configs(args: list[str]) -> list[str]:
+    """``args`` with each ``--config PATH`` that is not a file here but one of the package's own
+    (``configs/...`` of the clone or of the installed package, :func:`find`)
+    pointing at that file, so the shipped configs work from any folder."""
+    out = list(args)
+    for i, arg in enumerate(out):
+        name, eq, value = arg.partition("=")
+        if name != "--config":
+            continue
+        if not eq:
+            if i + 1 >= len(out):
+                break
+            value = out[i + 1]
+        if value and not os.path.exists(value) and not value.lstrip().startswith(("{", "[")):
+            found = find(value)
+            if found is not None:
+                if eq:
+                    out[i] = f"--config={found}"
+                else:
+                    out[i + 1] = str(found)
+    return out

@@ -87,7 +87,7 @@ def test_the_installed_defaults_work_from_an_empty_folder(wheel: Path, tmp_path:
 def test_shipped_configs_are_found_from_any_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``--config configs/...`` names the package's own config from a folder that has none; a file of
     the working directory wins, a path that exists nowhere is left for the parser to report."""
-    from lightning_tf.__main__ import bundled_configs
+    from lightning_tf.resources import bundled_configs
 
     monkeypatch.chdir(tmp_path)
     args = ["fit", "--config", "configs/trainer/default.yaml", "--config=configs/kline/msft_daily.yaml",

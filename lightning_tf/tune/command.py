@@ -165,7 +165,7 @@ def _check_continuation(study: Any, attrs: dict[str, Any]) -> None:
 
 
 def _run(options: argparse.Namespace, rest: list[str], argv: list[str]) -> None:
-    from lightning_tf.__main__ import bundled_configs
+    from lightning_tf.resources import bundled_configs
 
     from .overrides import absolute_configs, args_key, trial_overrides
     from .space import SearchSpace

@@ -24,6 +24,7 @@ from typing import Any
 
 import optuna
 from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from optuna.trial import TrialState
 from optuna_integration import PyTorchLightningPruningCallback
 
@@ -202,6 +203,10 @@ def run_trial(
         outcome = Outcome(TrialState.PRUNED, reason=f"pruned after epoch {len(reporter.values)}")
     except BaseException as err:  # noqa: BLE001 - whatever a trial does, the study goes on
         exit_code = 1
+        if isinstance(err, SIGTERMException):
+            # the run's LastCheckpoint took SIGTERM (or SLURM's signal) in place of the worker's handler, saved
+            # the trial's step and stopped it: a stop request all the same
+            interrupts.requested = True
         if isinstance(err, (KeyboardInterrupt, SystemExit)) and interrupts.requested:
             outcome = Outcome(TrialState.FAIL, reason="interrupted", interrupted=True)
         elif isinstance(err, MetricMissing):

@@ -1,6 +1,6 @@
 """``lightning-tf tune`` end to end on the digits ViT cut to a few batches: two workers on one journal file,
 each trial an ordinary run (its config, checkpoints and offline wandb run in the study's group), the report,
-``best.yaml`` training through ``fit``; a study killed (SIGKILL) and stopped (SIGINT) and continued; trials
+``best.yaml`` training through ``fit``; a study killed (SIGKILL), one worker stopped by SIGTERM, the study stopped (SIGINT) and continued; trials
 pruned, failed and refused while the study goes on; and the command's one-line errors."""
 
 from __future__ import annotations
@@ -167,6 +167,13 @@ def test_a_killed_and_an_interrupted_study_continue_where_they_stopped(tmp_path:
     proc = subprocess.Popen(args, cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         _wait(lambda: len(running()) == 2, 240, "two running trials after the kill")
+        # SIGTERM to one worker alone (as a cluster stops every process of a job): the run's LastCheckpoint
+        # takes it, saves the trial's step and stops; the trial ends as interrupted and that worker exits
+        termed = running()[0]
+        trial_dir = tmp_path / f"runs/tune/cont/trials/{termed.number:04d}"
+        _wait(lambda: any(trial_dir.rglob("last.ckpt")), 240, "the trial's first epoch")  # training under way
+        os.kill(termed.user_attrs["pid"], signal.SIGTERM)
+        _wait(lambda: not _alive(termed.user_attrs["pid"]), 120, "the worker stopped by SIGTERM to exit")
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=120)
     finally:
@@ -179,6 +186,7 @@ def test_a_killed_and_an_interrupted_study_continue_where_they_stopped(tmp_path:
     assert all(t.state.name == "FAIL" and t.user_attrs["interrupted"] == "its worker process was gone" for t in stale)
     interrupted = [t for t in study.trials if t.user_attrs.get("interrupted") == "Ctrl-C or a stop signal"]
     assert len(interrupted) == 2 and all(t.state.name == "FAIL" for t in interrupted)
+    assert termed.number in {t.number for t in interrupted}
     # continued: each interrupted trial's parameters run again, and the study ends with the 2 trials it asks for
     final = cli("tune", *options, cwd=tmp_path, timeout=400)
     study = load(tmp_path, "cont")
