@@ -24,7 +24,10 @@ from torch import Tensor
 from .features import compute_features, compute_target
 from .scale import DataScale, rebuild_prices
 
-__all__ = ["SeriesWindow", "Statistics", "forecast_table", "predict_outputs", "series_windows"]
+__all__ = [
+    "SeriesWindow", "Statistics", "last_windows", "predict_outputs", "series_windows",
+    "windows_table",
+]
 
 #: a ticker's training statistics: feature mean and std (C,), target mean and std (K,)
 Statistics = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
@@ -116,28 +119,22 @@ def series_windows(
     return out
 
 
-def forecast_table(
+def last_windows(
     bars: pd.DataFrame | str | Path,
     *,
-    net: torch.nn.Module,
-    forward: Callable[[Tensor], Tensor],
     scale: DataScale | None,
     context_len: int,
-    quantiles: list[float] | None,
-    device: torch.device | str = "cpu",
     columns: Mapping[str, str] | None = None,
     ticker_column: str | None = None,
     on_error: str = "error",
     timezone: str | None = None,
     name: str | None = None,
-) -> pd.DataFrame:
-    """The forecast of :meth:`KLineForecaster.forecast <lightning_tf.kline.KLineForecaster.forecast>`: one
-    row per future bar and series, in the series' own units (see there). ``forward`` maps windows
-    ``(n, L, C)`` to forecasts ``(n, F, K[, Q])`` on the model scale; it runs with ``net`` in eval mode (the
-    previous mode is restored), without gradients, on ``device``; ``scale``, ``context_len`` and
-    ``quantiles`` are the model's."""
+) -> list[SeriesWindow]:
+    """The scaled last window of every series of ``bars`` (read with :func:`~.reader.read_bars`, see
+    :meth:`KLineForecaster.forecast <lightning_tf.kline.KLineForecaster.forecast>` for the arguments), for a
+    model of this ``scale`` and ``context_len``."""
     from .reader.io import read_bars
-    from .windows import next_timestamps, resolve_path
+    from .windows import resolve_path
 
     if scale is None or not scale.has_prices:
         raise ValueError(
@@ -152,11 +149,29 @@ def forecast_table(
         t: (scale.feature_mean[k], scale.feature_std[k], scale.target_mean[k], scale.target_std[k])
         for k, t in enumerate(scale.ticker_names)
     }
-    windows = series_windows(
+    return series_windows(
         frame, feature_names=list(scale.feature_names), target=scale.target_names[0], context_len=context_len,
         volatility_window=scale.volatility_window, volume_window=scale.volume_window,
         trained=trained, source=source,
     )
+
+
+def windows_table(
+    windows: list[SeriesWindow],
+    *,
+    net: torch.nn.Module,
+    forward: Callable[[Tensor], Tensor],
+    scale: DataScale,
+    quantiles: list[float] | None,
+    device: torch.device | str = "cpu",
+) -> pd.DataFrame:
+    """The forecast of :meth:`KLineForecaster.forecast <lightning_tf.kline.KLineForecaster.forecast>` for
+    ``windows`` (:func:`last_windows`), one forward pass for all: ``horizon`` rows per window, in window order, in
+    each series' own units (see there). ``forward`` maps windows ``(n, L, C)`` to forecasts ``(n, F, K[, Q])`` on
+    the model scale; it runs with ``net`` in eval mode (the previous mode is restored), without gradients, on
+    ``device``; ``scale`` and ``quantiles`` are the model's."""
+    from .windows import next_timestamps
+
     x = torch.tensor(np.stack([w.x for w in windows]), dtype=torch.float32, device=device)  # (n, L, C)
     was_training = net.training
     net.eval()
