@@ -141,8 +141,7 @@ class TaskAPI(ls.LitAPI):
         """Refuse a model that cannot serve (called once it is loaded); a task may override it."""
 
     def compile_model(self) -> None:
-        """Compile the model's forward (``--compile``); a task that cannot says so."""
-        raise ValueError(f"--compile is not available for the {self.task} task")
+        """Compile the model's forward (``--compile``); a task that cannot refuses ``compile`` when it is built."""
 
     def warmup(self) -> None:
         """Run one request's worth of input once before serving (compiles, first-call allocations)."""

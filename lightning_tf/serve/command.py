@@ -111,7 +111,7 @@ def serve_main(argv: Sequence[str]) -> None:
 
     from .api import Serving
     from .server import Deployment, TaskOptions, make_api, make_server
-    from .shutdown import install_signal_handlers
+    from .shutdown import exit_now, install_signal_handlers
 
     serving = Serving(max_batch_size=args.max_batch_size, batch_timeout=args.batch_timeout, api_key=args.api_key,
                       threads=args.threads, workers=args.workers_per_device, compile=args.compile)
@@ -122,7 +122,7 @@ def serve_main(argv: Sequence[str]) -> None:
         api, info = make_api(args.checkpoint, serving, TaskOptions(args.beam_size, args.top_k, args.on_error))
         server = make_server(api, info, deployment)
     except (FileNotFoundError, ValueError, TypeError) as err:
-        parser.error(str(err))
+        parser.error(" ".join(str(err).split()))  # one line, whatever the message holds
     host = f"[{args.host}]" if ":" in args.host else args.host
     workers = len(server.devices) * args.workers_per_device
     print(f"lightning-tf serve: {info['task']} ({info['class']}, {args.checkpoint}) on http://{host}:{args.port}: "
@@ -134,3 +134,4 @@ def serve_main(argv: Sequence[str]) -> None:
     server.run(host=args.host, port=args.port, num_api_servers=args.api_servers, log_level=args.log_level,
                generate_client_file=False)
     print("lightning-tf serve: stopped", file=sys.stderr, flush=True)
+    exit_now(0)

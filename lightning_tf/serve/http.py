@@ -49,21 +49,25 @@ def error_response(status: int, detail: Any, cause: BaseException | None = None)
     """``{"error": detail}`` with ``status``; a 500 caused by a body that does not parse is the client's 400."""
     if status == 500 and isinstance(cause, (json.JSONDecodeError, UnicodeDecodeError)):
         return JSONResponse({"error": one_line(f"the body is not valid JSON: {cause}")}, status_code=400)
-    if status == 500 and cause is not None and type(cause).__name__ == "MultiPartException":
-        return JSONResponse({"error": one_line(f"the form does not parse: {cause}")}, status_code=400)
+    if status == 500 and isinstance(cause, StarletteHTTPException) and cause.status_code < 500:
+        # starlette's own 4xx (a form that does not parse), which LitServe does not recognise as an HTTP error
+        return JSONResponse({"error": one_line(f"the form does not parse: {cause.detail}")}, status_code=cause.status_code)
     return JSONResponse({"error": one_line(str(detail))}, status_code=status)
 
 
 class ClientErrorFilter(logging.Filter):
     """Keeps LitServe's log free of the client's mistakes: the traceback it logs for a body that does not parse
-    (answered 400, :func:`error_response`), and its warning that an HTTP server it stops has already stopped
-    (:mod:`.shutdown` stops them first)."""
+    (answered 400, :func:`error_response`), its warning that an HTTP server it stops has already stopped
+    (:mod:`.shutdown` stops them first), and its worker monitor's broken pipe when it wakes after the shutdown."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         cause = record.exc_info[1] if record.exc_info else None
-        if isinstance(cause, (json.JSONDecodeError, UnicodeDecodeError)) or type(cause).__name__ == "MultiPartException":
+        if isinstance(cause, (json.JSONDecodeError, UnicodeDecodeError, StarletteHTTPException)):
             return False
-        return "Already not alive" not in record.getMessage()
+        message = record.getMessage()
+        if "Monitoring worker crashed" in message and isinstance(cause, (OSError, EOFError)):
+            return False  # its manager was shut down while it slept: the server is stopping
+        return "Already not alive" not in message
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -7,7 +7,9 @@ workers behind). Here the server process handles both signals and drains in orde
 1. each HTTP server process gets SIGTERM: uvicorn stops accepting connections and waits for the requests it
    holds to be answered (the workers are still running, so they are);
 2. each inference worker gets LitServe's stop value on its request queue and leaves its loop;
-3. LitServe's shutdown event: it closes what is left (the queues' manager) and ``LitServer.run`` returns.
+3. LitServe's shutdown event: it closes what is left (the queues' manager) and ``LitServer.run`` returns; the
+   command then exits at once (:func:`exit_now`: the interpreter's teardown of torch would take seconds, and
+   nothing is left to release).
 
 The workers ignore SIGTERM and SIGINT while the server process lives (:meth:`TaskAPI.setup
 <lightning_tf.serve.api.TaskAPI.setup>`), so a signal sent to the whole process group (Ctrl+C) drains the
@@ -25,7 +27,7 @@ import threading
 from types import FrameType
 from typing import Any
 
-__all__ = ["drain", "install_signal_handlers"]
+__all__ = ["drain", "exit_now", "install_signal_handlers"]
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +39,10 @@ def _say(message: str) -> None:
     print(f"lightning-tf serve: {message}", file=sys.stderr, flush=True)
 
 
-def drain(server: Any, worker_timeout: float = 30.0) -> None:
-    """Answer the requests in flight of a running ``litserve.LitServer``, then stop it (see the module)."""
+def drain(server: Any, grace: float = 2.0) -> None:
+    """Answer the requests in flight of a running ``litserve.LitServer``, then stop it (see the module). A worker
+    still alive ``grace`` seconds after its stop value is killed: the HTTP servers are gone, so nothing it could
+    still compute has anyone waiting for it (what it spends that long on is the interpreter's teardown)."""
     http = [p for p in mp.active_children() if p.name.startswith("LitServer-")]
     for p in http:
         if p.pid is not None:
@@ -51,10 +55,10 @@ def drain(server: Any, worker_timeout: float = 30.0) -> None:
         for _ in workers:
             queue.put(STOP)
     for w in workers:
-        w.join(worker_timeout)
+        w.join(grace)
         if w.is_alive():
-            log.warning("worker %s did not stop in %.0f s; killing it", w.pid, worker_timeout)
             w.kill()
+            w.join()
     server._shutdown_event.set()
 
 
@@ -78,3 +82,11 @@ def install_signal_handlers(server: Any) -> None:
 
     signal.signal(signal.SIGTERM, handle)
     signal.signal(signal.SIGINT, handle)
+
+
+def exit_now(status: int = 0) -> None:
+    """Flush the output and the logs and leave the process with ``status``, skipping the interpreter's teardown."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)

@@ -50,16 +50,15 @@ class TextAPI(TaskAPI):
     def __init__(self, checkpoint: str, serving: Serving, beam_size: int | None = None) -> None:
         if beam_size is not None and beam_size < 1:
             raise ValueError(f"beam_size must be at least 1, got {beam_size}")
+        if serving.compile:
+            raise ValueError("--compile is for vision and kline checkpoints: translation decodes token by token on a "
+                             "KV cache that grows every step, which torch.compile would recompile at each step")
         super().__init__(checkpoint, serving)
         self.beam_size = beam_size
 
     def check_model(self) -> None:
         if self.model.tokenizer is None:
             raise ValueError(f"{self.checkpoint}: the model has no tokenizer, so it cannot read text")
-
-    def compile_model(self) -> None:
-        raise ValueError("--compile is for vision and kline: translation decodes token by token on a KV cache that "
-                         "grows every step, which torch.compile would recompile at each step")
 
     def warmup(self) -> None:
         self.run(["warm up"])

@@ -200,3 +200,49 @@ class ServerProcess:
         except ProcessLookupError:
             pass
         return self.proc.wait()
+
+
+class Restartable:
+    """A test module's server: started on first use, started again after a test stopped it (the SIGTERM tests),
+    stopped by the fixture that owns it."""
+
+    def __init__(self, checkpoint: Path, *args: str, key: str | None = None) -> None:
+        self.checkpoint, self.args, self.key = checkpoint, args, key
+        self.server: ServerProcess | None = None
+
+    def get(self) -> ServerProcess:
+        if self.server is None or not self.server.alive():
+            self.server = ServerProcess(self.checkpoint, *self.args, key=self.key)
+        return self.server
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+
+def in_flight_through_sigterm(server: ServerProcess, bodies: list[Any]) -> tuple[list[requests.Response], int, str]:
+    """Send ``bodies`` at once while the worker is stopped (SIGSTOP), so that all are in flight, SIGTERM the server,
+    let the worker go on (SIGCONT): the responses, the server's exit status and its output."""
+    import concurrent.futures
+
+    workers = server.workers()
+    assert workers, "no inference worker found"
+    for pid in workers:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        with concurrent.futures.ThreadPoolExecutor(len(bodies)) as pool:
+            futures = [pool.submit(server.post, body) for body in bodies]
+            time.sleep(1.0)  # every request reached the server and waits for the worker
+            server.proc.send_signal(signal.SIGTERM)
+            time.sleep(0.5)
+            for pid in workers:
+                os.kill(pid, signal.SIGCONT)
+            responses = [f.result(timeout=120) for f in futures]
+    finally:
+        for pid in workers:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+    status = server.proc.wait(120)
+    return responses, status, server.output()
