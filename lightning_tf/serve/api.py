@@ -58,7 +58,7 @@ class Serving:
         max_batch_size: requests run together at most.
         batch_timeout: seconds a batch waits to fill once its first request is there.
         api_key: the key every request must carry in ``X-API-Key`` (None: no key; ``/health`` never needs one).
-        threads: intra-op threads of each CPU worker (None: the CPUs shared among the workers).
+        threads: intra-op threads of each CPU worker (None: the CPUs less one, shared among the workers).
         workers: worker processes per device (for the threads' share).
         compile: compile the model's forward with torch.compile in each worker (warmed up before serving).
     """
@@ -89,14 +89,15 @@ class Batch:
 
 
 def worker_threads(threads: int | None, workers: int) -> int:
-    """Intra-op threads of one CPU worker: ``threads``, or the CPUs this process may use shared among
-    ``workers`` workers (at least one each)."""
+    """Intra-op threads of one CPU worker: ``threads``, or the CPUs this process may use less one (the HTTP
+    servers, the queues and the clients need a core too; intra-op threads that wait for a busy core are far
+    slower than fewer threads), shared among ``workers`` workers, at least one each."""
     if threads is not None:
         if threads < 1:
             raise ValueError(f"threads must be at least 1, got {threads}")
         return threads
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, cpus // max(1, workers))
+    return max(1, (cpus - 1) // max(1, workers))
 
 
 class TaskAPI(ls.LitAPI):

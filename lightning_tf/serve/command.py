@@ -57,7 +57,7 @@ def build_parser() -> ArgumentParser:
     batching.add_argument("--devices", type=_devices, default="auto",
                           help="GPUs to use, one set of workers on each (default: %(default)s: all)")
     batching.add_argument("--threads", type=int, default=None,
-                          help="intra-op threads of each CPU worker (default: the CPUs shared among the workers)")
+                          help="intra-op threads of each CPU worker (default: the CPUs less one, shared among the workers)")
     batching.add_argument("--api_servers", type=int, default=None,
                           help="HTTP server processes (default: one per inference worker)")
     batching.add_argument("--compile", action="store_true",

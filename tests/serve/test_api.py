@@ -165,7 +165,8 @@ def test_worker_threads_share_the_cpus() -> None:
     import os
 
     cpus = len(os.sched_getaffinity(0))
-    assert worker_threads(None, 1) == cpus
+    assert worker_threads(None, 1) == max(1, cpus - 1)
+    assert worker_threads(None, 2) == max(1, (cpus - 1) // 2)
     assert worker_threads(None, cpus * 4) == 1
     assert worker_threads(3, 2) == 3
     with pytest.raises(ValueError, match="threads must be at least 1, got 0"):
