@@ -74,18 +74,16 @@ def _finite(records: list[dict[str, Any]]) -> list[dict[str, Any]] | Rejected:
 
 
 def forecast_records(table: pd.DataFrame) -> list[dict[str, Any]]:
-    """The rows of a forecast table as JSON objects: timestamps in ISO 8601, numbers as Python numbers."""
-    records = []
-    for row in table.itertuples(index=False):
-        record: dict[str, Any] = {}
-        for name, value in zip(table.columns, row, strict=True):
-            if isinstance(value, pd.Timestamp):
-                value = value.isoformat()
-            elif hasattr(value, "item"):
-                value = value.item()
-            record[name] = value
-        records.append(record)
-    return records
+    """The rows of a forecast table as JSON objects: timestamps in ISO 8601, numbers as Python numbers (converted
+    column by column)."""
+    columns = []
+    for name in table.columns:
+        values = table[name]
+        if pd.api.types.is_datetime64_any_dtype(values):
+            columns.append([t.isoformat() for t in values])
+        else:
+            columns.append(values.tolist())
+    return [dict(zip(table.columns, row, strict=True)) for row in zip(*columns, strict=True)]
 
 
 class KLineAPI(TaskAPI):
@@ -150,9 +148,9 @@ class KLineAPI(TaskAPI):
         return windows[0]
 
     def run(self, inputs: list[Any]) -> Sequence[list[dict[str, Any]] | Rejected]:
-        table = self.model.forecast_windows(inputs)
-        horizon = len(table) // len(inputs)
-        return [_finite(forecast_records(table.iloc[i * horizon : (i + 1) * horizon])) for i in range(len(inputs))]
+        records = forecast_records(self.model.forecast_windows(inputs))
+        horizon = len(records) // len(inputs)
+        return [_finite(records[i * horizon : (i + 1) * horizon]) for i in range(len(inputs))]
 
     def encode(self, output: list[dict[str, Any]]) -> dict[str, Any]:
         return {"forecast": output}
