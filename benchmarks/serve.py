@@ -215,32 +215,57 @@ class Server:
         self.stop()
         raise RuntimeError("the server did not become healthy in 300 s")
 
-    def rss_mb(self) -> float:
-        """Resident memory of the server's processes (the command, its HTTP servers, workers, queue manager), as
-        their proportional set sizes (PSS: a page shared by forked processes counts once in all)."""
-        pids, frontier = {self.proc.pid}, [self.proc.pid]
-        children: dict[int, list[int]] = {}
+    def roles(self) -> dict[int, str]:
+        """The server's processes by role: ``command`` (the server process: also the ZeroMQ broker of the answers),
+        ``worker`` (the inference workers), ``queues`` (the multiprocessing manager that holds the request queues:
+        the first process forked) and ``http`` (the uvicorn servers, forked after it)."""
+        rows = []
         for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
-                except (OSError, IndexError, ValueError):
-                    continue
-                children.setdefault(ppid, []).append(int(entry))
-        while frontier:
-            for child in children.get(frontier.pop(), []):
-                if child not in pids:
-                    pids.add(child)
-                    frontier.append(child)
-        total = 0
-        for pid in pids:
+            if not entry.isdigit():
+                continue
             try:
-                for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-                    if line.startswith("Pss:"):
-                        total += int(line.split()[1])
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if int(fields[1]) == self.proc.pid and b"resource_tracker" not in cmdline:
+                rows.append((int(fields[19]), int(entry), b"spawn_main" in cmdline))
+        forked = sorted((start, pid) for start, pid, spawned in rows if not spawned)
+        roles = {self.proc.pid: "command"}
+        for start, pid, spawned in rows:
+            roles[pid] = "worker" if spawned else ("queues" if (start, pid) == forked[0] else "http")
+        return roles
+
+    def _by_role(self, read: Any) -> dict[str, float]:
+        out = {"command": 0.0, "http": 0.0, "queues": 0.0, "worker": 0.0}
+        for pid, role in self.roles().items():
+            try:
+                out[role] += read(pid)
             except OSError:
                 pass
-        return total / 1024
+        return out
+
+    def cpu_by_role(self) -> dict[str, float]:
+        """CPU seconds so far of the server's processes, by role (:meth:`roles`)."""
+        tick = os.sysconf("SC_CLK_TCK")
+
+        def cpu(pid: int) -> float:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / tick
+
+        return self._by_role(cpu)
+
+    def memory_by_role(self) -> dict[str, float]:
+        """Resident memory of the server's processes in MB, by role, as proportional set sizes (PSS: a page shared
+        by forked processes counts once in all)."""
+
+        def pss(pid: int) -> float:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) / 1024
+            return 0.0
+
+        return self._by_role(pss)
 
     def stop(self) -> int:
         if self.proc.poll() is None:
@@ -286,7 +311,7 @@ class Load:
     client_cpu: float
     wrong: int = 0
     lost: int = 0
-    rss_at: dict[int, float] = field(default_factory=dict)
+    rss_at: dict[int, dict[str, float]] = field(default_factory=dict)
     batch_sizes: list[int] = field(default_factory=list)
 
 
@@ -326,7 +351,7 @@ def closed_loop(server: Server, bodies: list[tuple[bytes, int, Any]], concurrenc
                     counters["lost"] += 1
                 counters["done"] += 1
                 if counters["done"] in rss_marks:
-                    rss[counters["done"]] = server.rss_mb()
+                    rss[counters["done"]] = server.memory_by_role()
         finally:
             writer.close()
 
@@ -398,10 +423,13 @@ def run_task(task: str, checkpoint: Path, args: argparse.Namespace) -> dict[str,
     limit, answers = offline_limit(work, batch, args.offline_items)
     print(f"[{task}] offline limit: {limit:.1f} items/s", flush=True)
     work.expected = answers
+    costs = worker_costs(task, model, work, batch)
+    print(f"[{task}] in a worker: reading a request {costs['decode_ms']:.2f} ms, the model {costs['run_1_ms']:.2f} ms "
+          f"per request alone, {costs['run_batch_ms']:.2f} ms per request in a batch of {batch}", flush=True)
     del model
     good = [(body, 200, answers[i]) for i, body in enumerate(work.good)]
     result: dict[str, Any] = {"task": task, "checkpoint": str(checkpoint), "max_batch_size": batch,
-                              "batch_timeout": args.batch_timeout, "limit": limit, "loads": {}}
+                              "batch_timeout": args.batch_timeout, "limit": limit, "worker_costs": costs, "loads": {}}
     for name, server_args in (("batched", ["--max_batch_size", str(batch), "--batch_timeout", str(args.batch_timeout)]),
                               ("unbatched", ["--max_batch_size", "1"])):
         print(f"[{task}] starting the {name} server ...", flush=True)
@@ -410,9 +438,13 @@ def run_task(task: str, checkpoint: Path, args: argparse.Namespace) -> dict[str,
             closed_loop(server, good[: 2 * batch], min(8, batch), task)  # warm-up
             for c in args.concurrency:
                 n = max(args.requests_per_client * c, args.min_requests)
+                before = server.cpu_by_role()
                 load = closed_loop(server, [good[i % len(good)] for i in range(n)], c, task)
+                after = server.cpu_by_role()
                 row = summary(load)
                 row["lost"] = load.lost
+                row["cpu_ms_per_request"] = {role: 1e3 * (after[role] - before[role]) / max(1, row["ok"])
+                                             for role in after} | {"client": 1e3 * load.client_cpu / max(1, row["ok"])}
                 result["loads"][f"{name}/{c}"] = row
                 print(f"[{task}] {name:9s} c={c:<3d} {row['ok']:>6,} ok in {row['seconds']:5.1f} s: "
                       f"{row['throughput']:7.1f} req/s, p50 {row['p50_ms']:6.1f} ms, p99 {row['p99_ms']:6.1f} ms, "
@@ -425,6 +457,35 @@ def run_task(task: str, checkpoint: Path, args: argparse.Namespace) -> dict[str,
             if status != 0:
                 print(f"[{task}] the {name} server exited with {status}", flush=True)
     return result
+
+
+def worker_costs(task: str, model: Any, work: Workload, batch: int, repeats: int = 3) -> dict[str, float]:
+    """What the server's worker spends per request, measured here on its own LitAPI (no server): reading a
+    request (``decode_request``: JSON object -> the task's input) and the model's part (``run``: the offline call
+    with the answer's conversion) alone and in a full batch, in milliseconds."""
+    import torch
+
+    from lightning_tf.serve.api import Serving
+    from lightning_tf.serve.server import APIS
+
+    api = APIS[type(model).__name__]("unused.ckpt", Serving(max_batch_size=batch))
+    api.model = model
+    bodies = [json.loads(body) for body in work.good[:batch]]
+
+    def best(fn: Any) -> float:
+        times = []
+        for _ in range(repeats):
+            begin = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - begin)
+        return min(times)
+
+    with torch.inference_mode():
+        items = [api.decode_request(b) for b in bodies]
+        decode = best(lambda: [api.decode_request(b) for b in bodies]) / len(bodies)
+        run_batch = best(lambda: api.run(items)) / len(items)
+        run_1 = best(lambda: [api.run([x]) for x in items[:8]]) / min(8, len(items))
+    return {"decode_ms": 1e3 * decode, "run_1_ms": 1e3 * run_1, "run_batch_ms": 1e3 * run_batch}
 
 
 def mixed_run(server: Server, work: Workload, good: list[tuple[bytes, int, Any]], args: argparse.Namespace,
@@ -443,40 +504,68 @@ def mixed_run(server: Server, work: Workload, good: list[tuple[bytes, int, Any]]
     load = closed_loop(server, bodies, args.mixed_concurrency, task, rss_marks=(first, last))
     row = summary(load)
     bad = sum(1 for _, s, _ in bodies if s != 200)
-    row.update(bad=bad, wrong_status=load.wrong, good_lost=load.lost, rss_first_mb=load.rss_at.get(first, math.nan),
-               rss_last_mb=load.rss_at.get(last, math.nan), rss_from=first, rss_to=last)
+    at_first, at_last = load.rss_at.get(first, {}), load.rss_at.get(last, {})
+    row.update(bad=bad, wrong_status=load.wrong, good_lost=load.lost, rss_first_mb=sum(at_first.values()) or math.nan,
+               rss_last_mb=sum(at_last.values()) or math.nan, rss_from=first, rss_to=last,
+               rss_first_by_role=at_first, rss_last_by_role=at_last)
     row["rss_growth"] = row["rss_last_mb"] / row["rss_first_mb"] - 1
+    growth = ", ".join(f"{role} {at_first[role]:.0f} -> {at_last[role]:.0f}" for role in at_first if role in at_last)
     print(f"[{task}] mixed: {row['ok']:,} ok, {bad:,} bad, {load.wrong} wrong status codes, {load.lost} good lost; "
           f"RSS {row['rss_first_mb']:.0f} MB at request {first:,} -> {row['rss_last_mb']:.0f} MB at {last:,} "
-          f"({100 * row['rss_growth']:+.1f}%)", flush=True)
+          f"({100 * row['rss_growth']:+.1f}%; {growth} MB)", flush=True)
     return row
 
 
 # ------------------------------------------------------------------------------------------ the page
 
 
+def where_the_time_goes(results: list[dict[str, Any]]) -> list[str]:
+    """Per request: the worker's parts (measured on its LitAPI alone) and the CPU of each of the server's processes
+    under load, batched and unbatched, at the target concurrency."""
+    lines = ["## Where the time goes", "",
+             "Per request, in ms. *read*: the worker turning a JSON object into the task's input (`decode_request`); "
+             "*model alone / in a batch*: the task's call with the answer's conversion (`run`) for one request, and "
+             "per request in a full batch (both measured on the LitAPI alone, in the benchmark's process). Then the CPU "
+             "each process of the server spent per answered request under load: the worker, the HTTP server "
+             "(uvicorn, FastAPI, LitServe's request handling), the queue manager (LitServe's request queue is a "
+             "multiprocessing manager's), the server process (the ZeroMQ broker of the answers) and the client. On C "
+             "cores, C x 1000 / (their sum) bounds the requests per second.", "",
+             "| task | read | model alone | model in a batch | server | worker | HTTP | queues | command | client | sum "
+             "| bound (req/s, 2 cores) |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        costs = r.get("worker_costs", {})
+        for name in ("batched", "unbatched"):
+            key = next((k for k in r["loads"] if k.startswith(name + "/") and k.endswith("/32")), None)
+            key = key or next((k for k in reversed(list(r["loads"])) if k.startswith(name + "/")), None)
+            if key is None or "cpu_ms_per_request" not in r["loads"][key]:
+                continue
+            cpu = r["loads"][key]["cpu_ms_per_request"]
+            total = sum(cpu.values())
+            lines.append(
+                f"| {r['task']} | {costs.get('decode_ms', math.nan):.2f} | {costs.get('run_1_ms', math.nan):.2f} | "
+                f"{costs.get('run_batch_ms', math.nan):.2f} | {key} | {cpu['worker']:.2f} | {cpu['http']:.2f} | "
+                f"{cpu['queues']:.2f} | {cpu['command']:.2f} | {cpu['client']:.2f} | {total:.2f} | "
+                f"{2000 / total:.0f} |")
+    lines += ["", "Memory of the server's processes in the mixed run (PSS, MB), at its first and last mark:", "",
+              "| task | requests | command | HTTP | queues | worker | all |", "|---|---|---|---|---|---|---|"]
+    for r in results:
+        m = r.get("mixed", {})
+        first, last = m.get("rss_first_by_role") or {}, m.get("rss_last_by_role") or {}
+        if first and last:
+            cells = " | ".join(f"{first[k]:.0f} -> {last[k]:.0f}" for k in ("command", "http", "queues", "worker"))
+            lines.append(f"| {r['task']} | {m['rss_from']:,} -> {m['rss_to']:,} | {cells} | "
+                         f"{m['rss_first_mb']:.0f} -> {m['rss_last_mb']:.0f} ({100 * m['rss_growth']:+.1f}%) |")
+    return lines
+
+
 def verdict(ok: bool) -> str:
     return "PASS" if ok else "MISS"
 
 
-def page(results: list[dict[str, Any]], args: argparse.Namespace, machine_line: str, seconds: float) -> str:
+def tables(results: list[dict[str, Any]], args: argparse.Namespace) -> list[str]:
+    """The load table (every task, server and concurrency, and the limit) and the targets table."""
     c_main, c_tail = args.target_concurrency, args.tail_concurrency
     lines = [
-        "# `lightning-tf serve` under load",
-        "",
-        "Generated by `python benchmarks/serve.py` (do not edit: a rerun replaces this page); "
-        f"{'a SMOKE run (tiny request counts): not a measurement. ' if args.smoke else ''}"
-        f"{seconds / 60:.1f} minutes in all.",
-        "",
-        f"machine: {machine_line}",
-        "",
-        f"Closed-loop clients on 127.0.0.1 (one keep-alive connection each), {args.requests_per_client} requests per "
-        f"client (at least {args.min_requests}) at each concurrency. *batched*: `--max_batch_size "
-        f"{args.max_batch_size} --batch_timeout {args.batch_timeout}`; *unbatched*: `--max_batch_size 1`; both one "
-        f"worker with {args.threads} intra-op thread(s) (the default: the CPUs less one). *limit*: the same model offline in this process, the task's own call "
-        f"(`translate`, `classify`, `forecast`) on batches of {args.max_batch_size} of the same inputs, with the same "
-        "threads. Throughput counts answered requests (200) per second.",
-        "",
         "| task | server | concurrency | requests | req/s | x limit | x unbatched | mean batch | p50 ms | p95 ms | "
         "p99 ms | errors |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -493,9 +582,10 @@ def page(results: list[dict[str, Any]], args: argparse.Namespace, machine_line: 
                 f"{row['errors']} |")
         lines.append(f"| {r['task']} | limit (offline) | - | {args.offline_items:,} | {r['limit']:.1f} | 1.00 | | "
                      f"{r['max_batch_size']} | | | | |")
-    lines += ["", f"## Targets (concurrency {c_main}; tail at {c_tail})", "",
+    lines += ["", f"Targets: at concurrency {c_main} (the tail at {c_tail}; the mixed run at concurrency "
+              f"{args.mixed_concurrency}).", "",
               "| task | batched / limit (>= 0.70) | batched / unbatched | p99 / p50 (<= 3) | wrong status codes "
-              "(0) | good requests lost (0) | RSS growth (<= 10%) |",
+              "(0) | good requests lost (0) | memory growth (<= 10%) |",
               "|---|---|---|---|---|---|---|"]
     for r in results:
         b = r["loads"].get(f"batched/{c_main}")
@@ -505,7 +595,8 @@ def page(results: list[dict[str, Any]], args: argparse.Namespace, machine_line: 
         if not (b and u and t and m):
             continue
         want_u = TARGETS["unbatched"][r["task"]]
-        x_limit, x_unbatched, tail = b["throughput"] / r["limit"], b["throughput"] / u["throughput"], t["p99_ms"] / t["p50_ms"]
+        x_limit, x_unbatched = b["throughput"] / r["limit"], b["throughput"] / u["throughput"]
+        tail = t["p99_ms"] / t["p50_ms"]
         lines.append(
             f"| {r['task']} | {x_limit:.2f} {verdict(x_limit >= TARGETS['limit'])} | {x_unbatched:.2f} (>= {want_u:g}) "
             f"{verdict(x_unbatched >= want_u)} | {tail:.2f} {verdict(tail <= TARGETS['p99_p50'])} | "
@@ -513,12 +604,56 @@ def page(results: list[dict[str, Any]], args: argparse.Namespace, machine_line: 
             f"{m['good_lost']} {verdict(m['good_lost'] == 0)} | {m['rss_first_mb']:.0f} -> {m['rss_last_mb']:.0f} MB "
             f"({100 * m['rss_growth']:+.1f}%, requests {m['rss_from']:,} -> {m['rss_to']:,}) "
             f"{verdict(m['rss_growth'] <= TARGETS['rss'])} |")
-    lines += ["", "Mixed run: every tenth request is a bad one (malformed JSON, not an object, a missing or wrongly "
-              "typed field, and the task's own: an empty or too long text, base64 that is not an image, too few "
-              "bars, a missing column, NaN), each of which must get its 400 or 422; every good answer is compared "
-              "with the offline call (the same translation; labels and probabilities within 1e-6; forecasts within "
-              "1e-6). Memory: the resident memory of the server's processes, summed as proportional set sizes (PSS).", ""]
+    return lines
+
+
+def page(results: list[dict[str, Any]], args: argparse.Namespace, machine_line: str, seconds: float) -> str:
+    lines = [
+        "# `lightning-tf serve` under load",
+        "",
+        "Generated by `python benchmarks/serve.py` (do not edit: a rerun replaces this page, and the tables in "
+        "docs/serve.md and docs/benchmarks.md); "
+        f"{'a SMOKE run (tiny request counts): not a measurement. ' if args.smoke else ''}"
+        f"{seconds / 60:.1f} minutes in all.",
+        "",
+        f"machine: {machine_line}",
+        "",
+        *method(args),
+        "",
+        *tables(results, args),
+        "",
+        *where_the_time_goes(results),
+    ]
     return "\n".join(lines)
+
+
+def method(args: argparse.Namespace) -> list[str]:
+    return [
+        f"Closed-loop clients on 127.0.0.1 (one keep-alive connection each), {args.requests_per_client} requests per "
+        f"client (at least {args.min_requests}) at each concurrency. *batched*: `--max_batch_size "
+        f"{args.max_batch_size} --batch_timeout {args.batch_timeout}`; *unbatched*: `--max_batch_size 1`; both one "
+        f"worker with {args.threads} intra-op thread(s) (the default: the CPUs less one). *limit*: the same model "
+        "offline in the benchmark's process, the task's own call (`translate`, `classify`, `forecast`) on batches of "
+        f"{args.max_batch_size} of the same inputs, with the same threads. Throughput counts answered requests (200) "
+        "per second; *mean batch* is the mean `X-Batch-Size` the answers carried.",
+        "",
+        "Mixed run: every tenth request is a bad one (malformed JSON, not an object, a missing or wrongly typed "
+        "field, and the task's own: an empty or too long text, base64 that is not an image, too few bars, a missing "
+        "column, NaN), each of which must get its 400 or 422; every good answer is compared with the offline call "
+        "(the same translation; labels and probabilities within 1e-6; forecasts within 1e-6). Memory: the resident "
+        "memory of the server's processes, summed as proportional set sizes (PSS).",
+    ]
+
+
+def replace_block(path: Path, text: str) -> None:
+    """Put ``text`` between ``<!-- serve-results:begin -->`` and ``<!-- serve-results:end -->`` of ``path``."""
+    begin, end = "<!-- serve-results:begin -->", "<!-- serve-results:end -->"
+    doc = path.read_text()
+    if begin not in doc or end not in doc:
+        raise ValueError(f"{path}: no {begin} ... {end} block to write the tables into")
+    head, rest = doc.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    path.write_text(f"{head}{begin}\n{text}\n{end}{tail}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -529,7 +664,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tour-dir", type=Path, default=ROOT / "runs" / "serve_bench",
                    help="where the tour trains the checkpoints not given (and where they are found next time)")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32, 64])
-    p.add_argument("--requests-per-client", type=int, default=40)
+    p.add_argument("--requests-per-client", type=int, default=16)
     p.add_argument("--min-requests", type=int, default=200)
     p.add_argument("--max-batch-size", type=int, default=32)
     p.add_argument("--batch-timeout", type=float, default=0.005)
@@ -541,7 +676,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--smoke", action="store_true", help="tiny request counts (a smoke test, not a measurement)")
     p.add_argument("--md", type=Path, default=ROOT / "docs" / "results" / "serve.md")
     p.add_argument("--json", type=Path, default=None, help="JSON results (default: beside --md)")
+    p.add_argument("--no-docs", dest="docs", action="store_false",
+                   help="leave the tables of docs/serve.md and docs/benchmarks.md as they are (a smoke run does)")
     args = p.parse_args(argv)
+    if args.smoke:
+        args.docs = False
     if args.smoke:
         args.concurrency, args.requests_per_client, args.min_requests = [1, 8], 3, 16
         args.offline_items, args.pool, args.mixed, args.rss_from, args.mixed_concurrency = 64, 16, 200, 50, 8
@@ -563,6 +702,11 @@ def main(argv: list[str] | None = None) -> None:
     text = page(results, args, machine_line, time.perf_counter() - begin)
     args.md.parent.mkdir(parents=True, exist_ok=True)
     args.md.write_text(text)
+    if args.docs:
+        block = [f"Measured by `benchmarks/serve.py` on {machine_line} ([all of it](results/serve.md)):", "",
+                 *tables(results, args)]
+        for doc in (ROOT / "docs" / "serve.md", ROOT / "docs" / "benchmarks.md"):
+            replace_block(doc, "\n".join(block))
     json_path = args.json or args.md.with_suffix(".json")
     json_path.write_text(json.dumps({"machine": machine_line, "smoke": args.smoke, "results": results}, indent=1))
     print(text)
