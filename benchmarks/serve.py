@@ -215,6 +215,15 @@ class Server:
         self.stop()
         raise RuntimeError("the server did not become healthy in 300 s")
 
+    def info(self) -> dict[str, Any]:
+        """The server's ``GET /info``."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=10) as s:
+            s.sendall(b"GET /info HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+        return json.loads(data.split(b"\r\n\r\n", 1)[1])
+
     def roles(self) -> dict[int, str]:
         """The server's processes by role: ``command`` (the server process: also the ZeroMQ broker of the answers),
         ``worker`` (the inference workers), ``queues`` (the multiprocessing manager that holds the request queues:
@@ -256,16 +265,18 @@ class Server:
         return self._by_role(cpu)
 
     def memory_by_role(self) -> dict[str, float]:
-        """Resident memory of the server's processes in MB, by role, as proportional set sizes (PSS: a page shared
-        by forked processes counts once in all)."""
+        """Resident memory of the server's processes in MB, by role, as unique set sizes (USS: the resident pages no
+        other process maps; a leak grows them, while a proportional share of the shared libraries would move with
+        whatever else on the machine maps them)."""
 
-        def pss(pid: int) -> float:
+        def uss(pid: int) -> float:
+            kb = 0
             for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) / 1024
-            return 0.0
+                if line.startswith(("Private_Clean:", "Private_Dirty:")):
+                    kb += int(line.split()[1])
+            return kb / 1024
 
-        return self._by_role(pss)
+        return self._by_role(uss)
 
     def stop(self) -> int:
         if self.proc.poll() is None:
@@ -430,12 +441,15 @@ def run_task(task: str, checkpoint: Path, args: argparse.Namespace) -> dict[str,
     good = [(body, 200, answers[i]) for i, body in enumerate(work.good)]
     result: dict[str, Any] = {"task": task, "checkpoint": str(checkpoint), "max_batch_size": batch,
                               "batch_timeout": args.batch_timeout, "limit": limit, "worker_costs": costs, "loads": {}}
-    for name, server_args in (("batched", ["--max_batch_size", str(batch), "--batch_timeout", str(args.batch_timeout)]),
+    timeout = [] if args.batch_timeout is None else ["--batch_timeout", str(args.batch_timeout)]
+    for name, server_args in (("batched", ["--max_batch_size", str(batch), *timeout]),
                               ("unbatched", ["--max_batch_size", "1"])):
         print(f"[{task}] starting the {name} server ...", flush=True)
         server = Server(checkpoint, *server_args)
         try:
             closed_loop(server, good[: 2 * batch], min(8, batch), task)  # warm-up
+            if name == "batched":
+                result["batch_timeout"] = server.info()["model"]["batching"]["batch_timeout"]
             for c in args.concurrency:
                 n = max(args.requests_per_client * c, args.min_requests)
                 before = server.cpu_by_role()
@@ -525,12 +539,14 @@ def where_the_time_goes(results: list[dict[str, Any]]) -> list[str]:
     lines = ["## Where the time goes", "",
              "Per request, in ms. *read*: the worker turning a JSON object into the task's input (`decode_request`); "
              "*model alone / in a batch*: the task's call with the answer's conversion (`run`) for one request, and "
-             "per request in a full batch (both measured on the LitAPI alone, in the benchmark's process). Then the CPU "
+             "per request in a full batch (both measured on the LitAPI alone, in the benchmark's process). Then the "
+             "CPU "
              "each process of the server spent per answered request under load: the worker, the HTTP server "
              "(uvicorn, FastAPI, LitServe's request handling), the queue manager (LitServe's request queue is a "
              "multiprocessing manager's), the server process (the ZeroMQ broker of the answers) and the client. On C "
              "cores, C x 1000 / (their sum) bounds the requests per second.", "",
-             "| task | read | model alone | model in a batch | server | worker | HTTP | queues | command | client | sum "
+             "| task | read | model alone | model in a batch | server | worker | HTTP | queues | command | client "
+             "| sum "
              "| bound (req/s, 2 cores) |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         costs = r.get("worker_costs", {})
@@ -546,7 +562,7 @@ def where_the_time_goes(results: list[dict[str, Any]]) -> list[str]:
                 f"{costs.get('run_batch_ms', math.nan):.2f} | {key} | {cpu['worker']:.2f} | {cpu['http']:.2f} | "
                 f"{cpu['queues']:.2f} | {cpu['command']:.2f} | {cpu['client']:.2f} | {total:.2f} | "
                 f"{2000 / total:.0f} |")
-    lines += ["", "Memory of the server's processes in the mixed run (PSS, MB), at its first and last mark:", "",
+    lines += ["", "Memory of the server's processes in the mixed run (USS, MB), at its first and last mark:", "",
               "| task | requests | command | HTTP | queues | worker | all |", "|---|---|---|---|---|---|---|"]
     for r in results:
         m = r.get("mixed", {})
@@ -618,7 +634,7 @@ def page(results: list[dict[str, Any]], args: argparse.Namespace, machine_line: 
         "",
         f"machine: {machine_line}",
         "",
-        *method(args),
+        *method(results, args),
         "",
         *tables(results, args),
         "",
@@ -627,11 +643,18 @@ def page(results: list[dict[str, Any]], args: argparse.Namespace, machine_line: 
     return "\n".join(lines)
 
 
-def method(args: argparse.Namespace) -> list[str]:
+def batch_timeouts(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
+    if args.batch_timeout is not None:
+        return f"`--batch_timeout {args.batch_timeout}`"
+    return "the batch timeout of each task's default (" + ", ".join(
+        f"{r['task']} {r['batch_timeout']:g} s" for r in results) + ")"
+
+
+def method(results: list[dict[str, Any]], args: argparse.Namespace) -> list[str]:
     return [
         f"Closed-loop clients on 127.0.0.1 (one keep-alive connection each), {args.requests_per_client} requests per "
         f"client (at least {args.min_requests}) at each concurrency. *batched*: `--max_batch_size "
-        f"{args.max_batch_size} --batch_timeout {args.batch_timeout}`; *unbatched*: `--max_batch_size 1`; both one "
+        f"{args.max_batch_size}` and {batch_timeouts(results, args)}; *unbatched*: `--max_batch_size 1`; both one "
         f"worker with {args.threads} intra-op thread(s) (the default: the CPUs less one). *limit*: the same model "
         "offline in the benchmark's process, the task's own call (`translate`, `classify`, `forecast`) on batches of "
         f"{args.max_batch_size} of the same inputs, with the same threads. Throughput counts answered requests (200) "
@@ -641,7 +664,8 @@ def method(args: argparse.Namespace) -> list[str]:
         "field, and the task's own: an empty or too long text, base64 that is not an image, too few bars, a missing "
         "column, NaN), each of which must get its 400 or 422; every good answer is compared with the offline call "
         "(the same translation; labels and probabilities within 1e-6; forecasts within 1e-6). Memory: the resident "
-        "memory of the server's processes, summed as proportional set sizes (PSS).",
+        "memory of the server's processes, summed as unique set sizes (USS: the pages no other process maps, so that "
+        "the number does not move with other programs that map the same libraries).",
     ]
 
 
@@ -667,7 +691,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--requests-per-client", type=int, default=16)
     p.add_argument("--min-requests", type=int, default=200)
     p.add_argument("--max-batch-size", type=int, default=32)
-    p.add_argument("--batch-timeout", type=float, default=0.005)
+    p.add_argument("--batch-timeout", type=float, default=None, help="the batched server's (default: the task's)")
     p.add_argument("--offline-items", type=int, default=2048)
     p.add_argument("--pool", type=int, default=256, help="distinct inputs per task")
     p.add_argument("--mixed", type=int, default=10_000, help="requests of the run with 10%% bad ones")

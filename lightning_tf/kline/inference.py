@@ -197,7 +197,8 @@ def windows_table(
         columns[f"pred_{target}"] = values[:, :, k].reshape(-1).numpy()
         if quantiles is not None:
             for j, level in enumerate(quantiles):
-                columns[f"pred_{target}_q{level:g}"] = (out[:, :, k, j] * std[:, :, k] + mean[:, :, k]).reshape(-1).numpy()
+                level_values = out[:, :, k, j] * std[:, :, k] + mean[:, :, k]  # (n, F)
+                columns[f"pred_{target}_q{level:g}"] = level_values.reshape(-1).numpy()
     if scale.returns:
         anchors = torch.tensor([w.anchor for w in windows], dtype=torch.float64)  # (n,)
         columns["close"] = rebuild_prices(values[:, :, 0], anchors).reshape(-1).numpy()  # (n F,)

@@ -56,7 +56,8 @@ class Serving:
 
     Args:
         max_batch_size: requests run together at most.
-        batch_timeout: seconds a batch waits to fill once its first request is there.
+        batch_timeout: seconds a batch waits to fill once its first request is there (None: the task's
+            :attr:`TaskAPI.default_batch_timeout`).
         api_key: the key every request must carry in ``X-API-Key`` (None: no key; ``/health`` never needs one).
         threads: intra-op threads of each CPU worker (None: the CPUs less one, shared among the workers).
         workers: worker processes per device (for the threads' share).
@@ -64,7 +65,7 @@ class Serving:
     """
 
     max_batch_size: int = 32
-    batch_timeout: float = 0.005
+    batch_timeout: float | None = None
     api_key: str | None = None
     threads: int | None = None
     workers: int = 1
@@ -112,6 +113,10 @@ class TaskAPI(ls.LitAPI):
     task: ClassVar[str] = ""
     #: the LightningModule class the task serves
     model_class: ClassVar[str] = ""
+    #: seconds a batch waits to fill by default: a small fraction of what a batch takes to run, so that a batch
+    #: fills under load (a closed loop of clients sends its next requests while the last batch's answers travel)
+    #: while a lone request hardly waits
+    default_batch_timeout: ClassVar[float] = 0.005
     #: the JSON body of a request, for validation and the OpenAPI page
     request_model: ClassVar[type[BaseModel]]
     #: the JSON body of a response, for the OpenAPI page
@@ -121,7 +126,8 @@ class TaskAPI(ls.LitAPI):
         with warnings.catch_warnings():
             # batch/unbatch with max_batch_size 1: intended (the unbatched server runs LitServe's single loop)
             warnings.filterwarnings("ignore", message="The LitServer has both batch and unbatch methods")
-            super().__init__(max_batch_size=serving.max_batch_size, batch_timeout=serving.batch_timeout)
+            timeout = self.default_batch_timeout if serving.batch_timeout is None else serving.batch_timeout
+            super().__init__(max_batch_size=serving.max_batch_size, batch_timeout=timeout)
         self.checkpoint = str(checkpoint)
         self.serving = serving
         self.model: Any = None

@@ -24,7 +24,8 @@ from .api import TaskAPI
 from .errors import one_line, validation_message
 
 __all__ = [
-    "ClientErrorFilter", "ErrorResponse", "error_response", "install_error_handlers", "install_openapi", "openapi_schema",
+    "ClientErrorFilter", "ErrorResponse", "error_response", "install_error_handlers", "install_openapi",
+    "openapi_schema",
 ]
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,8 @@ def error_response(status: int, detail: Any, cause: BaseException | None = None)
         return JSONResponse({"error": one_line(f"the body is not valid JSON: {cause}")}, status_code=400)
     if status == 500 and isinstance(cause, StarletteHTTPException) and cause.status_code < 500:
         # starlette's own 4xx (a form that does not parse), which LitServe does not recognise as an HTTP error
-        return JSONResponse({"error": one_line(f"the form does not parse: {cause.detail}")}, status_code=cause.status_code)
+        message = one_line(f"the form does not parse: {cause.detail}")
+        return JSONResponse({"error": message}, status_code=cause.status_code)
     return JSONResponse({"error": one_line(str(detail))}, status_code=status)
 
 

@@ -101,7 +101,9 @@ class KLineAPI(TaskAPI):
     request_model = KLineRequest
     response_model = KLineResponse
 
-    def __init__(self, checkpoint: str, serving: Serving, on_error: Literal["error", "drop", "ffill"] = "error") -> None:
+    def __init__(
+        self, checkpoint: str, serving: Serving, on_error: Literal["error", "drop", "ffill"] = "error"
+    ) -> None:
         if on_error not in ("error", "drop", "ffill"):
             raise ValueError(f"on_error must be error, drop or ffill, got {on_error!r}")
         super().__init__(checkpoint, serving)
@@ -110,7 +112,8 @@ class KLineAPI(TaskAPI):
     def check_model(self) -> None:
         scale = self.model.data_scale
         if scale is None or not scale.has_prices:
-            raise ValueError(f"{self.checkpoint}: the model holds no bar data scale (it was not trained on K-line bars)")
+            raise ValueError(
+                f"{self.checkpoint}: the model holds no bar data scale (it was not trained on K-line bars)")
 
     def compile_model(self) -> None:
         net = self.model.net

@@ -20,7 +20,9 @@ __all__ = ["APIS", "Deployment", "TaskOptions", "make_api", "make_server"]
 log = logging.getLogger(__name__)
 
 #: the LightningModule class of a checkpoint -> the LitAPI that serves it
-APIS: dict[str, type[TaskAPI]] = {"Seq2SeqTransformer": TextAPI, "ViTClassifier": VisionAPI, "KLineForecaster": KLineAPI}
+APIS: dict[str, type[TaskAPI]] = {
+    "Seq2SeqTransformer": TextAPI, "ViTClassifier": VisionAPI, "KLineForecaster": KLineAPI,
+}
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,9 @@ def make_server(api: TaskAPI, info: dict[str, Any], deployment: Deployment) -> l
     """The LitServer of ``api`` (``/predict``, ``/health``, ``/info`` with ``info``, ``/docs``)."""
     from lightning_tf import __version__
 
+    if deployment.timeout != -1 and deployment.timeout <= api.batch_timeout:
+        raise ValueError(f"--timeout ({deployment.timeout:g}) must be longer than the batch timeout "
+                         f"({api.batch_timeout:g}), or -1")
     server = ls.LitServer(
         api,
         accelerator=deployment.accelerator,

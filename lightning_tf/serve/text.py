@@ -44,6 +44,9 @@ class TextAPI(TaskAPI):
 
     task = "text"
     model_class = "Seq2SeqTransformer"
+    # a batch of 32 sentences decodes for hundreds of milliseconds on a CPU: waiting 50 ms for the batch to fill
+    # raised the requests per second at concurrency 32 by a third (2 cores)
+    default_batch_timeout = 0.05
     request_model = TextRequest
     response_model = TextResponse
 

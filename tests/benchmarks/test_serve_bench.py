@@ -29,7 +29,8 @@ def test_serve_benchmark_smoke(tmp_path: Path) -> None:
     docs = {p: p.read_text() for p in (ROOT / "docs" / "serve.md", ROOT / "docs" / "benchmarks.md")}
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, "benchmarks/serve.py", "--smoke", "--tasks", "vision", "--vision", str(ckpt),
-                           "--md", str(md)], cwd=ROOT, capture_output=True, text=True, timeout=600, env=env, check=False)
+                           "--md", str(md)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, env=env, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stdout.startswith("machine: ")
     assert {p: p.read_text() for p in docs} == docs  # a smoke run leaves the documentation's tables alone

@@ -65,7 +65,8 @@ def tiny_kline() -> KLineForecaster:
                             horizon=KLINE_HORIZON, target_channels=[0], **TINY)
     C = len(DEFAULT_FEATURES)
     model.data_scale = DataScale(
-        feature_names=tuple(DEFAULT_FEATURES), target_names=("log_return",), target_kind=None, ticker_names=("TRAINED",),
+        feature_names=tuple(DEFAULT_FEATURES), target_names=("log_return",), target_kind=None,
+        ticker_names=("TRAINED",),
         feature_mean=[[0.001 * i for i in range(C)]], feature_std=[[0.5 + 0.1 * i for i in range(C)]],
         target_mean=[[0.0002]], target_std=[[0.02]], has_prices=True,
     )

@@ -157,7 +157,7 @@ def test_form_fields() -> None:
     with pytest.raises(BadRequest, match=r"^top_k: given more than once$") as e:
         form_fields(FormData([("top_k", "3"), ("top_k", "4")]))
     assert e.value.status == 400
-    with pytest.raises(BadRequest, match=r"looks like JSON sent as a form: send it with Content-Type: application/json"):
+    with pytest.raises(BadRequest, match=r"looks like JSON sent as a form: send it with Content-Type: application/js"):
         form_fields(FormData([('{"text": "hi"}', "")]))
 
 

@@ -36,7 +36,8 @@ def test_serve_is_a_command() -> None:
 
 
 def test_errors_before_any_loading(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    assert error_of([str(tmp_path / "none.ckpt")], capsys) == f"lightning-tf: error: checkpoint not found: {tmp_path}/none.ckpt"
+    missing = tmp_path / "none.ckpt"
+    assert error_of([str(missing)], capsys) == f"lightning-tf: error: checkpoint not found: {missing}"
     ckpt = str(tmp_path / "x.ckpt")
     Path(ckpt).write_bytes(b"")
     cases = {
@@ -44,7 +45,7 @@ def test_errors_before_any_loading(capsys: pytest.CaptureFixture[str], tmp_path:
         ("--max_batch_size", "0"): "--max_batch_size must be at least 1, got 0",
         ("--workers_per_device", "0"): "--workers_per_device must be at least 1, got 0",
         ("--batch_timeout", "-1"): "--batch_timeout must be 0 or more, got -1.0",
-        ("--timeout", "0.001"): "--timeout (0.001) must be longer than --batch_timeout (0.005), or -1",
+        ("--timeout", "0"): "--timeout must be positive, or -1, got 0.0",
         ("--devices", "x"): "argument --devices: --devices must be 'auto' or a number, got 'x'",
         ("--top_k", "0"): "--top_k must be at least 1, got 0",
         ("--max_payload_mb", "0"): "--max_payload_mb must be positive, got 0.0",
@@ -68,6 +69,10 @@ def test_options_of_another_task(capsys: pytest.CaptureFixture[str], checkpoints
     assert error_of([str(text), "--on_error", "drop"], capsys) == (
         f"lightning-tf: error: --on_error is for kline checkpoints; {text} is a text one (Seq2SeqTransformer)")
     assert error_of([str(vision), "--on_error", "drop"], capsys).endswith("is a vision one (ViTClassifier)")
+    assert error_of([str(text), "--timeout", "0.01"], capsys) == (
+        "lightning-tf: error: --timeout (0.01) must be longer than the batch timeout (0.05), or -1")
+    assert error_of([str(vision), "--timeout", "0.1", "--batch_timeout", "0.2"], capsys) == (
+        "lightning-tf: error: --timeout (0.1) must be longer than the batch timeout (0.2), or -1")
     assert error_of([str(text), "--compile"], capsys) == (
         "lightning-tf: error: --compile is for vision and kline checkpoints: translation decodes token by token on a "
         "KV cache that grows every step, which torch.compile would recompile at each step")

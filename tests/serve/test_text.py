@@ -84,6 +84,11 @@ def test_a_text_within_max_len_tokens_but_over_it_for_a_relative_encoding_is_ref
     assert (out.status, out.error) == (422, f"text has {n} tokens (EOS included), more than max_len (24) of this model")
 
 
+def test_the_batch_timeout_is_the_task_default_unless_given() -> None:
+    assert TextAPI("unused.ckpt", Serving()).batch_timeout == 0.05
+    assert TextAPI("unused.ckpt", Serving(batch_timeout=0.001)).batch_timeout == 0.001
+
+
 def test_info(api: TextAPI) -> None:
     info = api.describe()
     assert info["languages"] == {"source": "en", "target": "de"}

@@ -86,7 +86,9 @@ def test_concurrent_requests_are_batched_and_each_is_translate_alone(servers: Re
         ({"json": "a cat."}, 400, "the body must be a JSON object, got str"),
     ],
 )
-def test_bad_requests_get_4xx_and_one_line(servers: Restartable, kwargs: dict[str, Any], status: int, error: str) -> None:
+def test_bad_requests_get_4xx_and_one_line(
+    servers: Restartable, kwargs: dict[str, Any], status: int, error: str
+) -> None:
     response = servers.get().post(**kwargs)
     assert response.status_code == status, response.text
     assert response.json()["error"].startswith(error), response.text

@@ -122,7 +122,9 @@ def test_concurrent_requests_are_batched_and_equal_classify(servers: Restartable
         ({"json": {"image": b64(b"\x89PNG\r\n\x1a\n broken")}}, 422, "image: "),
     ],
 )
-def test_bad_requests_get_4xx_and_one_line(servers: Restartable, kwargs: dict[str, Any], status: int, error: str) -> None:
+def test_bad_requests_get_4xx_and_one_line(
+    servers: Restartable, kwargs: dict[str, Any], status: int, error: str
+) -> None:
     response = servers.get().post(**kwargs)
     assert response.status_code == status, response.text
     assert response.json()["error"].startswith(error) and "\n" not in response.json()["error"]
