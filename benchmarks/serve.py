@@ -88,7 +88,7 @@ def vision_workload(model: Any, n: int) -> Workload:
     files = []
     for i in range(n):
         buf = io.BytesIO()
-        pixels = np.clip(digits.images[i % len(digits.images)] * 16, 0, 255).astype(np.uint8)
+        pixels = np.rint(digits.images[i % len(digits.images)] * (255 / 16)).astype(np.uint8)  # as the data module
         Image.fromarray(pixels, mode="L").save(buf, format="PNG")
         files.append(buf.getvalue())
 
