@@ -256,8 +256,10 @@ class TaskAPI(ls.LitAPI):
             output = Rejected(500, "internal error: an output without its request")
         return JSONResponse({"error": output.error}, status_code=output.status)
 
-    def authorize(self, request: Request) -> None:
-        """LitServe's authorisation hook: with an API key, every endpoint but ``/health`` needs it in ``X-API-Key``."""
+    async def authorize(self, request: Request) -> None:
+        """LitServe's authorisation hook: with an API key, every endpoint but ``/health`` needs it in ``X-API-Key``.
+        (A coroutine: FastAPI would run a plain function in a thread of its pool for every request, a thread hop
+        per request, and each of up to 40 threads would grow its own heap.)"""
         key = self.serving.api_key
         if not key or request.url.path == "/health":
             return

@@ -66,8 +66,8 @@ def build_parser() -> ArgumentParser:
                           help="compile the model with torch.compile in each worker before serving (vision, kline)")
     limits = p.add_argument_group("limits and access")
     limits.add_argument("--timeout", type=float, default=30.0,
-                        help="seconds a request may wait for a worker before it gets 504; -1: no limit "
-                        "(default: %(default)s)")
+                        help="seconds a request may wait in the queue for a worker before it gets 504 (a run the "
+                        "model has started is not cut); -1: no limit (default: %(default)s)")
     limits.add_argument("--max_payload_mb", type=float, default=32.0,
                         help="largest request body in MB; larger ones get 413 (default: %(default)s)")
     limits.add_argument("--api_key", default=os.environ.get("LIT_SERVER_API_KEY"),
@@ -127,8 +127,9 @@ def serve_main(argv: Sequence[str]) -> None:
         parser.error(" ".join(str(err).split()))  # one line, whatever the message holds
     host = f"[{args.host}]" if ":" in args.host else args.host
     workers = len(server.devices) * args.workers_per_device
+    devices = [d if isinstance(d, str) else "+".join(d) for d in server.devices]  # LitServe: "cpu", or a list per GPU
     print(f"lightning-tf serve: {info['task']} ({info['class']}, {args.checkpoint}) on http://{host}:{args.port}: "
-          f"POST /predict, GET /health, /info, /docs; {workers} worker(s) on {', '.join(map(str, server.devices))}, "
+          f"POST /predict, GET /health, /info, /docs; {workers} worker(s) on {', '.join(devices)}, "
           f"batches of up to {args.max_batch_size} within {api.batch_timeout:g} s"
           f"{'; API key required' if args.api_key else ''}. SIGTERM or Ctrl+C stops it after the requests in flight.",
           file=sys.stderr, flush=True)

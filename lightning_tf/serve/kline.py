@@ -120,9 +120,9 @@ class KLineAPI(TaskAPI):
         net.parts = torch.compile(net.parts)
 
     def warmup(self) -> None:
-        hp = self.model.hparams
+        hp, device = self.model.hparams, self.model.device
         for n in sorted({1, self.max_batch_size}):
-            self.model.net.parts(torch.zeros(n, hp.context_len, hp.n_features))
+            self.model.net.parts(torch.zeros(n, hp.context_len, hp.n_features, device=device))  # (n, L, C)
 
     def parse(self, body: dict[str, Any]) -> Any:
         from lightning_tf.kline.inference import last_windows

@@ -4,6 +4,7 @@ and the form fields."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -140,14 +141,14 @@ def request(path: str, headers: dict[str, str] | None = None) -> Request:
 
 
 def test_the_api_key_is_needed_everywhere_but_health() -> None:
-    api().authorize(request("/predict"))  # no key configured: nothing needed
+    asyncio.run(api().authorize(request("/predict")))  # no key configured: nothing needed
     keyed = api(key="s3cret")
-    keyed.authorize(request("/predict", {"X-API-Key": "s3cret"}))
-    keyed.authorize(request("/health"))
+    asyncio.run(keyed.authorize(request("/predict", {"X-API-Key": "s3cret"})))
+    asyncio.run(keyed.authorize(request("/health")))
     for headers in ({}, {"X-API-Key": "wrong"}, {"X-API-Key": ""}):
         for path in ("/predict", "/info", "/"):
             with pytest.raises(HTTPException, match="missing or wrong API key: send it in the X-API-Key header") as e:
-                keyed.authorize(request(path, headers))
+                asyncio.run(keyed.authorize(request(path, headers)))
             assert e.value.status_code == 401
 
 
