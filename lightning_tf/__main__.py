@@ -1,7 +1,7 @@
 """The ``lightning-tf`` command (also ``python -m lightning_tf``): dispatches to LightningCLI's
 ``fit``, ``validate``, ``test`` and ``predict`` (:mod:`lightning_tf.cli`), ``export``
-(:mod:`lightning_tf.export`), ``tour`` (:mod:`lightning_tf.tour`) and ``tune`` (:mod:`lightning_tf.tune`),
-and turns the errors a user can fix into one line."""
+(:mod:`lightning_tf.export`), ``serve`` (:mod:`lightning_tf.serve`), ``tour`` (:mod:`lightning_tf.tour`) and
+``tune`` (:mod:`lightning_tf.tune`), and turns the errors a user can fix into one line."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ COMMANDS = {
     "test": "evaluate a checkpoint on the test split",
     "predict": "run a checkpoint on new inputs and write the predictions",
     "export": "write a checkpoint as safetensors (+ config) or ONNX",
+    "serve": "serve a checkpoint over HTTP (LitServe), batching concurrent requests",
     "tour": "train and test the three tasks on their embedded data, one summary table",
     "tune": "search a config's hyperparameters with Optuna (--search configs/search/<task>.yaml; docs/tune.md)",
 }
@@ -43,6 +44,10 @@ def _dispatch(argv: list[str], from_command_line: bool) -> None:
         from lightning_tf.export import export_main
 
         export_main(rest)
+    elif command == "serve":
+        from lightning_tf.serve.command import serve_main
+
+        serve_main(rest)
     elif command == "tour":
         from lightning_tf.tour import tour_main
 

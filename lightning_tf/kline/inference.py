@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -24,7 +25,10 @@ from torch import Tensor
 from .features import compute_features, compute_target
 from .scale import DataScale, rebuild_prices
 
-__all__ = ["SeriesWindow", "Statistics", "forecast_table", "predict_outputs", "series_windows"]
+__all__ = [
+    "SeriesWindow", "Statistics", "last_windows", "predict_outputs", "series_windows",
+    "windows_table",
+]
 
 #: a ticker's training statistics: feature mean and std (C,), target mean and std (K,)
 Statistics = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
@@ -116,28 +120,22 @@ def series_windows(
     return out
 
 
-def forecast_table(
+def last_windows(
     bars: pd.DataFrame | str | Path,
     *,
-    net: torch.nn.Module,
-    forward: Callable[[Tensor], Tensor],
     scale: DataScale | None,
     context_len: int,
-    quantiles: list[float] | None,
-    device: torch.device | str = "cpu",
     columns: Mapping[str, str] | None = None,
     ticker_column: str | None = None,
     on_error: str = "error",
     timezone: str | None = None,
     name: str | None = None,
-) -> pd.DataFrame:
-    """The forecast of :meth:`KLineForecaster.forecast <lightning_tf.kline.KLineForecaster.forecast>`: one
-    row per future bar and series, in the series' own units (see there). ``forward`` maps windows
-    ``(n, L, C)`` to forecasts ``(n, F, K[, Q])`` on the model scale; it runs with ``net`` in eval mode (the
-    previous mode is restored), without gradients, on ``device``; ``scale``, ``context_len`` and
-    ``quantiles`` are the model's."""
+) -> list[SeriesWindow]:
+    """The scaled last window of every series of ``bars`` (read with :func:`~.reader.read_bars`, see
+    :meth:`KLineForecaster.forecast <lightning_tf.kline.KLineForecaster.forecast>` for the arguments), for a
+    model of this ``scale`` and ``context_len``."""
     from .reader.io import read_bars
-    from .windows import next_timestamps, resolve_path
+    from .windows import resolve_path
 
     if scale is None or not scale.has_prices:
         raise ValueError(
@@ -152,11 +150,29 @@ def forecast_table(
         t: (scale.feature_mean[k], scale.feature_std[k], scale.target_mean[k], scale.target_std[k])
         for k, t in enumerate(scale.ticker_names)
     }
-    windows = series_windows(
+    return series_windows(
         frame, feature_names=list(scale.feature_names), target=scale.target_names[0], context_len=context_len,
         volatility_window=scale.volatility_window, volume_window=scale.volume_window,
         trained=trained, source=source,
     )
+
+
+def windows_table(
+    windows: list[SeriesWindow],
+    *,
+    net: torch.nn.Module,
+    forward: Callable[[Tensor], Tensor],
+    scale: DataScale,
+    quantiles: list[float] | None,
+    device: torch.device | str = "cpu",
+) -> pd.DataFrame:
+    """The forecast of :meth:`KLineForecaster.forecast <lightning_tf.kline.KLineForecaster.forecast>` for
+    ``windows`` (:func:`last_windows`), one forward pass for all: ``horizon`` rows per window, in window order, in
+    each series' own units (see there). ``forward`` maps windows ``(n, L, C)`` to forecasts ``(n, F, K[, Q])`` on
+    the model scale; it runs with ``net`` in eval mode (the previous mode is restored), without gradients, on
+    ``device``; ``scale`` and ``quantiles`` are the model's."""
+    from .windows import next_timestamps
+
     x = torch.tensor(np.stack([w.x for w in windows]), dtype=torch.float32, device=device)  # (n, L, C)
     was_training = net.training
     net.eval()
@@ -169,25 +185,25 @@ def forecast_table(
     std = torch.tensor(np.stack([w.target_std for w in windows]))[:, None, :]  # (n, 1, K)
     point = out if quantiles is None else out[..., quantiles.index(0.5)]  # (n, F, K)
     values = point * std + mean  # (n, F, K)
-    rows = []
-    horizon = point.shape[1]
-    for i, w in enumerate(windows):
-        table = pd.DataFrame({
-            "ticker": w.name,
-            "timestamp": next_timestamps(pd.DatetimeIndex(w.bars["timestamp"]), horizon),
-            "step": np.arange(1, horizon + 1),
-        })
-        for k, target in enumerate(scale.target_names):
-            table[f"pred_{target}"] = values[i, :, k].numpy()
-            if quantiles is not None:
-                for j, level in enumerate(quantiles):
-                    table[f"pred_{target}_q{level:g}"] = (out[i, :, k, j] * std[i, 0, k] + mean[i, 0, k]).numpy()
-        if scale.returns:
-            anchor = torch.tensor([w.anchor], dtype=torch.float64)
-            table["close"] = rebuild_prices(values[i : i + 1, :, 0], anchor)[0].numpy()
-        table["scaled_by"] = w.scaled_by
-        rows.append(table)
-    return pd.concat(rows, ignore_index=True)
+    n, horizon = point.shape[:2]
+    # one frame for all windows, column by column (one small frame per window costs more than the forward pass)
+    stamps = [next_timestamps(pd.DatetimeIndex(w.bars["timestamp"]), horizon) for w in windows]
+    columns: dict[str, Any] = {
+        "ticker": np.repeat(np.array([w.name for w in windows], dtype=object), horizon),
+        "timestamp": stamps[0].append(stamps[1:]) if n > 1 else stamps[0],
+        "step": np.tile(np.arange(1, horizon + 1), n),
+    }
+    for k, target in enumerate(scale.target_names):
+        columns[f"pred_{target}"] = values[:, :, k].reshape(-1).numpy()
+        if quantiles is not None:
+            for j, level in enumerate(quantiles):
+                level_values = out[:, :, k, j] * std[:, :, k] + mean[:, :, k]  # (n, F)
+                columns[f"pred_{target}_q{level:g}"] = level_values.reshape(-1).numpy()
+    if scale.returns:
+        anchors = torch.tensor([w.anchor for w in windows], dtype=torch.float64)  # (n,)
+        columns["close"] = rebuild_prices(values[:, :, 0], anchors).reshape(-1).numpy()  # (n F,)
+    columns["scaled_by"] = np.repeat(np.array([w.scaled_by for w in windows], dtype=object), horizon)
+    return pd.DataFrame(columns)
 
 
 def predict_outputs(

@@ -36,7 +36,7 @@ from .evaluation.report import TestFigures, TestRecord, report_text
 from .evaluation.selection import ResidualSelection, selection_line
 from .evaluation.summary import BASELINES, SCALES, baseline_forecasts, naive_model_scale, score, stage_metrics
 from .fitting import fit_linear_parts
-from .inference import predict_outputs
+from .inference import SeriesWindow, last_windows, predict_outputs, windows_table
 from .networks import BackboneName, ForecastNet, ForecastParts, LinearInput, Pooling, ResidualMode, check_training
 from .reader.validation import OnError
 from .scale import DataScale
@@ -289,8 +289,7 @@ class KLineForecaster(CheckedLoading, LightningModule):
             ticker_column: the ticker column of a long table (detected by name when None).
             on_error: bad rows raise (``error``), are dropped (``drop``) or forward-filled (``ffill``).
             timezone: the exchange's time zone for Unix epoch timestamps.
-            name: the ticker of bars without a ticker column (default: the file name; ``series`` for a
-                DataFrame).
+            name: the ticker of bars without a ticker column (default: the file name; ``series`` for a DataFrame).
 
         Returns:
             One row per future bar and series: ``ticker``, ``timestamp`` (continuing the series' own
@@ -299,12 +298,14 @@ class KLineForecaster(CheckedLoading, LightningModule):
             and ``scaled_by``: a series this model was trained on is scaled with its training statistics;
             any other series by its own history, never as a trained ticker.
         """
-        from .inference import forecast_table
+        return self.forecast_windows(last_windows(bars, scale=self.data_scale, context_len=self.hparams.context_len,
+            columns=columns, ticker_column=ticker_column, on_error=on_error, timezone=timezone, name=name))  # fmt: skip
 
-        return forecast_table(bars, net=self.net, forward=lambda x: self.net.combine(self._parts(x)),
-                              scale=self.data_scale, context_len=self.hparams.context_len, quantiles=self.quantiles,
-                              device=self.device, columns=columns, ticker_column=ticker_column, on_error=on_error,
-                              timezone=timezone, name=name)  # fmt: skip
+    def forecast_windows(self, windows: list[SeriesWindow]) -> pd.DataFrame:
+        """:meth:`forecast` of series already read into their last windows (:func:`~.inference.last_windows`), in
+        one forward pass: ``horizon`` rows per window, in window order (a server's batch of requests)."""
+        return windows_table(windows, net=self.net, forward=lambda x: self.net.combine(self._parts(x)),
+                             scale=self.data_scale, quantiles=self.quantiles, device=self.device)  # type: ignore
 
     @torch.no_grad()
     def attention_maps(self, x: Tensor, layer: int = -1) -> Tensor:

@@ -10,8 +10,9 @@ resize the shorter side to ``image_size``, centre-crop, scale to [0, 1] and norm
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Union
 
@@ -108,11 +109,18 @@ def read_image(image: ImageInput, in_chans: int) -> Tensor:
     raise TypeError(f"an image must be a path, a PIL image or a tensor; got {type(image).__name__}")
 
 
+@functools.lru_cache(maxsize=16)
+def _eval_transform(image_size: int, mean: tuple[float, ...], std: tuple[float, ...]) -> Callable[[Tensor], Tensor]:
+    """The evaluation pipeline for files, built once per size and normalisation (it holds no random state; a
+    server prepares one image per request)."""
+    return build_transform(train=False, image_size=image_size, mean=mean, std=std, source="file")
+
+
 def prepare_images(
     images: Sequence[ImageInput], image_size: int, in_chans: int, mean: Sequence[float], std: Sequence[float]
 ) -> Tensor:
     """Images of any size and kind as the model's normalised evaluation batch ``(B, in_chans, S, S)``
     float32, ``S = image_size``: resize (shorter side), centre crop, scale, normalise."""
-    transform = build_transform(train=False, image_size=image_size, mean=mean, std=std, source="file")
+    transform = _eval_transform(int(image_size), tuple(float(m) for m in mean), tuple(float(s) for s in std))
     prepared = [transform(tv_tensors.Image(read_image(image, in_chans))) for image in images]
     return torch.stack([x.as_subclass(Tensor) for x in prepared])  # (B, C, S, S)

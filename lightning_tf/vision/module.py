@@ -401,7 +401,8 @@ class ViTClassifier(CheckedLoading, LightningModule):
     def classify(
         self, images: ImageInput | Sequence[ImageInput], top_k: int = 5, batch_size: int = 64
     ) -> list[list[tuple[str, float]]]:
-        """The ``top_k`` most probable classes of each image, most probable first.
+        """The ``top_k`` most probable classes of each image, most probable first: :meth:`prepare`, then
+        :meth:`top_classes`, ``batch_size`` images at a time.
 
         Images are prepared as the model was trained, whatever their size and colour mode: read into
         the checkpoint's channels, resized (shorter side) and centre-cropped to its image size as in
@@ -423,28 +424,42 @@ class ViTClassifier(CheckedLoading, LightningModule):
         """
         if top_k < 1:
             raise ValueError(f"top_k must be at least 1, got {top_k}")
+        items = as_image_list(images)
+        results: list[list[tuple[str, float]]] = []
+        for start in range(0, len(items), batch_size):
+            results += self.top_classes(self.prepare(items[start : start + batch_size]), top_k)
+        return results
+
+    def prepare(self, images: Sequence[ImageInput]) -> Tensor:
+        """Images of any size and kind as this model's normalised evaluation batch ``(B, C, S, S)``
+        (:func:`~.inputs.prepare_images` with the checkpoint's image size, channels, mean and std).
+
+        Raises:
+            ValueError: a model without normalisation, an unreadable image (named).
+        """
         if self.mean is None or self.std is None:
             raise ValueError(
                 "this model has no normalisation (it was not trained with an ImageDataModule): "
                 f"set model.mean and model.std ({self.net.in_chans} values each) first"
             )
-        items = as_image_list(images)
+        return prepare_images(images, self.net.image_size, self.net.in_chans, self.mean, self.std)  # (B, C, S, S)
+
+    @torch.no_grad()
+    def top_classes(self, x: Tensor, top_k: int | Sequence[int]) -> list[list[tuple[str, float]]]:
+        """The most probable classes of a prepared batch ``x (B, C, S, S)`` (:meth:`prepare`), most probable
+        first: ``top_k`` per image, or one count per image (at most the number of classes); the
+        probabilities are the softmax over all classes, in eval mode on the module's device."""
         param = next(self.parameters())
-        k = min(top_k, self.net.num_classes)
-        results: list[list[tuple[str, float]]] = []
+        ks = [top_k] * x.shape[0] if isinstance(top_k, int) else list(top_k)
         was_training = self.training
         self.eval()
         try:
-            for start in range(0, len(items), batch_size):
-                chunk = items[start : start + batch_size]
-                x = prepare_images(chunk, self.net.image_size, self.net.in_chans, self.mean, self.std)  # (b, C, S, S)
-                probs = self.net(x.to(param.device, param.dtype)).float().softmax(dim=-1)  # (b, K)
-                top_p, top_i = probs.topk(k, dim=-1)  # (b, k) each
-                for p_row, i_row in zip(top_p.tolist(), top_i.tolist(), strict=True):
-                    results.append([(self.class_names[i], p) for i, p in zip(i_row, p_row, strict=True)])
+            probs = self.net(x.to(param.device, param.dtype)).float().softmax(dim=-1)  # (B, K)
         finally:
             self.train(was_training)
-        return results
+        top_p, top_i = probs.topk(min(max(ks, default=1), self.net.num_classes), dim=-1)  # (B, k) each
+        return [[(self.class_names[i], p) for i, p in zip(i_row[:k], p_row[:k], strict=True)]
+                for p_row, i_row, k in zip(top_p.tolist(), top_i.tolist(), ks, strict=True)]
 
     def configure_callbacks(self) -> list[Callback]:
         """A :class:`~.writer.ClassificationWriter` for ``predict``, unless the trainer already has a

@@ -1,0 +1,57 @@
+"""Serving: a checkpoint of any task behind an HTTP API, with LitServe (the ``serve`` extra).
+
+* :mod:`.command`: ``lightning-tf serve CKPT`` (its arguments parse without torch or LitServe).
+* :class:`TaskAPI` (:mod:`.api`): what the three LitAPIs share: per-request errors carried through a batch,
+  the model loaded once per worker, the API key, the workers' threads and signals.
+* One LitAPI per task, each a thin shell around the task's own inference call: :class:`TextAPI`
+  (:mod:`.text`, ``translate``), :class:`VisionAPI` (:mod:`.vision`, ``prepare`` + ``top_classes``, as
+  ``classify``), :class:`KLineAPI` (:mod:`.kline`, ``last_windows`` + ``forecast_windows``, as ``forecast``).
+* :mod:`.server`: the LitServer of a checkpoint; :mod:`.http`: ``{"error": ...}`` answers and the OpenAPI page;
+  :mod:`.shutdown`: SIGTERM answers the requests in flight, then exits 0.
+
+The task packages never import this one (nor LitServe). The names below load on first use (PEP 562), so
+``lightning-tf serve --help`` answers without LitServe, torch or Lightning.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what the names are, for type checkers and editors
+    from .api import Serving, TaskAPI
+    from .command import serve_main
+    from .errors import BadRequest, Rejected
+    from .kline import KLineAPI
+    from .server import Deployment, TaskOptions, make_api, make_server
+    from .text import TextAPI
+    from .vision import VisionAPI
+
+_WHERE = {
+    "BadRequest": ".errors",
+    "Deployment": ".server",
+    "KLineAPI": ".kline",
+    "Rejected": ".errors",
+    "Serving": ".api",
+    "TaskAPI": ".api",
+    "TaskOptions": ".server",
+    "TextAPI": ".text",
+    "VisionAPI": ".vision",
+    "make_api": ".server",
+    "make_server": ".server",
+    "serve_main": ".command",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        value = getattr(importlib.import_module(_WHERE[name], __name__), name)
+        globals()[name] = value  # loaded once
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

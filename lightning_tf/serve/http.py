@@ -1,0 +1,138 @@
+"""The HTTP side of a served checkpoint, added to LitServe's FastAPI app: every error as ``{"error": "<one
+line>"}`` with its status, and an OpenAPI page (``/docs``) that describes the task's requests and responses.
+
+LitServe reads a request's body itself (``await request.json()``) and answers a body that is not JSON with a
+500 whose cause is the parse error; :func:`error_response` turns that into the 400 it is. Statuses: 400 (not
+JSON, not an object, a broken form), 401 (no or a wrong ``X-API-Key``), 413 (too large), 422 (a field is wrong),
+504 (the request waited longer than ``--timeout`` for a worker).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import JSONResponse
+
+from .api import TaskAPI
+from .errors import one_line, validation_message
+
+__all__ = [
+    "ClientErrorFilter", "ErrorResponse", "error_response", "install_error_handlers", "install_openapi",
+    "openapi_schema",
+]
+
+log = logging.getLogger(__name__)
+
+#: what each status means on POST /predict, for the OpenAPI page
+STATUSES = {
+    "400": "the body is not JSON, not a JSON object, or a broken form",
+    "401": "the server has an API key and the request did not send it in X-API-Key",
+    "413": "the body or the image is too large",
+    "422": "a field is missing, of the wrong type or value (empty text, not an image, too few bars, NaN...)",
+    "504": "the request waited longer than the server's --timeout for a worker",
+}
+
+
+class ErrorResponse(BaseModel):
+    """A request that was not served."""
+
+    error: str = Field(description="what is wrong, in one line", examples=["text: field required"])
+
+
+def error_response(status: int, detail: Any, cause: BaseException | None = None) -> JSONResponse:
+    """``{"error": detail}`` with ``status``; a 500 caused by a body that does not parse is the client's 400."""
+    if status == 500 and isinstance(cause, (json.JSONDecodeError, UnicodeDecodeError)):
+        return JSONResponse({"error": one_line(f"the body is not valid JSON: {cause}")}, status_code=400)
+    if status == 500 and isinstance(cause, StarletteHTTPException) and cause.status_code < 500:
+        # starlette's own 4xx (a form that does not parse), which LitServe does not recognise as an HTTP error
+        message = one_line(f"the form does not parse: {cause.detail}")
+        return JSONResponse({"error": message}, status_code=cause.status_code)
+    return JSONResponse({"error": one_line(str(detail))}, status_code=status)
+
+
+class ClientErrorFilter(logging.Filter):
+    """Keeps LitServe's log free of the client's mistakes: the traceback it logs for a body that does not parse
+    (answered 400, :func:`error_response`), its warning that an HTTP server it stops has already stopped
+    (:mod:`.shutdown` stops them first), and its worker monitor's broken pipe when it wakes after the shutdown."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        cause = record.exc_info[1] if record.exc_info else None
+        if isinstance(cause, (json.JSONDecodeError, UnicodeDecodeError, StarletteHTTPException)):
+            return False
+        message = record.getMessage()
+        if "Monitoring worker crashed" in message and isinstance(cause, (OSError, EOFError)):
+            return False  # its manager was shut down while it slept: the server is stopping
+        return "Already not alive" not in message
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Answer every HTTP error of ``app`` (LitServe's, FastAPI's, a route that does not exist) as
+    ``{"error": ...}``."""
+
+    async def http_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        return error_response(exc.status_code, exc.detail, exc.__cause__)
+
+    async def validation_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        return JSONResponse({"error": validation_message(list(exc.errors()))}, status_code=422)
+
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    litserve_log = logging.getLogger("litserve.server")
+    if not any(isinstance(f, ClientErrorFilter) for f in litserve_log.filters):
+        litserve_log.addFilter(ClientErrorFilter())
+
+
+def _schemas(*models: type[BaseModel]) -> dict[str, Any]:
+    schemas: dict[str, Any] = {}
+    for model in models:
+        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        schemas.update(schema.pop("$defs", {}))
+        schemas[model.__name__] = schema
+    return schemas
+
+
+def openapi_schema(app: FastAPI, api: TaskAPI, title: str, version: str) -> dict[str, Any]:
+    """The OpenAPI document of ``app`` with ``POST /predict`` described: the task's request body (JSON, and a
+    multipart upload for images), its response and every error status."""
+    doc = get_openapi(title=title, version=version, routes=app.routes,
+                      description=f"A {api.task} checkpoint ({api.model_class}) served with LitServe.")
+    doc.setdefault("components", {}).setdefault("schemas", {}).update(
+        _schemas(api.request_model, api.response_model, ErrorResponse))
+    ref = "#/components/schemas/{}".format
+    content: dict[str, Any] = {"application/json": {"schema": {"$ref": ref(api.request_model.__name__)}}}
+    if api.task == "vision":
+        content["multipart/form-data"] = {"schema": {
+            "type": "object", "required": ["image"],
+            "properties": {"image": {"type": "string", "format": "binary", "description": "the image file"},
+                           "top_k": {"type": "integer", "minimum": 1}},
+        }}
+    error = {"application/json": {"schema": {"$ref": ref("ErrorResponse")}}}
+    post = doc["paths"]["/predict"]["post"]
+    post.update(
+        summary=f"{api.task}: {api.request_model.__doc__}",
+        requestBody={"required": True, "content": content},
+        responses={"200": {"description": api.response_model.__doc__ or "the result",
+                           "content": {"application/json": {"schema": {"$ref": ref(api.response_model.__name__)}}}},
+                   **{code: {"description": what, "content": error} for code, what in STATUSES.items()}},
+    )
+    return doc
+
+
+def install_openapi(app: FastAPI, api: TaskAPI, title: str, version: str) -> None:
+    """Serve :func:`openapi_schema` at ``/openapi.json`` (and so on ``/docs``), built once."""
+
+    def build() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = openapi_schema(app, api, title, version)
+        return app.openapi_schema
+
+    app.openapi = build  # type: ignore[method-assign]

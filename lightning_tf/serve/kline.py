@@ -1,0 +1,176 @@
+"""The K-line forecaster behind ``POST /predict``: one series of OHLCV bars -> the forecast of its next
+``horizon`` bars, one object per future bar with the fields of ``forecast()``'s table.
+
+A request's bars are read by the bar reader (any column names it detects) into the series' last window,
+scaled as :meth:`KLineForecaster.forecast <lightning_tf.kline.KLineForecaster.forecast>` scales it
+(:func:`lightning_tf.kline.inference.last_windows`); a batch is those windows, run once by
+:meth:`KLineForecaster.forecast_windows <lightning_tf.kline.KLineForecaster.forecast_windows>`: the rows
+``forecast()`` gives for the same bars.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from typing import Any, Literal, Union
+
+import pandas as pd
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from .api import Serving, TaskAPI
+from .errors import BadRequest, Rejected
+
+__all__ = ["KLineAPI", "KLineRequest", "KLineResponse", "forecast_records"]
+
+Cell = Union[float, int, str, None]
+
+
+class KLineRequest(BaseModel):
+    """One series of bars, oldest first or in any order (they are sorted by time)."""
+
+    model_config = ConfigDict(extra="forbid")
+    bars: list[dict[str, Cell]] = Field(
+        min_length=1,
+        description="one object per bar, with the column names the bar reader accepts (date/time, open, high, "
+        "low, close, volume; English or Chinese names); at least context_len bars after the features' warm-up",
+        examples=[[{"date": "2024-01-02", "open": 370.9, "high": 376.0, "low": 366.5, "close": 370.6,
+                    "volume": 25258600}]],
+    )
+    ticker: str | None = Field(None, description="the series' name: a ticker the model was trained on is scaled "
+                               "with its training statistics, any other by its own history (default: series)")
+
+
+class KLineResponse(BaseModel):
+    """One object per future bar: ticker, timestamp, step, pred_<target> (and its quantiles), close (rebuilt
+    from predicted returns) and scaled_by."""
+
+    forecast: list[dict[str, Any]]
+
+
+def _reader_message(message: str, ticker: str | None) -> str:
+    """The bar reader's error as a request's, on one line: ``bars: ...``, with the server's way to repair bad
+    rows instead of the Python arguments."""
+    for source in ("bars: ", "the bars: ", f"{ticker or 'series'}: "):
+        message = message.removeprefix(source)
+    head, *examples = [line.strip() for line in message.splitlines() if line.strip()]
+    hint = "Fix the file, or pass on_error='drop' or on_error='ffill' to repair it."
+    repair = hint in examples
+    examples = [e for e in examples if e != hint]
+    head = re.sub(r"\. Name (them|it) with columns=.*$", "", head)
+    text = head + (": " + "; ".join(examples) if examples else "")
+    return f"bars: {text}" + (". Send finite, positive values, or start the server with --on_error drop or ffill"
+                              if repair else "")
+
+
+def _finite(records: list[dict[str, Any]]) -> list[dict[str, Any]] | Rejected:
+    """``records``, or the answer that they hold a value JSON cannot (bars far outside the model's range)."""
+    for record in records:
+        for name, value in record.items():
+            if isinstance(value, float) and not math.isfinite(value):
+                return Rejected(422, f"bars: the forecast's {name} is {value}; these bars are out of the model's range")
+    return records
+
+
+def forecast_records(table: pd.DataFrame) -> list[dict[str, Any]]:
+    """The rows of a forecast table as JSON objects: timestamps in ISO 8601, numbers as Python numbers (converted
+    column by column)."""
+    columns = []
+    for name in table.columns:
+        values = table[name]
+        if pd.api.types.is_datetime64_any_dtype(values):
+            columns.append([t.isoformat() for t in values])
+        else:
+            columns.append(values.tolist())
+    return [dict(zip(table.columns, row, strict=True)) for row in zip(*columns, strict=True)]
+
+
+class KLineAPI(TaskAPI):
+    """A :class:`~lightning_tf.kline.KLineForecaster` checkpoint behind ``POST /predict``.
+
+    Args:
+        checkpoint: the checkpoint to serve.
+        serving: batching, key, threads, workers, compilation.
+        on_error: bad bars (NaN, inf, high below low, ...) refuse the request (``error``), are dropped
+            (``drop``) or forward-filled (``ffill``), as the bar reader does.
+    """
+
+    task = "kline"
+    model_class = "KLineForecaster"
+    request_model = KLineRequest
+    response_model = KLineResponse
+
+    def __init__(
+        self, checkpoint: str, serving: Serving, on_error: Literal["error", "drop", "ffill"] = "error"
+    ) -> None:
+        if on_error not in ("error", "drop", "ffill"):
+            raise ValueError(f"on_error must be error, drop or ffill, got {on_error!r}")
+        super().__init__(checkpoint, serving)
+        self.on_error = on_error
+
+    def check_model(self) -> None:
+        scale = self.model.data_scale
+        if scale is None or not scale.has_prices:
+            raise ValueError(
+                f"{self.checkpoint}: the model holds no bar data scale (it was not trained on K-line bars)")
+
+    def compile_model(self) -> None:
+        net = self.model.net
+        net.parts = torch.compile(net.parts)
+
+    def warmup(self) -> None:
+        hp, device = self.model.hparams, self.model.device
+        for n in sorted({1, self.max_batch_size}):
+            self.model.net.parts(torch.zeros(n, hp.context_len, hp.n_features, device=device))  # (n, L, C)
+
+    def parse(self, body: dict[str, Any]) -> Any:
+        from lightning_tf.kline.inference import last_windows
+        from lightning_tf.kline.reader.columns import detect_columns
+
+        request = self.validate(body)
+        frame = pd.DataFrame.from_records(request.bars)
+        scale = self.model.data_scale
+        try:
+            found = detect_columns(frame, source="bars")
+            # the reader sets a missing volume to 0; a model that reads volume would forecast from constants
+            tickers = frame[found["ticker"]].unique() if "ticker" in found else []
+            if len(tickers) > 1:
+                names = ", ".join(str(t) for t in tickers[:5]) + (", ..." if len(tickers) > 5 else "")
+                raise ValueError(f"bars: one series per request, got {len(tickers)} tickers in column "
+                                 f"{found['ticker']!r} ({names})")
+            needs_volume = [f for f in scale.feature_names if "volume" in f]
+            if needs_volume and "volume" not in found:
+                raise ValueError(f"bars: no volume column, and this model reads volume ({', '.join(needs_volume)}); "
+                                 f"the columns are {list(frame.columns)}")
+            windows = last_windows(frame, scale=scale, context_len=self.model.hparams.context_len,
+                                   on_error=self.on_error, name=request.ticker)
+        except ValueError as err:
+            raise BadRequest(_reader_message(str(err), request.ticker)) from None
+        assert len(windows) == 1, "one ticker, one window"
+        return windows[0]
+
+    def run(self, inputs: list[Any]) -> Sequence[list[dict[str, Any]] | Rejected]:
+        records = forecast_records(self.model.forecast_windows(inputs))
+        horizon = len(records) // len(inputs)
+        return [_finite(records[i * horizon : (i + 1) * horizon]) for i in range(len(inputs))]
+
+    def encode(self, output: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"forecast": output}
+
+    def describe(self) -> dict[str, Any]:
+        scale, hp = self.model.data_scale, self.model.hparams
+        return {
+            "context_len": hp.context_len,
+            "horizon": hp.horizon,
+            "features": list(scale.feature_names),
+            "targets": list(scale.target_names),
+            "quantiles": self.model.quantiles,
+            "trained_tickers": list(scale.ticker_names),
+            "warm_up": {"volatility_window": scale.volatility_window, "volume_window": scale.volume_window},
+            "on_error": self.on_error,
+            "request": {"bars": [{"date": "...", "open": 0.0, "high": 0.0, "low": 0.0, "close": 0.0, "volume": 0}],
+                        "ticker": "optional"},
+            "response": {"forecast": ["one object per future bar: ticker, timestamp, step, pred_<target>, close, "
+                                      "scaled_by"]},
+        }

@@ -1,0 +1,92 @@
+"""The HTTP side without workers (FastAPI's test client on the LitServer's app): every error is ``{"error": ...}``
+with its status, a body that does not parse is 400, the API key guards /info, the OpenAPI page describes the
+task's request and response, LitServe's log keeps the client's mistakes out."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("litserve")
+
+from fastapi.testclient import TestClient
+
+from lightning_tf.serve.api import Serving
+from lightning_tf.serve.errors import BadRequest
+from lightning_tf.serve.http import ClientErrorFilter, error_response
+from lightning_tf.serve.server import Deployment, TaskOptions, make_api, make_server
+from tests.helpers.serve import save_checkpoint, tiny_vit
+
+
+@pytest.fixture(scope="module")
+def vision_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_checkpoint(tiny_vit(), tmp_path_factory.mktemp("ckpt") / "vision.ckpt")
+
+
+@pytest.fixture(scope="module")
+def client(vision_ckpt: Path) -> TestClient:
+    api, info = make_api(str(vision_ckpt), Serving(api_key="k3y"), TaskOptions())
+    return TestClient(make_server(api, info, Deployment(accelerator="cpu")).app, raise_server_exceptions=False)
+
+
+def test_error_response() -> None:
+    try:
+        json.loads('{"text": ')
+    except json.JSONDecodeError as err:
+        cause = err
+    response = error_response(500, "Internal server error", cause)
+    assert (response.status_code, json.loads(response.body)) == (
+        400, {"error": "the body is not valid JSON: Expecting value: line 1 column 10 (char 9)"})
+    response = error_response(413, "Payload\n too large")
+    assert (response.status_code, json.loads(response.body)) == (413, {"error": "Payload too large"})
+    assert json.loads(error_response(500, "Internal server error", BadRequest("x")).body) == {
+        "error": "Internal server error"}
+
+
+def test_info_needs_the_key_and_says_what_is_served(client: TestClient, vision_ckpt: Path) -> None:
+    response = client.get("/info")
+    assert (response.status_code, response.json()) == (
+        401, {"error": "missing or wrong API key: send it in the X-API-Key header"})
+    info = client.get("/info", headers={"X-API-Key": "k3y"}).json()
+    assert info["model"]["task"] == "vision" and info["model"]["checkpoint"] == str(vision_ckpt.resolve())
+    assert info["model"]["class_names"] == ["cat", "dog", "bird"]
+    assert info["model"]["batching"] == {"max_batch_size": 32, "batch_timeout": 0.005}
+    assert info["server"]["devices"] == ["cpu"]
+
+
+def test_every_error_is_one_line_of_json(client: TestClient) -> None:
+    response = client.get("/nothing")
+    assert (response.status_code, response.json()) == (404, {"error": "Not Found"})
+    response = client.get("/predict", headers={"X-API-Key": "k3y"})
+    assert (response.status_code, response.json()) == (405, {"error": "Method Not Allowed"})
+
+
+def test_the_openapi_page_describes_the_request_and_the_errors(client: TestClient) -> None:
+    doc = client.get("/openapi.json").json()
+    post = doc["paths"]["/predict"]["post"]
+    content = post["requestBody"]["content"]
+    assert content["application/json"]["schema"] == {"$ref": "#/components/schemas/VisionRequest"}
+    assert content["multipart/form-data"]["schema"]["properties"]["image"]["format"] == "binary"
+    schemas = doc["components"]["schemas"]
+    assert set(schemas["VisionRequest"]["properties"]) == {"image", "top_k"}
+    assert schemas["VisionRequest"]["required"] == ["image"]
+    assert set(schemas["VisionResponse"]["properties"]) == {"predictions"}
+    assert set(post["responses"]) == {"200", "400", "401", "413", "422", "504"}
+    assert post["responses"]["422"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/ErrorResponse"}
+    assert client.get("/docs").status_code == 200
+
+
+def test_the_log_keeps_out_tracebacks_of_bodies_that_do_not_parse() -> None:
+    keep = ClientErrorFilter()
+
+    def record(message: str, exc: BaseException | None) -> logging.LogRecord:
+        info = (type(exc), exc, None) if exc is not None else None
+        return logging.LogRecord("litserve.server", logging.ERROR, __file__, 1, message, (), info)
+
+    assert not keep.filter(record("Unhandled exception", json.JSONDecodeError("Expecting value", "{", 1)))
+    assert not keep.filter(record("LitServer-0 (PID: 1): Already not alive.", None))
+    assert keep.filter(record("Unhandled exception", RuntimeError("a real problem")))

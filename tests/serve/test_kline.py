@@ -1,0 +1,140 @@
+"""KLineAPI without a server: a request's bars get the rows ``forecast()`` gives for the same bars (a trained
+ticker scaled by its training statistics, any other by its own history), alone or in a batch, and every bad
+request gets its 4xx and one line."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import pandas as pd
+import pytest
+
+pytest.importorskip("litserve")
+
+from lightning_tf.serve.api import Serving
+from lightning_tf.serve.kline import KLineAPI
+from tests.helpers.serve import bars_records, tiny_kline
+
+BARS = bars_records(80, seed=0)
+
+
+@pytest.fixture(scope="module")
+def api() -> KLineAPI:
+    a = KLineAPI("unused.ckpt", Serving(max_batch_size=8))
+    a.model = tiny_kline()
+    return a
+
+
+def served(api: KLineAPI, bodies: list[Any]) -> list[tuple[int, dict[str, Any]]]:
+    outputs = api.unbatch(api.predict(api.batch([api.decode_request(b) for b in bodies])))
+    return [(r.status_code, json.loads(r.body)) for r in map(api.encode_response, outputs)]
+
+
+def offline(api: KLineAPI, records: list[dict[str, Any]], ticker: str | None = None) -> list[dict[str, Any]]:
+    table = api.model.forecast(pd.DataFrame.from_records(records), name=ticker)
+    table["timestamp"] = [t.isoformat() for t in table["timestamp"]]
+    return table.to_dict(orient="records")
+
+
+def same_rows(got: list[dict[str, Any]], want: list[dict[str, Any]]) -> bool:
+    assert [set(g) for g in got] == [set(w) for w in want]
+    return all(
+        (abs(g[k] - w[k]) <= 1e-6 * max(1.0, abs(w[k]))) if isinstance(w[k], float) else g[k] == w[k]
+        for g, w in zip(got, want, strict=True) for k in w
+    )
+
+
+def test_a_batch_gets_the_rows_forecast_gives_each_series(api: KLineAPI) -> None:
+    series = [bars_records(80, seed=s) for s in range(3)]
+    bodies = [{"bars": series[0]}, {"bars": series[1], "ticker": "TRAINED"}, {"bars": series[2], "ticker": "XYZ"}]
+    results = served(api, bodies)
+    expected = [offline(api, series[0]), offline(api, series[1], "TRAINED"), offline(api, series[2], "XYZ")]
+    for (status, body), rows in zip(results, expected, strict=True):
+        assert status == 200
+        assert len(body["forecast"]) == 4 and [r["step"] for r in body["forecast"]] == [1, 2, 3, 4]
+        assert same_rows(body["forecast"], rows)
+    assert results[1][1]["forecast"][0]["scaled_by"] == "training statistics of 'TRAINED'"
+    assert results[2][1]["forecast"][0]["scaled_by"].startswith("its own history")
+    assert results[0][1]["forecast"][0]["ticker"] == "series"
+    assert results[0][1]["forecast"] != results[1][1]["forecast"]
+    (status, body), = served(api, [{"bars": series[2], "ticker": "XYZ"}])  # alone: the same rows
+    assert status == 200 and same_rows(body["forecast"], expected[2])
+
+
+def test_bars_in_another_order_and_with_other_column_names_read_the_same(api: KLineAPI) -> None:
+    chinese = [{"日期": b["Date"], "开盘": b["Open"], "最高": b["High"], "最低": b["Low"], "收盘": b["Close"],
+                "成交量": b["Volume"]} for b in reversed(BARS)]
+    (s1, a), (s2, b) = served(api, [{"bars": BARS}, {"bars": chinese}])
+    assert s1 == s2 == 200 and same_rows(b["forecast"], a["forecast"])
+
+
+def with_cell(row: int, column: str, value: Any) -> list[dict[str, Any]]:
+    return [dict(b, **{column: value}) if i == row else b for i, b in enumerate(BARS)]
+
+
+def without(column: str) -> list[dict[str, Any]]:
+    return [{k: v for k, v in b.items() if k != column} for b in BARS]
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ({}, "bars: field required"),
+        ({"bars": []}, "bars: list should have at least 1 item after validation, not 0"),
+        ({"bars": "x"}, "bars: input should be a valid list"),
+        ({"bars": [1, 2]}, "bars.0: input should be a valid dictionary"),
+        ({"bars": BARS, "ticker": 5}, "ticker: input should be a valid string"),
+        ({"bars": BARS, "horizon": 3}, "horizon: unknown field"),
+        ({"bars": BARS[:40]}, "bars: ticker 'series' has 20 usable bars (40 bars, 20 warm-up rows for the features); "
+                              "a forecast needs context_len (32)"),
+        ({"bars": without("Close")}, "bars: column(s) ['close'] not found; columns are ['Date', 'Open', 'High', 'Low', "
+                                     "'Volume']"),
+        ({"bars": without("Date")}, "bars: no date/time column found; columns are ['Open', 'High', 'Low', 'Close', "
+                                    "'Volume']"),
+        ({"bars": without("Volume")}, "bars: no volume column, and this model reads volume (log_volume_change); "
+                                      "the columns are ['Date', 'Open', 'High', 'Low', 'Close']"),
+        ({"bars": with_cell(50, "Close", float("nan"))}, "bars: 1 missing values: row 51, column 'close': missing "
+                                                          "value. Send finite, positive values, or start the server "
+                                                          "with --on_error drop or ffill"),
+        ({"bars": with_cell(50, "High", float("inf"))}, "bars: 1 non-finite values: row 51, column 'high': inf is not "
+                                                         "finite. Send finite"),
+        ({"bars": with_cell(3, "Close", None)}, "bars: 1 missing values: row 4, column 'close'"),
+        ({"bars": with_cell(3, "Close", "abc")}, "bars: 1 non-numeric values: row 4, column 'close': 'abc' is not a "
+                                                  "number"),
+        ({"bars": [dict(b, ticker="AB"[i % 2]) for i, b in enumerate(BARS)]},
+         "bars: one series per request, got 2 tickers in column 'ticker' (A, B)"),
+    ],
+)
+def test_bad_requests(api: KLineAPI, body: Any, error: str) -> None:
+    results = served(api, [body, {"bars": BARS}])
+    assert results[0][0] == 422
+    assert results[0][1]["error"].startswith(error), results[0][1]["error"]
+    assert "\n" not in results[0][1]["error"]
+    assert results[1][0] == 200 and same_rows(results[1][1]["forecast"], offline(api, BARS))
+
+
+def test_on_error_drop_repairs_what_error_refuses() -> None:
+    a = KLineAPI("unused.ckpt", Serving(), on_error="drop")
+    a.model = tiny_kline()
+    bars = with_cell(50, "Close", float("nan"))
+    (status, body), = served(a, [{"bars": bars}])
+    assert status == 200
+    rows = offline(a, bars[:50] + bars[51:])
+    assert same_rows(body["forecast"], rows)
+
+
+def test_a_forecast_json_cannot_hold_is_refused_alone(api: KLineAPI) -> None:
+    # finite bars whose highest price is a hair below the largest float: the rebuilt close overflows
+    factor = sys.float_info.max / max(b["High"] for b in BARS) * 0.999999
+    huge = [{**b, **{c: b[c] * factor for c in ("Open", "High", "Low", "Close")}} for b in BARS]
+    results = served(api, [{"bars": huge}, {"bars": BARS}])
+    assert results[0] == (422, {"error": "bars: the forecast's close is inf; these bars are out of the model's range"})
+    assert results[1][0] == 200
+
+
+def test_info(api: KLineAPI) -> None:
+    info = api.describe()
+    assert (info["context_len"], info["horizon"], info["trained_tickers"]) == (32, 4, ["TRAINED"])
+    assert info["targets"] == ["log_return"] and "log_volume_change" in info["features"]
