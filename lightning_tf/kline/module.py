@@ -7,9 +7,8 @@ windows when training starts (:mod:`.networks.linear`, :mod:`.fitting`; DLinear 
 2023, "Are Transformers Effective for Time Series Forecasting?"), plus a Transformer residual that starts
 at zero and is kept only where it beats the linear path on validation by more than noise (:mod:`.evaluation`).
 What the model must know of its data arrives once, in :meth:`KLineForecaster.setup` (sizes, target
-channels, the :class:`~.scale.DataScale`), and lives in every checkpoint. Testing scores the baselines on
-the same windows (:mod:`.evaluation.summary`) and backtests the forecasts (:mod:`.evaluation.report`). The design and its
-numbers: ``docs/kline.md``.
+channels, the :class:`~.scale.DataScale`), and lives in every checkpoint. Testing scores the baselines on the
+same windows (:mod:`.evaluation.summary`) and backtests the forecasts (:mod:`.evaluation.report`): ``docs/kline.md``.
 """
 
 from __future__ import annotations
