@@ -856,13 +856,13 @@ def cli_runs(cfg: dict[str, Any], compile_ok: dict[str, bool]) -> list[tuple[str
 
 def cli_args(cfg: dict[str, Any], task: str, config: str, extra: list[str], timer_path: str, root: str) -> list[str]:
     """The arguments of ``lightning-tf fit``: default.yaml, gpu.yaml (not in the dry run), the task's
-    config, ``extra``; no logger, no checkpoints, no validation; the callbacks of default.yaml that
+    config, ``extra``; no logger, no checkpoints (neither the best nor last.ckpt), no validation; the callbacks of default.yaml that
     need neither (the NaN guard, the RNG state) plus the step timer."""
     import yaml
 
     sz = cfg["sizes"]["cli"]
     default = yaml.safe_load((ROOT / "configs/trainer/default.yaml").read_text())
-    dropped = ("ModelCheckpoint", "LearningRateMonitor", "RichProgressBar", "TQDMProgressBar")
+    dropped = ("ModelCheckpoint", "LastCheckpoint", "LearningRateMonitor", "RichProgressBar", "TQDMProgressBar")
     callbacks = [c for c in default["trainer"].get("callbacks", []) if not c["class_path"].endswith(dropped)]
     callbacks.append({"class_path": "gpu.StepTimer", "init_args": {"path": timer_path, "skip": sz["skip"]}})
     args = ["--config", "configs/trainer/default.yaml"]
