@@ -37,6 +37,7 @@ from starlette.datastructures import FormData
 from starlette.responses import JSONResponse
 
 from .errors import BadRequest, Rejected, one_line, validation_message
+from .loop import FirstRequestBatchLoop
 
 __all__ = ["Batch", "Served", "Serving", "TaskAPI", "form_fields", "worker_threads"]
 
@@ -127,7 +128,9 @@ class TaskAPI(ls.LitAPI):
             # batch/unbatch with max_batch_size 1: intended (the unbatched server runs LitServe's single loop)
             warnings.filterwarnings("ignore", message="The LitServer has both batch and unbatch methods")
             timeout = self.default_batch_timeout if serving.batch_timeout is None else serving.batch_timeout
-            super().__init__(max_batch_size=serving.max_batch_size, batch_timeout=timeout)
+            # batched: LitServe's loop collecting from the first request on (.loop); unbatched: its single loop
+            loop = FirstRequestBatchLoop() if serving.max_batch_size > 1 else "auto"
+            super().__init__(max_batch_size=serving.max_batch_size, batch_timeout=timeout, loop=loop)
         self.checkpoint = str(checkpoint)
         self.serving = serving
         self.model: Any = None
