@@ -856,8 +856,8 @@ def cli_runs(cfg: dict[str, Any], compile_ok: dict[str, bool]) -> list[tuple[str
 
 def cli_args(cfg: dict[str, Any], task: str, config: str, extra: list[str], timer_path: str, root: str) -> list[str]:
     """The arguments of ``lightning-tf fit``: default.yaml, gpu.yaml (not in the dry run), the task's
-    config, ``extra``; no logger, no checkpoints (neither the best nor last.ckpt), no validation; the callbacks of default.yaml that
-    need neither (the NaN guard, the RNG state) plus the step timer."""
+    config, ``extra``; no logger, no checkpoints (neither the best nor last.ckpt), no validation; the
+    callbacks of default.yaml that need neither (the NaN guard, the RNG state) plus the step timer."""
     import yaml
 
     sz = cfg["sizes"]["cli"]
