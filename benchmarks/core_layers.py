@@ -417,9 +417,23 @@ def main() -> None:
                 s_ours, s_ref = statistics.median(t_ours), statistics.median(t_ref)
                 flops = forward_flops(layer, B, T, D) * (3 if mode == "train" else 1)
                 row = Row(
-                    layer, B, T, D, H, mode, s_ours, s_ref, B * T / s_ours, B * T / s_ref, s_ref / s_ours,
-                    flops / s_ours / 1e9, flops / s_ref / 1e9, spread(t_ours), spread(t_ref), min(t_ref) / min(t_ours),
-                )  # fmt: skip
+                    layer,
+                    B,
+                    T,
+                    D,
+                    H,
+                    mode,
+                    s_ours,
+                    s_ref,
+                    B * T / s_ours,
+                    B * T / s_ref,
+                    s_ref / s_ours,
+                    flops / s_ours / 1e9,
+                    flops / s_ref / 1e9,
+                    spread(t_ours),
+                    spread(t_ref),
+                    min(t_ref) / min(t_ours),
+                )
                 rows.append(row)
                 print(
                     f"  {layer} {case.shape} {mode}: ours {s_ours * 1e3:.1f} ms, torch {s_ref * 1e3:.1f} ms, "

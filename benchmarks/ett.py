@@ -89,8 +89,14 @@ ITRANSFORMER_96: Published = {
 # beyond, dropout 0.1, GELU, Post-LN with LayerNorm); bars keeps the config's encoder. ``--model`` wins.
 BACKBONE_ARGS: dict[str, dict] = {
     "patches": {},
-    "variates": {"n_layers": 2, "n_heads": 8, "dropout": 0.1, "activation": "gelu", "norm": "layer",
-                 "norm_first": False},
+    "variates": {
+        "n_layers": 2,
+        "n_heads": 8,
+        "dropout": 0.1,
+        "activation": "gelu",
+        "norm": "layer",
+        "norm_first": False,
+    },
     "bars": {},
 }
 
@@ -121,8 +127,11 @@ class EpochReport(Callback):
             return
         m = trainer.callback_metrics
         get = lambda k: float(m[k]) if k in m else float("nan")  # noqa: E731
-        print(f"  epoch {trainer.current_epoch}: {time.perf_counter() - self.t0:.0f} s, val loss {get('val/loss'):.4f} "
-              f"(with residual {get('val/loss_residual'):.4f}, linear path {get('val/loss_linear'):.4f})", flush=True)
+        print(
+            f"  epoch {trainer.current_epoch}: {time.perf_counter() - self.t0:.0f} s, val loss {get('val/loss'):.4f} "
+            f"(with residual {get('val/loss_residual'):.4f}, linear path {get('val/loss_linear'):.4f})",
+            flush=True,
+        )
 
 
 def load_config(path: Path, overrides: list[str] | None = None) -> tuple[dict, dict, dict, dict | None]:
@@ -193,8 +202,13 @@ def lowest_validation_linear(model: KLineForecaster, dm: MultivariateDataModule)
     """The closed-form linear baseline chosen by the lowest validation error alone (``select_se=0``) instead
     of the one-standard-error rule, on the same windows: its variant and test MSE / MAE, so the rule's
     effect is measured beside it."""
-    base = LinearBaseline(model.hparams.context_len, model.hparams.horizon, model.hparams.dlinear_kernel,
-                          target_channels=model.target_channels, n_targets=model.hparams.n_targets)
+    base = LinearBaseline(
+        model.hparams.context_len,
+        model.hparams.horizon,
+        model.hparams.dlinear_kernel,
+        target_channels=model.target_channels,
+        n_targets=model.hparams.n_targets,
+    )
     xy = lambda loader: ((b["x"], b["y"]) for b in loader)  # noqa: E731
     base.fit(xy(in_order(dm.train_dataloader())), xy(in_order(dm.val_dataloader())), select_se=0.0)
     sq = ab = n = 0.0
@@ -211,21 +225,34 @@ def run_one(context_len: int, horizon: int, args: argparse.Namespace) -> dict:
     if isinstance(model_args.get("residual"), bool):
         model_args["residual"] = "on" if model_args["residual"] else "off"
     L.seed_everything(args.seed, verbose=False)
-    dm = MultivariateDataModule(str(args.data), context_len=context_len, horizon=horizon,
-                                features=data_args.get("features", "M"), borders=data_args.get("borders", "auto"),
-                                batch_size=data_args.get("batch_size", 128))
-    model = KLineForecaster(n_features=dm.n_features, n_targets=dm.n_targets, context_len=context_len,
-                            horizon=horizon, **model_args)
-    ckpt = ModelCheckpoint(dirpath=args.workdir / f"L{context_len}_H{horizon}", monitor="val/loss", mode="min",
-                           save_top_k=1)
+    dm = MultivariateDataModule(
+        str(args.data),
+        context_len=context_len,
+        horizon=horizon,
+        features=data_args.get("features", "M"),
+        borders=data_args.get("borders", "auto"),
+        batch_size=data_args.get("batch_size", 128),
+    )
+    model = KLineForecaster(
+        n_features=dm.n_features, n_targets=dm.n_targets, context_len=context_len, horizon=horizon, **model_args
+    )
+    ckpt = ModelCheckpoint(
+        dirpath=args.workdir / f"L{context_len}_H{horizon}", monitor="val/loss", mode="min", save_top_k=1
+    )
     callbacks: list[Callback] = [ckpt, EpochReport()]
     if stopping:
         callbacks.append(EarlyStopping(stopping["monitor"], mode="min", patience=stopping["patience"]))
     epochs = args.epochs or trainer_args.get("max_epochs", 8)
     trainer = L.Trainer(
-        max_epochs=epochs, logger=False, enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks,
-        limit_train_batches=args.limit_batches, limit_val_batches=args.limit_batches,
-        limit_test_batches=args.limit_batches, num_sanity_val_steps=0,
+        max_epochs=epochs,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=callbacks,
+        limit_train_batches=args.limit_batches,
+        limit_val_batches=args.limit_batches,
+        limit_test_batches=args.limit_batches,
+        num_sanity_val_steps=0,
         gradient_clip_val=trainer_args.get("gradient_clip_val"),
     )
     t0 = time.perf_counter()
@@ -240,28 +267,45 @@ def run_one(context_len: int, horizon: int, args: argparse.Namespace) -> dict:
     best = ckpt.best_model_path
     full, linear, weighted, gain, gain_se = (float(v) for v in model.val_selection)
     return {
-        "backbone": args.backbone, "data_name": args.data.stem, "model_args": added,
-        "context_len": context_len, "horizon": horizon, "epochs": trainer.current_epoch,
+        "backbone": args.backbone,
+        "data_name": args.data.stem,
+        "model_args": added,
+        "context_len": context_len,
+        "horizon": horizon,
+        "epochs": trainer.current_epoch,
         "best_epoch": int(Path(best).stem.split("epoch=")[-1].split("-")[0]) if "epoch=" in best else None,
-        "train_s": train_s, "train_windows": len(dm.datasets["train"]), "test_windows": len(dm.datasets["test"]),
-        "mse": s["model"]["model"]["mse"], "mae": s["model"]["model"]["mae"],
+        "train_s": train_s,
+        "train_windows": len(dm.datasets["train"]),
+        "test_windows": len(dm.datasets["test"]),
+        "mse": s["model"]["model"]["mse"],
+        "mae": s["model"]["model"]["mae"],
         "best_val_loss": None if ckpt.best_model_score is None else float(ckpt.best_model_score),
-        "published_mse": pub_mse, "published_mae": pub_mae,
-        "residual_kept": model.residual_kept, "selection": s["about"]["selection"],
-        "val_loss_with_residual": full, "val_loss_linear_path": linear, "val_loss_weighted_residual": weighted,
-        "val_gain_out_of_sample": gain, "val_gain_standard_error": gain_se,
+        "published_mse": pub_mse,
+        "published_mae": pub_mae,
+        "residual_kept": model.residual_kept,
+        "selection": s["about"]["selection"],
+        "val_loss_with_residual": full,
+        "val_loss_linear_path": linear,
+        "val_loss_weighted_residual": weighted,
+        "val_gain_out_of_sample": gain,
+        "val_gain_standard_error": gain_se,
         "residual_weight": [round(float(w), 4) for w in model.net.residual_gate],
         "linear_path_mse": path_scores[0] if path_scores else None,
         "linear_path_mae": path_scores[1] if path_scores else None,
-        "linear_mse": s["linear"]["model"]["mse"], "linear_mae": s["linear"]["model"]["mae"],
+        "linear_mse": s["linear"]["model"]["mse"],
+        "linear_mae": s["linear"]["model"]["mae"],
         "linear_variant": model.linear_baseline.describe() if model.linear_baseline is not None else None,
-        "linear_path_choice": None if path_fit is None else (
-            f"{path_fit.input} {path_fit.form} {path_fit.pooling} ridge {path_fit.ridge:g}, {path_fit.dof:.1f} dof"),
+        "linear_path_choice": None
+        if path_fit is None
+        else (f"{path_fit.input} {path_fit.form} {path_fit.pooling} ridge {path_fit.ridge:g}, {path_fit.dof:.1f} dof"),
         "linear_path_lowest_validation": None if path_fit is None else path_fit.lowest,
-        "lowest_validation_linear_mse": lowest["mse"], "lowest_validation_linear_mae": lowest["mae"],
+        "lowest_validation_linear_mse": lowest["mse"],
+        "lowest_validation_linear_mae": lowest["mae"],
         "lowest_validation_linear_variant": lowest["variant"],
-        "persistence_mse": s["persistence"]["model"]["mse"], "persistence_mae": s["persistence"]["model"]["mae"],
-        "intervals": s.get("intervals"), "model_overrides": args.model,
+        "persistence_mse": s["persistence"]["model"]["mse"],
+        "persistence_mae": s["persistence"]["model"]["mae"],
+        "intervals": s.get("intervals"),
+        "model_overrides": args.model,
     }
 
 
@@ -274,13 +318,16 @@ def _name(row: dict, default: str = "ETTh1") -> str:
 
 def markdown(rows: list[dict], data_name: str = "ETTh1") -> str:
     """One table of the rows of dataset ``data_name``, with that dataset's own published columns."""
-    head = ("| look-back | horizon | backbone | model MSE / MAE | beats linear | ≤ PatchTST | residual kept "
-            "| model, scored as published | linear model, same windows (variant) "
-            "| linear by lowest validation error (variant) | model's linear path alone "
-            "| PatchTST (published) | DLinear (paper) | iTransformer (paper, look-back 96) | persistence "
-            "| epochs (best) | train time |")
+    head = (
+        "| look-back | horizon | backbone | model MSE / MAE | beats linear | ≤ PatchTST | residual kept "
+        "| model, scored as published | linear model, same windows (variant) "
+        "| linear by lowest validation error (variant) | model's linear path alone "
+        "| PatchTST (published) | DLinear (paper) | iTransformer (paper, look-back 96) | persistence "
+        "| epochs (best) | train time |"
+    )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     fmt = lambda p: f"{p[0]:.3f} / {p[1]:.3f}" if p else "-"  # noqa: E731
+
     def order(r: dict) -> tuple[int, int, int]:
         return r["context_len"], r["horizon"], BACKBONE_ORDER.get(r.get("backbone", "patches"), 9)
 
@@ -290,9 +337,14 @@ def markdown(rows: list[dict], data_name: str = "ETTh1") -> str:
         beats = "yes" if r["mse"] < r["linear_mse"] else "tie" if r["mse"] == r["linear_mse"] else "NO"
         below = "-" if pub is None else ("yes" if round(r["mse"], 3) <= pub[0] else "NO")
         path = fmt((r["linear_path_mse"], r["linear_path_mae"])) if r.get("linear_path_mse") is not None else "-"
-        lowest = "-" if r.get("lowest_validation_linear_mse") is None else (
-            f"{r['lowest_validation_linear_mse']:.4f} / {r['lowest_validation_linear_mae']:.4f} "
-            f"({r['lowest_validation_linear_variant']})")
+        lowest = (
+            "-"
+            if r.get("lowest_validation_linear_mse") is None
+            else (
+                f"{r['lowest_validation_linear_mse']:.4f} / {r['lowest_validation_linear_mae']:.4f} "
+                f"({r['lowest_validation_linear_variant']})"
+            )
+        )
         lines.append(
             f"| {lb} | {h} | {r.get('backbone', 'patches')} | **{r['mse']:.4f} / {r['mae']:.4f}** | {beats} | {below} "
             f"| {'yes' if r['residual_kept'] else 'no'} | {fmt((r['published_mse'], r['published_mae']))} "
@@ -342,8 +394,13 @@ def added_args(rows: list[dict]) -> str:
         if len(values) == 1:
             parts.append(f"{k} {next(iter(values))}")
         else:
-            parts.append(f"{k} " + ", ".join(f"{v} ({'horizons ' if i == 0 else ''}{', '.join(map(str, hs))})"
-                                             for i, (v, hs) in enumerate(values.items())))
+            parts.append(
+                f"{k} "
+                + ", ".join(
+                    f"{v} ({'horizons ' if i == 0 else ''}{', '.join(map(str, hs))})"
+                    for i, (v, hs) in enumerate(values.items())
+                )
+            )
     return ", ".join(parts) or "nothing"
 
 
@@ -361,8 +418,11 @@ def write_results(rows: list[dict], stem: Path, meta: dict) -> None:
         "",
         f"Config `{meta['config']}` (untouched but for the look-back, the horizon and the backbone), every test window "
         f"scored, MSE / MAE on the training months' standardised scale. Machine: {_machine(meta['machine'])}. "
-        + (f"What each backbone adds to the config (benchmarks/ett.py `BACKBONE_ARGS`, by horizon): {extra}. "
-           if extra else "")
+        + (
+            f"What each backbone adds to the config (benchmarks/ett.py `BACKBONE_ARGS`, by horizon): {extra}. "
+            if extra
+            else ""
+        )
         + f"{meta.get('note', '')}",
         "",
         f"The model is strictly below the closed-form linear model in {beats} of {cells} cells, equal to it in {ties} "
@@ -390,8 +450,14 @@ def speed(args: argparse.Namespace, context_len: int, horizon: int, n_features: 
     for backbone in BACKBONE_ARGS:
         kw = {**model_args, **backbone_args(backbone, horizon), **parse_overrides(args.model)}
         torch.manual_seed(0)
-        model = KLineForecaster(n_features=n_features, n_targets=n_features, target_channels=list(range(n_features)),
-                                context_len=context_len, horizon=horizon, **kw)
+        model = KLineForecaster(
+            n_features=n_features,
+            n_targets=n_features,
+            target_channels=list(range(n_features)),
+            context_len=context_len,
+            horizon=horizon,
+            **kw,
+        )
         opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
         models[backbone] = model
 
@@ -409,7 +475,7 @@ def speed(args: argparse.Namespace, context_len: int, horizon: int, n_features: 
         steps[backbone] = {"train": train, "eval": infer}
     times: dict[tuple[str, str], list[float]] = {(b, m): [] for b in models for m in ("train", "eval")}
     for r in range(args.warmup + args.repeats):
-        for b in (list(models) if r % 2 == 0 else list(models)[::-1]):
+        for b in list(models) if r % 2 == 0 else list(models)[::-1]:
             for mode, fn in steps[b].items():
                 t0 = time.perf_counter()
                 fn()
@@ -417,8 +483,13 @@ def speed(args: argparse.Namespace, context_len: int, horizon: int, n_features: 
                     times[(b, mode)].append(time.perf_counter() - t0)
     rows = []
     for b, model in models.items():
-        row = {"backbone": b, "context_len": context_len, "horizon": horizon, "batch": B,
-               "parameters": sum(p.numel() for p in model.parameters())}
+        row = {
+            "backbone": b,
+            "context_len": context_len,
+            "horizon": horizon,
+            "batch": B,
+            "parameters": sum(p.numel() for p in model.parameters()),
+        }
         for mode in ("train", "eval"):
             row[f"{mode}_wps"] = B / statistics.median(times[(b, mode)])
         rows.append(row)
@@ -429,43 +500,67 @@ def speed(args: argparse.Namespace, context_len: int, horizon: int, n_features: 
 
 
 def speed_markdown(rows: list[dict], info: dict, repeats: int) -> str:
-    lines = [f"Windows per second, batch {rows[0]['batch']}, look-back {rows[0]['context_len']}, 7 channels, each "
-             f"backbone's model as the grid builds it (training step: forward, loss, backward, AdamW); "
-             f"{_machine(info)}; median of {repeats} repeats, the backbones alternating in one process "
-             "(`python benchmarks/ett.py --speed`):", "",
-             "| horizon | backbone | parameters | train windows/s | train vs patches | inference windows/s "
-             "| inference vs patches |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"Windows per second, batch {rows[0]['batch']}, look-back {rows[0]['context_len']}, 7 channels, each "
+        f"backbone's model as the grid builds it (training step: forward, loss, backward, AdamW); "
+        f"{_machine(info)}; median of {repeats} repeats, the backbones alternating in one process "
+        "(`python benchmarks/ett.py --speed`):",
+        "",
+        "| horizon | backbone | parameters | train windows/s | train vs patches | inference windows/s "
+        "| inference vs patches |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['horizon']} | {r['backbone']} | {r['parameters']:,} | {r['train_wps']:.0f} "
-                     f"| {r['train_vs_patches']:.2f} | {r['eval_wps']:.0f} | {r['eval_vs_patches']:.2f} |")
+        lines.append(
+            f"| {r['horizon']} | {r['backbone']} | {r['parameters']:,} | {r['train_wps']:.0f} "
+            f"| {r['train_vs_patches']:.2f} | {r['eval_wps']:.0f} | {r['eval_vs_patches']:.2f} |"
+        )
     return "\n".join(lines)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--data", type=Path, default=DEFAULT_DATA, help="ETTh1.csv")
-    p.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="the ETT config (model, data batch size, "
-                   "epochs and early stopping are read from it)")
+    p.add_argument(
+        "--config",
+        type=Path,
+        default=DEFAULT_CONFIG,
+        help="the ETT config (model, data batch size, epochs and early stopping are read from it)",
+    )
     p.add_argument("--lookbacks", type=int, nargs="+", default=None, help="default 336 512 (--quick: 96)")
     p.add_argument("--horizons", type=int, nargs="+", default=None, help="default 96 192 336 720 (--quick: 24)")
     p.add_argument("--epochs", type=int, default=None, help="most epochs (default: the config's max_epochs)")
-    p.add_argument("--backbone", choices=list(BACKBONE_ARGS), default="patches",
-                   help="how a window becomes tokens (the architecture each adds: BACKBONE_ARGS)")
-    p.add_argument("--model", nargs="*", default=[], metavar="NAME=VALUE",
-                   help="override model arguments of the config, e.g. --model loss=quantile")
+    p.add_argument(
+        "--backbone",
+        choices=list(BACKBONE_ARGS),
+        default="patches",
+        help="how a window becomes tokens (the architecture each adds: BACKBONE_ARGS)",
+    )
+    p.add_argument(
+        "--model",
+        nargs="*",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override model arguments of the config, e.g. --model loss=quantile",
+    )
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=2021)
-    p.add_argument("--quick", action="store_true",
-                   help="smoke run: one short epoch on a few batches (L=96, H=24 unless given)")
+    p.add_argument(
+        "--quick", action="store_true", help="smoke run: one short epoch on a few batches (L=96, H=24 unless given)"
+    )
     p.add_argument("--jsonl", type=Path, default=None, help="append each finished cell here")
     p.add_argument("--out", type=Path, default=None, help="write STEM.md and STEM.json")
     p.add_argument("--note", default="", help="said under the table (e.g. how loaded the machine was)")
     p.add_argument("--merge", type=Path, nargs="+", default=None, help="only merge these --jsonl files into --out")
     p.add_argument("--workdir", type=Path, default=Path("runs") / "bench_ett")
-    p.add_argument("--speed", action="store_true", help="only time a training step and inference of each backbone "
-                   "(at the first look-back, each horizon); with --out, write STEM_speed.md")
+    p.add_argument(
+        "--speed",
+        action="store_true",
+        help="only time a training step and inference of each backbone "
+        "(at the first look-back, each horizon); with --out, write STEM_speed.md",
+    )
     p.add_argument("--repeats", type=int, default=10, help="--speed: timed repeats")
     p.add_argument("--warmup", type=int, default=2, help="--speed: untimed repeats first")
     args = p.parse_args(argv)
@@ -481,8 +576,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     info = machine_info(torch.device("cpu"))
-    meta = {"config": str(args.config.relative_to(ROOT) if args.config.is_relative_to(ROOT) else args.config),
-            "machine": info, "note": args.note, "data_name": args.data.stem}
+    meta = {
+        "config": str(args.config.relative_to(ROOT) if args.config.is_relative_to(ROOT) else args.config),
+        "machine": info,
+        "note": args.note,
+        "data_name": args.data.stem,
+    }
     if args.speed:
         rows = [row for horizon in args.horizons for row in speed(args, args.lookbacks[0], horizon)]
         text = speed_markdown(rows, info, args.repeats)
@@ -514,13 +613,18 @@ def main(argv: list[str] | None = None) -> None:
             if args.jsonl:
                 with args.jsonl.open("a") as f:
                     f.write(json.dumps(row, default=str) + "\n")
-            print(f"{args.backbone} L={context_len} H={horizon}: MSE {row['mse']:.4f} MAE {row['mae']:.4f} "
-                  f"({row['epochs']} epochs, {row['train_s']:.0f} s; linear {row['linear_mse']:.4f}, "
-                  f"linear path {row['linear_path_mse']}; "
-                  f"{row['selection']})" + (f"; intervals {row['intervals']}" if row["intervals"] else ""), flush=True)
+            print(
+                f"{args.backbone} L={context_len} H={horizon}: MSE {row['mse']:.4f} MAE {row['mae']:.4f} "
+                f"({row['epochs']} epochs, {row['train_s']:.0f} s; linear {row['linear_mse']:.4f}, "
+                f"linear path {row['linear_path_mse']}; "
+                f"{row['selection']})" + (f"; intervals {row['intervals']}" if row["intervals"] else ""),
+                flush=True,
+            )
     print()
-    print(f"{args.data.name}, features M, backbone {args.backbone}, every test window scored; config {meta['config']}, "
-          f"{args.threads} thread(s)" + (" (QUICK smoke run)" if args.quick else ""))
+    print(
+        f"{args.data.name}, features M, backbone {args.backbone}, every test window scored; config {meta['config']}, "
+        f"{args.threads} thread(s)" + (" (QUICK smoke run)" if args.quick else "")
+    )
     print(markdown(rows, meta["data_name"]))
     if args.out:
         write_results(rows, args.out, meta)

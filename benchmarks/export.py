@@ -39,8 +39,22 @@ def models() -> dict[str, torch.nn.Module]:
 
     torch.manual_seed(0)
     vit = ViTClassifier(num_classes=10, in_chans=1, preset="digits", image_size=16)
-    kline = KLineForecaster(n_features=6, n_targets=1, target_channels=[0], context_len=64, horizon=5, patch_len=8, stride=4, d_model=32,
-                            n_heads=4, n_layers=2, d_ff=64, dropout=0.2, head_dropout=0.2, revin=False)
+    kline = KLineForecaster(
+        n_features=6,
+        n_targets=1,
+        target_channels=[0],
+        context_len=64,
+        horizon=5,
+        patch_len=8,
+        stride=4,
+        d_model=32,
+        n_heads=4,
+        n_layers=2,
+        d_ff=64,
+        dropout=0.2,
+        head_dropout=0.2,
+        revin=False,
+    )
     return {"ViT digits (1x16x16)": vit.eval(), "K-line default (64 bars x 6)": kline.eval()}
 
 
@@ -56,7 +70,9 @@ def median_ms(fn, repeats: int) -> float:
 
 
 def kib(path: Path) -> float:
-    return (sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else path.stat().st_size) / 1024
+    return (
+        sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else path.stat().st_size
+    ) / 1024
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -87,8 +87,9 @@ import torch  # noqa: E402
 # nothing more to import.
 if __name__ != "__main__" and os.environ.get("LIGHTNING_TF_GPU_BENCH_WORKER"):
     with contextlib.suppress(Exception):
-        import lightning_tf.cli  # noqa: F401
         import timm  # noqa: F401
+
+        import lightning_tf.cli.lightning_cli  # noqa: F401
 
 #: Dense (no sparsity) bfloat16 tensor-core peak in TFLOP/s from NVIDIA's datasheets, by name as
 #: ``torch.cuda.get_device_name`` spells it; the first pattern that matches wins (H200 NVL before H200).
@@ -118,32 +119,45 @@ PART_WEIGHTS = {"machine": 10, "backends": 20, "layers": 80, "vit": 110, "seq2se
 PARTS = list(PART_WEIGHTS)
 
 #: The task commands: (task, config); all three train on data that ships with the repository.
-TASKS = [("text", "configs/text/synthetic.yaml"), ("vision", "configs/vision/digits.yaml"),
-         ("kline", "configs/kline/msft_daily.yaml")]  # fmt: skip
+TASKS = [
+    ("text", "configs/text/synthetic.yaml"),
+    ("vision", "configs/vision/digits.yaml"),
+    ("kline", "configs/kline/msft_daily.yaml"),
+]
 
 #: Sizes on a GPU and in --dry-run.
 SIZES: dict[str, dict[str, Any]] = {
     "gpu": dict(
-        matmul_n=8192, layer=(16, 1024, 1024, 16), verify_shape=(2, 64),
+        matmul_n=8192,
+        layer=(16, 1024, 1024, 16),
+        verify_shape=(2, 64),
         vit=dict(timm_name="vit_small_patch16_224", batch=256),
         seq2seq=dict(d_model=512, n_heads=8, n_layers=6, d_ff=2048, V=32000, B=128, S=64, T=64, batches=4),
         decode=dict(preset="base", V=32000, batches=[1, 64], S=32, L=64, reps=10),
         backends=dict(B=4, T=128, S=160, D=512, H=8),
         cli=dict(steps=100, skip=20, extra={}),
-        warmup=3, reps=30, cell_s=6.0,
+        warmup=3,
+        reps=30,
+        cell_s=6.0,
     ),
     "dry": dict(
-        matmul_n=128, layer=(2, 16, 32, 4), verify_shape=(2, 8),
-        vit=dict(timm_args=dict(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=4, num_classes=10),
-                 batch=2),
+        matmul_n=128,
+        layer=(2, 16, 32, 4),
+        verify_shape=(2, 8),
+        vit=dict(
+            timm_args=dict(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=4, num_classes=10), batch=2
+        ),
         seq2seq=dict(d_model=32, n_heads=4, n_layers=1, d_ff=64, V=100, B=2, S=8, T=8, batches=1),
         decode=dict(preset=None, V=100, batches=[1, 2], S=6, L=4, reps=2),
         backends=dict(B=2, T=8, S=12, D=32, H=4),
-        cli=dict(steps=2, skip=1,
-                 extra={"text": ["--data.n_train", "1000", "--data.n_val", "20", "--data.n_test", "20"]}),
-        warmup=1, reps=2, cell_s=1.0,
+        cli=dict(
+            steps=2, skip=1, extra={"text": ["--data.n_train", "1000", "--data.n_val", "20", "--data.n_test", "20"]}
+        ),
+        warmup=1,
+        reps=2,
+        cell_s=1.0,
     ),
-}  # fmt: skip
+}
 
 SDPA_OPS = {  # aten op -> kernel name
     "aten._scaled_dot_product_flash_attention": "flash",
@@ -410,8 +424,12 @@ def matmul_tflops(device: torch.device, dtype: torch.dtype, n: int, reps: int) -
 
 def _driver_version() -> str | None:
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20)  # fmt: skip
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
         return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
     except (OSError, subprocess.SubprocessError, IndexError):
         return None
@@ -435,8 +453,14 @@ def part_machine(cfg: dict[str, Any], rec: Recorder) -> None:
     if device.type == "cuda":
         for i in range(torch.cuda.device_count()):
             p = torch.cuda.get_device_properties(i)
-            info["gpus"].append({"name": p.name, "memory_gib": round(p.total_memory / 2**30, 1),
-                                 "capability": f"{p.major}.{p.minor}", "multiprocessors": p.multi_processor_count})
+            info["gpus"].append(
+                {
+                    "name": p.name,
+                    "memory_gib": round(p.total_memory / 2**30, 1),
+                    "capability": f"{p.major}.{p.minor}",
+                    "multiprocessors": p.multi_processor_count,
+                }
+            )
         info["driver"] = _driver_version()
         with contextlib.suppress(ImportError):
             import triton
@@ -464,8 +488,14 @@ BACKEND_NAMES = ("flash", "efficient", "cudnn", "math")
 def _backend_list(name: str) -> list[Any]:
     from torch.nn.attention import SDPBackend
 
-    return [{"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
-             "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}[name]]  # fmt: skip
+    return [
+        {
+            "flash": SDPBackend.FLASH_ATTENTION,
+            "efficient": SDPBackend.EFFICIENT_ATTENTION,
+            "cudnn": SDPBackend.CUDNN_ATTENTION,
+            "math": SDPBackend.MATH,
+        }[name]
+    ]
 
 
 def attention_paths(cfg: dict[str, Any]) -> list[tuple[str, str, Callable[[], None]]]:
@@ -520,20 +550,29 @@ def attention_paths(cfg: dict[str, Any]) -> list[tuple[str, str, Callable[[], No
     return [
         ("encoder, no padding", "vision, kline", encoder("none", None)),
         ("encoder, padding mask (B, 1, 1, S)", "text (source)", encoder("sinusoidal", src_mask)),
-        ("decoder: causal self-attention (is_causal), cross-attention unmasked", "-",
-         decoder("sinusoidal", None, None)),
-        ("decoder: causal self-attention, cross-attention with source padding", "text (training)",
-         decoder("sinusoidal", None, src_mask)),
+        (
+            "decoder: causal self-attention (is_causal), cross-attention unmasked",
+            "-",
+            decoder("sinusoidal", None, None),
+        ),
+        (
+            "decoder: causal self-attention, cross-attention with source padding",
+            "text (training)",
+            decoder("sinusoidal", None, src_mask),
+        ),
         ("decoder: causal + target padding mask, cross-attention unmasked", "-", decoder("sinusoidal", tgt_mask, None)),
         ("KV-cache steps (T = 1), cross-attention unmasked", "-", decode_steps("sinusoidal", None)),
-        ("KV-cache steps (T = 1), cross-attention with source padding", "text (decoding)",
-         decode_steps("sinusoidal", src_mask)),
+        (
+            "KV-cache steps (T = 1), cross-attention with source padding",
+            "text (decoding)",
+            decode_steps("sinusoidal", src_mask),
+        ),
         ("encoder, RoPE, no padding", "any task with pos_encoding: rope", encoder("rope", None)),
         ("decoder, RoPE, causal, unmasked", "text with pos_encoding: rope", decoder("rope", None, None)),
         ("encoder, ALiBi bias, no padding", "any task with pos_encoding: alibi", encoder("alibi", None)),
         ("decoder, ALiBi bias, causal", "text with pos_encoding: alibi", decoder("alibi", None, None)),
         ("attention weights (need_weights=True)", "attention maps", encoder("none", src_mask, need_weights=True)),
-    ]  # fmt: skip
+    ]
 
 
 def part_backends(cfg: dict[str, Any], rec: Recorder) -> None:
@@ -557,8 +596,11 @@ def part_backends(cfg: dict[str, Any], rec: Recorder) -> None:
                     run()
                 row[name] = "yes"
             except Exception as err:  # noqa: BLE001 (SDPA raises RuntimeError when the kernel cannot run the call)
-                row[name] = "no" if "No available kernel" in str(err) or "No viable backend" in str(err) else (
-                    f"no: {_one_line(err)[:120]}")
+                row[name] = (
+                    "no"
+                    if "No available kernel" in str(err) or "No viable backend" in str(err)
+                    else (f"no: {_one_line(err)[:120]}")
+                )
         if row.get("default", "").startswith("none"):
             for name in BACKEND_NAMES:
                 row[name] = "-"
@@ -631,17 +673,25 @@ def part_layers(cfg: dict[str, Any], rec: Recorder) -> None:
                 continue
             with _Guard(rec, f"{layer} layer {mode}"):
                 steps = {name: make(name, mode == "compiled") for name in models}
-                times, first = time_alternating(steps, device, sz["warmup"], sz["reps"],
-                                                min(sz["cell_s"], max(rec.time_left() - 5, 1)))  # fmt: skip
+                times, first = time_alternating(
+                    steps, device, sz["warmup"], sz["reps"], min(sz["cell_s"], max(rec.time_left() - 5, 1))
+                )
                 med = {k: statistics.median(v) for k, v in times.items()}
                 flops = 3 * forward_flops(layer, B, T, D)
-                row = dict(layer=layer, shape=f"({B}, {T}, {D}, {H})", mode=mode, reps=len(times["ours"]),
-                           ours_tok_s=round(B * T / med["ours"]), torch_tok_s=round(B * T / med["torch"]),
-                           ratio=round(med["torch"] / med["ours"], 3),
-                           ours_mfu=_mfu(flops, med["ours"], cfg), torch_mfu=_mfu(flops, med["torch"], cfg),
-                           ours_peak_mb=peak_mb(steps["ours"], models["ours"], opts["ours"], device),
-                           torch_peak_mb=peak_mb(steps["torch"], models["torch"], opts["torch"], device),
-                           first_step_s={k: round(v, 2) for k, v in first.items()})  # fmt: skip
+                row = dict(
+                    layer=layer,
+                    shape=f"({B}, {T}, {D}, {H})",
+                    mode=mode,
+                    reps=len(times["ours"]),
+                    ours_tok_s=round(B * T / med["ours"]),
+                    torch_tok_s=round(B * T / med["torch"]),
+                    ratio=round(med["torch"] / med["ours"], 3),
+                    ours_mfu=_mfu(flops, med["ours"], cfg),
+                    torch_mfu=_mfu(flops, med["torch"], cfg),
+                    ours_peak_mb=peak_mb(steps["ours"], models["ours"], opts["ours"], device),
+                    torch_peak_mb=peak_mb(steps["torch"], models["torch"], opts["torch"], device),
+                    first_step_s={k: round(v, 2) for k, v in first.items()},
+                )
                 if mode == "eager":
                     row["ours_kernels"], row["torch_kernels"] = kernels_of(steps["ours"]), kernels_of(steps["torch"])
                 rec.row(**row)
@@ -677,8 +727,16 @@ def part_vit(cfg: dict[str, Any], rec: Recorder) -> None:
     else:
         theirs, name = TimmViT(**v["timm_args"]), "tiny timm VisionTransformer (dry run)"
     ours, conf = timm_to_ours(theirs)
-    rec.set("model", {"timm": name, **{k: conf[k] for k in ("image_size", "patch_size", "d_model", "n_layers",
-                                                              "n_heads", "d_ff", "num_classes")}})  # fmt: skip
+    rec.set(
+        "model",
+        {
+            "timm": name,
+            **{
+                k: conf[k]
+                for k in ("image_size", "patch_size", "d_model", "n_layers", "n_heads", "d_ff", "num_classes")
+            },
+        },
+    )
     x = torch.randn(2, conf["in_chans"], conf["image_size"], conf["image_size"])
     with torch.no_grad():
         diff = (ours.eval()(x) - theirs.eval()(x)).abs().max().item()
@@ -702,8 +760,15 @@ def part_vit(cfg: dict[str, Any], rec: Recorder) -> None:
 
         return step
 
-    flops = B * vit_train_flops(conf["image_size"], conf["patch_size"], conf["in_chans"], conf["d_model"],
-                                conf["n_layers"], conf["d_ff"], conf["num_classes"])  # fmt: skip
+    flops = B * vit_train_flops(
+        conf["image_size"],
+        conf["patch_size"],
+        conf["in_chans"],
+        conf["d_model"],
+        conf["n_layers"],
+        conf["d_ff"],
+        conf["num_classes"],
+    )
     for mode in ("eager", "compiled"):
         need = 5.0 if mode == "eager" or cfg["dry_run"] else 45.0  # two compiles: ours and timm's
         if not _enough_time(rec, f"ViT {mode}", need):
@@ -711,15 +776,23 @@ def part_vit(cfg: dict[str, Any], rec: Recorder) -> None:
         with _Guard(rec, f"ViT {mode}"):
             fwd = {k: (m if mode == "eager" else compile_fn(m, cfg)) for k, m in models.items()}
             steps = {k: train_step(k, fwd[k]) for k in models}
-            times, first = time_alternating(steps, device, sz["warmup"], sz["reps"],
-                                            min(sz["cell_s"], max(rec.time_left() - 5, 1)))  # fmt: skip
+            times, first = time_alternating(
+                steps, device, sz["warmup"], sz["reps"], min(sz["cell_s"], max(rec.time_left() - 5, 1))
+            )
             med = {k: statistics.median(t) for k, t in times.items()}
-            row = dict(mode=mode, batch=B, reps=len(times["ours"]), ours_img_s=round(B / med["ours"], 1),
-                       timm_img_s=round(B / med["timm"], 1), ratio=round(med["timm"] / med["ours"], 3),
-                       ours_mfu=_mfu(flops, med["ours"], cfg), timm_mfu=_mfu(flops, med["timm"], cfg),
-                       ours_peak_mb=peak_mb(steps["ours"], ours, opts["ours"], device),
-                       timm_peak_mb=peak_mb(steps["timm"], theirs, opts["timm"], device),
-                       first_step_s={k: round(t, 2) for k, t in first.items()})  # fmt: skip
+            row = dict(
+                mode=mode,
+                batch=B,
+                reps=len(times["ours"]),
+                ours_img_s=round(B / med["ours"], 1),
+                timm_img_s=round(B / med["timm"], 1),
+                ratio=round(med["timm"] / med["ours"], 3),
+                ours_mfu=_mfu(flops, med["ours"], cfg),
+                timm_mfu=_mfu(flops, med["timm"], cfg),
+                ours_peak_mb=peak_mb(steps["ours"], ours, opts["ours"], device),
+                timm_peak_mb=peak_mb(steps["timm"], theirs, opts["timm"], device),
+                first_step_s={k: round(t, 2) for k, t in first.items()},
+            )
             if mode == "eager":
                 row["ours_kernels"], row["timm_kernels"] = kernels_of(steps["ours"]), kernels_of(steps["timm"])
             rec.row(**row)
@@ -747,8 +820,17 @@ def part_seq2seq(cfg: dict[str, Any], rec: Recorder) -> None:
     s = sz["seq2seq"]
     D, H, L, d_ff, V, B, S, T = (s[k] for k in ("d_model", "n_heads", "n_layers", "d_ff", "V", "B", "S", "T"))
     torch.manual_seed(0)
-    ours = Seq2SeqTransformer(vocab_size=V, d_model=D, n_heads=H, n_layers=L, d_ff=d_ff, dropout=0.0,
-                              norm_first=True, max_len=512, label_smoothing=0.1)  # fmt: skip
+    ours = Seq2SeqTransformer(
+        vocab_size=V,
+        d_model=D,
+        n_heads=H,
+        n_layers=L,
+        d_ff=d_ff,
+        dropout=0.0,
+        norm_first=True,
+        max_len=512,
+        label_smoothing=0.1,
+    )
     peer = TorchSeq2Seq(V, D, H, L, d_ff)
     n_ours, n_peer = (sum(p.numel() for p in m.parameters()) for m in (ours, peer))
     if n_ours != n_peer:
@@ -767,8 +849,9 @@ def part_seq2seq(cfg: dict[str, Any], rec: Recorder) -> None:
             opts[name].zero_grad(set_to_none=True)
             with autocast(device):
                 logits = models[name](src, tgt[:, :-1])  # (B, T, V)
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), tgt[:, 1:].flatten(), ignore_index=PAD_ID,
-                                   label_smoothing=0.1)  # fmt: skip
+            loss = F.cross_entropy(
+                logits.flatten(0, 1).float(), tgt[:, 1:].flatten(), ignore_index=PAD_ID, label_smoothing=0.1
+            )
             loss.backward()
             opts[name].step()
 
@@ -779,14 +862,22 @@ def part_seq2seq(cfg: dict[str, Any], rec: Recorder) -> None:
     times, first = time_alternating(steps, device, sz["warmup"], sz["reps"], budget)
     med = {k: statistics.median(t) for k, t in times.items()}
     flops = seq2seq_train_flops(B, S, T, D, d_ff, L, V)
-    rec.row(model=f"{L}+{L} layers, d_model {D}, {H} heads, d_ff {d_ff}, V {V}", batch=f"{B} x {S} x {T}",
-            params_m=round(n_ours / 1e6, 2), reps=len(times["ours"]), ours_tok_s=round(tokens / med["ours"]),
-            torch_tok_s=round(tokens / med["torch"]), ratio=round(med["torch"] / med["ours"], 3),
-            ours_mfu=_mfu(flops, med["ours"], cfg), torch_mfu=_mfu(flops, med["torch"], cfg),
-            ours_peak_mb=peak_mb(steps["ours"], models["ours"], opts["ours"], device),
-            torch_peak_mb=peak_mb(steps["torch"], models["torch"], opts["torch"], device),
-            ours_kernels=kernels_of(steps["ours"]), torch_kernels=kernels_of(steps["torch"]),
-            first_step_s={k: round(t, 2) for k, t in first.items()})  # fmt: skip
+    rec.row(
+        model=f"{L}+{L} layers, d_model {D}, {H} heads, d_ff {d_ff}, V {V}",
+        batch=f"{B} x {S} x {T}",
+        params_m=round(n_ours / 1e6, 2),
+        reps=len(times["ours"]),
+        ours_tok_s=round(tokens / med["ours"]),
+        torch_tok_s=round(tokens / med["torch"]),
+        ratio=round(med["torch"] / med["ours"], 3),
+        ours_mfu=_mfu(flops, med["ours"], cfg),
+        torch_mfu=_mfu(flops, med["torch"], cfg),
+        ours_peak_mb=peak_mb(steps["ours"], models["ours"], opts["ours"], device),
+        torch_peak_mb=peak_mb(steps["torch"], models["torch"], opts["torch"], device),
+        ours_kernels=kernels_of(steps["ours"]),
+        torch_kernels=kernels_of(steps["torch"]),
+        first_step_s={k: round(t, 2) for k, t in first.items()},
+    )
 
 
 # =================================================================================== part: decode
@@ -805,8 +896,15 @@ def part_decode(cfg: dict[str, Any], rec: Recorder) -> None:
     else:
         net = Seq2SeqTransformer(vocab_size=d["V"], d_model=32, n_heads=4, n_layers=1, d_ff=64, max_len=64)
     params = sum(p.numel() for p in net.parameters())
-    rec.set("model", {"preset": d["preset"] or "tiny (dry run)", "params_m": round(params / 1e6, 2),
-                      "source_tokens": d["S"], "output_tokens": d["L"]})  # fmt: skip
+    rec.set(
+        "model",
+        {
+            "preset": d["preset"] or "tiny (dry run)",
+            "params_m": round(params / 1e6, 2),
+            "source_tokens": d["S"],
+            "output_tokens": d["L"],
+        },
+    )
     model = NoEarlyEos(net.to(device).eval())
     L = d["L"]
     for search in ("greedy", "beam4"):
@@ -826,15 +924,24 @@ def part_decode(cfg: dict[str, Any], rec: Recorder) -> None:
                 out = run()
                 if out.shape[1] != L:
                     raise RuntimeError(f"decoded {out.shape[1]} tokens, expected {L}")
-                times, _ = time_alternating({"run": lambda: run()}, device, 1, d["reps"],
-                                            min(sz["cell_s"], max(rec.time_left() - 3, 1)))  # fmt: skip
+                times, _ = time_alternating(
+                    {"run": lambda: run()}, device, 1, d["reps"], min(sz["cell_s"], max(rec.time_left() - 3, 1))
+                )
                 sec = statistics.median(times["run"])
                 # the kernels do not depend on the batch; recording them runs every op through Python
                 smallest = min(d["batches"])
                 kernels = kernels_of(lambda: run()) if B == smallest else f"as at batch {smallest}"
-                rec.row(search=search, batch=B, output_tokens=L, reps=len(times["run"]), seconds=round(sec, 4),
-                        tok_s=round(B * L / sec, 1), ms_per_step=round(1e3 * sec / L, 3),
-                        peak_mb=peak_mb(lambda: run(), net, None, device), kernels=kernels)  # fmt: skip
+                rec.row(
+                    search=search,
+                    batch=B,
+                    output_tokens=L,
+                    reps=len(times["run"]),
+                    seconds=round(sec, 4),
+                    tok_s=round(B * L / sec, 1),
+                    ms_per_step=round(1e3 * sec / L, 3),
+                    peak_mb=peak_mb(lambda: run(), net, None, device),
+                    kernels=kernels,
+                )
 
 
 # ====================================================================================== part: cli
@@ -873,11 +980,30 @@ def cli_args(cfg: dict[str, Any], task: str, config: str, extra: list[str], time
         args += extra[:2]
         extra = extra[2:]
     args += ["--config", config, *extra]
-    args += ["--trainer.max_steps", str(sz["steps"]), "--trainer.max_epochs", "-1", "--trainer.max_time", "null",
-             "--trainer.limit_val_batches", "0", "--trainer.num_sanity_val_steps", "0", "--trainer.logger", "false",
-             "--trainer.enable_checkpointing", "false", "--trainer.enable_progress_bar", "false",
-             "--trainer.enable_model_summary", "false", "--trainer.default_root_dir", root,
-             "--trainer.callbacks", json.dumps(callbacks)]  # fmt: skip
+    args += [
+        "--trainer.max_steps",
+        str(sz["steps"]),
+        "--trainer.max_epochs",
+        "-1",
+        "--trainer.max_time",
+        "null",
+        "--trainer.limit_val_batches",
+        "0",
+        "--trainer.num_sanity_val_steps",
+        "0",
+        "--trainer.logger",
+        "false",
+        "--trainer.enable_checkpointing",
+        "false",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.enable_model_summary",
+        "false",
+        "--trainer.default_root_dir",
+        root,
+        "--trainer.callbacks",
+        json.dumps(callbacks),
+    ]
     if not ddp and not cfg["dry_run"]:
         args += ["--trainer.devices", "1"]
     if cfg["dry_run"]:
@@ -891,14 +1017,24 @@ _SESSIONS: set[int] = set()  # the task commands running now (each leads its own
 def _run_cli_subprocess(args: list[str], timeout: float, log_path: Path) -> tuple[int | None, str]:
     """``python -m lightning_tf fit <args>`` in its own session (so a timeout stops its DDP ranks too)."""
     paths = [str(ROOT), str(BENCH), os.environ.get("PYTHONPATH")]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p), "WANDB_MODE": "offline",
-           "HF_HUB_OFFLINE": "1"}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in paths if p),
+        "WANDB_MODE": "offline",
+        "HF_HUB_OFFLINE": "1",
+    }
     env.pop("LIGHTNING_TF_GPU_BENCH_WORKER", None)
     if _NVML_CHECK_GIVEN is None:
         env.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "lightning_tf", "fit", *args], cwd=ROOT, env=env,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "lightning_tf", "fit", *args],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         _SESSIONS.add(proc.pid)
         try:
             code: int | None = proc.wait(timeout=timeout)
@@ -913,7 +1049,7 @@ def _run_cli_subprocess(args: list[str], timeout: float, log_path: Path) -> tupl
 
 
 def _run_cli_in_process(args: list[str]) -> None:
-    from lightning_tf.cli import make_cli
+    from lightning_tf.cli.lightning_cli import make_cli
 
     make_cli(["fit", *args])
 
@@ -966,10 +1102,12 @@ def part_cli(cfg: dict[str, Any], rec: Recorder) -> None:
             row["status"] = "timed out" if code is None else f"failed (exit {code})" if code else "no timing written"
             row["log_tail"] = tail[-1500:]
         rec.row(**row)
-    rec.note("batches/s vs eager on 1 device: for DDP the throughput scaling (ideal: the number of devices), "
-             "for a compiled run its speed-up; steps/s counts optimizer steps after the first "
-             f"{cfg['sizes']['cli']['skip']} (warm-up, compilation); wall s is the whole command "
-             "(start-up and data included)")
+    rec.note(
+        "batches/s vs eager on 1 device: for DDP the throughput scaling (ideal: the number of devices), "
+        "for a compiled run its speed-up; steps/s counts optimizer steps after the first "
+        f"{cfg['sizes']['cli']['skip']} (warm-up, compilation); wall s is the whole command "
+        "(start-up and data included)"
+    )
     if cfg.get("gpu_count", 0) <= 1:
         rec.note("one device: DDP has nothing to scale (scaling is 1 GPU only); its row shows the wrapper's cost")
 
@@ -1014,8 +1152,13 @@ if __name__ != "__main__":
                 return
             steps = trainer.global_step - self.start_step
             seconds = time.perf_counter() - self.start if self.start is not None else float("nan")
-            out = {"steps_timed": steps, "seconds": round(seconds, 3), "world_size": trainer.world_size,
-                   "precision": str(trainer.precision), "device": str(pl_module.device)}  # fmt: skip
+            out = {
+                "steps_timed": steps,
+                "seconds": round(seconds, 3),
+                "world_size": trainer.world_size,
+                "precision": str(trainer.precision),
+                "device": str(pl_module.device),
+            }
             out["steps_per_s"] = round(steps / seconds, 2) if steps > 0 else None
             out["batches_per_s"] = round(out["steps_per_s"] * trainer.world_size, 2) if steps > 0 else None
             if pl_module.device.type == "cuda":
@@ -1026,9 +1169,14 @@ if __name__ != "__main__":
 # =========================================================================== the worker and the run
 
 PART_FUNCTIONS: dict[str, Callable[[dict[str, Any], Recorder], None]] = {
-    "machine": part_machine, "backends": part_backends, "layers": part_layers, "vit": part_vit,
-    "seq2seq": part_seq2seq, "decode": part_decode, "cli": part_cli,
-}  # fmt: skip
+    "machine": part_machine,
+    "backends": part_backends,
+    "layers": part_layers,
+    "vit": part_vit,
+    "seq2seq": part_seq2seq,
+    "decode": part_decode,
+    "cli": part_cli,
+}
 
 
 def _kill_group(pid: int, alive: Callable[[], bool]) -> None:
@@ -1083,13 +1231,21 @@ class Run:
         self.out = Path(args.out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.work = Path(tempfile.mkdtemp(prefix="lightning-tf-gpu-"))
-        self.cfg: dict[str, Any] = {"device": device, "dry_run": self.dry, "sizes": SIZES["dry" if self.dry else "gpu"],
-                                    "cli_subprocess": args.cli_subprocess}  # fmt: skip
+        self.cfg: dict[str, Any] = {
+            "device": device,
+            "dry_run": self.dry,
+            "sizes": SIZES["dry" if self.dry else "gpu"],
+            "cli_subprocess": args.cli_subprocess,
+        }
         self.results: dict[str, Any] = {
-            "script": "benchmarks/gpu.py", "command": " ".join(["python", "benchmarks/gpu.py", *sys.argv[1:]]),
-            "dry_run": self.dry, "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "budget_s": args.budget_s,
-            "sizes": self.cfg["sizes"], "parts": {},
-        }  # fmt: skip
+            "script": "benchmarks/gpu.py",
+            "command": " ".join(["python", "benchmarks/gpu.py", *sys.argv[1:]]),
+            "dry_run": self.dry,
+            "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            "budget_s": args.budget_s,
+            "sizes": self.cfg["sizes"],
+            "parts": {},
+        }
         self.context = multiprocessing.get_context("forkserver")
         self.current: multiprocessing.process.BaseProcess | None = None
 
@@ -1144,8 +1300,15 @@ class Run:
             p.start()
         except Exception as err:  # noqa: BLE001 (the worker server is gone)
             self.current = None
-            return {"part": part, "status": f"worker did not start: {_one_line(err)}", "rows": [], "notes": [],
-                    "errors": [], "seconds": round(time.perf_counter() - t0, 1), "budget_s": round(timeout, 1)}
+            return {
+                "part": part,
+                "status": f"worker did not start: {_one_line(err)}",
+                "rows": [],
+                "notes": [],
+                "errors": [],
+                "seconds": round(time.perf_counter() - t0, 1),
+                "budget_s": round(timeout, 1),
+            }
         p.join(timeout)
         stopped = p.is_alive()
         if stopped:
@@ -1207,10 +1370,12 @@ class Run:
 
 def machine_line(m: dict[str, Any]) -> str:
     gpus = ", ".join(f"{g['name']} ({g['memory_gib']} GiB, sm {g['capability']})" for g in m.get("gpus", []))
-    return (f"machine: {gpus or 'no GPU'} x{m.get('gpu_count', 0)} | torch {m.get('torch')}, CUDA {m.get('cuda')}, "
-            f"cuDNN {m.get('cudnn')}, driver {m.get('driver')} | CPU {m.get('cpu')}, {m.get('cpu_cores')} cores | "
-            f"peak {m.get('peak_tflops')} TFLOP/s ({m.get('peak_source')}); torch.mm measured "
-            f"{m.get('mm_tflops_measured')} TFLOP/s")  # fmt: skip
+    return (
+        f"machine: {gpus or 'no GPU'} x{m.get('gpu_count', 0)} | torch {m.get('torch')}, CUDA {m.get('cuda')}, "
+        f"cuDNN {m.get('cudnn')}, driver {m.get('driver')} | CPU {m.get('cpu')}, {m.get('cpu_cores')} cores | "
+        f"peak {m.get('peak_tflops')} TFLOP/s ({m.get('peak_source')}); torch.mm measured "
+        f"{m.get('mm_tflops_measured')} TFLOP/s"
+    )
 
 
 def _fmt(v: Any) -> str:
@@ -1238,54 +1403,211 @@ def part_markdown(part: str, res: dict[str, Any]) -> list[str]:
     rows = res.get("rows", [])
     if part == "machine" and "machine" in res:
         m = res["machine"]
-        lines = _table(["GPU", "memory", "capability", "count", "torch", "CUDA", "cuDNN", "driver", "CPU",
-                        "peak bf16 TFLOP/s (for MFU)", "torch.mm measured"],
-                       [[(m["gpus"][0]["name"] if m["gpus"] else "none"),
-                         (f"{m['gpus'][0]['memory_gib']} GiB" if m["gpus"] else "-"),
-                         (m["gpus"][0]["capability"] if m["gpus"] else "-"), m.get("gpu_count", 0), m.get("torch"),
-                         m.get("cuda") or "-", m.get("cudnn") or "-", m.get("driver") or "-",
-                         f"{m.get('cpu')} ({m.get('cpu_cores')} cores)",
-                         f"{m.get('peak_tflops')} ({m.get('peak_source')})",
-                         f"{m.get('mm_tflops_measured')} ({m.get('mm_shape')})"]])  # fmt: skip
+        lines = _table(
+            [
+                "GPU",
+                "memory",
+                "capability",
+                "count",
+                "torch",
+                "CUDA",
+                "cuDNN",
+                "driver",
+                "CPU",
+                "peak bf16 TFLOP/s (for MFU)",
+                "torch.mm measured",
+            ],
+            [
+                [
+                    (m["gpus"][0]["name"] if m["gpus"] else "none"),
+                    (f"{m['gpus'][0]['memory_gib']} GiB" if m["gpus"] else "-"),
+                    (m["gpus"][0]["capability"] if m["gpus"] else "-"),
+                    m.get("gpu_count", 0),
+                    m.get("torch"),
+                    m.get("cuda") or "-",
+                    m.get("cudnn") or "-",
+                    m.get("driver") or "-",
+                    f"{m.get('cpu')} ({m.get('cpu_cores')} cores)",
+                    f"{m.get('peak_tflops')} ({m.get('peak_source')})",
+                    f"{m.get('mm_tflops_measured')} ({m.get('mm_shape')})",
+                ]
+            ],
+        )
         return lines
     if not rows:
         return []
     if part == "backends":
-        return _table(["attention path", "taken by", "flash", "efficient", "cuDNN", "math", "picked unrestricted"],
-                      [[r["path"], r["used_by"], r.get("flash", "-"), r.get("efficient", "-"), r.get("cudnn", "-"),
-                        r.get("math", "-"), r.get("default", "-")] for r in rows])  # fmt: skip
+        return _table(
+            ["attention path", "taken by", "flash", "efficient", "cuDNN", "math", "picked unrestricted"],
+            [
+                [
+                    r["path"],
+                    r["used_by"],
+                    r.get("flash", "-"),
+                    r.get("efficient", "-"),
+                    r.get("cudnn", "-"),
+                    r.get("math", "-"),
+                    r.get("default", "-"),
+                ]
+                for r in rows
+            ],
+        )
     if part == "layers":
-        return _table(["layer", "(B, T, D, H)", "mode", "ours tok/s", "torch tok/s", "ours/torch", "ours MFU",
-                       "torch MFU", "ours peak MB", "torch peak MB", "first step s (ours / torch)",
-                       "SDPA kernels (ours / torch)"],
-                      [[r["layer"], r["shape"], r["mode"], r["ours_tok_s"], r["torch_tok_s"], f"{r['ratio']:.2f}",
-                        _pct(r["ours_mfu"]), _pct(r["torch_mfu"]), r["ours_peak_mb"], r["torch_peak_mb"],
-                        f"{r['first_step_s'].get('ours')} / {r['first_step_s'].get('torch')}",
-                        f"{r.get('ours_kernels', '-')} / {r.get('torch_kernels', '-')}"] for r in rows])  # fmt: skip
+        return _table(
+            [
+                "layer",
+                "(B, T, D, H)",
+                "mode",
+                "ours tok/s",
+                "torch tok/s",
+                "ours/torch",
+                "ours MFU",
+                "torch MFU",
+                "ours peak MB",
+                "torch peak MB",
+                "first step s (ours / torch)",
+                "SDPA kernels (ours / torch)",
+            ],
+            [
+                [
+                    r["layer"],
+                    r["shape"],
+                    r["mode"],
+                    r["ours_tok_s"],
+                    r["torch_tok_s"],
+                    f"{r['ratio']:.2f}",
+                    _pct(r["ours_mfu"]),
+                    _pct(r["torch_mfu"]),
+                    r["ours_peak_mb"],
+                    r["torch_peak_mb"],
+                    f"{r['first_step_s'].get('ours')} / {r['first_step_s'].get('torch')}",
+                    f"{r.get('ours_kernels', '-')} / {r.get('torch_kernels', '-')}",
+                ]
+                for r in rows
+            ],
+        )
     if part == "vit":
-        return _table(["mode", "batch", "ours img/s", "timm img/s", "ours/timm", "ours MFU", "timm MFU", "ours peak MB",
-                       "timm peak MB", "first step s (ours / timm)", "SDPA kernels (ours / timm)"],
-                      [[r["mode"], r["batch"], r["ours_img_s"], r["timm_img_s"], f"{r['ratio']:.2f}",
-                        _pct(r["ours_mfu"]), _pct(r["timm_mfu"]), r["ours_peak_mb"], r["timm_peak_mb"],
-                        f"{r['first_step_s'].get('ours')} / {r['first_step_s'].get('timm')}",
-                        f"{r.get('ours_kernels', '-')} / {r.get('timm_kernels', '-')}"] for r in rows])  # fmt: skip
+        return _table(
+            [
+                "mode",
+                "batch",
+                "ours img/s",
+                "timm img/s",
+                "ours/timm",
+                "ours MFU",
+                "timm MFU",
+                "ours peak MB",
+                "timm peak MB",
+                "first step s (ours / timm)",
+                "SDPA kernels (ours / timm)",
+            ],
+            [
+                [
+                    r["mode"],
+                    r["batch"],
+                    r["ours_img_s"],
+                    r["timm_img_s"],
+                    f"{r['ratio']:.2f}",
+                    _pct(r["ours_mfu"]),
+                    _pct(r["timm_mfu"]),
+                    r["ours_peak_mb"],
+                    r["timm_peak_mb"],
+                    f"{r['first_step_s'].get('ours')} / {r['first_step_s'].get('timm')}",
+                    f"{r.get('ours_kernels', '-')} / {r.get('timm_kernels', '-')}",
+                ]
+                for r in rows
+            ],
+        )
     if part == "seq2seq":
-        return _table(["model", "batch (B x S x T)", "params (M)", "ours tok/s", "torch tok/s", "ours/torch",
-                       "ours MFU", "torch MFU", "ours peak MB", "torch peak MB", "SDPA kernels (ours / torch)"],
-                      [[r["model"], r["batch"], r["params_m"], r["ours_tok_s"], r["torch_tok_s"], f"{r['ratio']:.2f}",
-                        _pct(r["ours_mfu"]), _pct(r["torch_mfu"]), r["ours_peak_mb"], r["torch_peak_mb"],
-                        f"{r['ours_kernels']} / {r['torch_kernels']}"] for r in rows])  # fmt: skip
+        return _table(
+            [
+                "model",
+                "batch (B x S x T)",
+                "params (M)",
+                "ours tok/s",
+                "torch tok/s",
+                "ours/torch",
+                "ours MFU",
+                "torch MFU",
+                "ours peak MB",
+                "torch peak MB",
+                "SDPA kernels (ours / torch)",
+            ],
+            [
+                [
+                    r["model"],
+                    r["batch"],
+                    r["params_m"],
+                    r["ours_tok_s"],
+                    r["torch_tok_s"],
+                    f"{r['ratio']:.2f}",
+                    _pct(r["ours_mfu"]),
+                    _pct(r["torch_mfu"]),
+                    r["ours_peak_mb"],
+                    r["torch_peak_mb"],
+                    f"{r['ours_kernels']} / {r['torch_kernels']}",
+                ]
+                for r in rows
+            ],
+        )
     if part == "decode":
-        return _table(["search", "batch", "output tokens", "s per batch", "output tok/s", "ms per step", "peak MB",
-                       "SDPA kernels"],
-                      [[r["search"], r["batch"], r["output_tokens"], r["seconds"], r["tok_s"], r["ms_per_step"],
-                        r["peak_mb"], r["kernels"]] for r in rows])  # fmt: skip
+        return _table(
+            [
+                "search",
+                "batch",
+                "output tokens",
+                "s per batch",
+                "output tok/s",
+                "ms per step",
+                "peak MB",
+                "SDPA kernels",
+            ],
+            [
+                [
+                    r["search"],
+                    r["batch"],
+                    r["output_tokens"],
+                    r["seconds"],
+                    r["tok_s"],
+                    r["ms_per_step"],
+                    r["peak_mb"],
+                    r["kernels"],
+                ]
+                for r in rows
+            ],
+        )
     if part == "cli":
-        return _table(["task", "config", "run", "status", "steps timed", "steps/s", "batches/s (all devices)",
-                       "devices", "batches/s vs eager on 1 device", "peak MB (rank 0)", "wall s"],
-                      [[r["task"], f"`{r['config']}`", r["mode"], r["status"], r.get("steps_timed"),
-                        r.get("steps_per_s"), r.get("batches_per_s"), r.get("world_size"), r.get("vs_eager_1_device"),
-                        r.get("peak_mb"), r["wall_s"]] for r in rows])  # fmt: skip
+        return _table(
+            [
+                "task",
+                "config",
+                "run",
+                "status",
+                "steps timed",
+                "steps/s",
+                "batches/s (all devices)",
+                "devices",
+                "batches/s vs eager on 1 device",
+                "peak MB (rank 0)",
+                "wall s",
+            ],
+            [
+                [
+                    r["task"],
+                    f"`{r['config']}`",
+                    r["mode"],
+                    r["status"],
+                    r.get("steps_timed"),
+                    r.get("steps_per_s"),
+                    r.get("batches_per_s"),
+                    r.get("world_size"),
+                    r.get("vs_eager_1_device"),
+                    r.get("peak_mb"),
+                    r["wall_s"],
+                ]
+                for r in rows
+            ],
+        )
     return []
 
 
@@ -1301,15 +1623,23 @@ PART_TITLES = {
 
 
 def markdown(results: dict[str, Any]) -> list[str]:
-    lines = ["# lightning-tf on a GPU" + (" (dry run: tiny sizes on the CPU, float32; not a measurement)"
-                                          if results["dry_run"] else ""), ""]  # fmt: skip
-    lines += [f"Written by `{results['command']}`, started {results['started']}"
-              + (f", finished {results['finished']}" if "finished" in results else " (still running or interrupted)")
-              + f"; time budget {results['budget_s']} s.", ""]  # fmt: skip
+    lines = [
+        "# lightning-tf on a GPU"
+        + (" (dry run: tiny sizes on the CPU, float32; not a measurement)" if results["dry_run"] else ""),
+        "",
+    ]
+    lines += [
+        f"Written by `{results['command']}`, started {results['started']}"
+        + (f", finished {results['finished']}" if "finished" in results else " (still running or interrupted)")
+        + f"; time budget {results['budget_s']} s.",
+        "",
+    ]
     if "machine" in results:
         lines += [machine_line(results["machine"]), ""]
-    lines += _table(["part", "status", "seconds", "budget s"],
-                    [[p, r["status"], r.get("seconds"), r.get("budget_s")] for p, r in results["parts"].items()])
+    lines += _table(
+        ["part", "status", "seconds", "budget s"],
+        [[p, r["status"], r.get("seconds"), r.get("budget_s")] for p, r in results["parts"].items()],
+    )
     for part, res in results["parts"].items():
         title = PART_TITLES.get(part, part).format(steps=results["sizes"]["cli"]["steps"])
         lines += ["", f"## {title}", ""]
@@ -1324,10 +1654,13 @@ def markdown(results: dict[str, Any]) -> list[str]:
         if part == "cli":
             commands = [f"    {r['command']}" for r in res.get("rows", [])[:1]]
             lines += ["", "The first command, in full:", "", *commands] if commands else []
-    lines += ["", "MFU: analytic matmul FLOPs of a training step (3x the forward; causal attention counts the "
-              "visible half) per median step time, over the peak above. Peak MB: the model's weights, gradients and "
-              "optimizer state plus the transient peak of one step (torch.cuda.max_memory_allocated). Ratios "
-              "above 1: ours faster."]  # fmt: skip
+    lines += [
+        "",
+        "MFU: analytic matmul FLOPs of a training step (3x the forward; causal attention counts the "
+        "visible half) per median step time, over the peak above. Peak MB: the model's weights, gradients and "
+        "optimizer state plus the transient peak of one step (torch.cuda.max_memory_allocated). Ratios "
+        "above 1: ours faster.",
+    ]
     return lines
 
 
@@ -1337,13 +1670,23 @@ def markdown(results: dict[str, Any]) -> list[str]:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--dry-run", action="store_true", help="every part at tiny sizes on the CPU (a smoke test)")
-    p.add_argument("--out", default=None, help="folder for gpu.json and gpu.md (default docs/results; "
-                                               "with --dry-run runs/gpu_dry_run)")  # fmt: skip
-    p.add_argument("--budget-s", type=float, default=None,
-                   help="seconds for the whole run, parts and start-up (default 420; --dry-run 300)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="folder for gpu.json and gpu.md (default docs/results; with --dry-run runs/gpu_dry_run)",
+    )
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help="seconds for the whole run, parts and start-up (default 420; --dry-run 300)",
+    )
     p.add_argument("--parts", nargs="+", choices=PARTS, default=PARTS, help="parts to run, in this order")
-    p.add_argument("--cli-subprocess", action="store_true",
-                   help="with --dry-run, run the task commands as subprocesses, as on a GPU")
+    p.add_argument(
+        "--cli-subprocess",
+        action="store_true",
+        help="with --dry-run, run the task commands as subprocesses, as on a GPU",
+    )
     args = p.parse_args(argv)
     args.out = args.out or str(ROOT / ("runs/gpu_dry_run" if args.dry_run else "docs/results"))
     args.budget_s = args.budget_s or (300.0 if args.dry_run else 420.0)
@@ -1357,8 +1700,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if not args.dry_run and not torch.cuda.is_available():
-        print("benchmarks/gpu.py: no CUDA device here (torch.cuda.is_available() is False), nothing measured; "
-              "run it on a GPU machine, or add --dry-run for a tiny smoke run on the CPU")  # fmt: skip
+        print(
+            "benchmarks/gpu.py: no CUDA device here (torch.cuda.is_available() is False), nothing measured; "
+            "run it on a GPU machine, or add --dry-run for a tiny smoke run on the CPU"
+        )
         return 0
     run = Run(args, "cpu" if args.dry_run else "cuda")
 
@@ -1368,8 +1713,11 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_term)
     t0 = time.perf_counter()
     try:
-        print(f"benchmarks/gpu.py{' --dry-run' if args.dry_run else ''}: parts {' '.join(args.parts)}, "
-              f"budget {args.budget_s:.0f} s, results in {args.out}", flush=True)  # fmt: skip
+        print(
+            f"benchmarks/gpu.py{' --dry-run' if args.dry_run else ''}: parts {' '.join(args.parts)}, "
+            f"budget {args.budget_s:.0f} s, results in {args.out}",
+            flush=True,
+        )
         deadline = time.time() + args.budget_s  # the workers' start counts too
         run.start_workers()
         run.run(args.parts, deadline)

@@ -71,9 +71,15 @@ def accuracy(args: argparse.Namespace) -> dict:
     if stopping:
         callbacks.append(EarlyStopping(stopping["monitor"], mode="min", patience=stopping["patience"]))
     trainer = L.Trainer(
-        max_epochs=epochs, gradient_clip_val=trainer_args.get("gradient_clip_val"), logger=False,
-        enable_progress_bar=False, enable_model_summary=False, callbacks=callbacks, num_sanity_val_steps=0,
-        limit_train_batches=args.limit_batches, limit_val_batches=args.limit_batches,
+        max_epochs=epochs,
+        gradient_clip_val=trainer_args.get("gradient_clip_val"),
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=callbacks,
+        num_sanity_val_steps=0,
+        limit_train_batches=args.limit_batches,
+        limit_val_batches=args.limit_batches,
     )
     t0 = time.perf_counter()
     trainer.fit(model, dm)
@@ -81,11 +87,15 @@ def accuracy(args: argparse.Namespace) -> dict:
     trainer.test(model, dm, ckpt_path="best", verbose=False)
     b = next(iter(dm.borders.values()))
     return {
-        "summary": model.test_summary, "epochs": epochs, "epochs_run": trainer.current_epoch, "train_s": train_s,
+        "summary": model.test_summary,
+        "epochs": epochs,
+        "epochs_run": trainer.current_epoch,
+        "train_s": train_s,
         "best": Path(ckpt.best_model_path).name,
         "windows": {s: len(dm.datasets[s]) for s in ("train", "val", "test")},
         "test_period": f"{b['test_start']:%Y-%m-%d} .. {dm.bars['timestamp'].iloc[-1]:%Y-%m-%d}"
-        if b.get("test_start") is not None else "?",
+        if b.get("test_start") is not None
+        else "?",
         "val_start": f"{b['val_start']:%Y-%m-%d}" if b.get("val_start") is not None else "?",
     }
 
@@ -108,9 +118,11 @@ def verdicts(summary: dict, scale: str) -> list[str]:
         v = scales[scale]
         beats = model["mse"] < v["mse"] and model["mae"] < v["mae"]
         tie = model["mse"] == v["mse"] and model["mae"] == v["mae"]
-        out.append(f"model {'ties' if tie else 'beats' if beats else 'does NOT beat'} {name} ({scale}): "
-                   f"MSE {model['mse']:.4g} vs {v['mse']:.4g} ({model['mse'] / v['mse'] - 1:+.1%}), "
-                   f"MAE {model['mae']:.4g} vs {v['mae']:.4g} ({model['mae'] / v['mae'] - 1:+.1%})")
+        out.append(
+            f"model {'ties' if tie else 'beats' if beats else 'does NOT beat'} {name} ({scale}): "
+            f"MSE {model['mse']:.4g} vs {v['mse']:.4g} ({model['mse'] / v['mse'] - 1:+.1%}), "
+            f"MAE {model['mae']:.4g} vs {v['mae']:.4g} ({model['mae'] / v['mae'] - 1:+.1%})"
+        )
     return out
 
 
@@ -134,8 +146,9 @@ class TorchEncoder(nn.Module):
         super().__init__()
         self.pos = nn.Parameter(ours.pos.absolute.weight.detach().clone())
         self.dropout = nn.Dropout(dropout)
-        layer = nn.TransformerEncoderLayer(d_model, n_heads, d_ff, dropout, activation="relu", batch_first=True,
-                                           norm_first=True)
+        layer = nn.TransformerEncoderLayer(
+            d_model, n_heads, d_ff, dropout, activation="relu", batch_first=True, norm_first=True
+        )
         self.stack = nn.TransformerEncoder(layer, n_layers, norm=nn.LayerNorm(d_model), enable_nested_tensor=False)
         state = {}
         for name, value in ours.state_dict().items():
@@ -159,8 +172,9 @@ def speed(args: argparse.Namespace) -> list[dict]:
     h = ours.hparams
     ref = copy.deepcopy(ours)
     d_ff = h.d_ff or 4 * h.d_model
-    ref.net.backbone.encoder = TorchEncoder(ours.net.backbone.encoder, h.d_model, h.n_heads, h.n_layers, d_ff,
-                                            h.dropout)
+    ref.net.backbone.encoder = TorchEncoder(
+        ours.net.backbone.encoder, h.d_model, h.n_heads, h.n_layers, d_ff, h.dropout
+    )
     dm = KLineDataModule(**{**data_args, "batch_size": args.batch_size})
     dm.setup("fit")
     ours.target_channels = ref.target_channels = dm.target_channels
@@ -177,23 +191,32 @@ def speed(args: argparse.Namespace) -> list[dict]:
                 fn()
         times: dict[str, list[float]] = {"ours": [], "torch": []}
         for r in range(args.repeats):
-            for name in (("ours", "torch") if r % 2 == 0 else ("torch", "ours")):
+            for name in ("ours", "torch") if r % 2 == 0 else ("torch", "ours"):
                 t0 = time.perf_counter()
                 fns[name]()
                 times[name].append(time.perf_counter() - t0)
         B = x.shape[0]
         med = {k: statistics.median(v) for k, v in times.items()}
-        rows.append({"mode": mode, "batch": B, "ours_wps": B / med["ours"], "torch_wps": B / med["torch"],
-                     "ratio": med["torch"] / med["ours"]})
+        rows.append(
+            {
+                "mode": mode,
+                "batch": B,
+                "ours_wps": B / med["ours"],
+                "torch_wps": B / med["torch"],
+                "ratio": med["torch"] / med["ours"],
+            }
+        )
     return rows
 
 
 def step_fn(model: KLineForecaster, x: Tensor, y: Tensor, mode: str):
     if mode == "eval":
+
         def run() -> None:
             model.eval()
             with torch.inference_mode():
                 model(x)
+
         return run
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
@@ -202,6 +225,7 @@ def step_fn(model: KLineForecaster, x: Tensor, y: Tensor, mode: str):
         opt.zero_grad(set_to_none=True)
         F.mse_loss(model(x), y).backward()
         opt.step()
+
     return train
 
 
@@ -216,13 +240,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--quick", action="store_true", help="smoke run: 1 epoch on a few batches, few repeats")
-    p.add_argument("--model", nargs="*", default=[], metavar="NAME=VALUE",
-                   help="override model arguments of the config, e.g. --model revin=false d_model=64")
+    p.add_argument(
+        "--model",
+        nargs="*",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override model arguments of the config, e.g. --model revin=false d_model=64",
+    )
     p.add_argument("--skip-accuracy", action="store_true")
     p.add_argument("--skip-speed", action="store_true")
     p.add_argument("--json", type=Path, default=None)
-    p.add_argument("--out", type=Path, default=None,
-                   help="write the accuracy and backtest tables to STEM.md and STEM.json")
+    p.add_argument(
+        "--out", type=Path, default=None, help="write the accuracy and backtest tables to STEM.md and STEM.json"
+    )
     p.add_argument("--workdir", type=Path, default=Path("runs") / "bench_kline")
     args = p.parse_args(argv)
     args.limit_batches = None
@@ -235,12 +265,17 @@ def accuracy_report(acc: dict, args: argparse.Namespace, info: dict) -> str:
     """The accuracy tables, the verdicts, the selection line and the backtest, as markdown."""
     s = acc["summary"]
     with_ = f" with {' '.join(args.model)}" if args.model else ""
-    out = [f"# MSFT daily, next 5 log returns: {CONFIG.relative_to(ROOT)}{with_}", "",
-           f"Machine: {info['cpu']}, {info['cores']} cores (shared), {info['threads']} thread(s), "
-           f"torch {info['torch']}. {acc['epochs_run']} epochs run (at most {acc['epochs']}) in "
-           f"{acc['train_s'] / 60:.1f} min, best {acc['best']}; "
-           f"windows {acc['windows']}; validation from {acc['val_start']}, test {acc['test_period']}"
-           + (" (QUICK smoke run)" if args.quick else "") + ".", ""]
+    out = [
+        f"# MSFT daily, next 5 log returns: {CONFIG.relative_to(ROOT)}{with_}",
+        "",
+        f"Machine: {info['cpu']}, {info['cores']} cores (shared), {info['threads']} thread(s), "
+        f"torch {info['torch']}. {acc['epochs_run']} epochs run (at most {acc['epochs']}) in "
+        f"{acc['train_s'] / 60:.1f} min, best {acc['best']}; "
+        f"windows {acc['windows']}; validation from {acc['val_start']}, test {acc['test_period']}"
+        + (" (QUICK smoke run)" if args.quick else "")
+        + ".",
+        "",
+    ]
     for line in s.get("about", {}).values():
         out.append(f"- {line}")
     for scale, title in (("orig", "next-5-day log returns"), ("price", "closes rebuilt from the returns")):
@@ -248,9 +283,15 @@ def accuracy_report(acc: dict, args: argparse.Namespace, info: dict) -> str:
         out += [f"- {v}" for v in verdicts(s, scale)]
     if "backtest" in s:
         bt = s["backtest"]
-        out += ["", f"Backtest of the next-day forecast's sign on the {bt['bars']} test days "
-                f"({'long/short' if bt['short'] else 'long/flat'}, {bt['cost_bps']:g} bp per side):", "",
-                backtest_table(bt), "", f"- {bt['verdict']}"]
+        out += [
+            "",
+            f"Backtest of the next-day forecast's sign on the {bt['bars']} test days "
+            f"({'long/short' if bt['short'] else 'long/flat'}, {bt['cost_bps']:g} bp per side):",
+            "",
+            backtest_table(bt),
+            "",
+            f"- {bt['verdict']}",
+        ]
     return "\n".join(out)
 
 
@@ -265,9 +306,11 @@ def main(argv: list[str] | None = None) -> None:
     if not args.skip_accuracy:
         acc = accuracy(args)
         out["accuracy"] = acc
-        print(f"\n(a) {CONFIG.relative_to(ROOT)}{' with ' + ' '.join(args.model) if args.model else ''}: {acc['epochs']} epochs in {acc['train_s']:.0f} s, best {acc['best']}; "
-              f"windows {acc['windows']}; validation from {acc['val_start']}, test {acc['test_period']}"
-              + (" (QUICK smoke run)" if args.quick else ""))
+        print(
+            f"\n(a) {CONFIG.relative_to(ROOT)}{' with ' + ' '.join(args.model) if args.model else ''}: {acc['epochs']} epochs in {acc['train_s']:.0f} s, best {acc['best']}; "
+            f"windows {acc['windows']}; validation from {acc['val_start']}, test {acc['test_period']}"
+            + (" (QUICK smoke run)" if args.quick else "")
+        )
         report = accuracy_report(acc, args, info)
         print(report)
         if args.out:

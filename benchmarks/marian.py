@@ -61,8 +61,14 @@ def _reference(ref: Any, src: torch.Tensor, mask: torch.Tensor, limits: list[int
         n = int(mask[b].sum())
         with torch.no_grad():
             ids = ref.generate(
-                input_ids=src[b : b + 1, :n], attention_mask=mask[b : b + 1, :n], max_new_tokens=limit,
-                do_sample=False, bad_words_ids=[[V - 1]], forced_eos_token_id=0, no_repeat_ngram_size=2, **kw,
+                input_ids=src[b : b + 1, :n],
+                attention_mask=mask[b : b + 1, :n],
+                max_new_tokens=limit,
+                do_sample=False,
+                bad_words_ids=[[V - 1]],
+                forced_eos_token_id=0,
+                no_repeat_ngram_size=2,
+                **kw,
             )[0, 1:].tolist()
         out.append(ids[: ids.index(0) + 1] if 0 in ids else ids)
     return out
@@ -71,10 +77,12 @@ def _reference(ref: Any, src: torch.Tensor, mask: torch.Tensor, limits: list[int
 SETTINGS = {
     "greedy": (dict(beam_size=1), dict(num_beams=1)),
     "beam 4, the same scoring": (
-        dict(beam_size=4, alpha=0.0), dict(num_beams=4, length_penalty=0.0, early_stopping=True)
+        dict(beam_size=4, alpha=0.0),
+        dict(num_beams=4, length_penalty=0.0, early_stopping=True),
     ),
     "beam 4, each side's default": (
-        dict(beam_size=4, alpha=0.6), dict(num_beams=4, length_penalty=1.0, early_stopping=False)
+        dict(beam_size=4, alpha=0.6),
+        dict(num_beams=4, length_penalty=1.0, early_stopping=False),
     ),
 }
 
@@ -120,6 +128,7 @@ def speed(size: dict[str, int], vocab: int, batch: int, src_len: int, new_tokens
     assert ours.max_new_tokens(src).tolist() == [new_tokens] * batch
     rows = []
     for beam in (1, 4):
+
         def run_ours() -> torch.Tensor:
             return ours.generate(src, beam_size=beam, alpha=0.0)
 
@@ -127,16 +136,29 @@ def speed(size: dict[str, int], vocab: int, batch: int, src_len: int, new_tokens
             with torch.no_grad():
                 scoring = dict(length_penalty=0.0, early_stopping=True) if beam > 1 else {}
                 return ref.generate(
-                    input_ids=src, attention_mask=mask, max_new_tokens=new_tokens, do_sample=False, num_beams=beam,
-                    bad_words_ids=[[vocab - 1]], forced_eos_token_id=0, **scoring,
+                    input_ids=src,
+                    attention_mask=mask,
+                    max_new_tokens=new_tokens,
+                    do_sample=False,
+                    num_beams=beam,
+                    bad_words_ids=[[vocab - 1]],
+                    forced_eos_token_id=0,
+                    **scoring,
                 )
 
         ours_ids, ref_ids = run_ours(), run_ref()  # warm-up, and the check that both ran to the full length
         assert ours_ids.shape[1] == new_tokens and ref_ids.shape[1] == new_tokens + 1, (ours_ids.shape, ref_ids.shape)
         t_ours, t_ref = _median_time(run_ours, repeats), _median_time(run_ref, repeats)
         tokens = batch * new_tokens
-        rows.append({"search": "greedy" if beam == 1 else f"beam {beam}", "tokens": tokens,
-                     "ours_tok_s": tokens / t_ours, "transformers_tok_s": tokens / t_ref, "ratio": t_ref / t_ours})
+        rows.append(
+            {
+                "search": "greedy" if beam == 1 else f"beam {beam}",
+                "tokens": tokens,
+                "ours_tok_s": tokens / t_ours,
+                "transformers_tok_s": tokens / t_ref,
+                "ratio": t_ref / t_ours,
+            }
+        )
     return rows
 
 
@@ -158,19 +180,31 @@ def main(argv: list[str] | None = None) -> None:
     print("\n| setting | sentences | same ids | transformers ends before the limit | same ids there |")
     print("|---|---:|---:|---:|---:|")
     for r in agree:
-        print(f"| {r['setting']} | {r['sentences']} | {r['same']} ({100 * r['same'] / r['sentences']:.0f}%) | "
-              f"{r['ended']} | {r['same_ended']} ({100 * r['same_ended'] / max(r['ended'], 1):.0f}%) |")
+        print(
+            f"| {r['setting']} | {r['sentences']} | {r['same']} ({100 * r['same'] / r['sentences']:.0f}%) | "
+            f"{r['ended']} | {r['same_ended']} ({100 * r['same_ended'] / max(r['ended'], 1):.0f}%) |"
+        )
     size = SMALL if args.quick else dict(d_model=256, encoder_layers=3, decoder_layers=3, heads=4, ffn=1024)
     vocab = V if args.quick else 8000
-    fast = speed(size, vocab, batch=4 if args.quick else 16, src_len=8 if args.quick else 20,
-                 new_tokens=12 if args.quick else 40, repeats=1 if args.quick else args.repeats)
-    print(f"\nspeed: d_model {size['d_model']}, {size['encoder_layers']}+{size['decoder_layers']} layers, "
-          f"vocabulary {vocab}, {args.threads} thread(s)")
+    fast = speed(
+        size,
+        vocab,
+        batch=4 if args.quick else 16,
+        src_len=8 if args.quick else 20,
+        new_tokens=12 if args.quick else 40,
+        repeats=1 if args.quick else args.repeats,
+    )
+    print(
+        f"\nspeed: d_model {size['d_model']}, {size['encoder_layers']}+{size['decoder_layers']} layers, "
+        f"vocabulary {vocab}, {args.threads} thread(s)"
+    )
     print("| search | target tokens | ours tok/s | transformers tok/s | ours / transformers speed |")
     print("|---|---:|---:|---:|---:|")
     for r in fast:
-        print(f"| {r['search']} | {r['tokens']} | {r['ours_tok_s']:.0f} | {r['transformers_tok_s']:.0f} | "
-              f"{r['ratio']:.2f} |")
+        print(
+            f"| {r['search']} | {r['tokens']} | {r['ours_tok_s']:.0f} | {r['transformers_tok_s']:.0f} | "
+            f"{r['ratio']:.2f} |"
+        )
     if args.json is not None:
         args.json.write_text(json.dumps({"machine": info, "agreement": agree, "speed": fast}, indent=2) + "\n")
         print(f"\nwrote {args.json}")

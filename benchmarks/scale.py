@@ -242,8 +242,11 @@ def measure_ddp(name: str, world_size: int = 2, **kwargs: Any) -> dict[str, Any]
         ]
         _wait(procs, f"DDP phase {name} {kwargs}")
         ranks = [json.loads(out.read_text()) for out in outs]
-    return {"rank_mb": [r["steady_mb"] for r in ranks], "sum_mb": sum(r["steady_mb"] for r in ranks),
-            "seconds": max(r["seconds"] for r in ranks)}
+    return {
+        "rank_mb": [r["steady_mb"] for r in ranks],
+        "sum_mb": sum(r["steady_mb"] for r in ranks),
+        "seconds": max(r["seconds"] for r in ranks),
+    }
 
 
 def growth_exponent(sizes: list[float], costs: list[float]) -> float:
@@ -280,23 +283,35 @@ class Section:
     def from_dict(cls, data: dict[str, Any]) -> Section:
         """A section written to the JSON results by an earlier run."""
         targets = [Target(t["what"], t["value"], t["limit"]) for t in data.get("targets", [])]
-        return cls(data["title"], [tuple(c) for c in data["columns"]], data["rows"], targets,
-                   data.get("notes", []), data.get("measured", ""))
+        return cls(
+            data["title"],
+            [tuple(c) for c in data["columns"]],
+            data["rows"],
+            targets,
+            data.get("notes", []),
+            data.get("measured", ""),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "targets": [{**asdict(t), "passed": t.passed} for t in self.targets]}
 
     def markdown(self) -> str:
-        lines = [f"## {self.title}", "", "| " + " | ".join(h for _, h, _ in self.columns) + " |",
-                 "|" + "|".join("---:" if f else "---" for _, _, f in self.columns) + "|"]
+        lines = [
+            f"## {self.title}",
+            "",
+            "| " + " | ".join(h for _, h, _ in self.columns) + " |",
+            "|" + "|".join("---:" if f else "---" for _, _, f in self.columns) + "|",
+        ]
         for row in self.rows:
-            cells = [("" if row.get(k) is None else format(row[k], f) if f else str(row[k]))
-                     for k, _, f in self.columns]
+            cells = [
+                ("" if row.get(k) is None else format(row[k], f) if f else str(row[k])) for k, _, f in self.columns
+            ]
             lines.append("| " + " | ".join(cells) + " |")
         if self.targets:
             lines += ["", "| target | measured | limit | |", "|---|---:|---:|---|"]
-            lines += [f"| {t.what} | {t.value:.2f} | {t.limit:.2f} | {'PASS' if t.passed else 'FAIL'} |"
-                      for t in self.targets]
+            lines += [
+                f"| {t.what} | {t.value:.2f} | {t.limit:.2f} | {'PASS' if t.passed else 'FAIL'} |" for t in self.targets
+            ]
         notes = [*self.notes, *([f"Measured on {self.measured}."] if self.measured else [])]
         return "\n".join(lines + ([""] + [" ".join(notes)] if notes else []))
 
@@ -363,8 +378,11 @@ def kline_setup(path: str, read_workers: int | None = None) -> dict[str, Any]:
     setup_s = time.perf_counter()
     next(iter(dm.train_dataloader()))
     x = dm._rows["x"]
-    return {"first_batch_s": time.perf_counter() - setup_s, "feature_mb": x.numel() * x.element_size() / 2**20,
-            "windows": len(dm.datasets["train"])}
+    return {
+        "first_batch_s": time.perf_counter() - setup_s,
+        "feature_mb": x.numel() * x.element_size() / 2**20,
+        "windows": len(dm.datasets["train"]),
+    }
 
 
 @phase("lightning_tf.kline.data")
@@ -407,56 +425,91 @@ def kline_section(args: argparse.Namespace) -> Section:
         cache = args.work / f"kline_{n}x{n_bars}_cache"
         shutil.rmtree(cache, ignore_errors=True)
         cold = measure("kline_prepared", path=path, cache=str(cache))
-        warm = min((measure("kline_prepared", path=path, cache=str(cache), touch=True) for _ in range(args.repeats)),
-                   key=lambda run: run["seconds"])
-        ddp_prepared = measure_ddp("kline_prepared", 2, path=path, cache=str(cache), touch=True) \
-            if n in args.ddp_sizes else None
-        rows.append({
-            "tickers": n, "rows": limit["rows"], "pandas_s": limit["seconds"], "ours_s": ours["seconds"],
-            "ratio": ours["seconds"] / limit["seconds"], "first_batch_s": ours["seconds"] + ours["first_batch_s"],
-            "feature_mb": ours["feature_mb"], "peak_mb": ours["peak_mb"], "steady_mb": ours["steady_mb"],
-            "peak_per_feature": ours["peak_mb"] / ours["feature_mb"], "pandas_mb": limit["steady_mb"],
-            "ddp_rank_mb": None if ddp is None else sum(ddp["rank_mb"]) / len(ddp["rank_mb"]),
-            "ddp_sum_mb": None if ddp is None else ddp["sum_mb"],
-            "cold_s": cold["seconds"], "warm_s": warm["seconds"], "prepared_peak_mb": max(cold["peak_mb"],
-                                                                                         warm["peak_mb"]),
-            "prepared_mb": warm["steady_mb"],
-            "ddp_prepared_mb": None if ddp_prepared is None else ddp_prepared["sum_mb"],
-        })  # fmt: skip
+        warm = min(
+            (measure("kline_prepared", path=path, cache=str(cache), touch=True) for _ in range(args.repeats)),
+            key=lambda run: run["seconds"],
+        )
+        ddp_prepared = (
+            measure_ddp("kline_prepared", 2, path=path, cache=str(cache), touch=True) if n in args.ddp_sizes else None
+        )
+        rows.append(
+            {
+                "tickers": n,
+                "rows": limit["rows"],
+                "pandas_s": limit["seconds"],
+                "ours_s": ours["seconds"],
+                "ratio": ours["seconds"] / limit["seconds"],
+                "first_batch_s": ours["seconds"] + ours["first_batch_s"],
+                "feature_mb": ours["feature_mb"],
+                "peak_mb": ours["peak_mb"],
+                "steady_mb": ours["steady_mb"],
+                "peak_per_feature": ours["peak_mb"] / ours["feature_mb"],
+                "pandas_mb": limit["steady_mb"],
+                "ddp_rank_mb": None if ddp is None else sum(ddp["rank_mb"]) / len(ddp["rank_mb"]),
+                "ddp_sum_mb": None if ddp is None else ddp["sum_mb"],
+                "cold_s": cold["seconds"],
+                "warm_s": warm["seconds"],
+                "prepared_peak_mb": max(cold["peak_mb"], warm["peak_mb"]),
+                "prepared_mb": warm["steady_mb"],
+                "ddp_prepared_mb": None if ddp_prepared is None else ddp_prepared["sum_mb"],
+            }
+        )
     targets = []
     for row in rows:
         if row["tickers"] in args.kline_target_sizes:
             n = row["tickers"]
             targets.append(Target(f"{n} tickers: setup s <= 4 x pandas + 5 s", row["ours_s"], 4 * row["pandas_s"] + 5))
-            targets.append(Target(f"{n} tickers: peak MB <= 6 x features + 200 MB", row["peak_mb"],
-                                  6 * row["feature_mb"] + 200))
+            targets.append(
+                Target(f"{n} tickers: peak MB <= 6 x features + 200 MB", row["peak_mb"], 6 * row["feature_mb"] + 200)
+            )
     big = rows[-1]
     targets.append(Target(f"{big['tickers']} tickers, prepared: warm s <= 10 s", big["warm_s"], 10))
     if big["ddp_prepared_mb"] is not None:
-        targets.append(Target(f"{big['tickers']} tickers, prepared: 2 DDP ranks' PSS MB <= 1.3 x one process's",
-                              big["ddp_prepared_mb"], 1.3 * big["prepared_mb"]))
+        targets.append(
+            Target(
+                f"{big['tickers']} tickers, prepared: 2 DDP ranks' PSS MB <= 1.3 x one process's",
+                big["ddp_prepared_mb"],
+                1.3 * big["prepared_mb"],
+            )
+        )
     exponents = {
         "time": growth_exponent([r["tickers"] for r in rows], [r["ours_s"] for r in rows]),
         "peak memory": growth_exponent([r["tickers"] for r in rows], [r["peak_mb"] for r in rows]),
         "pandas time": growth_exponent([r["tickers"] for r in rows], [r["pandas_s"] for r in rows]),
     }
-    targets += [Target(f"growth exponent of {k}, {sizes[0]}-{sizes[-1]} tickers", v, 1.1)
-                for k, v in exponents.items() if k != "pandas time"]
-    columns = [("tickers", "tickers", ","), ("rows", "bars", ","), ("pandas_s", "pandas.read_csv s", ".2f"),
-               ("ours_s", "setup('fit') s", ".2f"), ("ratio", "ours/pandas", ".2f"),
-               ("first_batch_s", "to 1st batch s", ".2f"), ("feature_mb", "float32 features MB", ".0f"),
-               ("peak_mb", "peak MB", ".0f"), ("peak_per_feature", "peak/features", ".1f"),
-               ("steady_mb", "steady PSS MB", ".0f"), ("pandas_mb", "pandas frames PSS MB", ".0f"),
-               ("ddp_rank_mb", "DDP PSS MB/rank", ".0f"), ("ddp_sum_mb", "DDP PSS MB, 2 ranks", ".0f"),
-               ("cold_s", "prepared: cold s", ".2f"), ("warm_s", "prepared: warm s", ".2f"),
-               ("prepared_peak_mb", "prepared: peak MB", ".0f"), ("prepared_mb", "prepared: steady PSS MB", ".0f"),
-               ("ddp_prepared_mb", "prepared: DDP PSS MB, 2 ranks", ".0f")]
-    notes = [f"{n_bars} daily bars per ticker, one CSV per ticker (Yahoo's columns); default KLineDataModule "
-             f"(read_workers automatic); growth exponent of pandas.read_csv's time: {exponents['pandas time']:.2f}. "
-             "'prepared': the same with a cache_dir (kline/panel.py): 'cold' is prepare_data() on an empty cache, "
-             "then setup('fit') and the first batch, in one fresh process; 'warm' the same with the panel built; "
-             "its steady PSS and the DDP ranks' are taken after every page of the rows was read (as an epoch "
-             "reads them), rank 0 preparing first."]
+    targets += [
+        Target(f"growth exponent of {k}, {sizes[0]}-{sizes[-1]} tickers", v, 1.1)
+        for k, v in exponents.items()
+        if k != "pandas time"
+    ]
+    columns = [
+        ("tickers", "tickers", ","),
+        ("rows", "bars", ","),
+        ("pandas_s", "pandas.read_csv s", ".2f"),
+        ("ours_s", "setup('fit') s", ".2f"),
+        ("ratio", "ours/pandas", ".2f"),
+        ("first_batch_s", "to 1st batch s", ".2f"),
+        ("feature_mb", "float32 features MB", ".0f"),
+        ("peak_mb", "peak MB", ".0f"),
+        ("peak_per_feature", "peak/features", ".1f"),
+        ("steady_mb", "steady PSS MB", ".0f"),
+        ("pandas_mb", "pandas frames PSS MB", ".0f"),
+        ("ddp_rank_mb", "DDP PSS MB/rank", ".0f"),
+        ("ddp_sum_mb", "DDP PSS MB, 2 ranks", ".0f"),
+        ("cold_s", "prepared: cold s", ".2f"),
+        ("warm_s", "prepared: warm s", ".2f"),
+        ("prepared_peak_mb", "prepared: peak MB", ".0f"),
+        ("prepared_mb", "prepared: steady PSS MB", ".0f"),
+        ("ddp_prepared_mb", "prepared: DDP PSS MB, 2 ranks", ".0f"),
+    ]
+    notes = [
+        f"{n_bars} daily bars per ticker, one CSV per ticker (Yahoo's columns); default KLineDataModule "
+        f"(read_workers automatic); growth exponent of pandas.read_csv's time: {exponents['pandas time']:.2f}. "
+        "'prepared': the same with a cache_dir (kline/panel.py): 'cold' is prepare_data() on an empty cache, "
+        "then setup('fit') and the first batch, in one fresh process; 'warm' the same with the panel built; "
+        "its steady PSS and the DDP ranks' are taken after every page of the rows was read (as an epoch "
+        "reads them), rank 0 preparing first."
+    ]
     return Section("K-line: a folder of ticker files", columns, rows, targets, notes)
 
 
@@ -479,8 +532,9 @@ def vision_ours(root: str, image_size: int, batch_size: int) -> dict[str, Any]:
     from lightning_tf.vision.data import ImageDataModule
 
     begin = time.perf_counter()
-    dm = ImageDataModule(dataset="image_folder", root=root, image_size=image_size, batch_size=batch_size,
-                         augment="none", num_workers=0)
+    dm = ImageDataModule(
+        dataset="image_folder", root=root, image_size=image_size, batch_size=batch_size, augment="none", num_workers=0
+    )
     dm.setup("fit")
     KEPT.append(dm)
     return _one_pass(dm.train_dataloader(), begin)
@@ -505,8 +559,15 @@ def vision_imagefolder(root: str, image_size: int, batch_size: int) -> dict[str,
 
     begin = time.perf_counter()
     mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-    transform = v2.Compose([v2.ToImage(), v2.Resize(image_size, antialias=True), v2.CenterCrop(image_size),
-                            v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean, std)])
+    transform = v2.Compose(
+        [
+            v2.ToImage(),
+            v2.Resize(image_size, antialias=True),
+            v2.CenterCrop(image_size),
+            v2.ToDtype(torch.float32, scale=True),
+            v2.Normalize(mean, std),
+        ]
+    )
     loader = DataLoader(ImageFolder(root, transform=transform), batch_size=batch_size, shuffle=True)
     KEPT.append(loader)
     return _one_pass(loader, begin)
@@ -525,26 +586,43 @@ def vision_section(args: argparse.Namespace) -> Section:
         got = fastest({"ref": ("vision_imagefolder", kw), "ours": ("vision_ours", kw)}, args.repeats)
         ref, ours = got["ref"], got["ours"]
         ddp = measure_ddp("vision_ours", 2, **kw) if n in args.ddp_sizes_vision else None
-        rows.append({
-            "images": n, "ref_first_s": ref["first_batch_s"], "ours_first_s": ours["first_batch_s"],
-            "ref_per_s": ref["per_s"], "ours_per_s": ours["per_s"], "ratio": ours["per_s"] / ref["per_s"],
-            "ours_s": ours["seconds"], "peak_mb": ours["peak_mb"], "steady_mb": ours["steady_mb"],
-            "ref_peak_mb": ref["peak_mb"],
-            "ddp_rank_mb": None if ddp is None else sum(ddp["rank_mb"]) / len(ddp["rank_mb"]),
-            "ddp_sum_mb": None if ddp is None else ddp["sum_mb"],
-        })  # fmt: skip
+        rows.append(
+            {
+                "images": n,
+                "ref_first_s": ref["first_batch_s"],
+                "ours_first_s": ours["first_batch_s"],
+                "ref_per_s": ref["per_s"],
+                "ours_per_s": ours["per_s"],
+                "ratio": ours["per_s"] / ref["per_s"],
+                "ours_s": ours["seconds"],
+                "peak_mb": ours["peak_mb"],
+                "steady_mb": ours["steady_mb"],
+                "ref_peak_mb": ref["peak_mb"],
+                "ddp_rank_mb": None if ddp is None else sum(ddp["rank_mb"]) / len(ddp["rank_mb"]),
+                "ddp_sum_mb": None if ddp is None else ddp["sum_mb"],
+            }
+        )
     sizes = [r["images"] for r in rows]
     exponents = {k: growth_exponent(sizes, [r[k] for r in rows]) for k in ("ours_s", "peak_mb")}
-    columns = [("images", "images", ","), ("ref_first_s", "ImageFolder to 1st batch s", ".2f"),
-               ("ours_first_s", "ours to 1st batch s", ".2f"), ("ref_per_s", "ImageFolder img/s", ",.0f"),
-               ("ours_per_s", "ours img/s", ",.0f"), ("ratio", "ours/ImageFolder", ".2f"),
-               ("peak_mb", "peak MB", ".0f"), ("ref_peak_mb", "ImageFolder peak MB", ".0f"),
-               ("steady_mb", "steady PSS MB", ".0f"), ("ddp_rank_mb", "DDP PSS MB/rank", ".0f"),
-               ("ddp_sum_mb", "DDP PSS MB, 2 ranks", ".0f")]
-    notes = ["32x32 JPEGs in 10 class folders; 32-pixel inputs, batch 256, augment none, 0 loader workers. "
-             "Ours iterates its training split (72% of the images: val 10%, test 20% held out), ImageFolder "
-             "all of them; 'to 1st batch' counts the DataModule's setup or ImageFolder's scan. Growth "
-             f"exponents: epoch time {exponents['ours_s']:.2f}, peak memory {exponents['peak_mb']:.2f}."]
+    columns = [
+        ("images", "images", ","),
+        ("ref_first_s", "ImageFolder to 1st batch s", ".2f"),
+        ("ours_first_s", "ours to 1st batch s", ".2f"),
+        ("ref_per_s", "ImageFolder img/s", ",.0f"),
+        ("ours_per_s", "ours img/s", ",.0f"),
+        ("ratio", "ours/ImageFolder", ".2f"),
+        ("peak_mb", "peak MB", ".0f"),
+        ("ref_peak_mb", "ImageFolder peak MB", ".0f"),
+        ("steady_mb", "steady PSS MB", ".0f"),
+        ("ddp_rank_mb", "DDP PSS MB/rank", ".0f"),
+        ("ddp_sum_mb", "DDP PSS MB, 2 ranks", ".0f"),
+    ]
+    notes = [
+        "32x32 JPEGs in 10 class folders; 32-pixel inputs, batch 256, augment none, 0 loader workers. "
+        "Ours iterates its training split (72% of the images: val 10%, test 20% held out), ImageFolder "
+        "all of them; 'to 1st batch' counts the DataModule's setup or ImageFolder's scan. Growth "
+        f"exponents: epoch time {exponents['ours_s']:.2f}, peak memory {exponents['peak_mb']:.2f}."
+    ]
     return Section("Vision: an image folder", columns, rows, [], notes)
 
 
@@ -557,9 +635,14 @@ def _made_up_words(rng: np.random.Generator, n: int) -> np.ndarray:
     consonants, vowels = list("bcdfghklmnprstvwz"), list("aeiouy")
     out: set[str] = set()
     while len(out) < n:
-        out.add("".join(
-            str(rng.choice(consonants)) + str(rng.choice(vowels)) + (str(rng.choice(consonants)) if rng.random() < 0.4 else "")
-            for _ in range(int(rng.integers(1, 4)))))  # fmt: skip
+        out.add(
+            "".join(
+                str(rng.choice(consonants))
+                + str(rng.choice(vowels))
+                + (str(rng.choice(consonants)) if rng.random() < 0.4 else "")
+                for _ in range(int(rng.integers(1, 4)))
+            )
+        )
     words = np.array(sorted(out), dtype=object)
     rng.shuffle(words)
     return words
@@ -594,8 +677,17 @@ def _translation_dm(prefix: str, cache: str) -> Any:
     from lightning_tf.text.data import TranslationDataModule
 
     held_out = min(TEXT_HELD_OUT, _count_lines(f"{prefix}.de") // 10)  # --quick's tiny corpora
-    return TranslationDataModule(dataset=None, train_file=prefix, src_lang="de", tgt_lang="en", vocab_size=TEXT_VOCAB,
-                                 n_val=held_out, n_test=held_out, max_tokens=8192, cache_dir=cache)  # fmt: skip
+    return TranslationDataModule(
+        dataset=None,
+        train_file=prefix,
+        src_lang="de",
+        tgt_lang="en",
+        vocab_size=TEXT_VOCAB,
+        n_val=held_out,
+        n_test=held_out,
+        max_tokens=8192,
+        cache_dir=cache,
+    )
 
 
 def _count_lines(path: str) -> int:
@@ -626,14 +718,21 @@ def text_limit(prefix: str) -> dict[str, Any]:
 
     start = time.perf_counter()
     tok = _new_tokenizer()
-    trainer = trainers.BpeTrainer(vocab_size=TEXT_VOCAB, min_frequency=2, special_tokens=list(SPECIAL_TOKENS),
-                                  limit_alphabet=1000, show_progress=False)  # fmt: skip
+    trainer = trainers.BpeTrainer(
+        vocab_size=TEXT_VOCAB,
+        min_frequency=2,
+        special_tokens=list(SPECIAL_TOKENS),
+        limit_alphabet=1000,
+        show_progress=False,
+    )
     tok.train_from_iterator(chain(batches("de"), batches("en")), trainer)
     trained = time.perf_counter() - start
     flat = {}
     for lang in ("de", "en"):
-        parts = [np.fromiter(chain.from_iterable(e.ids for e in tok.encode_batch(b, add_special_tokens=False)), np.uint16)
-                 for b in batches(lang)]  # fmt: skip
+        parts = [
+            np.fromiter(chain.from_iterable(e.ids for e in tok.encode_batch(b, add_special_tokens=False)), np.uint16)
+            for b in batches(lang)
+        ]
         flat[lang] = np.concatenate(parts)
     KEPT.append(flat)
     return {"tokenizer_s": trained}
@@ -667,8 +766,12 @@ def text_setup(prefix: str, cache: str, epoch: bool = False) -> dict[str, Any]:
     batches = sum(1 for _ in loader) if epoch else 0
     KEPT.append((dm, loader))
     d = dm.datasets["train"]
-    return {"epoch_s": time.perf_counter() - first if epoch else None, "batches": batches, "pairs": len(d),
-            "int32_ids_mb": 4 * (len(d.src_ids.values) + len(d.tgt_ids.values)) / 2**20}
+    return {
+        "epoch_s": time.perf_counter() - first if epoch else None,
+        "batches": batches,
+        "pairs": len(d),
+        "int32_ids_mb": 4 * (len(d.src_ids.values) + len(d.tgt_ids.values)) / 2**20,
+    }
 
 
 def text_section(args: argparse.Namespace) -> Section:
@@ -683,28 +786,36 @@ def text_section(args: argparse.Namespace) -> Section:
         limits, colds = [], []
         for r in range(args.text_repeats):  # ours and the limit take turns, each on an empty cache
             shutil.rmtree(cache, ignore_errors=True)
-            for label in (("limit", "cold") if r % 2 == 0 else ("cold", "limit")):
+            for label in ("limit", "cold") if r % 2 == 0 else ("cold", "limit"):
                 if label == "limit":
                     limits.append(measure("text_limit", prefix=str(prefix)))
                 else:
                     colds.append((measure("text_prepare", **kw), measure("text_setup", **kw)))
         limit = min(limits, key=lambda x: x["seconds"])
         prepare, setup = min(colds, key=lambda x: x[0]["seconds"] + x[1]["seconds"])
-        warm = min(((measure("text_prepare", **kw), measure("text_setup", **kw)) for _ in range(args.repeats)),
-                   key=lambda x: x[0]["seconds"] + x[1]["seconds"])  # fmt: skip
+        warm = min(
+            ((measure("text_prepare", **kw), measure("text_setup", **kw)) for _ in range(args.repeats)),
+            key=lambda x: x[0]["seconds"] + x[1]["seconds"],
+        )
         steady = measure("text_setup", epoch=True, **kw)
         ddp = measure_ddp("text_setup", 2, epoch=True, **kw) if n in args.ddp_sizes_text else None
-        rows.append({
-            "pairs": n, "limit_s": limit["seconds"], "cold_s": prepare["seconds"] + setup["seconds"],
-            "ratio": (prepare["seconds"] + setup["seconds"]) / limit["seconds"],
-            "warm_s": warm[0]["seconds"] + warm[1]["seconds"],
-            "limit_tokenizer_s": limit["tokenizer_s"], "tokenizer_s": prepare["phase_seconds"]["tokenizer"],
-            "int32_ids_mb": steady["int32_ids_mb"], "limit_peak_mb": limit["peak_mb"],
-            "peak_mb": max(prepare["peak_mb"], setup["peak_mb"], steady["peak_mb"]),
-            "steady_mb": steady["steady_mb"],
-            "ddp_rank_mb": None if ddp is None else sum(ddp["rank_mb"]) / len(ddp["rank_mb"]),
-            "ddp_sum_mb": None if ddp is None else ddp["sum_mb"],
-        })  # fmt: skip
+        rows.append(
+            {
+                "pairs": n,
+                "limit_s": limit["seconds"],
+                "cold_s": prepare["seconds"] + setup["seconds"],
+                "ratio": (prepare["seconds"] + setup["seconds"]) / limit["seconds"],
+                "warm_s": warm[0]["seconds"] + warm[1]["seconds"],
+                "limit_tokenizer_s": limit["tokenizer_s"],
+                "tokenizer_s": prepare["phase_seconds"]["tokenizer"],
+                "int32_ids_mb": steady["int32_ids_mb"],
+                "limit_peak_mb": limit["peak_mb"],
+                "peak_mb": max(prepare["peak_mb"], setup["peak_mb"], steady["peak_mb"]),
+                "steady_mb": steady["steady_mb"],
+                "ddp_rank_mb": None if ddp is None else sum(ddp["rank_mb"]) / len(ddp["rank_mb"]),
+                "ddp_sum_mb": None if ddp is None else ddp["sum_mb"],
+            }
+        )
     big = rows[-1]
     sizes = [r["pairs"] for r in rows]
     n = f"{big['pairs']:,} pairs"
@@ -715,44 +826,70 @@ def text_section(args: argparse.Namespace) -> Section:
         Target(f"{n}: steady PSS MB <= 3 x int32 ids + 100 MB", big["steady_mb"], 3 * big["int32_ids_mb"] + 100),
     ]
     if big["ddp_sum_mb"] is not None:
-        targets.append(Target(f"{n}: 2 DDP ranks' PSS MB <= 1.3 x one process's", big["ddp_sum_mb"],
-                              1.3 * big["steady_mb"]))  # fmt: skip
-    exponents = {k: growth_exponent(sizes, [r[key] for r in rows])
-                 for k, key in (("cold time", "cold_s"), ("peak memory", "peak_mb"), ("limit time", "limit_s"))}
-    targets += [Target(f"growth exponent of {k}, {sizes[0]:,}-{sizes[-1]:,} pairs", v, 1.1)
-                for k, v in exponents.items() if k != "limit time"]
-    columns = [("pairs", "pairs", ","), ("limit_s", "tokenizers alone s", ".1f"), ("cold_s", "cold s", ".1f"),
-               ("ratio", "cold/limit", ".2f"), ("warm_s", "warm s", ".2f"),
-               ("limit_tokenizer_s", "BPE training s, alone", ".1f"), ("tokenizer_s", "BPE training s, ours", ".1f"),
-               ("int32_ids_mb", "int32 ids MB", ".0f"), ("limit_peak_mb", "tokenizers alone peak MB", ".0f"),
-               ("peak_mb", "peak MB", ".0f"), ("steady_mb", "steady PSS MB", ".0f"),
-               ("ddp_rank_mb", "DDP PSS MB/rank", ".0f"), ("ddp_sum_mb", "DDP PSS MB, 2 ranks", ".0f")]
-    notes = [f"Aligned de-en files of WMT-length made-up sentences (about 26 words a side, Zipf vocabularies of "
-             f"30,000 words), BPE vocabulary {TEXT_VOCAB:,}, {TEXT_HELD_OUT:,} validation and test pairs split off. "
-             "'cold': prepare_data() on an empty cache, then setup('fit') and the first training batch, each in a "
-             "fresh process; 'warm': the same with the cache built; the limit reads both files with the "
-             "tokenizers library, trains the same BPE and encodes both sides in chunks into numpy. Steady PSS and "
-             "the DDP ranks' PSS are taken after one whole epoch of training batches (every page of the corpus "
-             "touched; each rank reads its share). Growth exponent of the limit's time: "
-             f"{exponents['limit time']:.2f}. {args.text_repeats} cold run(s) per size, ours and the limit in turn."]
+        targets.append(
+            Target(f"{n}: 2 DDP ranks' PSS MB <= 1.3 x one process's", big["ddp_sum_mb"], 1.3 * big["steady_mb"])
+        )
+    exponents = {
+        k: growth_exponent(sizes, [r[key] for r in rows])
+        for k, key in (("cold time", "cold_s"), ("peak memory", "peak_mb"), ("limit time", "limit_s"))
+    }
+    targets += [
+        Target(f"growth exponent of {k}, {sizes[0]:,}-{sizes[-1]:,} pairs", v, 1.1)
+        for k, v in exponents.items()
+        if k != "limit time"
+    ]
+    columns = [
+        ("pairs", "pairs", ","),
+        ("limit_s", "tokenizers alone s", ".1f"),
+        ("cold_s", "cold s", ".1f"),
+        ("ratio", "cold/limit", ".2f"),
+        ("warm_s", "warm s", ".2f"),
+        ("limit_tokenizer_s", "BPE training s, alone", ".1f"),
+        ("tokenizer_s", "BPE training s, ours", ".1f"),
+        ("int32_ids_mb", "int32 ids MB", ".0f"),
+        ("limit_peak_mb", "tokenizers alone peak MB", ".0f"),
+        ("peak_mb", "peak MB", ".0f"),
+        ("steady_mb", "steady PSS MB", ".0f"),
+        ("ddp_rank_mb", "DDP PSS MB/rank", ".0f"),
+        ("ddp_sum_mb", "DDP PSS MB, 2 ranks", ".0f"),
+    ]
+    notes = [
+        f"Aligned de-en files of WMT-length made-up sentences (about 26 words a side, Zipf vocabularies of "
+        f"30,000 words), BPE vocabulary {TEXT_VOCAB:,}, {TEXT_HELD_OUT:,} validation and test pairs split off. "
+        "'cold': prepare_data() on an empty cache, then setup('fit') and the first training batch, each in a "
+        "fresh process; 'warm': the same with the cache built; the limit reads both files with the "
+        "tokenizers library, trains the same BPE and encodes both sides in chunks into numpy. Steady PSS and "
+        "the DDP ranks' PSS are taken after one whole epoch of training batches (every page of the corpus "
+        "touched; each rank reads its share). Growth exponent of the limit's time: "
+        f"{exponents['limit time']:.2f}. {args.text_repeats} cold run(s) per size, ours and the limit in turn."
+    ]
     return Section("Text: a parallel corpus", columns, rows, targets, notes)
 
 
 SECTIONS: dict[str, Callable[[argparse.Namespace], Section]] = {
-    "text": text_section, "kline": kline_section, "vision": vision_section,
+    "text": text_section,
+    "kline": kline_section,
+    "vision": vision_section,
 }
 
 
 # ------------------------------------------------------------------------------------------------ main
 def machine() -> dict[str, Any]:
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from core_layers import cpu_model
     from importlib import metadata
+
+    from core_layers import cpu_model
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     ram = _proc_kb("self", "MemTotal", "../meminfo") / 2**20 if Path("/proc/meminfo").exists() else float("nan")
-    return {"cpu": cpu_model(), "cores": cores, "ram_gb": round(ram, 1), "python": platform.python_version(),
-            "torch": metadata.version("torch"), "pandas": metadata.version("pandas")}
+    return {
+        "cpu": cpu_model(),
+        "cores": cores,
+        "ram_gb": round(ram, 1),
+        "python": platform.python_version(),
+        "torch": metadata.version("torch"),
+        "pandas": metadata.version("pandas"),
+    }
 
 
 def _load() -> str:
@@ -764,8 +901,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tasks", nargs="+", choices=list(SECTIONS), default=list(SECTIONS))
     p.add_argument("--quick", action="store_true", help="smoke run: tiny sizes, one repeat")
     p.add_argument("--repeats", type=int, default=2, help="runs of each timed phase; the fastest is kept")
-    p.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "lightning-tf-scale",
-                   help="where the generated data is written (once) and kept")
+    p.add_argument(
+        "--work",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "lightning-tf-scale",
+        help="where the generated data is written (once) and kept",
+    )
     p.add_argument("--md", type=Path, default=None, help="markdown results (default: docs/results/scale.md)")
     p.add_argument("--json", type=Path, default=None, help="JSON results (default: beside --md)")
     p.add_argument("--merge", action="store_true", help="keep the sections of the JSON results not run now")
@@ -796,15 +937,19 @@ def main(argv: list[str] | None = None) -> None:
     md = args.md or (args.work / "scale.md" if args.quick else RESULTS / "scale.md")
     js = args.json or md.with_suffix(".json")
     info = machine()
-    where = (f"{info['cpu']}, {info['cores']} cores, {info['ram_gb']} GB RAM; Python {info['python']}, "
-             f"torch {info['torch']}, pandas {info['pandas']}")
+    where = (
+        f"{info['cpu']}, {info['cores']} cores, {info['ram_gb']} GB RAM; Python {info['python']}, "
+        f"torch {info['torch']}, pandas {info['pandas']}"
+    )
     print(f"machine: {where}; {_load()}", flush=True)
     sections = []
     for task in args.tasks:
         before = _load()
         section = SECTIONS[task](args)
-        section.measured = (f"{where}; fastest of {args.repeats} run(s) per phase, each in a fresh process; "
-                            f"{before} at the start, {_load()} at the end (other jobs shared the machine)")
+        section.measured = (
+            f"{where}; fastest of {args.repeats} run(s) per phase, each in a fresh process; "
+            f"{before} at the start, {_load()} at the end (other jobs shared the machine)"
+        )
         sections.append(section)
     if args.merge and js.exists():  # keep the sections this run did not measure, in the page's order
         done = {s.title: s for s in sections}

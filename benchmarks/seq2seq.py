@@ -213,7 +213,7 @@ def bench_decode(size: dict, B: int, S: int, lengths: list[int], V: int, repeats
 
 # -------------------------------------------------------------------------------------- quality
 def quality_runs(budget_min: float, tatoeba: Path, threads: int) -> list[dict]:
-    from lightning_tf.cli import make_cli
+    from lightning_tf.cli.lightning_cli import make_cli
 
     budget = f"00:00:{int(budget_min):02d}:{int(round(60 * (budget_min % 1))):02d}"
     runs = [("synthetic en->de (built-in)", ["--config", "configs/text/synthetic.yaml"])]

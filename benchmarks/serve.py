@@ -69,14 +69,20 @@ def text_workload(model: Any, n: int) -> Workload:
     sentences = [en for en, _ in english_german_pairs(n, seed=20251)]
     limit = model.hparams.max_len
     return Workload(
-        "text", [json.dumps({"text": s}).encode() for s in sentences], [], bad=[
+        "text",
+        [json.dumps({"text": s}).encode() for s in sentences],
+        [],
+        bad=[
             (b'{"text": "an unfinished', 400, "malformed JSON"),
             (b'["a list"]', 400, "not an object"),
             (b'{"txt": "a typo"}', 422, "missing field"),
             (b'{"text": 3}', 422, "wrong type"),
             (b'{"text": "   "}', 422, "empty text"),
             (json.dumps({"text": "word " * (limit + 5)}).encode(), 422, "longer than max_len"),
-        ], offline=lambda xs: model.translate(xs, batch_size=len(xs)), inputs=sentences)
+        ],
+        offline=lambda xs: model.translate(xs, batch_size=len(xs)),
+        inputs=sentences,
+    )
 
 
 def vision_workload(model: Any, n: int) -> Workload:
@@ -96,14 +102,20 @@ def vision_workload(model: Any, n: int) -> Workload:
         return model.classify([Image.open(io.BytesIO(b)) for b in batch], top_k=5, batch_size=len(batch))
 
     return Workload(
-        "vision", [json.dumps({"image": base64.b64encode(f).decode()}).encode() for f in files], [], bad=[
+        "vision",
+        [json.dumps({"image": base64.b64encode(f).decode()}).encode() for f in files],
+        [],
+        bad=[
             (b'{"image": "iVBOR', 400, "malformed JSON"),
-            (b'[1, 2]', 400, "not an object"),
+            (b"[1, 2]", 400, "not an object"),
             (b'{"img": "x"}', 422, "missing field"),
             (b'{"image": 7}', 422, "wrong type"),
             (b'{"image": "%%% not base64 %%%"}', 422, "not base64"),
             (json.dumps({"image": base64.b64encode(b"plain text, no image").decode()}).encode(), 422, "not an image"),
-        ], offline=classify, inputs=files)
+        ],
+        offline=classify,
+        inputs=files,
+    )
 
 
 def kline_workload(model: Any, n: int) -> Workload:
@@ -126,15 +138,24 @@ def kline_workload(model: Any, n: int) -> Workload:
         return [out.iloc[i * horizon : (i + 1) * horizon]["pred_log_return"].tolist() for i in range(len(batch))]
 
     return Workload(
-        "kline", [json.dumps({"bars": s}).encode() for s in series], [], bad=[
+        "kline",
+        [json.dumps({"bars": s}).encode() for s in series],
+        [],
+        bad=[
             (b'{"bars": [', 400, "malformed JSON"),
             (b'"bars"', 400, "not an object"),
             (b'{"rows": []}', 422, "missing field"),
             (json.dumps({"bars": series[0][:20]}).encode(), 422, "too few bars"),
-            (json.dumps({"bars": [{k: v for k, v in b.items() if k != "Close"} for b in series[0]]}).encode(), 422,
-             "missing column"),
+            (
+                json.dumps({"bars": [{k: v for k, v in b.items() if k != "Close"} for b in series[0]]}).encode(),
+                422,
+                "missing column",
+            ),
             (bad_nan.encode(), 422, "NaN"),
-        ], offline=forecast, inputs=series)
+        ],
+        offline=forecast,
+        inputs=series,
+    )
 
 
 WORKLOADS = {"text": text_workload, "vision": vision_workload, "kline": kline_workload}
@@ -154,7 +175,8 @@ def same(task: str, got: Any, want: Any) -> bool:
         return got == want
     if task == "vision":
         return [g[0] for g in got] == [w[0] for w in want] and all(
-            abs(g[1] - w[1]) <= 1e-6 for g, w in zip(got, want, strict=True))
+            abs(g[1] - w[1]) <= 1e-6 for g, w in zip(got, want, strict=True)
+        )
     return len(got) == len(want) and all(abs(g - w) <= 1e-6 * max(1.0, abs(w)) for g, w in zip(got, want, strict=True))
 
 
@@ -197,9 +219,15 @@ class Server:
     def __init__(self, checkpoint: Path, *args: str) -> None:
         self.port = free_port()
         env = {**os.environ, "LIT_SERVER_API_KEY": ""}
-        self.proc = subprocess.Popen([sys.executable, "-m", "lightning_tf", "serve", str(checkpoint), "--port",
-                                      str(self.port), *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, text=True, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "lightning_tf", "serve", str(checkpoint), "--port", str(self.port), *args],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -296,8 +324,10 @@ class Server:
 
 
 def request_bytes(port: int, body: bytes) -> bytes:
-    head = (f"POST /predict HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n")
+    head = (
+        f"POST /predict HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
     return head.encode() + body
 
 
@@ -326,8 +356,9 @@ class Load:
     batch_sizes: list[int] = field(default_factory=list)
 
 
-def closed_loop(server: Server, bodies: list[tuple[bytes, int, Any]], concurrency: int, task: str,
-                rss_marks: tuple[int, ...] = ()) -> Load:
+def closed_loop(
+    server: Server, bodies: list[tuple[bytes, int, Any]], concurrency: int, task: str, rss_marks: tuple[int, ...] = ()
+) -> Load:
     """``concurrency`` clients send ``bodies`` (body, expected status, expected answer or None) in order, each the
     next one when its previous answer came; statuses and good answers are checked."""
     raws = [request_bytes(server.port, body) for body, _, _ in bodies]
@@ -371,8 +402,16 @@ def closed_loop(server: Server, bodies: list[tuple[bytes, int, Any]], concurrenc
 
     cpu, begin = time.process_time(), time.perf_counter()
     asyncio.run(run())
-    return Load(time.perf_counter() - begin, latencies, statuses, time.process_time() - cpu, counters["wrong"],
-                counters["lost"], rss, sizes)
+    return Load(
+        time.perf_counter() - begin,
+        latencies,
+        statuses,
+        time.process_time() - cpu,
+        counters["wrong"],
+        counters["lost"],
+        rss,
+        sizes,
+    )
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -384,11 +423,18 @@ def quantile(values: list[float], q: float) -> float:
 
 def summary(load: Load) -> dict[str, float]:
     ok = sum(s == 200 for s in load.statuses)
-    return {"requests": len(load.statuses), "ok": ok, "errors": len(load.statuses) - ok,
-            "mean_batch": sum(load.batch_sizes) / len(load.batch_sizes) if load.batch_sizes else math.nan,
-            "throughput": ok / load.seconds, "p50_ms": 1e3 * quantile(load.latencies, 0.50),
-            "p95_ms": 1e3 * quantile(load.latencies, 0.95), "p99_ms": 1e3 * quantile(load.latencies, 0.99),
-            "seconds": load.seconds, "client_cpu_s": load.client_cpu}
+    return {
+        "requests": len(load.statuses),
+        "ok": ok,
+        "errors": len(load.statuses) - ok,
+        "mean_batch": sum(load.batch_sizes) / len(load.batch_sizes) if load.batch_sizes else math.nan,
+        "throughput": ok / load.seconds,
+        "p50_ms": 1e3 * quantile(load.latencies, 0.50),
+        "p95_ms": 1e3 * quantile(load.latencies, 0.95),
+        "p99_ms": 1e3 * quantile(load.latencies, 0.99),
+        "seconds": load.seconds,
+        "client_cpu_s": load.client_cpu,
+    }
 
 
 # ------------------------------------------------------------------------------------------ checkpoints
@@ -399,11 +445,13 @@ def tour_checkpoints(folder: Path) -> dict[str, Path]:
     summary_file = folder / "runs" / "tour_summary.md"
     if not summary_file.is_file():
         folder.mkdir(parents=True, exist_ok=True)
-        print(f"training the tour's checkpoints into {folder} (lightning-tf tour, about 7 minutes on 2 cores)",
-              flush=True)
+        print(
+            f"training the tour's checkpoints into {folder} (lightning-tf tour, about 7 minutes on 2 cores)", flush=True
+        )
         env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
-        subprocess.run([sys.executable, "-m", "lightning_tf", "tour", "--root", str(ROOT)], cwd=folder, env=env,
-                       check=True)
+        subprocess.run(
+            [sys.executable, "-m", "lightning_tf", "tour", "--root", str(ROOT)], cwd=folder, env=env, check=True
+        )
     found = dict(re.findall(r"^- (\w+): checkpoint `([^`]+)`", summary_file.read_text(), re.M))
     return {task: (folder / path) for task, path in found.items() if path != "none"}
 
@@ -435,15 +483,27 @@ def run_task(task: str, checkpoint: Path, args: argparse.Namespace) -> dict[str,
     print(f"[{task}] offline limit: {limit:.1f} items/s", flush=True)
     work.expected = answers
     costs = worker_costs(task, model, work, batch)
-    print(f"[{task}] in a worker: reading a request {costs['decode_ms']:.2f} ms, the model {costs['run_1_ms']:.2f} ms "
-          f"per request alone, {costs['run_batch_ms']:.2f} ms per request in a batch of {batch}", flush=True)
+    print(
+        f"[{task}] in a worker: reading a request {costs['decode_ms']:.2f} ms, the model {costs['run_1_ms']:.2f} ms "
+        f"per request alone, {costs['run_batch_ms']:.2f} ms per request in a batch of {batch}",
+        flush=True,
+    )
     del model
     good = [(body, 200, answers[i]) for i, body in enumerate(work.good)]
-    result: dict[str, Any] = {"task": task, "checkpoint": str(checkpoint), "max_batch_size": batch,
-                              "batch_timeout": args.batch_timeout, "limit": limit, "worker_costs": costs, "loads": {}}
+    result: dict[str, Any] = {
+        "task": task,
+        "checkpoint": str(checkpoint),
+        "max_batch_size": batch,
+        "batch_timeout": args.batch_timeout,
+        "limit": limit,
+        "worker_costs": costs,
+        "loads": {},
+    }
     timeout = [] if args.batch_timeout is None else ["--batch_timeout", str(args.batch_timeout)]
-    for name, server_args in (("batched", ["--max_batch_size", str(batch), *timeout]),
-                              ("unbatched", ["--max_batch_size", "1"])):
+    for name, server_args in (
+        ("batched", ["--max_batch_size", str(batch), *timeout]),
+        ("unbatched", ["--max_batch_size", "1"]),
+    ):
         print(f"[{task}] starting the {name} server ...", flush=True)
         server = Server(checkpoint, *server_args)
         try:
@@ -457,13 +517,17 @@ def run_task(task: str, checkpoint: Path, args: argparse.Namespace) -> dict[str,
                 after = server.cpu_by_role()
                 row = summary(load)
                 row["lost"] = load.lost
-                row["cpu_ms_per_request"] = {role: 1e3 * (after[role] - before[role]) / max(1, row["ok"])
-                                             for role in after} | {"client": 1e3 * load.client_cpu / max(1, row["ok"])}
+                row["cpu_ms_per_request"] = {
+                    role: 1e3 * (after[role] - before[role]) / max(1, row["ok"]) for role in after
+                } | {"client": 1e3 * load.client_cpu / max(1, row["ok"])}
                 result["loads"][f"{name}/{c}"] = row
-                print(f"[{task}] {name:9s} c={c:<3d} {row['ok']:>6,} ok in {row['seconds']:5.1f} s: "
-                      f"{row['throughput']:7.1f} req/s, p50 {row['p50_ms']:6.1f} ms, p99 {row['p99_ms']:6.1f} ms, "
-                      f"mean batch {row['mean_batch']:.1f}, {row['errors']} errors, client CPU "
-                      f"{row['client_cpu_s']:.1f} s", flush=True)
+                print(
+                    f"[{task}] {name:9s} c={c:<3d} {row['ok']:>6,} ok in {row['seconds']:5.1f} s: "
+                    f"{row['throughput']:7.1f} req/s, p50 {row['p50_ms']:6.1f} ms, p99 {row['p99_ms']:6.1f} ms, "
+                    f"mean batch {row['mean_batch']:.1f}, {row['errors']} errors, client CPU "
+                    f"{row['client_cpu_s']:.1f} s",
+                    flush=True,
+                )
             if name == "batched":
                 result["mixed"] = mixed_run(server, work, good, args, task)
         finally:
@@ -502,8 +566,9 @@ def worker_costs(task: str, model: Any, work: Workload, batch: int, repeats: int
     return {"decode_ms": 1e3 * decode, "run_1_ms": 1e3 * run_1, "run_batch_ms": 1e3 * run_batch}
 
 
-def mixed_run(server: Server, work: Workload, good: list[tuple[bytes, int, Any]], args: argparse.Namespace,
-              task: str) -> dict[str, Any]:
+def mixed_run(
+    server: Server, work: Workload, good: list[tuple[bytes, int, Any]], args: argparse.Namespace, task: str
+) -> dict[str, Any]:
     """``args.mixed`` requests, every tenth a bad one, at concurrency ``args.mixed_concurrency``."""
     rng = random.Random(1)
     bodies: list[tuple[bytes, int, Any]] = []
@@ -519,14 +584,25 @@ def mixed_run(server: Server, work: Workload, good: list[tuple[bytes, int, Any]]
     row = summary(load)
     bad = sum(1 for _, s, _ in bodies if s != 200)
     at_first, at_last = load.rss_at.get(first, {}), load.rss_at.get(last, {})
-    row.update(bad=bad, wrong_status=load.wrong, good_lost=load.lost, rss_first_mb=sum(at_first.values()) or math.nan,
-               rss_last_mb=sum(at_last.values()) or math.nan, rss_from=first, rss_to=last,
-               rss_first_by_role=at_first, rss_last_by_role=at_last)
+    row.update(
+        bad=bad,
+        wrong_status=load.wrong,
+        good_lost=load.lost,
+        rss_first_mb=sum(at_first.values()) or math.nan,
+        rss_last_mb=sum(at_last.values()) or math.nan,
+        rss_from=first,
+        rss_to=last,
+        rss_first_by_role=at_first,
+        rss_last_by_role=at_last,
+    )
     row["rss_growth"] = row["rss_last_mb"] / row["rss_first_mb"] - 1
     growth = ", ".join(f"{role} {at_first[role]:.0f} -> {at_last[role]:.0f}" for role in at_first if role in at_last)
-    print(f"[{task}] mixed: {row['ok']:,} ok, {bad:,} bad, {load.wrong} wrong status codes, {load.lost} good lost; "
-          f"RSS {row['rss_first_mb']:.0f} MB at request {first:,} -> {row['rss_last_mb']:.0f} MB at {last:,} "
-          f"({100 * row['rss_growth']:+.1f}%; {growth} MB)", flush=True)
+    print(
+        f"[{task}] mixed: {row['ok']:,} ok, {bad:,} bad, {load.wrong} wrong status codes, {load.lost} good lost; "
+        f"RSS {row['rss_first_mb']:.0f} MB at request {first:,} -> {row['rss_last_mb']:.0f} MB at {last:,} "
+        f"({100 * row['rss_growth']:+.1f}%; {growth} MB)",
+        flush=True,
+    )
     return row
 
 
@@ -536,18 +612,23 @@ def mixed_run(server: Server, work: Workload, good: list[tuple[bytes, int, Any]]
 def where_the_time_goes(results: list[dict[str, Any]]) -> list[str]:
     """Per request: the worker's parts (measured on its LitAPI alone) and the CPU of each of the server's processes
     under load, batched and unbatched, at the target concurrency."""
-    lines = ["## Where the time goes", "",
-             "Per request, in ms. *read*: the worker turning a JSON object into the task's input (`decode_request`); "
-             "*model alone / in a batch*: the task's call with the answer's conversion (`run`) for one request, and "
-             "per request in a full batch (both measured on the LitAPI alone, in the benchmark's process). Then the "
-             "CPU "
-             "each process of the server spent per answered request under load: the worker, the HTTP server "
-             "(uvicorn, FastAPI, LitServe's request handling), the queue manager (LitServe's request queue is a "
-             "multiprocessing manager's), the server process (the ZeroMQ broker of the answers) and the client. On C "
-             "cores, C x 1000 / (their sum) bounds the requests per second.", "",
-             "| task | read | model alone | model in a batch | server | worker | HTTP | queues | command | client "
-             "| sum "
-             "| bound (req/s, 2 cores) |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "## Where the time goes",
+        "",
+        "Per request, in ms. *read*: the worker turning a JSON object into the task's input (`decode_request`); "
+        "*model alone / in a batch*: the task's call with the answer's conversion (`run`) for one request, and "
+        "per request in a full batch (both measured on the LitAPI alone, in the benchmark's process). Then the "
+        "CPU "
+        "each process of the server spent per answered request under load: the worker, the HTTP server "
+        "(uvicorn, FastAPI, LitServe's request handling), the queue manager (LitServe's request queue is a "
+        "multiprocessing manager's), the server process (the ZeroMQ broker of the answers) and the client. On C "
+        "cores, C x 1000 / (their sum) bounds the requests per second.",
+        "",
+        "| task | read | model alone | model in a batch | server | worker | HTTP | queues | command | client "
+        "| sum "
+        "| bound (req/s, 2 cores) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in results:
         costs = r.get("worker_costs", {})
         for name in ("batched", "unbatched"):
@@ -561,16 +642,24 @@ def where_the_time_goes(results: list[dict[str, Any]]) -> list[str]:
                 f"| {r['task']} | {costs.get('decode_ms', math.nan):.2f} | {costs.get('run_1_ms', math.nan):.2f} | "
                 f"{costs.get('run_batch_ms', math.nan):.2f} | {key} | {cpu['worker']:.2f} | {cpu['http']:.2f} | "
                 f"{cpu['queues']:.2f} | {cpu['command']:.2f} | {cpu['client']:.2f} | {total:.2f} | "
-                f"{2000 / total:.0f} |")
-    lines += ["", "Memory of the server's processes in the mixed run (USS, MB), at its first and last mark:", "",
-              "| task | requests | command | HTTP | queues | worker | all |", "|---|---|---|---|---|---|---|"]
+                f"{2000 / total:.0f} |"
+            )
+    lines += [
+        "",
+        "Memory of the server's processes in the mixed run (USS, MB), at its first and last mark:",
+        "",
+        "| task | requests | command | HTTP | queues | worker | all |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in results:
         m = r.get("mixed", {})
         first, last = m.get("rss_first_by_role") or {}, m.get("rss_last_by_role") or {}
         if first and last:
             cells = " | ".join(f"{first[k]:.0f} -> {last[k]:.0f}" for k in ("command", "http", "queues", "worker"))
-            lines.append(f"| {r['task']} | {m['rss_from']:,} -> {m['rss_to']:,} | {cells} | "
-                         f"{m['rss_first_mb']:.0f} -> {m['rss_last_mb']:.0f} ({100 * m['rss_growth']:+.1f}%) |")
+            lines.append(
+                f"| {r['task']} | {m['rss_from']:,} -> {m['rss_to']:,} | {cells} | "
+                f"{m['rss_first_mb']:.0f} -> {m['rss_last_mb']:.0f} ({100 * m['rss_growth']:+.1f}%) |"
+            )
     return lines
 
 
@@ -595,14 +684,21 @@ def tables(results: list[dict[str, Any]], args: argparse.Namespace) -> list[str]
                 f"| {r['task']} | {name} | {c} | {row['requests']:,} | {row['throughput']:.1f} | "
                 f"{row['throughput'] / r['limit']:.2f} | {'' if math.isnan(vs_unbatched) else f'{vs_unbatched:.2f}'} | "
                 f"{row['mean_batch']:.1f} | {row['p50_ms']:.1f} | {row['p95_ms']:.1f} | {row['p99_ms']:.1f} | "
-                f"{row['errors']} |")
-        lines.append(f"| {r['task']} | limit (offline) | - | {args.offline_items:,} | {r['limit']:.1f} | 1.00 | | "
-                     f"{r['max_batch_size']} | | | | |")
-    lines += ["", f"Targets: at concurrency {c_main} (the tail at {c_tail}; the mixed run at concurrency "
-              f"{args.mixed_concurrency}).", "",
-              "| task | batched / limit (>= 0.70) | batched / unbatched | p99 / p50 (<= 3) | wrong status codes "
-              "(0) | good requests lost (0) | memory growth (<= 10%) |",
-              "|---|---|---|---|---|---|---|"]
+                f"{row['errors']} |"
+            )
+        lines.append(
+            f"| {r['task']} | limit (offline) | - | {args.offline_items:,} | {r['limit']:.1f} | 1.00 | | "
+            f"{r['max_batch_size']} | | | | |"
+        )
+    lines += [
+        "",
+        f"Targets: at concurrency {c_main} (the tail at {c_tail}; the mixed run at concurrency "
+        f"{args.mixed_concurrency}).",
+        "",
+        "| task | batched / limit (>= 0.70) | batched / unbatched | p99 / p50 (<= 3) | wrong status codes "
+        "(0) | good requests lost (0) | memory growth (<= 10%) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in results:
         b = r["loads"].get(f"batched/{c_main}")
         u = r["loads"].get(f"unbatched/{c_main}")
@@ -619,7 +715,8 @@ def tables(results: list[dict[str, Any]], args: argparse.Namespace) -> list[str]
             f"{m['wrong_status']} of {m['requests']:,} ({m['bad']:,} bad) {verdict(m['wrong_status'] == 0)} | "
             f"{m['good_lost']} {verdict(m['good_lost'] == 0)} | {m['rss_first_mb']:.0f} -> {m['rss_last_mb']:.0f} MB "
             f"({100 * m['rss_growth']:+.1f}%, requests {m['rss_from']:,} -> {m['rss_to']:,}) "
-            f"{verdict(m['rss_growth'] <= TARGETS['rss'])} |")
+            f"{verdict(m['rss_growth'] <= TARGETS['rss'])} |"
+        )
     return lines
 
 
@@ -646,8 +743,11 @@ def page(results: list[dict[str, Any]], args: argparse.Namespace, machine_line: 
 def batch_timeouts(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
     if args.batch_timeout is not None:
         return f"`--batch_timeout {args.batch_timeout}`"
-    return "the batch timeout of each task's default (" + ", ".join(
-        f"{r['task']} {r['batch_timeout']:g} s" for r in results) + ")"
+    return (
+        "the batch timeout of each task's default ("
+        + ", ".join(f"{r['task']} {r['batch_timeout']:g} s" for r in results)
+        + ")"
+    )
 
 
 def method(results: list[dict[str, Any]], args: argparse.Namespace) -> list[str]:
@@ -685,8 +785,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS))
     for task in TASKS:
         p.add_argument(f"--{task}", type=Path, default=None, help=f"the {task} checkpoint (default: the tour's)")
-    p.add_argument("--tour-dir", type=Path, default=ROOT / "runs" / "serve_bench",
-                   help="where the tour trains the checkpoints not given (and where they are found next time)")
+    p.add_argument(
+        "--tour-dir",
+        type=Path,
+        default=ROOT / "runs" / "serve_bench",
+        help="where the tour trains the checkpoints not given (and where they are found next time)",
+    )
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32, 64])
     p.add_argument("--requests-per-client", type=int, default=16)
     p.add_argument("--min-requests", type=int, default=200)
@@ -700,8 +804,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--smoke", action="store_true", help="tiny request counts (a smoke test, not a measurement)")
     p.add_argument("--md", type=Path, default=ROOT / "docs" / "results" / "serve.md")
     p.add_argument("--json", type=Path, default=None, help="JSON results (default: beside --md)")
-    p.add_argument("--no-docs", dest="docs", action="store_false",
-                   help="leave the tables of docs/serve.md and docs/benchmarks.md as they are (a smoke run does)")
+    p.add_argument(
+        "--no-docs",
+        dest="docs",
+        action="store_false",
+        help="leave the tables of docs/serve.md and docs/benchmarks.md as they are (a smoke run does)",
+    )
     args = p.parse_args(argv)
     if args.smoke:
         args.docs = False
@@ -727,8 +835,11 @@ def main(argv: list[str] | None = None) -> None:
     args.md.parent.mkdir(parents=True, exist_ok=True)
     args.md.write_text(text)
     if args.docs:
-        block = [f"Measured by `benchmarks/serve.py` on {machine_line} ([all of it](results/serve.md)):", "",
-                 *tables(results, args)]
+        block = [
+            f"Measured by `benchmarks/serve.py` on {machine_line} ([all of it](results/serve.md)):",
+            "",
+            *tables(results, args),
+        ]
         for doc in (ROOT / "docs" / "serve.md", ROOT / "docs" / "benchmarks.md"):
             replace_block(doc, "\n".join(block))
     json_path = args.json or args.md.with_suffix(".json")

@@ -33,8 +33,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = 'python -c "import lightning"'
-TINY = ["--model", "tests.helpers.tiny.TinyRegressor", "--data", "tests.helpers.tiny.TinyDataModule",
-        "--trainer.max_epochs", "1", "--trainer.log_every_n_steps", "1"]
+TINY = [
+    "--model",
+    "tests.helpers.tiny.TinyRegressor",
+    "--data",
+    "tests.helpers.tiny.TinyDataModule",
+    "--trainer.max_epochs",
+    "1",
+    "--trainer.log_every_n_steps",
+    "1",
+]
 
 
 def commands(root: Path) -> dict[str, list[str]]:
@@ -47,7 +55,12 @@ def commands(root: Path) -> dict[str, list[str]]:
         "lightning-tf fit --help": [*tf, "fit", "--help"],
         "lightning-tf fit, tiny, no logger": [*tf, "fit", *TINY, "--trainer.logger", "false"],
         "lightning-tf fit, tiny, default trainer config": [
-            *tf, "fit", "--config", str(root / "configs/trainer/default.yaml"), *TINY],
+            *tf,
+            "fit",
+            "--config",
+            str(root / "configs/trainer/default.yaml"),
+            *TINY,
+        ],
     }
 
 
@@ -71,8 +84,7 @@ def machine() -> str:
         except metadata.PackageNotFoundError:
             versions.append(f"{package} missing")
     load = ", load average {:.1f}".format(os.getloadavg()[0]) if hasattr(os, "getloadavg") else ""
-    return (f"{cpu_model()}, {os.cpu_count()} cores{load}; Python {platform.python_version()}, "
-            + ", ".join(versions))
+    return f"{cpu_model()}, {os.cpu_count()} cores{load}; Python {platform.python_version()}, " + ", ".join(versions)
 
 
 def timed(argv: list[str], root: Path) -> float:
@@ -105,12 +117,16 @@ def table(times: dict[str, list[float]]) -> str:
     """The markdown table: median and fastest seconds, the ratio of medians to the baseline, and the
     median of the ratios within each repeat."""
     base = times[BASELINE]
-    lines = ["| command | median s | fastest s | / import lightning | / import lightning (per repeat) |",
-             "|---|---:|---:|---:|---:|"]
+    lines = [
+        "| command | median s | fastest s | / import lightning | / import lightning (per repeat) |",
+        "|---|---:|---:|---:|---:|",
+    ]
     for name, ts in times.items():
         per_repeat = statistics.median(t / b for t, b in zip(ts, base))
-        lines.append(f"| `{name}` | {statistics.median(ts):.2f} | {min(ts):.2f} | "
-                     f"{statistics.median(ts) / statistics.median(base):.2f} | {per_repeat:.2f} |")
+        lines.append(
+            f"| `{name}` | {statistics.median(ts):.2f} | {min(ts):.2f} | "
+            f"{statistics.median(ts) / statistics.median(base):.2f} | {per_repeat:.2f} |"
+        )
     return "\n".join(lines)
 
 

@@ -59,13 +59,21 @@ SECTIONS = ("pruning", "parallel", "etth1")
 
 #: toy budgets of --smoke (a few batches per epoch)
 SMOKE_VISION = ["--trainer.max_epochs=3", "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=2"]
-SMOKE_ETT = ["--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=2",
-             "--trainer.limit_test_batches=2"]
+SMOKE_ETT = [
+    "--trainer.max_epochs=1",
+    "--trainer.limit_train_batches=2",
+    "--trainer.limit_val_batches=2",
+    "--trainer.limit_test_batches=2",
+]
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": os.environ.get("WANDB_MODE", "offline"),
-            "WANDB_SILENT": "true"}
+    return {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "WANDB_MODE": os.environ.get("WANDB_MODE", "offline"),
+        "WANDB_SILENT": "true",
+    }
 
 
 def tune(workdir: Path, args: list[str], log: Path, kill_after: int | None = None) -> dict[str, Any]:
@@ -120,8 +128,12 @@ def study_row(workdir: Path, name: str, wall_s: float) -> dict[str, Any]:
     accuracies = [t.user_attrs.get("val_metrics", {}).get("val/acc") for t in complete]  # at each trial's best epoch
     accuracies = [a for a in accuracies if a is not None]
     return {
-        "study": name, "wall_s": wall_s, "trials": len(study.trials), "states": states,
-        "best_value": None if best is None else best.value, "best_trial": None if best is None else best.number,
+        "study": name,
+        "wall_s": wall_s,
+        "trials": len(study.trials),
+        "states": states,
+        "best_value": None if best is None else best.value,
+        "best_trial": None if best is None else best.number,
         "best_acc": max(accuracies) if accuracies else None,
         "best_params": None if best is None else best.params,
         "best_run_dir": None if best is None else best.user_attrs.get("run_dir"),
@@ -134,8 +146,21 @@ def study_row(workdir: Path, name: str, wall_s: float) -> dict[str, Any]:
 def pruning(workdir: Path, smoke: bool, n: int | None = None) -> dict[str, Any]:
     trials = str(n or (2 if smoke else 24))
     budget = SMOKE_VISION if smoke else []
-    base = ["--config", TRAINER, "--config", DIGITS, *budget, "--search", str(ROOT / "configs/search/vision.yaml"),
-            "--trials", trials, "--jobs", "2", "--seed", "0"]  # val/loss, the default: it prunes on a fine scale
+    base = [
+        "--config",
+        TRAINER,
+        "--config",
+        DIGITS,
+        *budget,
+        "--search",
+        str(ROOT / "configs/search/vision.yaml"),
+        "--trials",
+        trials,
+        "--jobs",
+        "2",
+        "--seed",
+        "0",
+    ]  # val/loss, the default: it prunes on a fine scale
     rows = {}
     for pruner in ("median", "none"):
         name = f"prune-{pruner}"
@@ -144,8 +169,14 @@ def pruning(workdir: Path, smoke: bool, n: int | None = None) -> dict[str, Any]:
     with_, without = rows["median"], rows["none"]
     saving = 1.0 - with_["wall_s"] / without["wall_s"]
     gap = 100.0 * ((without["best_acc"] or 0.0) - (with_["best_acc"] or 0.0))
-    return {"trials": int(trials), "rows": rows, "saving": saving, "best_gap_points": gap,
-            "target_met": saving >= 0.40 and gap <= 0.5, "val_images": digits_val_images()}
+    return {
+        "trials": int(trials),
+        "rows": rows,
+        "saving": saving,
+        "best_gap_points": gap,
+        "target_met": saving >= 0.40 and gap <= 0.5,
+        "val_images": digits_val_images(),
+    }
 
 
 def digits_val_images() -> int:
@@ -165,8 +196,21 @@ def parallel(workdir: Path, smoke: bool, n: int | None = None) -> dict[str, Any]
     space.write_text(FIXED_COST_SPACE)
     trials = n or (2 if smoke else 8)
     budget = SMOKE_VISION if smoke else []
-    base = ["--config", TRAINER, "--config", DIGITS, *budget, "--search", str(space), "--trials", str(trials),
-            "--pruner", "none", "--seed", "0"]
+    base = [
+        "--config",
+        TRAINER,
+        "--config",
+        DIGITS,
+        *budget,
+        "--search",
+        str(space),
+        "--trials",
+        str(trials),
+        "--pruner",
+        "none",
+        "--seed",
+        "0",
+    ]
     rows = {}
     for jobs in (1, 2):
         name = f"jobs-{jobs}"
@@ -178,8 +222,23 @@ def parallel(workdir: Path, smoke: bool, n: int | None = None) -> dict[str, Any]
     # a study killed after some trials and continued with the same command
     kill_trials = 3 if smoke else 6
     kill_after = 1 if smoke else 2
-    args = ["--config", TRAINER, "--config", DIGITS, *budget, "--search", str(space), "--trials", str(kill_trials),
-            "--pruner", "none", "--jobs", "2", "--study_name", "killed"]
+    args = [
+        "--config",
+        TRAINER,
+        "--config",
+        DIGITS,
+        *budget,
+        "--search",
+        str(space),
+        "--trials",
+        str(kill_trials),
+        "--pruner",
+        "none",
+        "--jobs",
+        "2",
+        "--study_name",
+        "killed",
+    ]
     first = tune(workdir, args, workdir / "killed.log", kill_after=kill_after)
     before = load(workdir, "killed").trials
     left_running = [t.number for t in before if t.state.name == "RUNNING"]
@@ -188,29 +247,41 @@ def parallel(workdir: Path, smoke: bool, n: int | None = None) -> dict[str, Any]
     retried = {t.user_attrs["retry_of"]: t for t in study.trials if "retry_of" in t.user_attrs}
     finished = [t for t in study.trials if t.state.name in ("COMPLETE", "PRUNED")]
     return {
-        "trials": trials, "rows": {str(k): v for k, v in rows.items()}, "speedup": speedup,
-        "kill": {"trials": kill_trials, "finished_before_kill": sum(t.state.name == "COMPLETE" for t in before),
-                 "left_running": left_running,
-                 "rerun_with_same_params": all(n in retried and retried[n].params == t.params
-                                               for t in before for n in [t.number] if n in left_running),
-                 "finished_after": len(finished), "first_wall_s": first["wall_s"], "second_wall_s": second["wall_s"],
-                 "states": study_row(workdir, "killed", 0.0)["states"]},
+        "trials": trials,
+        "rows": {str(k): v for k, v in rows.items()},
+        "speedup": speedup,
+        "kill": {
+            "trials": kill_trials,
+            "finished_before_kill": sum(t.state.name == "COMPLETE" for t in before),
+            "left_running": left_running,
+            "rerun_with_same_params": all(
+                n in retried and retried[n].params == t.params for t in before for n in [t.number] if n in left_running
+            ),
+            "finished_after": len(finished),
+            "first_wall_s": first["wall_s"],
+            "second_wall_s": second["wall_s"],
+            "states": study_row(workdir, "killed", 0.0)["states"],
+        },
     }
 
 
 def _test_summary(args: list[str]) -> dict[str, Any]:
     """``lightning-tf <args>`` in this process (a fit with --test_after_fit, or a test): the K-line model's
     test summary (the model and the baselines on the same windows)."""
-    from lightning_tf.cli import make_cli
+    from lightning_tf.cli.lightning_cli import make_cli
 
     cli = make_cli(args)
     return cli.model.test_summary
 
 
 def _scores(summary: dict[str, Any]) -> dict[str, float]:
-    return {"mse": summary["model"]["model"]["mse"], "mae": summary["model"]["model"]["mae"],
-            "linear_mse": summary["linear"]["model"]["mse"], "linear_mae": summary["linear"]["model"]["mae"],
-            "persistence_mse": summary["persistence"]["model"]["mse"]}
+    return {
+        "mse": summary["model"]["model"]["mse"],
+        "mae": summary["model"]["model"]["mae"],
+        "linear_mse": summary["linear"]["model"]["mse"],
+        "linear_mae": summary["linear"]["model"]["mae"],
+        "persistence_mse": summary["persistence"]["model"]["mse"],
+    }
 
 
 def etth1(workdir: Path, smoke: bool, data: Path, n: int | None = None) -> dict[str, Any]:
@@ -219,8 +290,19 @@ def etth1(workdir: Path, smoke: bool, data: Path, n: int | None = None) -> dict[
     trials = n or (2 if smoke else 30)
     budget = SMOKE_ETT if smoke else ["--trainer.max_time=00:00:02:00"]
     common = ["--config", TRAINER, "--config", ETT, f"--data.init_args.path={data}", *budget]
-    args = [*common, "--search", str(ROOT / "configs/search/kline.yaml"), "--trials", str(trials), "--jobs", "2",
-            "--seed", "0", "--study_name", "etth1"]
+    args = [
+        *common,
+        "--search",
+        str(ROOT / "configs/search/kline.yaml"),
+        "--trials",
+        str(trials),
+        "--jobs",
+        "2",
+        "--seed",
+        "0",
+        "--study_name",
+        "etth1",
+    ]
     run = tune(workdir, args, workdir / "etth1.log")
     row = study_row(workdir, "etth1", run["wall_s"])
     out: dict[str, Any] = {"trials": trials, "budget": budget, "study": row}
@@ -231,11 +313,23 @@ def etth1(workdir: Path, smoke: bool, data: Path, n: int | None = None) -> dict[
     cwd = os.getcwd()
     os.chdir(workdir)
     try:
-        best = _scores(_test_summary(["test", "--config", str(run_dir / "config.yaml"), "--ckpt_path", str(ckpt),
-                                      "--trainer.logger=false"]))
+        best = _scores(
+            _test_summary(
+                ["test", "--config", str(run_dir / "config.yaml"), "--ckpt_path", str(ckpt), "--trainer.logger=false"]
+            )
+        )
         t0 = time.perf_counter()
-        default = _scores(_test_summary(["fit", *common, "--test_after_fit=true", "--trainer.logger=false",
-                                         "--trainer.enable_progress_bar=false"]))
+        default = _scores(
+            _test_summary(
+                [
+                    "fit",
+                    *common,
+                    "--test_after_fit=true",
+                    "--trainer.logger=false",
+                    "--trainer.enable_progress_bar=false",
+                ]
+            )
+        )
         default["train_s"] = time.perf_counter() - t0
     finally:
         os.chdir(cwd)
@@ -261,63 +355,93 @@ def _params(params: dict[str, Any] | None) -> str:
 
 def page(results: dict[str, Any]) -> str:
     info, smoke = results["machine"], results["smoke"]
-    lines = ["# lightning-tf tune, measured", "",
-             f"Machine: {info['cpu']}, {info['cores']} cores, torch {info['torch']}. Each study is "
-             "`lightning-tf tune` timed from outside (wall time of the whole command, worker start-up included). "
-             f"Written by `python benchmarks/tune.py{' --smoke' if smoke else ''}` on {results['date']}; a rerun "
-             "rewrites this page (`--sections` a subset of it). Each section is measured in one run.", ""]
+    lines = [
+        "# lightning-tf tune, measured",
+        "",
+        f"Machine: {info['cpu']}, {info['cores']} cores, torch {info['torch']}. Each study is "
+        "`lightning-tf tune` timed from outside (wall time of the whole command, worker start-up included). "
+        f"Written by `python benchmarks/tune.py{' --smoke' if smoke else ''}` on {results['date']}; a rerun "
+        "rewrites this page (`--sections` a subset of it). Each section is measured in one run.",
+        "",
+    ]
     toy = [k for k in SECTIONS if k in results and results[k].get("smoke", smoke)]
     if toy:
-        lines += [f"**Smoke-sized ({', '.join(toy)}): toy budgets, a few batches and trials; those numbers say only "
-                  "that the section runs.**", ""]
+        lines += [
+            f"**Smoke-sized ({', '.join(toy)}): toy budgets, a few batches and trials; those numbers say only "
+            "that the section runs.**",
+            "",
+        ]
     p = results.get("pruning")
     if p:
-        lines += ["## Pruning pays", "",
-                  f"Measured {p.get('date', results['date'])}. The digits ViT (`configs/vision/digits.yaml`) over "
-                  f"`configs/search/vision.yaml`, {p['trials']} "
-                  "trials each, `--jobs 2`, TPE with seed 0, optimising `val/loss` (the default); the median pruner "
-                  "(once 3 trials have finished, a trial worse than the median of the earlier ones at the same epoch "
-                  "stops, from its 5th epoch on) against none. The best validation accuracy is the highest among "
-                  "the complete trials, each at its best epoch.", "",
-                  "| pruner | wall time | trials | epochs run | trials' own time | best val loss | best val accuracy "
-                  "| best trial's parameters |",
-                  "|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "## Pruning pays",
+            "",
+            f"Measured {p.get('date', results['date'])}. The digits ViT (`configs/vision/digits.yaml`) over "
+            f"`configs/search/vision.yaml`, {p['trials']} "
+            "trials each, `--jobs 2`, TPE with seed 0, optimising `val/loss` (the default); the median pruner "
+            "(once 3 trials have finished, a trial worse than the median of the earlier ones at the same epoch "
+            "stops, from its 5th epoch on) against none. The best validation accuracy is the highest among "
+            "the complete trials, each at its best epoch.",
+            "",
+            "| pruner | wall time | trials | epochs run | trials' own time | best val loss | best val accuracy "
+            "| best trial's parameters |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for pruner, r in p["rows"].items():
             acc = "-" if r.get("best_acc") is None else f"{100 * r['best_acc']:.2f}%"
             loss = "-" if r["best_value"] is None else f"{r['best_value']:.4f}"
-            lines.append(f"| {pruner} | {_min(r['wall_s'])} | {_states(r['states'])} | {r['epochs']} "
-                         f"| {_min(r.get('trial_s', 0.0))} | {loss} | {acc} | {_params(r['best_params'])} |")
+            lines.append(
+                f"| {pruner} | {_min(r['wall_s'])} | {_states(r['states'])} | {r['epochs']} "
+                f"| {_min(r.get('trial_s', 0.0))} | {loss} | {acc} | {_params(r['best_params'])} |"
+            )
         verdict = "met" if p["target_met"] else "NOT met"
-        lines += ["", f"Pruning saves **{100 * p['saving']:.0f}%** of the wall time; its best validation accuracy is "
-                  f"{p['best_gap_points']:+.2f} points from the unpruned study's (a positive gap: below it). Target "
-                  f"(>= 40% saved, best within 0.5 points): **{verdict}**.", ""]
+        lines += [
+            "",
+            f"Pruning saves **{100 * p['saving']:.0f}%** of the wall time; its best validation accuracy is "
+            f"{p['best_gap_points']:+.2f} points from the unpruned study's (a positive gap: below it). Target "
+            f"(>= 40% saved, best within 0.5 points): **{verdict}**.",
+            "",
+        ]
         n_val = p.get("val_images") or digits_val_images()
         step = 100.0 / n_val
         with_loss, without_loss = p["rows"]["median"]["best_value"], p["rows"]["none"]["best_value"]
         if with_loss is not None and without_loss is not None:
-            lines[-1:] = [f"The validation split holds {n_val} images, so an accuracy moves in steps of {step:.2f} "
-                          f"points: the gap is {abs(p['best_gap_points']) / step:.0f} image(s). By the objective both "
-                          f"studies optimised, `val/loss`, the pruned study's best is "
-                          f"{'better' if with_loss <= without_loss else 'worse'} ({with_loss:.4f} against "
-                          f"{without_loss:.4f}).", ""]
+            lines[-1:] = [
+                f"The validation split holds {n_val} images, so an accuracy moves in steps of {step:.2f} "
+                f"points: the gap is {abs(p['best_gap_points']) / step:.0f} image(s). By the objective both "
+                f"studies optimised, `val/loss`, the pruned study's best is "
+                f"{'better' if with_loss <= without_loss else 'worse'} ({with_loss:.4f} against "
+                f"{without_loss:.4f}).",
+                "",
+            ]
     q = results.get("parallel")
     if q:
-        lines += ["## Parallel workers", "",
-                  f"Measured {q.get('date', results['date'])}. The same budget twice: {q['trials']} trials of the "
-                  "digits ViT over its optimisation settings "
-                  "(learning rate, weight decay, label smoothing, drop path; size fixed, no pruner, so every trial "
-                  "is the same work), one worker against two on this machine's cores.", "",
-                  "| workers | wall time | trials | trials per hour |", "|---|---|---|---|"]
+        lines += [
+            "## Parallel workers",
+            "",
+            f"Measured {q.get('date', results['date'])}. The same budget twice: {q['trials']} trials of the "
+            "digits ViT over its optimisation settings "
+            "(learning rate, weight decay, label smoothing, drop path; size fixed, no pruner, so every trial "
+            "is the same work), one worker against two on this machine's cores.",
+            "",
+            "| workers | wall time | trials | trials per hour |",
+            "|---|---|---|---|",
+        ]
         for jobs, r in q["rows"].items():
             lines.append(f"| {jobs} | {_min(r['wall_s'])} | {_states(r['states'])} | {r['trials_per_hour']:.0f} |")
         k = q["kill"]
-        lines += ["", f"Two workers run **{q['speedup']:.2f}x** the trials per hour of one.", "",
-                  f"Killed and continued: a {k['trials']}-trial study (`--jobs 2`) was killed with SIGKILL once "
-                  f"{k['finished_before_kill']} trials had finished ({_min(k['first_wall_s'])} in), leaving trials "
-                  f"{k['left_running'] or 'none'} running in the storage. The same command continued it "
-                  f"({_min(k['second_wall_s'])}): the killed trials were marked failed (their worker gone), their "
-                  f"parameters ran again ({'yes' if k['rerun_with_same_params'] else 'NO'}), and the study ended with "
-                  f"{k['finished_after']} finished trials ({_states(k['states'])}).", ""]
+        lines += [
+            "",
+            f"Two workers run **{q['speedup']:.2f}x** the trials per hour of one.",
+            "",
+            f"Killed and continued: a {k['trials']}-trial study (`--jobs 2`) was killed with SIGKILL once "
+            f"{k['finished_before_kill']} trials had finished ({_min(k['first_wall_s'])} in), leaving trials "
+            f"{k['left_running'] or 'none'} running in the storage. The same command continued it "
+            f"({_min(k['second_wall_s'])}): the killed trials were marked failed (their worker gone), their "
+            f"parameters ran again ({'yes' if k['rerun_with_same_params'] else 'NO'}), and the study ended with "
+            f"{k['finished_after']} finished trials ({_states(k['states'])}).",
+            "",
+        ]
     e = results.get("etth1")
     if e:
         lines += ["## ETTh1, look-back 336, horizon 96: a tuned residual against the linear model", ""]
@@ -325,31 +449,42 @@ def page(results: dict[str, Any]) -> str:
             lines += [f"Not run: {e['skipped']}.", ""]
         else:
             s = e["study"]
-            lines += [f"Measured {e.get('date', results['date'])}. {e['trials']} trials of "
-                      "`configs/kline/patchtst_etth1.yaml` over `configs/search/kline.yaml` "
-                      f"(backbone, residual mode and rule, linear path frozen or tuned, size, patches, learning rate), "
-                      f"`--jobs 2`, TPE seed 0, median pruner, each trial under the same budget "
-                      f"(`{' '.join(e['budget'])}` on top of the config's 8 epochs with early stopping); "
-                      f"{_min(s['wall_s'])}, {_states(s['states'])}. Test MSE / MAE on every test window of the "
-                      "standardised scale.", ""]
+            lines += [
+                f"Measured {e.get('date', results['date'])}. {e['trials']} trials of "
+                "`configs/kline/patchtst_etth1.yaml` over `configs/search/kline.yaml` "
+                f"(backbone, residual mode and rule, linear path frozen or tuned, size, patches, learning rate), "
+                f"`--jobs 2`, TPE seed 0, median pruner, each trial under the same budget "
+                f"(`{' '.join(e['budget'])}` on top of the config's 8 epochs with early stopping); "
+                f"{_min(s['wall_s'])}, {_states(s['states'])}. Test MSE / MAE on every test window of the "
+                "standardised scale.",
+                "",
+            ]
             if "best" in e:
                 b, d = e["best"], e["default"]
-                lines += ["| model | test MSE | test MAE |", "|---|---|---|",
-                          f"| best trial ({s['best_trial']}: {_params(s['best_params'])}; val loss "
-                          f"{s['best_value']:.4f}) | **{b['mse']:.4f}** | {b['mae']:.4f} |",
-                          f"| closed-form linear model, same windows | {b['linear_mse']:.4f} | {b['linear_mae']:.4f} |",
-                          f"| default config, same budget ({_min(d['train_s'])}) | {d['mse']:.4f} | {d['mae']:.4f} |",
-                          f"| persistence | {b['persistence_mse']:.4f} | - |", ""]
+                lines += [
+                    "| model | test MSE | test MAE |",
+                    "|---|---|---|",
+                    f"| best trial ({s['best_trial']}: {_params(s['best_params'])}; val loss "
+                    f"{s['best_value']:.4f}) | **{b['mse']:.4f}** | {b['mae']:.4f} |",
+                    f"| closed-form linear model, same windows | {b['linear_mse']:.4f} | {b['linear_mae']:.4f} |",
+                    f"| default config, same budget ({_min(d['train_s'])}) | {d['mse']:.4f} | {d['mae']:.4f} |",
+                    f"| persistence | {b['persistence_mse']:.4f} | - |",
+                    "",
+                ]
                 if b["mse"] < b["linear_mse"]:
-                    answer = (f"the tuned model is below the linear model by {b['linear_mse'] - b['mse']:.4f} MSE "
-                              f"({100 * (1 - b['mse'] / b['linear_mse']):.2f}%)")
+                    answer = (
+                        f"the tuned model is below the linear model by {b['linear_mse'] - b['mse']:.4f} MSE "
+                        f"({100 * (1 - b['mse'] / b['linear_mse']):.2f}%)"
+                    )
                 elif b["mse"] == b["linear_mse"]:
                     answer = "the tuned model equals the linear model (its residual was not kept on validation)"
                 else:
                     answer = f"the tuned model is above the linear model by {b['mse'] - b['linear_mse']:.4f} MSE"
-                lines += [f"The answer: {answer}; against the default config it is "
-                          f"{'better' if b['mse'] < d['mse'] else 'not better'} ({b['mse']:.4f} vs {d['mse']:.4f}).",
-                          ""]
+                lines += [
+                    f"The answer: {answer}; against the default config it is "
+                    f"{'better' if b['mse'] < d['mse'] else 'not better'} ({b['mse']:.4f} vs {d['mse']:.4f}).",
+                    "",
+                ]
             else:
                 lines += ["No trial completed.", ""]
     return "\n".join(lines)
@@ -357,16 +492,29 @@ def page(results: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS),
-                        help="the sections to measure (default all); a subset keeps the others from OUT.json")
+    parser.add_argument(
+        "--sections",
+        nargs="+",
+        choices=SECTIONS,
+        default=list(SECTIONS),
+        help="the sections to measure (default all); a subset keeps the others from OUT.json",
+    )
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="ETTh1.csv")
     parser.add_argument("--out", default=str(ROOT / "docs/results/tune"), help="writes OUT.md and OUT.json")
-    parser.add_argument("--workdir", type=Path, default=None, help="where the studies run (default: a temporary "
-                        "folder, removed at the end)")
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        help="where the studies run (default: a temporary folder, removed at the end)",
+    )
     parser.add_argument("--smoke", action="store_true", help="toy budgets: check that every section runs")
     parser.add_argument("--render", action="store_true", help="write OUT.md again from OUT.json, measuring nothing")
-    parser.add_argument("--trials", type=int, default=None,
-                        help="trials per study in every section (default: 24, 8 and 30; a reduced run)")
+    parser.add_argument(
+        "--trials",
+        type=int,
+        default=None,
+        help="trials per study in every section (default: 24, 8 and 30; a reduced run)",
+    )
     args = parser.parse_args(argv)
 
     import torch
@@ -381,8 +529,12 @@ def main(argv: list[str] | None = None) -> None:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="tune-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"studies under {workdir}", flush=True)
-    results: dict[str, Any] = {"machine": machine_info(torch.device("cpu")), "smoke": args.smoke,
-                               "date": datetime.date.today().isoformat(), "sections": args.sections}
+    results: dict[str, Any] = {
+        "machine": machine_info(torch.device("cpu")),
+        "smoke": args.smoke,
+        "date": datetime.date.today().isoformat(),
+        "sections": args.sections,
+    }
     if set(args.sections) != set(SECTIONS) and earlier.is_file():  # a subset: the other sections stay as measured
         kept = json.loads(earlier.read_text())
         for name in SECTIONS:

@@ -115,7 +115,11 @@ def main() -> None:
     for name in datasets:
         for augment in AUGMENTS:
             dm = ImageDataModule(
-                name, root=args.root, augment=augment, batch_size=args.batch_size, num_workers=args.num_workers,
+                name,
+                root=args.root,
+                augment=augment,
+                batch_size=args.batch_size,
+                num_workers=args.num_workers,
                 download=False,
             )
             dm.setup("fit")
@@ -131,18 +135,30 @@ def main() -> None:
                 for key, loader in loaders.items():
                     speed[key].append(images_per_second(loader, args.images))
             ours, ref = statistics.median(speed["ours"]), statistics.median(speed["ref"])
-            rows.append({"dataset": name, "size": dm.image_size, "augment": augment, "ours": ours, "ref": ref,
-                         "ratio": ours / ref})
+            rows.append(
+                {
+                    "dataset": name,
+                    "size": dm.image_size,
+                    "augment": augment,
+                    "ours": ours,
+                    "ref": ref,
+                    "ratio": ours / ref,
+                }
+            )
 
     info = machine_info(torch.device("cpu"))
     print(f"machine: {info}")
-    print(f"batch {args.batch_size}, num_workers {args.num_workers}, {args.images} images x {args.repeats} repeats "
-          "(median)\n")
+    print(
+        f"batch {args.batch_size}, num_workers {args.num_workers}, {args.images} images x {args.repeats} repeats "
+        "(median)\n"
+    )
     print("| dataset | augment | ours img/s | per-image v2 img/s | ours/v2 |")
     print("|---|---|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['dataset']} ({r['size']}x{r['size']}) | {r['augment']} | {r['ours']:,.0f} | {r['ref']:,.0f} "
-              f"| {r['ratio']:.1f} |")
+        print(
+            f"| {r['dataset']} ({r['size']}x{r['size']}) | {r['augment']} | {r['ours']:,.0f} | {r['ref']:,.0f} "
+            f"| {r['ratio']:.1f} |"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps({"machine": info, "args": vars(args), "rows": rows}, indent=2))
 

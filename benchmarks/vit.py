@@ -84,8 +84,14 @@ def build_pair(size: str) -> tuple[nn.Module, nn.Module, torch.Tensor]:
 
     image, patch, chans, classes, d, depth, heads, mlp, batch = SIZES[size]
     theirs = TimmViT(
-        img_size=image, patch_size=patch, in_chans=chans, num_classes=classes, embed_dim=d, depth=depth,
-        num_heads=heads, mlp_ratio=mlp,
+        img_size=image,
+        patch_size=patch,
+        in_chans=chans,
+        num_classes=classes,
+        embed_dim=d,
+        depth=depth,
+        num_heads=heads,
+        mlp_ratio=mlp,
     )
     ours, _ = timm_to_ours(theirs)
     x = torch.randn(batch, chans, image, image)
@@ -207,12 +213,23 @@ def fashion_mnist(args: argparse.Namespace) -> dict[str, float] | None:
     )
     # a short budget: little regularisation, a high peak learning rate
     model = ViTClassifier(
-        num_classes=10, in_chans=1, preset="cpu28", lr=3e-3, weight_decay=0.05, warmup_steps=200,
-        label_smoothing=0.0, drop_path=0.0, attention_images=0,
+        num_classes=10,
+        in_chans=1,
+        preset="cpu28",
+        lr=3e-3,
+        weight_decay=0.05,
+        warmup_steps=200,
+        label_smoothing=0.0,
+        drop_path=0.0,
+        attention_images=0,
     )
     trainer = Trainer(
-        max_epochs=args.epochs, accelerator="cpu", logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False,
+        max_epochs=args.epochs,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
     )
     start = time.perf_counter()
     trainer.fit(model, dm)

@@ -16,7 +16,7 @@
 * **marian** (a Marian-shaped translation model with its SentencePiece tokenizer): a folder that
   transformers' ``MarianMTModel`` and ``MarianTokenizer`` load (:meth:`Seq2SeqTransformer.to_marian`).
 
-The command line (``lightning-tf export``) is :func:`export_main`.
+The command line (``lightning-tf export``) is :func:`lightning_tf.cli.export.export`.
 """
 
 from __future__ import annotations
@@ -28,11 +28,8 @@ import json
 import logging
 import math
 import os
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
-
-from lightning_tf.console import ArgumentParser
 
 # torch, Lightning and safetensors are imported where they are used, so that `lightning-tf export
 # --help` and its argument errors answer without loading them (seconds at every start).
@@ -46,7 +43,6 @@ __all__ = [
     "FORMAT_VERSION",
     "SIDECAR",
     "WEIGHTS",
-    "export_main",
     "export_onnx",
     "export_safetensors",
     "load_module",
@@ -136,7 +132,7 @@ def load_module(source: Source, model_class: type[LightningModule] | None = None
     """
     from lightning.pytorch import LightningModule
 
-    from lightning_tf.checkpoints import check_checkpoint
+    from lightning_tf.training import check_checkpoint
 
     if isinstance(source, LightningModule):
         return source
@@ -436,53 +432,3 @@ def _verify_onnx(model: LightningModule, path: Path, x: Tensor, atol: float) -> 
 
 
 # ----------------------------------------------------------------------------------------- CLI
-
-
-def _size(path: Path) -> str:
-    n = path.stat().st_size
-    return f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
-
-
-def export_main(argv: Sequence[str]) -> None:
-    """``lightning-tf export --ckpt_path PATH --format safetensors|onnx|marian [--output DIR_OR_FILE]``."""
-    parser = ArgumentParser(
-        prog="lightning-tf export",
-        description="Export a trained model: safetensors weights + a JSON sidecar (every task), ONNX "
-        "(vision and kline), or a transformers Marian folder (a translation model of Marian's shape).",
-    )
-    parser.add_argument("--ckpt_path", required=True, help="Lightning checkpoint (.ckpt) or a safetensors export dir")
-    parser.add_argument(
-        "--format", choices=("safetensors", "onnx", "marian"), default="safetensors", help="export format"
-    )
-    parser.add_argument(
-        "--output",
-        default=None,
-        help="directory (safetensors, marian) or .onnx file; default: next to the checkpoint, "
-        "<name>_safetensors/, <name>_marian/ or <name>.onnx",
-    )
-    parser.add_argument("--opset", type=int, default=None, help="ONNX opset (default: the exporter's)")
-    parser.add_argument("--no_verify", action="store_true", help="skip the onnxruntime check of an ONNX export")
-    args = parser.parse_args(list(argv))
-    ckpt = Path(args.ckpt_path)
-    stem = ckpt.parent / ckpt.name.removesuffix(".ckpt")
-    try:
-        model = load_module(ckpt)
-        if args.format == "onnx":
-            out = Path(args.output) if args.output else stem.with_name(stem.name + ".onnx")
-            if out.is_dir():
-                out = out / (stem.name + ".onnx")
-            export_onnx(model, out, opset_version=args.opset, verify=not args.no_verify)
-            files = [out, *([out.with_name(out.name + ".data")] if out.with_name(out.name + ".data").exists() else [])]
-        elif args.format == "marian":
-            if not callable(getattr(model, "to_marian", None)):
-                raise ValueError(f"--format marian is for translation models; {type(model).__name__} has no Marian form")
-            out = model.to_marian(args.output or stem.with_name(stem.name + "_marian"))
-            files = sorted(p for p in out.iterdir() if p.is_file())
-        else:
-            out = export_safetensors(model, args.output or stem.with_name(stem.name + "_safetensors"))
-            files = sorted(p for p in out.iterdir() if p.is_file())
-    except (FileNotFoundError, ValueError, TypeError, ModuleNotFoundError) as e:
-        parser.error(str(e))
-    print(f"exported {type(model).__name__} from {ckpt} ({args.format}):")
-    for f in files:
-        print(f"  {f}  {_size(f)}")

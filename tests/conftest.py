@@ -24,9 +24,11 @@ import torch
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--runslow", action="store_true", default=False, help="also run tests marked slow")
     parser.addoption(
-        "--integration", action="store_true", default=False,
+        "--integration",
+        action="store_true",
+        default=False,
         help="also run tests marked integration (CLI subprocesses, DDP, resume, config builds, wandb, benchmarks)",
-    )  # fmt: skip
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

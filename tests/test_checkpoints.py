@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from lightning_tf import __version__
-from lightning_tf.checkpoints import (
+from lightning_tf.training import LastCheckpoint
+from lightning_tf.training.checkpoints import (
     FORMAT,
     AtomicCheckpointIO,
     CheckpointError,
@@ -21,7 +22,6 @@ from lightning_tf.checkpoints import (
     check_checkpoint,
     stamp,
 )
-from lightning_tf.preemption import LastCheckpoint
 from lightning_tf.vision import ViTClassifier
 
 
@@ -48,9 +48,13 @@ def test_broken_files_are_one_line_naming_the_newest_complete_one_beside_them(tm
     flipped[data.index(b"data/0") + 200] ^= 0xFF  # inside the tensor's record
     (tmp_path / "flipped.ckpt").write_bytes(bytes(flipped))
     newest = "the newest complete checkpoint in .* is last.ckpt \\(epoch 1, step 12\\)$"
-    with pytest.raises(CheckpointError, match=f"cut.ckpt: not a complete checkpoint, truncated or corrupted .*; {newest}"):
+    with pytest.raises(
+        CheckpointError, match=f"cut.ckpt: not a complete checkpoint, truncated or corrupted .*; {newest}"
+    ):
         check_checkpoint(tmp_path / "cut.ckpt")
-    with pytest.raises(CheckpointError, match=f"flipped.ckpt: corrupted, the record .*/data/0 fails its CRC-32 check; {newest}"):
+    with pytest.raises(
+        CheckpointError, match=f"flipped.ckpt: corrupted, the record .*/data/0 fails its CRC-32 check; {newest}"
+    ):
         check_checkpoint(tmp_path / "flipped.ckpt")
     with pytest.raises(MissingCheckpointError, match=f"gone.ckpt: no such checkpoint file; {newest}") as missing:
         check_checkpoint(tmp_path / "gone.ckpt")
@@ -66,21 +70,27 @@ def test_what_is_not_a_usable_lightning_checkpoint_says_why(tmp_path: Path) -> N
     with pytest.raises(CheckpointError, match=r"plain.ckpt: not a Lightning checkpoint \(no 'state_dict'\)$"):
         check_checkpoint(tmp_path / "plain.ckpt")
     torch.save({"state_dict": {}, "obj": timedelta(1)}, tmp_path / "pickled.ckpt")
-    with pytest.raises(CheckpointError, match=r"pickled.ckpt: holds objects that torch.load\(weights_only=True\) refuses"):
+    with pytest.raises(
+        CheckpointError, match=r"pickled.ckpt: holds objects that torch.load\(weights_only=True\) refuses"
+    ):
         check_checkpoint(tmp_path / "pickled.ckpt")
     write(tmp_path / "new.ckpt", lightning_tf={"version": "9.1.0", "format": FORMAT + 1})
-    with pytest.raises(CheckpointError, match=(
-        f"new.ckpt: written by lightning-tf 9.1.0 in checkpoint format {FORMAT + 1}; this lightning-tf "
-        f"{__version__} reads formats up to {FORMAT}: install lightning-tf 9.1.0 or later"
-    )):  # fmt: skip
+    with pytest.raises(
+        CheckpointError,
+        match=(
+            f"new.ckpt: written by lightning-tf 9.1.0 in checkpoint format {FORMAT + 1}; this lightning-tf "
+            f"{__version__} reads formats up to {FORMAT}: install lightning-tf 9.1.0 or later"
+        ),
+    ):
         check_checkpoint(tmp_path / "new.ckpt")
 
 
 def test_a_checkpoint_of_another_model_is_named_as_such(tmp_path: Path) -> None:
     text = write(tmp_path / "t.ckpt", hyper_parameters={"_class_path": "lightning_tf.text.Seq2SeqTransformer"})
-    with pytest.raises(CheckpointError, match=(
-        "t.ckpt: a checkpoint of Seq2SeqTransformer \\(text\\), not of ViTClassifier \\(vision\\)"
-    )):  # fmt: skip
+    with pytest.raises(
+        CheckpointError,
+        match=("t.ckpt: a checkpoint of Seq2SeqTransformer \\(text\\), not of ViTClassifier \\(vision\\)"),
+    ):
         check_checkpoint(text, model_class=ViTClassifier)
     plain = write(tmp_path / "p.ckpt", hyper_parameters={"vocab_size": 64, "beam_size": 1})  # a plain Trainer's
     with pytest.raises(CheckpointError, match=r"p.ckpt: not a checkpoint of ViTClassifier \(vision\): its hyper"):

@@ -21,9 +21,9 @@ from lightning.pytorch.utilities.model_summary import summarize
 from torchmetrics import MeanSquaredError
 
 from lightning_tf.__main__ import COMMANDS, main
-from lightning_tf.callbacks import CompactModelSummary
-from lightning_tf.cli import make_cli
-from lightning_tf.runs import link_wandb_run, quiet_wandb
+from lightning_tf.cli.lightning_cli import make_cli
+from lightning_tf.cli.runs import link_wandb_run, quiet_wandb
+from lightning_tf.training import CompactModelSummary
 from tests.helpers.cli import ROOT, LogCollector, cli, run_dir_args
 
 TINY = ["--model", "tests.helpers.tiny.TinyRegressor", "--data", "tests.helpers.tiny.TinyDataModule"]
@@ -53,8 +53,9 @@ def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 )
 def test_logger_false_works_with_every_trainer_config(overlays: list[str], in_tmp: Path) -> None:
     configs = [a for name in overlays for a in ("--config", str(ROOT / f"configs/trainer/{name}.yaml"))]
-    cli = make_cli(["fit", "--config", DEFAULT, *configs, *TINY, "--trainer.logger", "false",
-                    "--trainer.max_epochs", "1"])
+    cli = make_cli(
+        ["fit", "--config", DEFAULT, *configs, *TINY, "--trainer.logger", "false", "--trainer.max_epochs", "1"]
+    )
     assert cli.trainer.state.finished and cli.trainer.logger is None
     assert not any(isinstance(cb, LearningRateMonitor) for cb in cli.trainer.callbacks)
     assert not (in_tmp / "lightning_logs").exists() and not (in_tmp / "runs" / "lightning_logs").exists()
@@ -70,9 +71,7 @@ def test_debug_config_alone_runs_one_batch(in_tmp: Path) -> None:
     ("switch", "dropped"),
     [("--trainer.enable_checkpointing", ModelCheckpoint), ("--trainer.enable_progress_bar", ProgressBar)],
 )
-def test_switching_off_a_callback_of_the_default_config_leaves_it_out(
-    switch: str, dropped: type, in_tmp: Path
-) -> None:
+def test_switching_off_a_callback_of_the_default_config_leaves_it_out(switch: str, dropped: type, in_tmp: Path) -> None:
     cli = make_cli(["--config", DEFAULT, *TINY, "--trainer.logger", "false", switch, "false"], run=False)
     assert not any(isinstance(cb, dropped) for cb in cli.trainer.callbacks)
     assert not any(isinstance(cb, LearningRateMonitor) for cb in cli.trainer.callbacks)  # no logger either
@@ -80,9 +79,21 @@ def test_switching_off_a_callback_of_the_default_config_leaves_it_out(
 
 @pytest.mark.integration
 def test_logger_false_works_with_ddp(tmp_path: Path) -> None:
-    proc = cli("fit", "--config", DEFAULT, "--config", str(ROOT / "configs/trainer/ddp.yaml"), *TINY,
-               "--trainer.logger", "false", "--trainer.max_epochs", "1", "--trainer.log_every_n_steps", "1",
-               cwd=tmp_path)
+    proc = cli(
+        "fit",
+        "--config",
+        DEFAULT,
+        "--config",
+        str(ROOT / "configs/trainer/ddp.yaml"),
+        *TINY,
+        "--trainer.logger",
+        "false",
+        "--trainer.max_epochs",
+        "1",
+        "--trainer.log_every_n_steps",
+        "1",
+        cwd=tmp_path,
+    )
     assert "fit done" in proc.stdout
 
 
@@ -92,8 +103,20 @@ def test_logger_false_works_with_ddp(tmp_path: Path) -> None:
 def test_fit_without_logger_prints_commands_that_repeat_its_arguments(
     in_tmp: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    args = ["fit", *TINY, "--trainer.logger", "false", "--trainer.max_epochs", "2", "--trainer.enable_progress_bar",
-            "false", "--test_after_fit", "true", "--trainer.enable_model_summary", "false"]
+    args = [
+        "fit",
+        *TINY,
+        "--trainer.logger",
+        "false",
+        "--trainer.max_epochs",
+        "2",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--test_after_fit",
+        "true",
+        "--trainer.enable_model_summary",
+        "false",
+    ]
     main(args)
     out = capsys.readouterr().out
     best = next(in_tmp.glob("checkpoints/*.ckpt"))
@@ -101,9 +124,20 @@ def test_fit_without_logger_prints_commands_that_repeat_its_arguments(
     assert summary[1].split() == ["best", "checkpoint", str(best.relative_to(in_tmp))]  # no monitor: no score
     assert summary[2].split() == ["config", "not", "saved", "(no", "logger)"]
     assert summary[3] == "next:"
-    fit_args = ["--model", "tests.helpers.tiny.TinyRegressor", "--data", "tests.helpers.tiny.TinyDataModule",
-                "--trainer.logger", "false", "--trainer.max_epochs", "2", "--trainer.enable_progress_bar", "false",
-                "--trainer.enable_model_summary", "false"]  # as given, without fit and --test_after_fit
+    fit_args = [
+        "--model",
+        "tests.helpers.tiny.TinyRegressor",
+        "--data",
+        "tests.helpers.tiny.TinyDataModule",
+        "--trainer.logger",
+        "false",
+        "--trainer.max_epochs",
+        "2",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.enable_model_summary",
+        "false",
+    ]  # as given, without fit and --test_after_fit
     for line, sub in zip(summary[4:6], ("test", "predict")):
         assert shlex.split(line) == ["lightning-tf", sub, *fit_args, "--ckpt_path", str(best.relative_to(in_tmp))]
     # the test after fit printed its one table, before the summary
@@ -131,8 +165,19 @@ def test_validate_prints_one_compact_table(in_tmp: Path, capsys: pytest.CaptureF
 
 
 def test_a_module_report_replaces_the_table(in_tmp: Path, capsys: pytest.CaptureFixture) -> None:
-    main(["test", "--model", "tests.helpers.tiny.ReportingRegressor", "--data", "tests.helpers.tiny.TinyDataModule",
-          "--trainer.logger", "false", "--trainer.enable_progress_bar", "false"])
+    main(
+        [
+            "test",
+            "--model",
+            "tests.helpers.tiny.ReportingRegressor",
+            "--data",
+            "tests.helpers.tiny.TinyDataModule",
+            "--trainer.logger",
+            "false",
+            "--trainer.enable_progress_bar",
+            "false",
+        ]
+    )
     assert re.fullmatch(r"tiny report: test loss [0-9.]+\n", capsys.readouterr().out)
 
 
@@ -149,8 +194,11 @@ def test_subcommand_help_is_named_for_the_command(in_tmp: Path, capsys: pytest.C
     out = capsys.readouterr().out
     assert out.startswith("usage: lightning-tf [options] fit")
     # the classes of the three tasks are listed: `--model ViTClassifier` resolves by short name
-    for name in ("lightning_tf.text.Seq2SeqTransformer", "lightning_tf.vision.ViTClassifier",
-                 "lightning_tf.kline.KLineForecaster"):
+    for name in (
+        "lightning_tf.text.Seq2SeqTransformer",
+        "lightning_tf.vision.ViTClassifier",
+        "lightning_tf.kline.KLineForecaster",
+    ):
         assert name in out
 
 
@@ -177,8 +225,14 @@ def _compact_summary(model: LightningModule) -> str:
     level = logger.level
     logger.setLevel(logging.INFO)
     try:
-        CompactModelSummary.summarize(s._get_summary_data(), s.total_parameters, s.trainable_parameters,
-                                      s.model_size, s.total_training_modes, total_flops=s.total_flops)
+        CompactModelSummary.summarize(
+            s._get_summary_data(),
+            s.total_parameters,
+            s.trainable_parameters,
+            s.model_size,
+            s.total_training_modes,
+            total_flops=s.total_flops,
+        )
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
@@ -190,7 +244,9 @@ def test_model_summary_lists_layers_with_parameters_without_mode_or_empty_flops(
     lines = _compact_summary(_WithMetric(example=False)).splitlines()
     assert [c.strip() for c in lines[0].split("|")] == ["", "Name", "Type", "Params"]
     assert [[c.strip() for c in line.split("|")] for line in lines[2:4]] == [
-        ["0", "net", "Linear", "15"], ["1", "frozen", "Linear", "4"]]  # val_mse (0 parameters) left out
+        ["0", "net", "Linear", "15"],
+        ["1", "frozen", "Linear", "4"],
+    ]  # val_mse (0 parameters) left out
     assert lines[4] == "19 parameters (0.00 MB), 4 frozen"
     assert len(lines) == 5
 
@@ -205,8 +261,9 @@ def test_the_compact_summary_takes_the_place_of_lightnings(in_tmp: Path) -> None
     cli = make_cli(["--config", DEFAULT, *TINY, "--trainer.logger", "false"], run=False)
     kinds = [type(cb) for cb in cli.trainer.callbacks]
     assert CompactModelSummary in kinds and RichModelSummary not in kinds
-    cli = make_cli(["--config", DEFAULT, *TINY, "--trainer.logger", "false", "--trainer.enable_model_summary",
-                    "false"], run=False)  # as configs/trainer/fsdp.yaml sets it
+    cli = make_cli(
+        ["--config", DEFAULT, *TINY, "--trainer.logger", "false", "--trainer.enable_model_summary", "false"], run=False
+    )  # as configs/trainer/fsdp.yaml sets it
     assert not any(isinstance(cb, CompactModelSummary) for cb in cli.trainer.callbacks)
 
 
@@ -265,8 +322,15 @@ def fitted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One fit (with test after it) of the tiny model under the default trainer config."""
     tmp = tmp_path_factory.mktemp("run")
     proc = cli(
-        "fit", "--config", "configs/trainer/default.yaml", *TINY, *run_dir_args(tmp),
-        "--trainer.max_epochs", "3", "--test_after_fit", "true",
+        "fit",
+        "--config",
+        "configs/trainer/default.yaml",
+        *TINY,
+        *run_dir_args(tmp),
+        "--trainer.max_epochs",
+        "3",
+        "--test_after_fit",
+        "true",
     )
     (tmp / "stdout.txt").write_text(proc.stdout + proc.stderr)
     return tmp
@@ -294,16 +358,32 @@ def test_fit_writes_checkpoints_and_offline_wandb_run(fitted: Path) -> None:
 @pytest.mark.integration
 def test_test_subcommand_from_checkpoint(fitted: Path, tmp_path: Path) -> None:
     last = next(fitted.rglob("last.ckpt"))
-    proc = cli("test", *TINY, "--trainer.logger", "false", "--trainer.default_root_dir", str(tmp_path),
-               "--ckpt_path", str(last))
+    proc = cli(
+        "test",
+        *TINY,
+        "--trainer.logger",
+        "false",
+        "--trainer.default_root_dir",
+        str(tmp_path),
+        "--ckpt_path",
+        str(last),
+    )
     assert re.search(r"^test:\n  loss +[0-9.]+$", proc.stdout, re.M)
 
 
 @pytest.mark.integration
 @pytest.mark.parametrize("subcommand", ["validate", "predict"])
 def test_validate_and_predict_run(subcommand: str, tmp_path: Path) -> None:
-    proc = cli(subcommand, *TINY, "--trainer.logger", "false", "--trainer.default_root_dir", str(tmp_path),
-               "--trainer.enable_progress_bar", "false")
+    proc = cli(
+        subcommand,
+        *TINY,
+        "--trainer.logger",
+        "false",
+        "--trainer.default_root_dir",
+        str(tmp_path),
+        "--trainer.enable_progress_bar",
+        "false",
+    )
     if subcommand == "validate":
         assert re.search(r"^val:\n  loss +[0-9.]+$", proc.stdout, re.M)
 
@@ -338,8 +418,19 @@ def test_unknown_model_class_is_a_clear_error() -> None:
 
 @pytest.mark.integration
 def test_run_without_logger_writes_no_config_into_the_working_directory(tmp_path: Path) -> None:
-    cli("fit", *TINY, "--trainer.logger", "false", "--trainer.max_epochs", "1", "--trainer.enable_checkpointing",
-        "false", "--trainer.enable_progress_bar", "false", cwd=tmp_path)
+    cli(
+        "fit",
+        *TINY,
+        "--trainer.logger",
+        "false",
+        "--trainer.max_epochs",
+        "1",
+        "--trainer.enable_checkpointing",
+        "false",
+        "--trainer.enable_progress_bar",
+        "false",
+        cwd=tmp_path,
+    )
     assert not (tmp_path / "config.yaml").exists()
 
 
@@ -366,8 +457,20 @@ NOISE = [
 def default_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
     cwd = tmp_path_factory.mktemp("user")
     outputs = {}
-    fit = cli("fit", "--config", DEFAULT, *TINY, "--trainer.max_epochs", "2", "--trainer.log_every_n_steps", "1",
-              "--test_after_fit", "true", cwd=cwd, wandb_silent=False)
+    fit = cli(
+        "fit",
+        "--config",
+        DEFAULT,
+        *TINY,
+        "--trainer.max_epochs",
+        "2",
+        "--trainer.log_every_n_steps",
+        "1",
+        "--test_after_fit",
+        "true",
+        cwd=cwd,
+        wandb_silent=False,
+    )
     outputs["fit"] = fit.stdout + fit.stderr
     next_commands = re.findall(r"^  (lightning-tf (?:test|predict) .*)$", fit.stdout, re.M)
     assert len(next_commands) == 2, fit.stdout
@@ -394,7 +497,9 @@ def test_fit_ends_with_a_summary_of_where_everything_is(default_run: tuple[Path,
     assert wandb_text[1] == wandb_text[2] and (cwd / wandb_text[1]).is_dir()
     # the score printed is the one the checkpoint callback recorded
     state = torch.load(best, weights_only=True)
-    (callback_state,) = [v for k, v in state["callbacks"].items() if k.startswith("ModelCheckpoint") and "val/loss" in k]
+    (callback_state,) = [
+        v for k, v in state["callbacks"].items() if k.startswith("ModelCheckpoint") and "val/loss" in k
+    ]
     assert float(score_text) == pytest.approx(float(callback_state["best_model_score"]), rel=1e-3)
     assert summary[5] == "next:"
     for line, sub in zip(summary[6:8], ("test", "predict")):
@@ -420,9 +525,7 @@ def test_a_default_run_keeps_its_outputs_under_its_run_folder(default_run: tuple
 
 @pytest.mark.integration
 @pytest.mark.parametrize("command", ["fit", "test", "predict"])
-def test_the_console_shows_nothing_a_user_cannot_act_on(
-    command: str, default_run: tuple[Path, dict[str, str]]
-) -> None:
+def test_the_console_shows_nothing_a_user_cannot_act_on(command: str, default_run: tuple[Path, dict[str, str]]) -> None:
     output = default_run[1][command]
     found = [(what, m[0]) for what, pattern in NOISE if (m := re.search(pattern, output))]
     assert not found, f"{found}\n{output}"

@@ -51,21 +51,21 @@ def one_class_folder(tmp_path: Path) -> Path:
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        pytest.param(
-            [*VISION, "--data.batch_size", "0"], "data.batch_size (0) must be >= 1", id="batch-size-0"
-        ),
+        pytest.param([*VISION, "--data.batch_size", "0"], "data.batch_size (0) must be >= 1", id="batch-size-0"),
         pytest.param(
             [*TEXT, "--model.dropout", "1.5"],
             "model.dropout: dropout probability has to be between 0 and 1, but got 1.5",
             id="dropout-1.5",
         ),
         pytest.param(
-            [*TEXT, "--model.n_heads", "3"], "model.d_model (64) must be divisible by model.n_heads (3)",
+            [*TEXT, "--model.n_heads", "3"],
+            "model.d_model (64) must be divisible by model.n_heads (3)",
             id="heads-not-dividing-d_model",
         ),
         pytest.param(
             # image_size comes from the data (a link): the message names the option that sets it
-            [*VISION, "--model.patch_size", "5"], "model.patch_size (5) must divide data.image_size (16)",
+            [*VISION, "--model.patch_size", "5"],
+            "model.patch_size (5) must divide data.image_size (16)",
             id="patch-not-dividing-image",
         ),
         pytest.param(
@@ -74,7 +74,8 @@ def one_class_folder(tmp_path: Path) -> Path:
             id="rope-odd-head-dim",
         ),
         pytest.param(
-            [*TEXT, "--data.vocab_size", "5"], "data.vocab_size (5) must be at least 8",
+            [*TEXT, "--data.vocab_size", "5"],
+            "data.vocab_size (5) must be at least 8",
             id="vocabulary-too-small",
         ),
         pytest.param(
@@ -83,7 +84,8 @@ def one_class_folder(tmp_path: Path) -> Path:
             id="invalid-choice",
         ),
         pytest.param(
-            [*TEXT, "--model.lrr", "0.1"], "model.lrr: no such argument of Seq2SeqTransformer; did you mean lr?",
+            [*TEXT, "--model.lrr", "0.1"],
+            "model.lrr: no such argument of Seq2SeqTransformer; did you mean lr?",
             id="misspelled-model-argument",
         ),
         pytest.param(
@@ -93,7 +95,8 @@ def one_class_folder(tmp_path: Path) -> Path:
         ),
         pytest.param(["fitt"], "unknown command 'fitt'; did you mean fit?", id="unknown-command"),
         pytest.param(
-            ["train"], "unknown command 'train'; commands are fit, validate, test, predict, export, serve, tour, tune",
+            ["train"],
+            "unknown command 'train'; commands are fit, validate, test, predict, export, serve, tour, tune",
             id="unknown-command-unlike-any",
         ),
     ],

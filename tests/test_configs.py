@@ -46,17 +46,38 @@ def _aligned_corpus(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
         pairs = [_sentence_pair(rng) for _ in range(n)]
         (tmp / f"{split}.en").write_text("\n".join(p[0] for p in pairs) + "\n")
         (tmp / f"{split}.de").write_text("\n".join(p[1] for p in pairs) + "\n")
-    return ["--data.init_args.train_file", str(tmp / "train"), "--data.init_args.val_file", str(tmp / "valid"),
-            "--data.init_args.test_file", str(tmp / "test"), "--data.init_args.vocab_size", "200",
-            "--data.init_args.max_tokens", "256", "--data.init_args.num_workers", "0"]
+    return [
+        "--data.init_args.train_file",
+        str(tmp / "train"),
+        "--data.init_args.val_file",
+        str(tmp / "valid"),
+        "--data.init_args.test_file",
+        str(tmp / "test"),
+        "--data.init_args.vocab_size",
+        "200",
+        "--data.init_args.max_tokens",
+        "256",
+        "--data.init_args.num_workers",
+        "0",
+    ]
 
 
 def _tatoeba(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     rng = random.Random(1)
     lines = [f"{en}\t{de}\tCC-BY 2.0 (France)" for en, de in (_sentence_pair(rng) for _ in range(300))]
     (tmp / "deu.txt").write_text("\n".join(lines) + "\n")
-    return ["--data.init_args.train_file", str(tmp / "deu.txt"), "--data.init_args.n_val", "16",
-            "--data.init_args.n_test", "16", "--data.init_args.vocab_size", "200", "--data.init_args.max_tokens", "256"]
+    return [
+        "--data.init_args.train_file",
+        str(tmp / "deu.txt"),
+        "--data.init_args.n_val",
+        "16",
+        "--data.init_args.n_test",
+        "16",
+        "--data.init_args.vocab_size",
+        "200",
+        "--data.init_args.max_tokens",
+        "256",
+    ]
 
 
 def _opus_mt(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -76,9 +97,18 @@ def _cifar10(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     from tests.helpers.vision import fake_cifar10
 
     fake_cifar10(tmp, monkeypatch)
-    return ["--data.init_args.root", str(tmp), "--data.init_args.download", "false",
-            "--data.init_args.batch_size", "4", "--data.init_args.num_workers", "0",
-            "--data.init_args.val_fraction", "0.4"]  # 20 stand-in training images: 2 per class held out
+    return [
+        "--data.init_args.root",
+        str(tmp),
+        "--data.init_args.download",
+        "false",
+        "--data.init_args.batch_size",
+        "4",
+        "--data.init_args.num_workers",
+        "0",
+        "--data.init_args.val_fraction",
+        "0.4",
+    ]  # 20 stand-in training images: 2 per class held out
 
 
 def _fashion_mnist(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -109,8 +139,13 @@ USER_DATA: dict[str, Callable[[Path, pytest.MonkeyPatch], list[str]]] = {
 # ------------------------------------------------------------------------------------------ tests
 def test_configs_exist() -> None:
     names = {_name(p) for p in CONFIGS}
-    assert {"trainer/default.yaml", "trainer/debug.yaml", "trainer/ddp.yaml", "trainer/bf16.yaml",
-            "trainer/gpu.yaml"} <= names
+    assert {
+        "trainer/default.yaml",
+        "trainer/debug.yaml",
+        "trainer/ddp.yaml",
+        "trainer/bf16.yaml",
+        "trainer/gpu.yaml",
+    } <= names
     assert set(USER_DATA) <= names, set(USER_DATA) - names
 
 
@@ -118,7 +153,9 @@ def test_configs_exist() -> None:
 def test_config_starts_with_a_comment_and_parses(path: Path) -> None:
     text = path.read_text()
     assert text.startswith("#"), f"{path} must start with a comment saying what it does"
-    assert "lightning-tf " in text.split("\n\n")[0] or path.parent.name == "trainer", f"{path}: header lacks the command"
+    assert "lightning-tf " in text.split("\n\n")[0] or path.parent.name == "trainer", (
+        f"{path}: header lacks the command"
+    )
     assert isinstance(yaml.safe_load(text), dict)
 
 
@@ -141,9 +178,7 @@ def test_experiment_fast_dev_run(path: Path) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(USER_DATA))
-def test_experiment_on_user_data_fast_dev_run(
-    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_experiment_on_user_data_fast_dev_run(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """In-process (the CIFAR stand-in patches torchvision's checksums): build the config's model and
     data, as configured, on the stand-in files, and take one training and one validation step."""
     from lightning_tf.__main__ import main
@@ -151,8 +186,20 @@ def test_experiment_on_user_data_fast_dev_run(
     args = USER_DATA[name](tmp_path, monkeypatch)
     monkeypatch.setattr("sys.argv", ["lightning-tf"])
     monkeypatch.chdir(tmp_path)
-    main(["fit", "--config", str(ROOT / "configs" / name), "--config", str(ROOT / "configs/trainer/debug.yaml"),
-          "--trainer.accelerator", "cpu", "--trainer.precision", "32-true", *args])
+    main(
+        [
+            "fit",
+            "--config",
+            str(ROOT / "configs" / name),
+            "--config",
+            str(ROOT / "configs/trainer/debug.yaml"),
+            "--trainer.accelerator",
+            "cpu",
+            "--trainer.precision",
+            "32-true",
+            *args,
+        ]
+    )
 
 
 TINY = ["--model", "tests.helpers.tiny.TinyRegressor", "--data", "tests.helpers.tiny.TinyDataModule"]
@@ -170,8 +217,17 @@ def test_trainer_configs_train(extra: list[str], world_size: int, tmp_path: Path
     """bf16 autocast and DDP (gloo, two CPU processes) each run a short fit and leave a checkpoint;
     under DDP each process sees half the data, so an epoch has half the steps."""
     cli(
-        "fit", *extra, *TINY, "--trainer.default_root_dir", str(tmp_path), "--trainer.logger", "false",
-        "--trainer.max_epochs", "2", "--trainer.enable_progress_bar", "false",
+        "fit",
+        *extra,
+        *TINY,
+        "--trainer.default_root_dir",
+        str(tmp_path),
+        "--trainer.logger",
+        "false",
+        "--trainer.max_epochs",
+        "2",
+        "--trainer.enable_progress_bar",
+        "false",
     )
     steps = 2 * (64 // 16) // world_size  # 2 epochs of 64 samples in batches of 16, split across processes
     assert [p.name for p in (tmp_path / "checkpoints").glob("*.ckpt")] == [f"epoch=1-step={steps}.ckpt"]

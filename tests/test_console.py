@@ -1,4 +1,4 @@
-"""What the command prints (``lightning_tf.console``): the compact metrics table, the narrow filters
+"""What the command prints (``lightning_tf.cli.console``): the compact metrics table, the narrow filters
 that keep library noise off the console only while the command runs, and what the plain commands
 load before they parse their arguments."""
 
@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from lightning_tf.console import ArgumentParser, metrics_table, quiet, quiet_eval
+from lightning_tf.cli.commands import ArgumentParser
+from lightning_tf.cli.console import metrics_table, quiet, quiet_eval
 from tests.helpers.cli import LogCollector
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,8 +126,9 @@ def test_help_and_argument_errors_of_plain_commands_load_neither_torch_nor_light
         "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'lightning'))\n"
         "print(json.dumps(loaded))\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == []
     if args[-1] != "--help":

@@ -14,10 +14,10 @@ import torch
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from safetensors import safe_open
 
+from lightning_tf.__main__ import main
 from lightning_tf.export import (
     SIDECAR,
     WEIGHTS,
-    export_main,
     export_onnx,
     export_safetensors,
     load_module,
@@ -164,7 +164,9 @@ def test_kline_roundtrip_from_a_checkpoint_keeps_the_data_scale(
     assert torch.equal(loaded(x), model(x))
     # the sidecar's statistics map the forecast to original units as the DataModule does
     y = loaded(x)
-    mean, std = (torch.tensor(getattr(loaded.data_scale, k), dtype=torch.float64) for k in ("target_mean", "target_std"))
+    mean, std = (
+        torch.tensor(getattr(loaded.data_scale, k), dtype=torch.float64) for k in ("target_mean", "target_std")
+    )
     torch.testing.assert_close(y.double() * std[0] + mean[0], dm.inverse_targets(y.double()), rtol=0, atol=0)
 
 
@@ -241,15 +243,19 @@ def test_kline_onnx_matches_torch(channel_mixing: bool, tmp_path: Path) -> None:
 @pytest.mark.parametrize(("backbone", "causal"), [("variates", False), ("bars", True)])
 def test_kline_onnx_matches_torch_for_every_backbone(backbone: str, causal: bool, tmp_path: Path) -> None:
     needs_onnx()
-    model = KLineForecaster(n_features=3, n_targets=2, target_channels=[2, 0], backbone=backbone, causal=causal,
-                            **KLINE_TINY).eval()
+    model = KLineForecaster(
+        n_features=3, n_targets=2, target_channels=[2, 0], backbone=backbone, causal=causal, **KLINE_TINY
+    ).eval()
     path = export_onnx(model, tmp_path / "kline.onnx")  # verify=True runs the same check inside
     _ort_matches(model, path, (32, 3))
     assert onnx_metadata(path)["outputs"] == {"forecast": ["batch", 4, 2]}
 
 
 def test_onnx_refuses_the_translation_model(text_ckpt: tuple[Path, Seq2SeqTransformer], tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match=r"Seq2SeqTransformer cannot be exported to ONNX: it has no example_input_array.*--format safetensors"):
+    with pytest.raises(
+        ValueError,
+        match=r"Seq2SeqTransformer cannot be exported to ONNX: it has no example_input_array.*--format safetensors",
+    ):
         export_onnx(text_ckpt[1], tmp_path / "text.onnx")
 
 
@@ -261,8 +267,8 @@ def test_cli_exports_a_trainer_checkpoint(
 ) -> None:
     needs_onnx()
     path, model, _ = kline_ckpt
-    export_main(["--ckpt_path", str(path), "--format", "safetensors", "--output", str(tmp_path / "st")])
-    export_main(["--ckpt_path", str(path), "--format", "onnx", "--output", str(tmp_path / "m.onnx")])
+    main(["export", "--ckpt_path", str(path), "--format", "safetensors", "--output", str(tmp_path / "st")])
+    main(["export", "--ckpt_path", str(path), "--format", "onnx", "--output", str(tmp_path / "m.onnx")])
     printed = capsys.readouterr().out
     assert "model.safetensors" in printed and "m.onnx" in printed
     x = torch.randn(3, 32, 6)
@@ -274,7 +280,7 @@ def test_cli_default_output_and_text_checkpoint(
     text_ckpt: tuple[Path, Seq2SeqTransformer], capsys: pytest.CaptureFixture
 ) -> None:
     path, model = text_ckpt
-    export_main(["--ckpt_path", str(path)])  # safetensors, next to the checkpoint
+    main(["export", "--ckpt_path", str(path)])  # safetensors, next to the checkpoint
     out = path.with_name("last_safetensors")
     assert load_safetensors(out).translate(SENTENCES) == model.translate(SENTENCES)
 
@@ -282,18 +288,18 @@ def test_cli_default_output_and_text_checkpoint(
 def test_cli_errors(text_ckpt: tuple[Path, Seq2SeqTransformer], tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     missing = tmp_path / "missing.ckpt"
     with pytest.raises(SystemExit):
-        export_main(["--ckpt_path", str(missing), "--format", "onnx"])
+        main(["export", "--ckpt_path", str(missing), "--format", "onnx"])
     assert f"{missing}: no such checkpoint file" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        export_main(["--ckpt_path", str(text_ckpt[0]), "--format", "onnx", "--output", str(tmp_path / "t.onnx")])
+        main(["export", "--ckpt_path", str(text_ckpt[0]), "--format", "onnx", "--output", str(tmp_path / "t.onnx")])
     err = capsys.readouterr().err
     assert err.startswith("lightning-tf: error: Seq2SeqTransformer cannot be exported to ONNX") and err.count("\n") == 1
     assert "--format safetensors" in err
     with pytest.raises(SystemExit):
-        export_main(["--ckpt_path", str(text_ckpt[0]), "--format", "tflite"])
+        main(["export", "--ckpt_path", str(text_ckpt[0]), "--format", "tflite"])
     assert "invalid choice: 'tflite'" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # a Pre-LN model with BPE has no Marian form
-        export_main(["--ckpt_path", str(text_ckpt[0]), "--format", "marian", "--output", str(tmp_path / "m")])
+        main(["export", "--ckpt_path", str(text_ckpt[0]), "--format", "marian", "--output", str(tmp_path / "m")])
     err = capsys.readouterr().err
     assert err.startswith("lightning-tf: error: to_marian: norm_first is True; a Marian model is Post-LN")
     assert err.count("\n") == 1
@@ -303,7 +309,7 @@ def test_cli_marian_format_is_for_translation_models(
     kline_ckpt: tuple[Path, KLineForecaster, KLineDataModule], tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     with pytest.raises(SystemExit):
-        export_main(["--ckpt_path", str(kline_ckpt[0]), "--format", "marian", "--output", str(tmp_path / "m")])
+        main(["export", "--ckpt_path", str(kline_ckpt[0]), "--format", "marian", "--output", str(tmp_path / "m")])
     err = capsys.readouterr().err
     assert "--format marian is for translation models; KLineForecaster has no Marian form" in err
     assert not (tmp_path / "m").exists()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_tf.cli import LightningTFCLI, make_cli
+from lightning_tf.cli.lightning_cli import LightningTFCLI, make_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,13 +22,22 @@ def _no_command_line(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def build(*args: str) -> LightningTFCLI:
     """The CLI's model and DataModule for ``args``, without running anything."""
-    return make_cli([*args, "--trainer.logger", "false", "--trainer.enable_checkpointing", "false"], run=False,
-                    save_config_callback=None)
+    return make_cli(
+        [*args, "--trainer.logger", "false", "--trainer.enable_checkpointing", "false"],
+        run=False,
+        save_config_callback=None,
+    )
 
 
 def test_kline_lengths_and_channels_flow_from_the_data() -> None:
-    cli = build("--config", str(ROOT / "configs/kline/msft_daily.yaml"), "--data.init_args.context_len", "32",
-                "--data.init_args.horizon", "3")
+    cli = build(
+        "--config",
+        str(ROOT / "configs/kline/msft_daily.yaml"),
+        "--data.init_args.context_len",
+        "32",
+        "--data.init_args.horizon",
+        "3",
+    )
     hp, dm = cli.model.hparams, cli.datamodule
     assert (hp.context_len, hp.horizon) == (32, 3)
     assert (hp.n_features, hp.n_targets) == (dm.n_features, dm.n_targets) and dm.n_features > 1
@@ -63,9 +72,23 @@ def test_a_mismatch_through_the_command_is_one_line_without_traceback() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
     env.pop("LIGHTNING_TF_DEBUG", None)
     proc = subprocess.run(
-        [sys.executable, "-m", "lightning_tf", "fit", "--config", "configs/kline/msft_daily.yaml", "--config",
-         "configs/trainer/debug.yaml", "--model.init_args.horizon", "9"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "lightning_tf",
+            "fit",
+            "--config",
+            "configs/kline/msft_daily.yaml",
+            "--config",
+            "configs/trainer/debug.yaml",
+            "--model.init_args.horizon",
+            "9",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
@@ -81,8 +104,17 @@ def test_ckpt_path_last_under_a_new_wandb_run_is_refused(
 
     monkeypatch.setattr("sys.argv", ["lightning-tf"])
     with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", str(ROOT / "configs/trainer/default.yaml"), "--config",
-              str(ROOT / "configs/text/reverse.yaml"), "--ckpt_path", "last"])
+        main(
+            [
+                "fit",
+                "--config",
+                str(ROOT / "configs/trainer/default.yaml"),
+                "--config",
+                str(ROOT / "configs/text/reverse.yaml"),
+                "--ckpt_path",
+                "last",
+            ]
+        )
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "--ckpt_path last" in err and "--trainer.logger.init_args.id <run id>" in err and "Traceback" not in err
@@ -97,7 +129,8 @@ def test_printing_a_datamodule_builds_nothing() -> None:
 
     dms = [KLineDataModule(), TranslationDataModule(), ImageDataModule()]
     assert [str(dm) for dm in dms] == [
-        "KLineDataModule(path='data/msft.csv')", "TranslationDataModule(dataset='synthetic')",
+        "KLineDataModule(path='data/msft.csv')",
+        "TranslationDataModule(dataset='synthetic')",
         "ImageDataModule(dataset='digits')",
     ]
     assert not dms[0].datasets and not hasattr(dms[0], "_predict_frame")

@@ -11,7 +11,7 @@ import torch
 from lightning.fabric.utilities.data import _set_sampler_epoch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from lightning_tf.loaders import (
+from lightning_tf.training.loaders import (
     Batch,
     IgnoreStopSignals,
     ResumableDataLoader,

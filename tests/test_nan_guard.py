@@ -18,7 +18,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import Tensor
 from torch.utils.data import DataLoader, TensorDataset
 
-from lightning_tf.callbacks import NaNGuard, NonFiniteError, last_checkpoint
+from lightning_tf.training import NaNGuard, NonFiniteError, last_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,9 +54,14 @@ def loader() -> DataLoader:
 def trainer(tmp_path: Path, guard: NaNGuard | None = None, every: int = 2, max_steps: int = 40, **ckpt: Any) -> Trainer:
     checkpoint = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=every, save_last=True, save_top_k=-1, **ckpt)
     return Trainer(
-        max_steps=max_steps, callbacks=[guard or NaNGuard(), checkpoint], logger=False, enable_progress_bar=False,
-        enable_model_summary=False, default_root_dir=tmp_path, accelerator="cpu",
-    )  # fmt: skip
+        max_steps=max_steps,
+        callbacks=[guard or NaNGuard(), checkpoint],
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+        accelerator="cpu",
+    )
 
 
 def all_finite(state: dict[str, Tensor]) -> bool:
@@ -83,9 +88,13 @@ def test_without_the_guard_the_nan_reaches_the_weights_and_the_checkpoint(tmp_pa
     """What the guard prevents: a NaN loss is stepped into the weights and saved as last.ckpt."""
     model = Regressor(bad_step=11)
     t = Trainer(
-        max_steps=14, callbacks=[ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=2, save_last=True)],
-        logger=False, enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
-    )  # fmt: skip
+        max_steps=14,
+        callbacks=[ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=2, save_last=True)],
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
     t.fit(model, loader())
     assert not all_finite(torch.load(tmp_path / "last.ckpt", weights_only=True)["state_dict"])
 
@@ -173,15 +182,22 @@ class Evaluated(Regressor):
 def test_a_nan_validation_loss_stops_before_a_checkpoint_is_saved(tmp_path: Path) -> None:
     checkpoint = ModelCheckpoint(dirpath=tmp_path, monitor="val/loss", save_last=True)
     t = Trainer(
-        max_epochs=4, callbacks=[NaNGuard(), checkpoint], logger=False, enable_progress_bar=False,
-        enable_model_summary=False, default_root_dir=tmp_path, num_sanity_val_steps=0,
-    )  # fmt: skip
+        max_epochs=4,
+        callbacks=[NaNGuard(), checkpoint],
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+        num_sanity_val_steps=0,
+    )
     model = Evaluated(bad_epoch=1)
     with pytest.raises(NonFiniteError) as info:
         t.fit(model, loader(), loader())
     message = str(info.value)
-    assert message.startswith("the validation loss is nan after epoch 1, global step 16; the weights are finite: "
-                              "look for NaN or infinite values in the validation data.")
+    assert message.startswith(
+        "the validation loss is nan after epoch 1, global step 16; the weights are finite: "
+        "look for NaN or infinite values in the validation data."
+    )
     assert "No checkpoint was saved from this validation." in message
     assert f"Last good checkpoint: {tmp_path / 'last.ckpt'}" in message
     assert torch.load(tmp_path / "last.ckpt", weights_only=True)["global_step"] == 8  # epoch 0's, not epoch 1's
@@ -189,17 +205,30 @@ def test_a_nan_validation_loss_stops_before_a_checkpoint_is_saved(tmp_path: Path
 
 def test_an_infinite_test_loss_is_an_error_and_can_be_switched_off(tmp_path: Path) -> None:
     def run(guard: NaNGuard) -> None:
-        Trainer(callbacks=[guard], logger=False, enable_progress_bar=False, enable_model_summary=False,
-                default_root_dir=tmp_path).test(Evaluated(bad_value=float("inf")), loader())  # fmt: skip
+        Trainer(
+            callbacks=[guard],
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            default_root_dir=tmp_path,
+        ).test(Evaluated(bad_value=float("inf")), loader())
 
-    with pytest.raises(NonFiniteError, match=r"^the test loss is inf \(epoch 0, global step 0\); the weights are finite"):
+    with pytest.raises(
+        NonFiniteError, match=r"^the test loss is inf \(epoch 0, global step 0\); the weights are finite"
+    ):
         run(NaNGuard())
     run(NaNGuard(check_eval=False))  # logged as inf, not raised
 
 
 def test_a_finite_validation_passes(tmp_path: Path) -> None:
-    t = Trainer(max_epochs=2, callbacks=[NaNGuard()], logger=False, enable_progress_bar=False,
-                enable_model_summary=False, default_root_dir=tmp_path)  # fmt: skip
+    t = Trainer(
+        max_epochs=2,
+        callbacks=[NaNGuard()],
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
     t.fit(Evaluated(bad_epoch=99), loader(), loader())
     assert torch.isfinite(t.callback_metrics["val/loss"])
     assert last_checkpoint(Trainer(callbacks=[ModelCheckpoint(dirpath=tmp_path / "none")], logger=False)) is None
@@ -210,12 +239,25 @@ def test_cli_exits_non_zero_with_the_message(tmp_path: Path) -> None:
     """Through the real command: the default trainer config plus the guard, a diverging learning rate."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
     args = [
-        sys.executable, "-m", "lightning_tf", "fit", "--config", "configs/trainer/default.yaml",
-        "--model", "tests.helpers.tiny.TinyRegressor", "--model.lr", "1e4",
-        "--data", "tests.helpers.tiny.TinyDataModule",  # the default trainer config holds the guard
-        "--trainer.max_epochs", "50", "--trainer.logger.init_args.save_dir", str(tmp_path),
-        "--trainer.default_root_dir", str(tmp_path),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "lightning_tf",
+        "fit",
+        "--config",
+        "configs/trainer/default.yaml",
+        "--model",
+        "tests.helpers.tiny.TinyRegressor",
+        "--model.lr",
+        "1e4",
+        "--data",
+        "tests.helpers.tiny.TinyDataModule",  # the default trainer config holds the guard
+        "--trainer.max_epochs",
+        "50",
+        "--trainer.logger.init_args.save_dir",
+        str(tmp_path),
+        "--trainer.default_root_dir",
+        str(tmp_path),
+    ]
     proc = subprocess.run(args, check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "lightning-tf: training stopped: the training loss is" in proc.stderr

@@ -31,8 +31,10 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(ROOT)],
-        check=True, capture_output=True, timeout=600,
-    )  # fmt: skip
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     (path,) = out.glob("lightning_tf-*.whl")
     return path
 
@@ -56,7 +58,7 @@ def test_the_installed_defaults_work_from_an_empty_folder(wheel: Path, tmp_path:
     work.mkdir()
     env = {**os.environ, "PYTHONPATH": str(site), "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
     code = (
-        "import lightning_tf, lightning_tf.resources as r\n"
+        "import lightning_tf, lightning_tf.training.resources as r\n"
         "from lightning_tf.kline import KLineDataModule\n"
         "dm = KLineDataModule(); dm.setup('fit')\n"
         "print(lightning_tf.__file__, r.repository_root(), len(dm.datasets['train']))\n"
@@ -65,21 +67,45 @@ def test_the_installed_defaults_work_from_an_empty_folder(wheel: Path, tmp_path:
     assert proc.returncode == 0, proc.stderr[-3000:]
     where, root, n_train = proc.stdout.split()[-3:]
     assert where.startswith(str(site)) and root == "None" and int(n_train) > 1000
-    short = ["--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1",
-             "--trainer.limit_test_batches", "1"]
+    short = [
+        "--trainer.max_epochs",
+        "1",
+        "--trainer.limit_train_batches",
+        "2",
+        "--trainer.limit_val_batches",
+        "1",
+        "--trainer.limit_test_batches",
+        "1",
+    ]
     proc = subprocess.run(
         [sys.executable, "-m", "lightning_tf", "tour", "--tasks", "vision", "--", *short],
-        cwd=work, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert (work / "runs" / "tour_summary.md").is_file()
     assert list((work / "runs").rglob("*.ckpt")), "the tour left no checkpoint in the empty folder"
     # the shipped configs by their repository paths, from the empty folder
     proc = subprocess.run(
-        [sys.executable, "-m", "lightning_tf", "fit", "--config", "configs/trainer/default.yaml",
-         "--config=configs/kline/msft_daily.yaml", "--print_config"],
-        cwd=work, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "lightning_tf",
+            "fit",
+            "--config",
+            "configs/trainer/default.yaml",
+            "--config=configs/kline/msft_daily.yaml",
+            "--print_config",
+        ],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "class_path: lightning_tf.kline.KLineForecaster" in proc.stdout
 
@@ -87,15 +113,24 @@ def test_the_installed_defaults_work_from_an_empty_folder(wheel: Path, tmp_path:
 def test_shipped_configs_are_found_from_any_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``--config configs/...`` names the package's own config from a folder that has none; a file of
     the working directory wins, a path that exists nowhere is left for the parser to report."""
-    from lightning_tf.resources import bundled_configs
+    from lightning_tf.training.resources import bundled_configs
 
     monkeypatch.chdir(tmp_path)
-    args = ["fit", "--config", "configs/trainer/default.yaml", "--config=configs/kline/msft_daily.yaml",
-            "--config", "configs/nowhere.yaml", "--model.lr", "0.1"]
+    args = [
+        "fit",
+        "--config",
+        "configs/trainer/default.yaml",
+        "--config=configs/kline/msft_daily.yaml",
+        "--config",
+        "configs/nowhere.yaml",
+        "--model.lr",
+        "0.1",
+    ]
     out = bundled_configs(args)
     assert Path(out[2]).is_file() and Path(out[2]).samefile(ROOT / "configs" / "trainer" / "default.yaml")
     assert out[3].startswith("--config=") and Path(out[3].split("=", 1)[1]).samefile(
-        ROOT / "configs" / "kline" / "msft_daily.yaml")
+        ROOT / "configs" / "kline" / "msft_daily.yaml"
+    )
     assert out[4:] == ["--config", "configs/nowhere.yaml", "--model.lr", "0.1"]
     (tmp_path / "configs" / "trainer").mkdir(parents=True)
     (tmp_path / "configs" / "trainer" / "default.yaml").write_text("trainer: {}\n")

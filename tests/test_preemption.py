@@ -24,8 +24,8 @@ import torch
 from lightning_tf.__main__ import main
 from tests.helpers.preemption import (
     ROOT,
-    fit_args,
     finish,
+    fit_args,
     free_port,
     log_of,
     same_training,
@@ -149,20 +149,33 @@ def test_slurm_requeue_signal_saves_at_the_step_and_the_same_command_resumes_bit
     SIGUSR1 stops the run after the step like SIGTERM, links the checkpoint as Lightning's
     hpc_ckpt_1.ckpt and asks scontrol to requeue (absent here: said); the same command, without
     --ckpt_path, resumes from it to the uninterrupted run's end."""
-    slurm = {"SLURM_NTASKS": "1", "SLURM_NTASKS_PER_NODE": "1", "SLURM_JOB_NAME": "train", "SLURM_JOB_ID": "4242",
-             "SLURM_NODELIST": "localhost", "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0"}
+    slurm = {
+        "SLURM_NTASKS": "1",
+        "SLURM_NTASKS_PER_NODE": "1",
+        "SLURM_JOB_NAME": "train",
+        "SLURM_JOB_ID": "4242",
+        "SLURM_NODELIST": "localhost",
+        "SLURM_PROCID": "0",
+        "SLURM_LOCALID": "0",
+        "SLURM_NODEID": "0",
+    }
     proc = start(fit_args("kline", tmp_path), slurm)
     wait_for(tmp_path / "checkpoints" / "step=6.ckpt", proc)
     proc.send_signal(signal.SIGUSR1)
     assert finish(proc) == 143
     log = log_of(tmp_path)
     assert "stopped by the SLURM requeue signal after global step" in log
-    assert f"SLURM: job 4242 not requeued (scontrol not found); the same command resumes from {tmp_path}/hpc_ckpt_1.ckpt" in log
+    assert (
+        f"SLURM: job 4242 not requeued (scontrol not found); the same command resumes from {tmp_path}/hpc_ckpt_1.ckpt"
+        in log
+    )
     assert (tmp_path / "hpc_ckpt_1.ckpt").stat().st_ino == last(tmp_path).stat().st_ino  # a link, not a copy
     proc = start(fit_args("kline", tmp_path), slurm, log=tmp_path / "requeued.log")
     assert finish(proc) == 0
-    assert f"Restoring states from the checkpoint path at {tmp_path}/hpc_ckpt_1.ckpt" in (
-        tmp_path / "requeued.log").read_text()
+    assert (
+        f"Restoring states from the checkpoint path at {tmp_path}/hpc_ckpt_1.ckpt"
+        in (tmp_path / "requeued.log").read_text()
+    )
     assert same_training(reference("kline"), last(tmp_path)) == []
 
 
@@ -179,7 +192,9 @@ def test_ddp_killed_inside_an_epoch_resumes_bitwise(ddp_reference: Path, tmp_pat
     assert same_training(ddp_reference, kill_and_resume("vision", tmp_path, devices=2)) == []
 
 
-def test_ddp_sigterm_to_rank_zero_alone_stops_both_ranks_after_the_same_step(ddp_reference: Path, tmp_path: Path) -> None:
+def test_ddp_sigterm_to_rank_zero_alone_stops_both_ranks_after_the_same_step(
+    ddp_reference: Path, tmp_path: Path
+) -> None:
     """Only the launching process (rank 0) gets SIGTERM: the ranks agree at the step's end, both stop after
     it, one checkpoint is written, and resuming from it ends bitwise where the uninterrupted DDP run ends."""
     proc = start(fit_args("vision", tmp_path, devices=2))
@@ -251,12 +266,16 @@ def test_every_broken_checkpoint_is_one_line_naming_the_file(
     cases = [
         (["fit", *text, "--ckpt_path", str(truncated)], f"{truncated}: not a complete checkpoint, truncated"),
         (["validate", *text, "--ckpt_path", str(corrupted)], f"{corrupted}: corrupted, the record .* fails its CRC-32"),
-        (["test", *fit_args("vision", tmp_path / "v")[1:-2], "--ckpt_path", str(complete)],
-         f"{complete}: a checkpoint of Seq2SeqTransformer \\(text\\), not of ViTClassifier"),
-        (["predict", *text, "--ckpt_path", str(newer)],
-         f"{newer}: written by lightning-tf 9.0.0 in checkpoint format 99; this lightning-tf .* reads formats up to"),
+        (
+            ["test", *fit_args("vision", tmp_path / "v")[1:-2], "--ckpt_path", str(complete)],
+            f"{complete}: a checkpoint of Seq2SeqTransformer \\(text\\), not of ViTClassifier",
+        ),
+        (
+            ["predict", *text, "--ckpt_path", str(newer)],
+            f"{newer}: written by lightning-tf 9.0.0 in checkpoint format 99; this lightning-tf .* reads formats up to",
+        ),
         (["export", "--ckpt_path", str(folder / "gone.ckpt")], f"{folder / 'gone.ckpt'}: no such checkpoint file"),
-    ]  # fmt: skip
+    ]
     for args, message in cases:
         with pytest.raises(SystemExit) as stopped:
             main(args)

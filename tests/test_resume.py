@@ -20,9 +20,9 @@ from lightning.pytorch import Callback, LightningDataModule, LightningModule, Tr
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader
 
-from lightning_tf.callbacks import RNGState, get_rng_states, set_rng_states
 from lightning_tf.kline import KLineDataModule, KLineForecaster
 from lightning_tf.text import BucketBatchSampler, ResumableDataLoader, Seq2SeqTransformer, TranslationDataModule
+from lightning_tf.training import RNGState, get_rng_states, set_rng_states
 from lightning_tf.vision import ImageDataModule, ViTClassifier
 from lightning_tf.vision import data as vision_data
 from tests.helpers.kline import make_bars
@@ -37,27 +37,54 @@ Task = Callable[[], tuple[LightningModule, LightningDataModule]]
 def text_task() -> tuple[LightningModule, LightningDataModule]:
     dm = TranslationDataModule(dataset="copy", n_train=160, n_val=8, n_test=8, vocab_size=64, batch_size=16)
     model = Seq2SeqTransformer(
-        vocab_size=64, d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.2, beam_size=1, extra_len=4,
-        lr=3e-3, warmup_steps=4,
-    )  # fmt: skip
+        vocab_size=64,
+        d_model=16,
+        n_heads=2,
+        n_layers=1,
+        d_ff=32,
+        dropout=0.2,
+        beam_size=1,
+        extra_len=4,
+        lr=3e-3,
+        warmup_steps=4,
+    )
     return model, dm
 
 
 def vision_task() -> tuple[LightningModule, LightningDataModule]:
     dm = ImageDataModule(dataset="digits", batch_size=16, augment="flip_crop")
     model = ViTClassifier(
-        preset="digits", d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.2, drop_path=0.1, warmup_steps=3,
+        preset="digits",
+        d_model=16,
+        n_heads=2,
+        n_layers=1,
+        d_ff=32,
+        dropout=0.2,
+        drop_path=0.1,
+        warmup_steps=3,
         attention_images=0,
-    )  # fmt: skip
+    )
     return model, dm
 
 
 def kline_task() -> tuple[LightningModule, LightningDataModule]:
     dm = KLineDataModule(str(ROOT / "data" / "msft.csv"), context_len=32, horizon=4, batch_size=32)
     model = KLineForecaster(
-        n_features=6, n_targets=1, context_len=32, horizon=4, patch_len=8, stride=4, d_model=16, n_heads=2,
-        n_layers=1, d_ff=32, dropout=0.2, head_dropout=0.2, warmup_steps=3, baselines=False,
-    )  # fmt: skip
+        n_features=6,
+        n_targets=1,
+        context_len=32,
+        horizon=4,
+        patch_len=8,
+        stride=4,
+        d_model=16,
+        n_heads=2,
+        n_layers=1,
+        d_ff=32,
+        dropout=0.2,
+        head_dropout=0.2,
+        warmup_steps=3,
+        baselines=False,
+    )
     return model, dm
 
 
@@ -92,7 +119,9 @@ def fit(
     since e.g. a cosine schedule's length depends on ``max_epochs``)."""
     seed_everything(0)
     if every_n_train_steps:  # step checkpoints keep the latest: val/loss does not exist before validation
-        checkpoints = [ModelCheckpoint(dirpath=root, save_last=True, save_top_k=1, every_n_train_steps=every_n_train_steps)]
+        checkpoints = [
+            ModelCheckpoint(dirpath=root, save_last=True, save_top_k=1, every_n_train_steps=every_n_train_steps)
+        ]
     else:  # as configs/trainer/default.yaml: the best by val/loss, and last.ckpt after every epoch
         checkpoints = [
             ModelCheckpoint(dirpath=root, monitor="val/loss", save_top_k=1, filename="best-{epoch}-{step}"),
@@ -205,8 +234,15 @@ def panel_task(folder: Path) -> Task:
 
     def task() -> tuple[LightningModule, LightningDataModule]:
         model, _ = kline_task()
-        dm = KLineDataModule(str(bars), context_len=32, horizon=4, batch_size=32, cache_dir=str(folder / "cache"),
-                             val_start="2000-09-01", test_start="2000-11-01")
+        dm = KLineDataModule(
+            str(bars),
+            context_len=32,
+            horizon=4,
+            batch_size=32,
+            cache_dir=str(folder / "cache"),
+            val_start="2000-09-01",
+            test_start="2000-11-01",
+        )
         return model, dm
 
     return task
@@ -327,16 +363,25 @@ def test_last_checkpoint_writes_on_its_time_trigger_inside_an_epoch(tmp_path: Pa
     the start's; without the trigger, nothing (no epoch ended yet)."""
     from datetime import timedelta
 
-    from lightning_tf.preemption import LastCheckpoint
+    from lightning_tf.training import LastCheckpoint
 
     for interval, saved in ((timedelta(0), 3), (None, None)):
         root = tmp_path / str(interval)
         seed_everything(0)
         model, dm = vision_task()
         last = LastCheckpoint(dirpath=str(root), train_time_interval=interval)
-        trainer = Trainer(max_epochs=1, limit_train_batches=6, limit_val_batches=1, num_sanity_val_steps=0,
-                          callbacks=[last, Kill(3)], logger=False, enable_progress_bar=False,
-                          enable_model_summary=False, accelerator="cpu", devices=1)
+        trainer = Trainer(
+            max_epochs=1,
+            limit_train_batches=6,
+            limit_val_batches=1,
+            num_sanity_val_steps=0,
+            callbacks=[last, Kill(3)],
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            accelerator="cpu",
+            devices=1,
+        )
         with pytest.raises(Killed):
             trainer.fit(model, datamodule=dm)
         files = sorted(p.name for p in root.glob("*.ckpt")) if root.exists() else []

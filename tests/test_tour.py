@@ -9,11 +9,19 @@ import pytest
 import torch
 
 from lightning_tf.__main__ import main
-from lightning_tf.tour import TASKS
+from lightning_tf.cli.tour import TASKS
 
 ROOT = Path(__file__).resolve().parents[1]
-SHORT = ["--trainer.max_epochs", "1", "--trainer.limit_train_batches", "3", "--trainer.limit_val_batches", "2",
-         "--trainer.limit_test_batches", "2"]
+SHORT = [
+    "--trainer.max_epochs",
+    "1",
+    "--trainer.limit_train_batches",
+    "3",
+    "--trainer.limit_val_batches",
+    "2",
+    "--trainer.limit_test_batches",
+    "2",
+]
 
 
 def _tour(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tasks: list[str], capsys: pytest.CaptureFixture) -> str:
@@ -45,7 +53,9 @@ def test_tour_reports_each_task_with_its_checkpoint_and_wandb_run(
 
 
 @pytest.mark.slow
-def test_tour_runs_all_three_tasks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+def test_tour_runs_all_three_tasks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
     _tour(tmp_path, monkeypatch, list(TASKS), capsys)
     table = (tmp_path / "runs" / "tour_summary.md").read_text()
     assert re.search(r"\| text \|.*test BLEU / chrF \| [0-9.]+ / [0-9.]+", table), table

@@ -149,7 +149,11 @@ def test_decay_is_patchtst_type3_per_epoch() -> None:
 def test_constant_warms_up_then_stays_and_without_warmup_needs_no_scheduler() -> None:
     assert [constant_with_warmup(s, 2) for s in range(4)] == [0.5, 1.0, 1.0, 1.0]
     assert _rates(build_scheduler(_optimizer(), "constant", lr=1.0, warmup_steps=2, total_steps=10), 4) == [
-        0.5, 1.0, 1.0, 1.0]  # fmt: skip
+        0.5,
+        1.0,
+        1.0,
+        1.0,
+    ]
     assert build_scheduler(_optimizer(), "constant", lr=1.0, warmup_steps=0) is None
 
 
@@ -197,6 +201,9 @@ def test_agreement_names_both_values_and_ignores_what_the_data_does_not_say() ->
     check_agreement("horizon", 5, 5)
     check_agreement("horizon", 5, None)
     check_agreement("image_size", (16, 16), [16, 16])
-    with pytest.raises(ValueError, match=r"^model\.horizon \(9\) differs from the data's horizon \(5\); the model takes it "
-                                         r"from the data: drop model\.horizon from the config \(the data decides it\)$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^model\.horizon \(9\) differs from the data's horizon \(5\); the model takes it "
+        r"from the data: drop model\.horizon from the config \(the data decides it\)$",
+    ):
         check_agreement("horizon", 9, 5)

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from jsonargparse import Namespace
 
-from lightning_tf.runs import apply_wandb_run_defaults, resolved_config, run_name
+from lightning_tf.cli.runs import apply_wandb_run_defaults, resolved_config, run_name
 
 # subprocesses, process groups or whole training runs: the integration tier (make test-integration)
 pytestmark = pytest.mark.integration
@@ -29,41 +29,71 @@ WANDB = "lightning.pytorch.loggers.WandbLogger"
 @pytest.mark.parametrize(
     ("model", "data", "expected"),
     [
-        ({"class_path": "lightning_tf.text.Seq2SeqTransformer", "init_args": {"preset": "tiny", "d_model": None}},
-         {"class_path": "lightning_tf.text.TranslationDataModule", "init_args": {"dataset": "synthetic"}},
-         "text-tiny-synthetic"),
-        ({"class_path": "lightning_tf.text.Seq2SeqTransformer", "init_args": {"preset": "small", "d_model": 64}},
-         {"class_path": "lightning_tf.text.TranslationDataModule", "init_args": {"dataset": "copy"}},
-         "text-d64-copy"),  # an explicit width overrides the preset, so it names the size
-        ({"class_path": "lightning_tf.vision.ViTClassifier", "init_args": {"preset": "digits", "d_model": None}},
-         {"class_path": "lightning_tf.vision.ImageDataModule", "init_args": {"dataset": "digits"}},
-         "vision-digits-digits"),
-        ({"class_path": "lightning_tf.kline.KLineForecaster", "init_args": {"d_model": 32}},
-         {"class_path": "lightning_tf.kline.KLineDataModule", "init_args": {"path": "data/msft.csv"}},
-         "kline-d32-msft"),
-        ({"class_path": "lightning_tf.kline.KLineForecaster", "init_args": {"preset": "patchtst"}},
-         {"class_path": "lightning_tf.kline.MultivariateDataModule", "init_args": {"path": "/data/ETT/ETTh1.csv"}},
-         "kline-patchtst-ETTh1"),
-        ({"class_path": "tests.helpers.tiny.TinyRegressor", "init_args": {}},
-         {"class_path": "tests.helpers.tiny.TinyDataModule", "init_args": {"n": 64}},
-         "tinyregressor-tiny"),  # outside the package: class names, no size
-        ({"class_path": "lightning_tf.text.Seq2SeqTransformer", "init_args": {"preset": "base"}},
-         {"class_path": "lightning_tf.text.TranslationDataModule",
-          "init_args": {"dataset": None, "train_file": "data/wmt14_en_de/train"}},
-         "text-base-wmt14_en_de"),  # a file named for its split: the folder names the data
-        ({"class_path": "lightning_tf.text.Seq2SeqTransformer", "init_args": {"preset": "small"}},
-         {"class_path": "lightning_tf.text.TranslationDataModule",
-          "init_args": {"dataset": None, "train_file": "data/tatoeba/deu.txt.gz"}},
-         "text-small-deu"),
-        ({"class_path": "lightning_tf.text.Seq2SeqTransformer",
-          "init_args": {"preset": "small", "pretrained": "Helsinki-NLP/opus-mt-de-en"}},
-         {"class_path": "lightning_tf.text.TranslationDataModule",
-          "init_args": {"dataset": None, "train_file": "data/tatoeba/deu.txt"}},
-         "text-opus-mt-de-en-deu"),  # a pretrained model is named, not the preset it replaces
-        ({"class_path": "lightning_tf.vision.ViTClassifier", "init_args": {"preset": "cpu32"}},
-         {"class_path": "lightning_tf.vision.ImageDataModule",
-          "init_args": {"dataset": "image_folder", "root": "/data/flowers"}},
-         "vision-cpu32-flowers"),  # `image_folder` is a layout, not a name
+        (
+            {"class_path": "lightning_tf.text.Seq2SeqTransformer", "init_args": {"preset": "tiny", "d_model": None}},
+            {"class_path": "lightning_tf.text.TranslationDataModule", "init_args": {"dataset": "synthetic"}},
+            "text-tiny-synthetic",
+        ),
+        (
+            {"class_path": "lightning_tf.text.Seq2SeqTransformer", "init_args": {"preset": "small", "d_model": 64}},
+            {"class_path": "lightning_tf.text.TranslationDataModule", "init_args": {"dataset": "copy"}},
+            "text-d64-copy",
+        ),  # an explicit width overrides the preset, so it names the size
+        (
+            {"class_path": "lightning_tf.vision.ViTClassifier", "init_args": {"preset": "digits", "d_model": None}},
+            {"class_path": "lightning_tf.vision.ImageDataModule", "init_args": {"dataset": "digits"}},
+            "vision-digits-digits",
+        ),
+        (
+            {"class_path": "lightning_tf.kline.KLineForecaster", "init_args": {"d_model": 32}},
+            {"class_path": "lightning_tf.kline.KLineDataModule", "init_args": {"path": "data/msft.csv"}},
+            "kline-d32-msft",
+        ),
+        (
+            {"class_path": "lightning_tf.kline.KLineForecaster", "init_args": {"preset": "patchtst"}},
+            {"class_path": "lightning_tf.kline.MultivariateDataModule", "init_args": {"path": "/data/ETT/ETTh1.csv"}},
+            "kline-patchtst-ETTh1",
+        ),
+        (
+            {"class_path": "tests.helpers.tiny.TinyRegressor", "init_args": {}},
+            {"class_path": "tests.helpers.tiny.TinyDataModule", "init_args": {"n": 64}},
+            "tinyregressor-tiny",
+        ),  # outside the package: class names, no size
+        (
+            {"class_path": "lightning_tf.text.Seq2SeqTransformer", "init_args": {"preset": "base"}},
+            {
+                "class_path": "lightning_tf.text.TranslationDataModule",
+                "init_args": {"dataset": None, "train_file": "data/wmt14_en_de/train"},
+            },
+            "text-base-wmt14_en_de",
+        ),  # a file named for its split: the folder names the data
+        (
+            {"class_path": "lightning_tf.text.Seq2SeqTransformer", "init_args": {"preset": "small"}},
+            {
+                "class_path": "lightning_tf.text.TranslationDataModule",
+                "init_args": {"dataset": None, "train_file": "data/tatoeba/deu.txt.gz"},
+            },
+            "text-small-deu",
+        ),
+        (
+            {
+                "class_path": "lightning_tf.text.Seq2SeqTransformer",
+                "init_args": {"preset": "small", "pretrained": "Helsinki-NLP/opus-mt-de-en"},
+            },
+            {
+                "class_path": "lightning_tf.text.TranslationDataModule",
+                "init_args": {"dataset": None, "train_file": "data/tatoeba/deu.txt"},
+            },
+            "text-opus-mt-de-en-deu",
+        ),  # a pretrained model is named, not the preset it replaces
+        (
+            {"class_path": "lightning_tf.vision.ViTClassifier", "init_args": {"preset": "cpu32"}},
+            {
+                "class_path": "lightning_tf.vision.ImageDataModule",
+                "init_args": {"dataset": "image_folder", "root": "/data/flowers"},
+            },
+            "vision-cpu32-flowers",
+        ),  # `image_folder` is a layout, not a name
     ],
 )
 def test_run_name_says_task_size_and_dataset(model: dict, data: dict, expected: str) -> None:
@@ -104,8 +134,9 @@ def test_wandb_run_defaults_leave_other_loggers_alone() -> None:
     assert wandb.init_args.name == "kline-d32-msft"  # the WandbLogger of a list is named
 
 
-@pytest.mark.parametrize(("mode", "offline"), [("offline", True), ("dryrun", True), ("online", False),
-                                               ("disabled", False)])
+@pytest.mark.parametrize(
+    ("mode", "offline"), [("offline", True), ("dryrun", True), ("online", False), ("disabled", False)]
+)
 def test_wandb_mode_from_the_environment_wins_over_offline(
     mode: str, offline: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -223,12 +254,27 @@ class OfflineRun:
 # ------------------------------------------------------------------- one real run per task
 TASKS = {
     # config, expected run name, a metric of val and of test, media keys (images or tables)
-    "text": ("configs/text/copy.yaml", "text-d64-copy", "val/bleu", "test/bleu",
-             ["val/cross_attention", "val/samples", "test/cross_attention", "test/samples"]),
-    "vision": ("configs/vision/digits.yaml", "vision-digits-digits", "val/acc", "test/acc",
-               ["val/attention", "test/confusion_matrix"]),
-    "kline": ("configs/kline/msft_daily.yaml", "kline-d32-msft", "val/mse", "test/mse",
-              ["test/attention", "test/forecast"]),
+    "text": (
+        "configs/text/copy.yaml",
+        "text-d64-copy",
+        "val/bleu",
+        "test/bleu",
+        ["val/cross_attention", "val/samples", "test/cross_attention", "test/samples"],
+    ),
+    "vision": (
+        "configs/vision/digits.yaml",
+        "vision-digits-digits",
+        "val/acc",
+        "test/acc",
+        ["val/attention", "test/confusion_matrix"],
+    ),
+    "kline": (
+        "configs/kline/msft_daily.yaml",
+        "kline-d32-msft",
+        "val/mse",
+        "test/mse",
+        ["test/attention", "test/forecast"],
+    ),
 }
 
 LINKED = {"text": ("vocab_size", None), "vision": ("num_classes", 10), "kline": ("n_features", 6)}
@@ -241,18 +287,46 @@ def task_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     task = request.param
     config = TASKS[task][0]
     tmp = tmp_path_factory.mktemp(task)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline", "WANDB_SILENT": "true",
-           "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "WANDB_MODE": "offline",
+        "WANDB_SILENT": "true",
+        "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+    }
     args = [
-        "fit", "--config", "configs/trainer/default.yaml", "--config", config,
-        "--trainer.default_root_dir", str(tmp), "--trainer.logger.init_args.save_dir", str(tmp),
-        "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "2",
-        "--trainer.limit_test_batches", "2", "--test_after_fit", "true",
+        "fit",
+        "--config",
+        "configs/trainer/default.yaml",
+        "--config",
+        config,
+        "--trainer.default_root_dir",
+        str(tmp),
+        "--trainer.logger.init_args.save_dir",
+        str(tmp),
+        "--trainer.max_epochs",
+        "1",
+        "--trainer.limit_train_batches",
+        "2",
+        "--trainer.limit_val_batches",
+        "2",
+        "--trainer.limit_test_batches",
+        "2",
+        "--test_after_fit",
+        "true",
     ]
     if task == "text":
         args += ["--data.n_train", "512"]
-    proc = subprocess.run([sys.executable, "-m", "lightning_tf", *args], cwd=ROOT, env=env, check=False,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "lightning_tf", *args],
+        cwd=ROOT,
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, f"lightning-tf {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     return task, tmp
 
@@ -280,7 +354,8 @@ def test_offline_run_holds_name_config_metrics_and_media(task_run: tuple[str, Pa
     else:
         assert model_args[linked] == expected
     assert run.config["data"]["init_args"]["batch_size"] == written["data"]["init_args"].get(
-        "batch_size", run.config["data"]["init_args"]["batch_size"])
+        "batch_size", run.config["data"]["init_args"]["batch_size"]
+    )
     assert run.config["trainer"]["max_epochs"] == 1  # the command line wins over the YAML
     # the run's name and job type are derived again when the config is reused: saved as given (unset)
     assert run.config["trainer"]["logger"]["init_args"]["name"] is None
@@ -327,8 +402,13 @@ def wandb_inspect(run_dir: Path) -> dict[str, Any] | None:
     exe = Path(sys.executable).with_name("wandb")
     if not exe.is_file():
         return None
-    proc = subprocess.run([str(exe), "leet", "inspect", "--summary", "--json", str(run_dir)], check=False,
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [str(exe), "leet", "inspect", "--summary", "--json", str(run_dir)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     return json.loads(proc.stdout) if proc.returncode == 0 and proc.stdout.startswith("{") else None
 
 
@@ -336,18 +416,47 @@ def wandb_inspect(run_dir: Path) -> dict[str, Any] | None:
 def test_saved_config_repeats_the_run_under_another_subcommand(tmp_path: Path) -> None:
     """``lightning-tf test --config <run>/config.yaml``: the same model and data, a new run named as
     before with job type ``test`` (the saved file keeps the name and job type unset)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline", "WANDB_SILENT": "true",
-           "OMP_NUM_THREADS": "1"}
-    common = ["--trainer.default_root_dir", str(tmp_path), "--trainer.logger.init_args.save_dir", str(tmp_path),
-              "--trainer.limit_test_batches", "2"]
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "WANDB_MODE": "offline",
+        "WANDB_SILENT": "true",
+        "OMP_NUM_THREADS": "1",
+    }
+    common = [
+        "--trainer.default_root_dir",
+        str(tmp_path),
+        "--trainer.logger.init_args.save_dir",
+        str(tmp_path),
+        "--trainer.limit_test_batches",
+        "2",
+    ]
 
     def cli(*args: str) -> None:
-        proc = subprocess.run([sys.executable, "-m", "lightning_tf", *args, *common], cwd=ROOT, env=env,
-                              check=False, capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [sys.executable, "-m", "lightning_tf", *args, *common],
+            cwd=ROOT,
+            env=env,
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert proc.returncode == 0, proc.stderr[-5000:]
 
-    cli("fit", "--config", "configs/trainer/default.yaml", "--config", "configs/kline/msft_daily.yaml",
-        "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "2")
+    cli(
+        "fit",
+        "--config",
+        "configs/trainer/default.yaml",
+        "--config",
+        "configs/kline/msft_daily.yaml",
+        "--trainer.max_epochs",
+        "1",
+        "--trainer.limit_train_batches",
+        "2",
+        "--trainer.limit_val_batches",
+        "2",
+    )
     (saved,) = tmp_path.glob("lightning-tf/*/config.yaml")
     cli("test", "--config", str(saved), "--ckpt_path", str(saved.parent / "checkpoints" / "last.ckpt"))
     runs = {r.job_type: r for r in map(OfflineRun.read, (tmp_path / "wandb").glob("offline-run-*"))}

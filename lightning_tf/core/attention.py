@@ -217,4 +217,3 @@ class MultiHeadAttention(nn.Module):
             out = out.masked_fill(~visible, 0.0)
         out = out.transpose(1, 2).reshape(B, T, D)  # (B, T, D)
         return self.out_proj(out), weights
-

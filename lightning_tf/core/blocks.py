@@ -163,7 +163,9 @@ class EncoderLayer(nn.Module):
             x = x + self.drop_path1(self.ls1(self.dropout1(a)))
             x = x + self.drop_path2(self.ls2(self.dropout2(self.ff(self.norm2(x)))))
         else:
-            a, w = self.self_attn(x, mask=mask, is_causal=is_causal, bias=bias, rotary=rotary, need_weights=need_weights)
+            a, w = self.self_attn(
+                x, mask=mask, is_causal=is_causal, bias=bias, rotary=rotary, need_weights=need_weights
+            )
             x = self.norm1(x + self.dropout1(a))
             x = self.norm2(x + self.dropout2(self.ff(x)))
         return x, w
@@ -235,7 +237,13 @@ class DecoderLayer(nn.Module):
 
         def self_block(h: Tensor) -> tuple[Tensor, Tensor | None]:
             a, w = self.self_attn(
-                h, mask=self_mask, is_causal=is_causal, bias=bias, rotary=rotary, cache=self_cache, need_weights=need_weights
+                h,
+                mask=self_mask,
+                is_causal=is_causal,
+                bias=bias,
+                rotary=rotary,
+                cache=self_cache,
+                need_weights=need_weights,
             )
             return self.dropout1(a), w
 

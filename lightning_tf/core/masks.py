@@ -89,4 +89,3 @@ def combine_masks(*masks: Tensor | None) -> Tensor | None:
             raise TypeError(f"combine_masks: masks must be bool (True = may attend), got {m.dtype}")
         out = m if out is None else out & m
     return out
-

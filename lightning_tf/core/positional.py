@@ -259,9 +259,7 @@ class PositionalEncoding(nn.Module):
         """(B, T, D) -> (B, T, D): adds the absolute encoding of positions ``offset ..``."""
         return x if self.absolute is None else self.absolute(x, offset)
 
-    def rotary(
-        self, T: int, offset: int = 0, device: torch.device | str | None = None
-    ) -> tuple[Tensor, Tensor] | None:
+    def rotary(self, T: int, offset: int = 0, device: torch.device | str | None = None) -> tuple[Tensor, Tensor] | None:
         """RoPE angles ``(cos, sin)``, each ``(T, Dh/2)`` on ``device``, or None."""
         return None if self.rope is None else self.rope(T, offset, device)
 

@@ -119,9 +119,19 @@ class Encoder(nn.Module):
         rates = [drop_path * i / max(n_layers - 1, 1) for i in range(n_layers)]
         self.layers = nn.ModuleList(
             EncoderLayer(
-                d_model, n_heads, d_ff, dropout=dropout, attn_dropout=attn_dropout, ffn_dropout=ffn_dropout,
-                activation=activation, norm_first=norm_first, bias=bias, layer_norm_eps=layer_norm_eps, drop_path=rate,
-                layer_scale=layer_scale, norm=norm,
+                d_model,
+                n_heads,
+                d_ff,
+                dropout=dropout,
+                attn_dropout=attn_dropout,
+                ffn_dropout=ffn_dropout,
+                activation=activation,
+                norm_first=norm_first,
+                bias=bias,
+                layer_norm_eps=layer_norm_eps,
+                drop_path=rate,
+                layer_scale=layer_scale,
+                norm=norm,
             )
             for rate in rates
         )
@@ -141,8 +151,10 @@ class Encoder(nn.Module):
             need_weights: also return each layer's attention weights ``(B, H, S, S)``.
         """
         if mask is not None and self.norm_kind == "batch":
-            raise ValueError("Encoder(norm='batch') cannot take a padding mask: padded tokens would enter the "
-                             "BatchNorm statistics; use norm='layer' for padded inputs")
+            raise ValueError(
+                "Encoder(norm='batch') cannot take a padding mask: padded tokens would enter the "
+                "BatchNorm statistics; use norm='layer' for padded inputs"
+            )
         S = x.shape[1]
         x = self.dropout(self.pos(x))  # (B, S, D)
         rotary, bias = self.pos.rotary(S, 0, x.device), self.pos.bias(S, S, None, x.device)
@@ -189,8 +201,16 @@ class Decoder(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.layers = nn.ModuleList(
             DecoderLayer(
-                d_model, n_heads, d_ff, dropout=dropout, attn_dropout=attn_dropout, ffn_dropout=ffn_dropout,
-                activation=activation, norm_first=norm_first, bias=bias, layer_norm_eps=layer_norm_eps,
+                d_model,
+                n_heads,
+                d_ff,
+                dropout=dropout,
+                attn_dropout=attn_dropout,
+                ffn_dropout=ffn_dropout,
+                activation=activation,
+                norm_first=norm_first,
+                bias=bias,
+                layer_norm_eps=layer_norm_eps,
             )
             for _ in range(n_layers)
         )
@@ -238,8 +258,15 @@ class Decoder(nn.Module):
         cross_ws: list[Tensor] = []
         for i, layer in enumerate(self.layers):
             x, sw, cw = layer(
-                x, memory, self_mask, memory_mask, is_causal=is_causal, bias=bias, rotary=rotary,
-                cache=None if cache is None else cache.layers[i], need_weights=need_weights,
+                x,
+                memory,
+                self_mask,
+                memory_mask,
+                is_causal=is_causal,
+                bias=bias,
+                rotary=rotary,
+                cache=None if cache is None else cache.layers[i],
+                need_weights=need_weights,
             )
             if sw is not None and cw is not None:
                 self_ws.append(sw)

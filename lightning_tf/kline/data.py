@@ -169,17 +169,32 @@ class KLineDataModule(LightningDataModule):
     def _read(self, path: str) -> pd.DataFrame:
         h = self.hparams
         return read_bars(
-            resolve_path(path), columns=h.columns, ticker_column=h.ticker_column, on_error=h.on_error,
-            max_gap=h.max_gap, decimal=h.decimal, thousands=h.thousands, timezone=h.timezone,
-            read_workers=h.read_workers, progress=rank_zero_only.rank == 0,
+            resolve_path(path),
+            columns=h.columns,
+            ticker_column=h.ticker_column,
+            on_error=h.on_error,
+            max_gap=h.max_gap,
+            decimal=h.decimal,
+            thousands=h.thousands,
+            timezone=h.timezone,
+            read_workers=h.read_workers,
+            progress=rank_zero_only.rank == 0,
         )
 
     def _settings(self) -> PanelSettings:
         h = self.hparams
         return PanelSettings(
-            path=str(h.path), features=tuple(self.feature_names), target=h.target, context_len=self.context_len,
-            horizon=self.horizon, train_fraction=h.train_fraction, val_fraction=h.val_fraction, val_start=h.val_start,
-            test_start=h.test_start, max_gap=h.max_gap, volatility_window=h.volatility_window,
+            path=str(h.path),
+            features=tuple(self.feature_names),
+            target=h.target,
+            context_len=self.context_len,
+            horizon=self.horizon,
+            train_fraction=h.train_fraction,
+            val_fraction=h.val_fraction,
+            val_start=h.val_start,
+            test_start=h.test_start,
+            max_gap=h.max_gap,
+            volatility_window=h.volatility_window,
             volume_window=h.volume_window,
         )
 
@@ -217,15 +232,23 @@ class KLineDataModule(LightningDataModule):
         self.feature_mean, self.feature_std = stats["feature_mean"], stats["feature_std"]  # (n_tickers, C)
         self.target_mean, self.target_std = stats["target_mean"], stats["target_std"]  # (n_tickers, K)
         self.data_scale = DataScale(
-            feature_names=self.feature_names, target_names=self.target_names, target_kind=self.target_kind,
-            ticker_names=self.ticker_names, feature_mean=self.feature_mean, feature_std=self.feature_std,
-            target_mean=self.target_mean, target_std=self.target_std, has_prices=True,
-            volatility_window=h.volatility_window, volume_window=h.volume_window,
+            feature_names=self.feature_names,
+            target_names=self.target_names,
+            target_kind=self.target_kind,
+            ticker_names=self.ticker_names,
+            feature_mean=self.feature_mean,
+            feature_std=self.feature_std,
+            target_mean=self.target_mean,
+            target_std=self.target_std,
+            has_prices=True,
+            volatility_window=h.volatility_window,
+            volume_window=h.volume_window,
         )
         self._rows = panel.rows
         for split, ends in panel.ends.items():
-            self.datasets[split] = WindowDataset(ends=ends, context_len=self.context_len, horizon=self.horizon,
-                                                 **self._rows)
+            self.datasets[split] = WindowDataset(
+                ends=ends, context_len=self.context_len, horizon=self.horizon, **self._rows
+            )
         self._check_splits()
         log.info(
             "%s: %d tickers, windows train/val/test = %d/%d/%d",
@@ -318,11 +341,17 @@ class KLineDataModule(LightningDataModule):
         if not trained:
             log.warning(
                 "%s: no training statistics (predict without --ckpt_path and without training in this process): "
-                "every series is scaled by its own history", self._predict_source,
+                "every series is scaled by its own history",
+                self._predict_source,
             )
         windows = series_windows(
-            self._predict_frame, feature_names=self.feature_names, target=h.target, context_len=self.context_len,
-            volatility_window=h.volatility_window, volume_window=h.volume_window, trained=trained,
+            self._predict_frame,
+            feature_names=self.feature_names,
+            target=h.target,
+            context_len=self.context_len,
+            volatility_window=h.volatility_window,
+            volume_window=h.volume_window,
+            trained=trained,
             source=self._predict_source,
         )
         self.predict_scaling = {w.name: w.scaled_by for w in windows}
@@ -364,8 +393,15 @@ class KLineDataModule(LightningDataModule):
     # ------------------------------------------------------------------ loaders
     def _loader(self, split: str) -> DataLoader:
         h = self.hparams
-        return window_loader(self.datasets, split, batch_size=h.batch_size, num_workers=h.num_workers, seed=h.seed,
-                             source=h.path, horizon=self.horizon)
+        return window_loader(
+            self.datasets,
+            split,
+            batch_size=h.batch_size,
+            num_workers=h.num_workers,
+            seed=h.seed,
+            source=h.path,
+            horizon=self.horizon,
+        )
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train")
@@ -426,8 +462,11 @@ class KLineDataModule(LightningDataModule):
         file changed since the checkpoint and the model would see inputs on another scale)."""
         if not state:
             return
-        self._checkpoint_state = {k: state[k] for k in ("ticker_names", "feature_mean", "feature_std",
-                                                        "target_mean", "target_std") if k in state}
+        self._checkpoint_state = {
+            k: state[k]
+            for k in ("ticker_names", "feature_mean", "feature_std", "target_mean", "target_std")
+            if k in state
+        }
         self.datasets.pop("predict", None)  # scale the predict windows with these
         if "train" not in self.datasets:
             return

@@ -88,7 +88,9 @@ def compute_features(
 
 
 def feature_matrix(
-    bars: pd.DataFrame | Mapping[str, np.ndarray], names: list[str], volatility_window: int = 20,
+    bars: pd.DataFrame | Mapping[str, np.ndarray],
+    names: list[str],
+    volatility_window: int = 20,
     volume_window: int = 20,
 ) -> np.ndarray:
     """:func:`compute_features` as a float64 array ``(n, len(names))`` (column-major, as the frame's

@@ -62,15 +62,27 @@ def fit_linear_parts(
     fit = None
     if fit_path:
         val_pairs = None if val is None else (lambda: xy_pairs(val))
-        fit = net.fit_linear(lambda: xy_pairs(train), val_pairs, RIDGES if ridge is None else (float(ridge),),
-                             blocks=blocks, select_se=select_se)
+        fit = net.fit_linear(
+            lambda: xy_pairs(train),
+            val_pairs,
+            RIDGES if ridge is None else (float(ridge),),
+            blocks=blocks,
+            select_se=select_se,
+        )
         val_mse = f", validation MSE {fit.val_mse:.5g}" if fit.val_mse is not None else ""
-        rule = "" if fit.lowest is None else (
-            f"; {fit.lowest} validated lowest ({fit.lowest_val_mse:.5g}) but not by more than "
-            f"{select_se:g} standard error, so the simpler map is kept")
-        rank_zero_info(f"linear path fit in closed form on the training windows: {fit.input} input, {fit.form}, "
-                       f"{fit.pooling}, ridge {fit.ridge:g} ({fit.dof:.1f} degrees of freedom), training MSE "
-                       f"{fit.train_mse:.5g}{val_mse}{rule}")
+        rule = (
+            ""
+            if fit.lowest is None
+            else (
+                f"; {fit.lowest} validated lowest ({fit.lowest_val_mse:.5g}) but not by more than "
+                f"{select_se:g} standard error, so the simpler map is kept"
+            )
+        )
+        rank_zero_info(
+            f"linear path fit in closed form on the training windows: {fit.input} input, {fit.form}, "
+            f"{fit.pooling}, ridge {fit.ridge:g} ({fit.dof:.1f} degrees of freedom), training MSE "
+            f"{fit.train_mse:.5g}{val_mse}{rule}"
+        )
     if fit_base:
         assert baseline is not None
         baseline.target_channels = net.target_channels

@@ -26,7 +26,11 @@ from .features import compute_features, compute_target
 from .scale import DataScale, rebuild_prices
 
 __all__ = [
-    "SeriesWindow", "Statistics", "last_windows", "predict_outputs", "series_windows",
+    "SeriesWindow",
+    "Statistics",
+    "last_windows",
+    "predict_outputs",
+    "series_windows",
     "windows_table",
 ]
 
@@ -113,10 +117,18 @@ def series_windows(
             t_mean, t_std = _own(tgt[first:])
             scaled_by = f"its own history ({usable} bars)"
         x = (feats[-context_len:] - f_mean) / f_std  # (L, C)
-        out.append(SeriesWindow(
-            name=name, x=x, raw_target=tgt[-context_len:], anchor=float(bars["close"].iloc[-1]),
-            target_mean=t_mean, target_std=t_std, scaled_by=scaled_by, bars=bars,
-        ))
+        out.append(
+            SeriesWindow(
+                name=name,
+                x=x,
+                raw_target=tgt[-context_len:],
+                anchor=float(bars["close"].iloc[-1]),
+                target_mean=t_mean,
+                target_std=t_std,
+                scaled_by=scaled_by,
+                bars=bars,
+            )
+        )
     return out
 
 
@@ -144,16 +156,27 @@ def last_windows(
         )
     source = name or (str(bars) if not isinstance(bars, pd.DataFrame) else "the bars")
     data = bars if isinstance(bars, pd.DataFrame) else resolve_path(str(bars))
-    frame = read_bars(data, columns=columns, ticker_column=ticker_column, on_error=on_error,  # type: ignore[arg-type]
-                      timezone=timezone, name=name)
+    frame = read_bars(
+        data,
+        columns=columns,
+        ticker_column=ticker_column,
+        on_error=on_error,  # type: ignore[arg-type]
+        timezone=timezone,
+        name=name,
+    )
     trained = {
         t: (scale.feature_mean[k], scale.feature_std[k], scale.target_mean[k], scale.target_std[k])
         for k, t in enumerate(scale.ticker_names)
     }
     return series_windows(
-        frame, feature_names=list(scale.feature_names), target=scale.target_names[0], context_len=context_len,
-        volatility_window=scale.volatility_window, volume_window=scale.volume_window,
-        trained=trained, source=source,
+        frame,
+        feature_names=list(scale.feature_names),
+        target=scale.target_names[0],
+        context_len=context_len,
+        volatility_window=scale.volatility_window,
+        volume_window=scale.volume_window,
+        trained=trained,
+        source=source,
     )
 
 

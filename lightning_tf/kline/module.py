@@ -25,9 +25,15 @@ from lightning.pytorch.callbacks import BasePredictionWriter
 from torch import Tensor
 from torchmetrics import MeanMetric
 
-from lightning_tf.checkpoints import CheckedLoading, stamp
 from lightning_tf.core import Activation, NormName, PositionalName
-from lightning_tf.training import SchedulerName, check_agreement, configure_adamw, prediction_path
+from lightning_tf.training import (
+    CheckedLoading,
+    SchedulerName,
+    check_agreement,
+    configure_adamw,
+    prediction_path,
+    stamp,
+)
 
 from .evaluation.baselines import LinearBaseline
 from .evaluation.metrics import IntervalMetrics, pinball_loss
@@ -179,27 +185,51 @@ class KLineForecaster(CheckedLoading, LightningModule):
         compile: bool = False,
     ) -> None:
         super().__init__()
-        residual, levels = check_training(residual, linear, loss, quantiles, DEFAULT_QUANTILES, linear_ridge,
-                                          linear_select_se)
+        residual, levels = check_training(
+            residual, linear, loss, quantiles, DEFAULT_QUANTILES, linear_ridge, linear_select_se
+        )
         if backtest_cost_bps < 0:
             raise ValueError(f"backtest_cost_bps must be >= 0, got {backtest_cost_bps}")
         self.save_hyperparameters()
         self.net = ForecastNet(
-            n_features, n_targets, context_len, horizon, target_channels, backbone=backbone,
+            n_features,
+            n_targets,
+            context_len,
+            horizon,
+            target_channels,
+            backbone=backbone,
             channel_mixing=channel_mixing,
-            residual=residual, linear_pooling=linear_pooling, linear_trainable=linear == "tuned",
-            linear_input=linear_input, dlinear_kernel=dlinear_kernel, quantiles=levels,
-            patch_len=patch_len, stride=stride, pad_end=pad_end, d_model=d_model, n_heads=n_heads, n_layers=n_layers,
-            d_ff=d_ff, dropout=dropout, attn_dropout=attn_dropout, head_dropout=head_dropout, activation=activation,
-            norm_first=norm_first, norm=norm, pos_encoding=pos_encoding, causal=causal, revin=revin,
+            residual=residual,
+            linear_pooling=linear_pooling,
+            linear_trainable=linear == "tuned",
+            linear_input=linear_input,
+            dlinear_kernel=dlinear_kernel,
+            quantiles=levels,
+            patch_len=patch_len,
+            stride=stride,
+            pad_end=pad_end,
+            d_model=d_model,
+            n_heads=n_heads,
+            n_layers=n_layers,
+            d_ff=d_ff,
+            dropout=dropout,
+            attn_dropout=attn_dropout,
+            head_dropout=head_dropout,
+            activation=activation,
+            norm_first=norm_first,
+            norm=norm,
+            pos_encoding=pos_encoding,
+            causal=causal,
+            revin=revin,
             revin_affine=revin_affine,
         )
         self.metrics = stage_metrics(levels)  # "<stage>_<scale>", "test_<baseline>_<scale>", "<stage>_intervals"
         # the validation loss of the model with its residual; per window, what weighs the residual against
         # the linear path alone (residual: on)
         self.val_loss = MeanMetric()
-        self.selection = ResidualSelection(n_targets, mse=loss == "mse", blocks=selection_blocks,
-                                           keep_se=residual_keep_se)
+        self.selection = ResidualSelection(
+            n_targets, mse=loss == "mse", blocks=selection_blocks, keep_se=residual_keep_se
+        )
         # fit when training starts; buffers, so checkpoints (and test --ckpt_path) keep them
         self.linear_baseline = (
             LinearBaseline(context_len, horizon, dlinear_kernel, n_targets=n_targets) if baselines else None
@@ -297,14 +327,30 @@ class KLineForecaster(CheckedLoading, LightningModule):
             and ``scaled_by``: a series this model was trained on is scaled with its training statistics;
             any other series by its own history, never as a trained ticker.
         """
-        return self.forecast_windows(last_windows(bars, scale=self.data_scale, context_len=self.hparams.context_len,
-            columns=columns, ticker_column=ticker_column, on_error=on_error, timezone=timezone, name=name))  # fmt: skip
+        return self.forecast_windows(
+            last_windows(
+                bars,
+                scale=self.data_scale,
+                context_len=self.hparams.context_len,
+                columns=columns,
+                ticker_column=ticker_column,
+                on_error=on_error,
+                timezone=timezone,
+                name=name,
+            )
+        )
 
     def forecast_windows(self, windows: list[SeriesWindow]) -> pd.DataFrame:
         """:meth:`forecast` of series already read into their last windows (:func:`~.inference.last_windows`), in
         one forward pass: ``horizon`` rows per window, in window order (a server's batch of requests)."""
-        return windows_table(windows, net=self.net, forward=lambda x: self.net.combine(self._parts(x)),
-                             scale=self.data_scale, quantiles=self.quantiles, device=self.device)  # type: ignore
+        return windows_table(
+            windows,
+            net=self.net,
+            forward=lambda x: self.net.combine(self._parts(x)),
+            scale=self.data_scale,
+            quantiles=self.quantiles,
+            device=self.device,
+        )  # type: ignore
 
     @torch.no_grad()
     def attention_maps(self, x: Tensor, layer: int = -1) -> Tensor:
@@ -346,8 +392,10 @@ class KLineForecaster(CheckedLoading, LightningModule):
             return
         theirs = None if dm.target_channels is None else [int(c) for c in dm.target_channels]
         if theirs is None and not hp.channel_mixing:
-            raise ValueError("the data's targets are not input channels (target_channels is None), so the "
-                             "channel-independent head cannot forecast them; set model channel_mixing: true")
+            raise ValueError(
+                "the data's targets are not input channels (target_channels is None), so the "
+                "channel-independent head cannot forecast them; set model channel_mixing: true"
+            )
         if hp.target_channels is None:
             self.target_channels = theirs  # adopted (the head's shape does not depend on it); saved with the checkpoint
         else:
@@ -389,8 +437,17 @@ class KLineForecaster(CheckedLoading, LightningModule):
         return loss.flatten(1).mean(1) if per_window else loss.mean()
 
     def _score(self, key: str, batch: dict[str, Tensor], forecast: Tensor, naive: Tensor | None, **kw: Any) -> None:
-        score(self.metrics, key, batch, forecast, naive, scale=self.data_scale, returns=self.returns_target,
-              horizon=self.hparams.horizon, **kw)
+        score(
+            self.metrics,
+            key,
+            batch,
+            forecast,
+            naive,
+            scale=self.data_scale,
+            returns=self.returns_target,
+            horizon=self.hparams.horizon,
+            **kw,
+        )
 
     def _shared_step(self, batch: dict[str, Tensor], stage: str) -> Tensor:
         x, y = batch["x"], batch["y"]
@@ -406,8 +463,11 @@ class KLineForecaster(CheckedLoading, LightningModule):
             if self.hparams.residual in ("on", "blend"):
                 linear = self.net.combine(parts, gate=0.0)  # (B, F, K[, Q])
                 time = batch["time"] if "time" in batch else torch.arange(x.shape[0]) + self.selection.count  # (B,)
-                losses = (None, None) if self.hparams.loss == "mse" else (
-                    self._loss(linear, y, per_window=True), self._loss(out, y, per_window=True))
+                losses = (
+                    (None, None)
+                    if self.hparams.loss == "mse"
+                    else (self._loss(linear, y, per_window=True), self._loss(out, y, per_window=True))
+                )
                 self.selection.update(time, linear, out - linear, y, *losses, series=batch.get("ticker"))
         else:
             # a float batch size: Lightning averages the summed count over processes in its dtype, and an integer
@@ -443,9 +503,18 @@ class KLineForecaster(CheckedLoading, LightningModule):
         """Fit the linear path and the linear baseline in closed form once, before the first step
         (:func:`~.fitting.fit_linear_parts`); a run resumed from a checkpoint keeps them."""
         hp, trainer = self.hparams, self.trainer
-        if (fit := fit_linear_parts(self.net, self.linear_baseline, trainer.train_dataloader, trainer.val_dataloaders,
-                                    resumed=trainer.ckpt_path is not None, ridge=hp.linear_ridge,
-                                    blocks=hp.selection_blocks, select_se=hp.linear_select_se)) is not None:
+        if (
+            fit := fit_linear_parts(
+                self.net,
+                self.linear_baseline,
+                trainer.train_dataloader,
+                trainer.val_dataloaders,
+                resumed=trainer.ckpt_path is not None,
+                ridge=hp.linear_ridge,
+                blocks=hp.selection_blocks,
+                select_se=hp.linear_select_se,
+            )
+        ) is not None:
             self.linear_fit = fit  # what was chosen, for reports (not saved: the path's weights and buffers are)
 
     # ------------------------------------------------------------------ epoch ends
@@ -498,8 +567,9 @@ class KLineForecaster(CheckedLoading, LightningModule):
 
     def selection_line(self) -> str:
         """One plain line: which model is tested, and why."""
-        return selection_line(self.hparams.residual, self.val_selection, self.net.residual_gate,
-                              self.hparams.residual_keep_se)
+        return selection_line(
+            self.hparams.residual, self.val_selection, self.net.residual_gate, self.hparams.residual_keep_se
+        )
 
     def on_test_epoch_end(self) -> None:
         summary: dict[str, Any] = {}
@@ -516,8 +586,17 @@ class KLineForecaster(CheckedLoading, LightningModule):
             summary["intervals"] = self._log_metrics("test_intervals", "test/")
         trainer, hp = self.trainer, self.hparams
         equity = prediction_path(trainer, None, "backtest.png") if trainer.is_global_zero and trainer.loggers else None
-        figures = TestFigures(self.logger, equity, hp.backtest_cost_bps, hp.backtest_short, self.net.backbone_name,
-                              self.attention_maps, self.data_scale, self.target_channels, self.quantiles)  # fmt: skip
+        figures = TestFigures(
+            self.logger,
+            equity,
+            hp.backtest_cost_bps,
+            hp.backtest_short,
+            self.net.backbone_name,
+            self.attention_maps,
+            self.data_scale,
+            self.target_channels,
+            self.quantiles,
+        )
         backtest, self.backtest_curves = self._record.finish(figures)
         self.test_summary = summary if backtest is None else {**summary, "backtest": backtest}
 

@@ -180,9 +180,14 @@ class MultivariateDataModule(LightningDataModule):
         self.feature_std = torch.tensor(scaler.scale_)[None]  # (1, C)
         self.target_mean, self.target_std = self.feature_mean[:, idx], self.feature_std[:, idx]  # (1, K)
         self.data_scale = DataScale(
-            feature_names=self.feature_names, target_names=self.target_names, target_kind=self.target_kind,
-            ticker_names=self.ticker_names, feature_mean=self.feature_mean, feature_std=self.feature_std,
-            target_mean=self.target_mean, target_std=self.target_std,
+            feature_names=self.feature_names,
+            target_names=self.target_names,
+            target_kind=self.target_kind,
+            ticker_names=self.ticker_names,
+            feature_mean=self.feature_mean,
+            feature_std=self.feature_std,
+            target_mean=self.target_mean,
+            target_std=self.target_std,
         )
         self._predict_times = {0: pd.DatetimeIndex(stamps)}
         time = stamps.to_numpy().astype("datetime64[ns]").astype(np.int64)
@@ -201,10 +206,15 @@ class MultivariateDataModule(LightningDataModule):
         lengths = {"training": train_end, "validation": val_end - train_end}
         for (name, n), split in zip(lengths.items(), ("train", "val"), strict=True):
             if len(self.datasets[split]) == 0:
-                need = (f"a training window needs context_len + horizon = {L} + {F} = {L + F} rows" if split == "train"
-                        else f"a {name} window needs horizon ({F}) rows in the split (its context may come before)")
-                raise ValueError(f"{self.path}: the {name} split has {n} rows, too few: {need}; lower horizon or "
-                                 "context_len, or move the split borders")
+                need = (
+                    f"a training window needs context_len + horizon = {L} + {F} = {L + F} rows"
+                    if split == "train"
+                    else f"a {name} window needs horizon ({F}) rows in the split (its context may come before)"
+                )
+                raise ValueError(
+                    f"{self.path}: the {name} split has {n} rows, too few: {need}; lower horizon or "
+                    "context_len, or move the split borders"
+                )
         last = torch.tensor([len(df) - 1])
         self.datasets["predict"] = WindowDataset(ends=last, context_len=L, horizon=F, **{**rows, "y": None})
         log.info(
@@ -216,8 +226,15 @@ class MultivariateDataModule(LightningDataModule):
     # ------------------------------------------------------------------ loaders
     def _loader(self, split: str) -> DataLoader:
         h = self.hparams
-        return window_loader(self.datasets, split, batch_size=h.batch_size, num_workers=h.num_workers, seed=h.seed,
-                             source=self.path, horizon=self.horizon)
+        return window_loader(
+            self.datasets,
+            split,
+            batch_size=h.batch_size,
+            num_workers=h.num_workers,
+            seed=h.seed,
+            source=self.path,
+            horizon=self.horizon,
+        )
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train")

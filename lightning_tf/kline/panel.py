@@ -6,7 +6,7 @@ instead prepares it once (:func:`prepare_panel`, what ``prepare_data`` runs on o
 into a folder keyed by the bar files' content and every setting the panel depends on, and every rank and
 DataLoader worker memory-maps that folder (:func:`load_panel`): the pages are shared, a later start reads
 no bar file, and the warnings of the build are said again when it is reused. The folder is built and
-checked as the text corpora are (:mod:`lightning_tf.prepared`: temporary folder, manifest of sizes and
+checked as the text corpora are (:mod:`lightning_tf.training.prepared`: temporary folder, manifest of sizes and
 checksums, rename, lock).
 """
 
@@ -27,7 +27,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from lightning_tf.prepared import file_identity, prepare_folder, sha256, write_manifest
+from lightning_tf.training import file_identity, prepare_folder, sha256, write_manifest
 
 from .features import Target, compute_target, feature_matrix
 from .reader.io import list_bar_files
@@ -99,9 +99,7 @@ class Panel:
     statistics: dict[str, Tensor]
 
 
-def _series(
-    name: str, bars: dict[str, np.ndarray], s: PanelSettings
-) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
+def _series(name: str, bars: dict[str, np.ndarray], s: PanelSettings) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
     """Features ``(n, C)``, target ``(n,)``, the first row where both are finite, and segment ids
     ``(n,)`` (a new segment after every gap longer than ``max_gap``) of ticker ``name``'s bars (its
     canonical columns as arrays)."""
@@ -206,7 +204,9 @@ def build_panel(frame: pd.DataFrame, s: PanelSettings) -> Panel:
         borders=borders,
         rows={key: torch.from_numpy(a[:offset]) for key, a in zip(ROWS, arrays, strict=True)},
         ends={split: torch.from_numpy(np.concatenate(parts)) for split, parts in ends.items()},
-        statistics={key: torch.tensor(np.stack(v)) for key, v in zip(STATISTICS, zip(*stats, strict=True), strict=True)},
+        statistics={
+            key: torch.tensor(np.stack(v)) for key, v in zip(STATISTICS, zip(*stats, strict=True), strict=True)
+        },
     )
 
 
@@ -224,7 +224,7 @@ class PanelSpec:
     files: tuple[Path, ...]
 
     def fingerprint(self) -> dict[str, Any]:
-        """The settings and every bar file's identity (:func:`lightning_tf.prepared.file_identity`)."""
+        """The settings and every bar file's identity (:func:`lightning_tf.training.prepared.file_identity`)."""
         return self._fingerprint
 
     @cached_property
@@ -271,8 +271,10 @@ def _write(panel: Panel, spec: PanelSpec, out: Path, warnings: list[list[Any]], 
     for key in STATISTICS:
         np.save(out / f"{key}.npy", panel.statistics[key].numpy())
     stamp = lambda t: None if t is None else t.isoformat()  # noqa: E731
-    borders = {name: {**b, "val_start": stamp(b["val_start"]), "test_start": stamp(b["test_start"])}
-               for name, b in panel.borders.items()}
+    borders = {
+        name: {**b, "val_start": stamp(b["val_start"]), "test_start": stamp(b["test_start"])}
+        for name, b in panel.borders.items()
+    }
     manifest = {
         "version": PANEL_VERSION,
         "key": spec.key(),
@@ -317,8 +319,10 @@ def load_panel(folder: str | Path) -> tuple[Panel, list[list[Any]]]:
     folder = Path(folder)
     manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
     stamp = lambda t: None if t is None else pd.Timestamp(t)  # noqa: E731
-    borders = {name: {**b, "val_start": stamp(b["val_start"]), "test_start": stamp(b["test_start"])}
-               for name, b in manifest["borders"].items()}
+    borders = {
+        name: {**b, "val_start": stamp(b["val_start"]), "test_start": stamp(b["test_start"])}
+        for name, b in manifest["borders"].items()
+    }
     panel = Panel(
         ticker_names=list(manifest["ticker_names"]),
         borders=borders,

@@ -138,9 +138,12 @@ class DataScale:
         missing = [k for k in keys if k not in data]
         if missing:
             raise ValueError(f"data scale lacks {missing}; it has {sorted(data)}")
-        return cls(**{k: data[k] for k in keys}, has_prices=bool(data.get("has_prices", False)),
-                   volatility_window=int(data.get("volatility_window", 20)),
-                   volume_window=int(data.get("volume_window", 20)))
+        return cls(
+            **{k: data[k] for k in keys},
+            has_prices=bool(data.get("has_prices", False)),
+            volatility_window=int(data.get("volatility_window", 20)),
+            volume_window=int(data.get("volume_window", 20)),
+        )
 
     # ------------------------------------------------------------------------------ units
     @property

@@ -33,9 +33,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from lightning_tf.distributed import eval_sampler
-from lightning_tf.loaders import IgnoreStopSignals, ResumableDataLoader, ShuffledBatchSampler
-from lightning_tf.resources import find
+from lightning_tf.training import IgnoreStopSignals, ResumableDataLoader, ShuffledBatchSampler, eval_sampler, find
 
 __all__ = [
     "check_batch",
@@ -51,7 +49,6 @@ __all__ = [
 ]
 
 
-
 def check_batch(x: Tensor, y: Tensor | None, sizes: Mapping[str, Any]) -> None:
     """Refuse a batch whose context ``x`` is not ``(B, context_len, n_features)`` or whose targets ``y``
     are not ``(B, horizon, n_targets)``, with the sizes of ``sizes`` (a model's hyperparameters)."""
@@ -63,7 +60,7 @@ def check_batch(x: Tensor, y: Tensor | None, sizes: Mapping[str, Any]) -> None:
 
 
 def resolve_path(path: str) -> Path:
-    """``path`` as given, or else one of the package's own files (:func:`lightning_tf.resources.find`:
+    """``path`` as given, or else one of the package's own files (:func:`lightning_tf.training.resources.find`:
     the clone's or the installed package's), so the default ``data/msft.csv`` works from any working
     directory, in a clone or after ``pip install``."""
     p = Path(path).expanduser()
@@ -219,7 +216,7 @@ def window_loader(
     horizon: int,
 ) -> DataLoader:
     """The loader of one split: training windows in an order set by ``seed`` and the epoch alone, resumable
-    inside an epoch (:class:`~lightning_tf.loaders.ResumableDataLoader`; under DDP each rank takes its
+    inside an epoch (:class:`~lightning_tf.training.loaders.ResumableDataLoader`; under DDP each rank takes its
     share), every evaluation window in order (under DDP on exactly one process; Lightning's own sampler
     would repeat some).
 
@@ -244,8 +241,9 @@ def window_loader(
     if split == "train":
         # the order depends on (seed, epoch) alone and the position inside the epoch is checkpointed
         sampler = ShuffledBatchSampler(len(dataset), batch_size, seed=seed)
-        return ResumableDataLoader(dataset, sampler, collate_fn=_batched, num_workers=num_workers,
-                                   persistent_workers=num_workers > 0)
+        return ResumableDataLoader(
+            dataset, sampler, collate_fn=_batched, num_workers=num_workers, persistent_workers=num_workers > 0
+        )
     return DataLoader(
         dataset,
         batch_size=batch_size,

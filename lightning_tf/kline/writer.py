@@ -16,8 +16,7 @@ from lightning.pytorch.callbacks import BasePredictionWriter
 from lightning.pytorch.loggers import WandbLogger
 from torch import Tensor
 
-from lightning_tf.distributed import gather_predictions, interleave, predict_size
-from lightning_tf.training import prediction_path
+from lightning_tf.training import gather_predictions, interleave, predict_size, prediction_path
 
 from .scale import DataScale
 
@@ -76,8 +75,14 @@ class ForecastWriter(BasePredictionWriter):
         n = self.write(trainer, merged[0], path, scale, quantiles)
         print(f"wrote {n} forecasts to {path}")
 
-    def write(self, trainer: Trainer, forecast: dict[str, Tensor], path: Path, scale: DataScale | None,
-              quantiles: list[float] | None) -> int:
+    def write(
+        self,
+        trainer: Trainer,
+        forecast: dict[str, Tensor],
+        path: Path,
+        scale: DataScale | None,
+        quantiles: list[float] | None,
+    ) -> int:
         """Write the CSV and the charts of one merged batch of forecasts (the model's data ``scale`` and
         ``quantiles`` name its columns); returns the window count."""
         from .evaluation.plots import candlestick_figure
@@ -118,11 +123,16 @@ class ForecastWriter(BasePredictionWriter):
 
                 pairs = central_intervals(quantiles)
                 if pairs:
-                    band = (forecast["price_quantiles"][w, :, pairs[0][0]].numpy(),
-                            forecast["price_quantiles"][w, :, pairs[0][1]].numpy())
+                    band = (
+                        forecast["price_quantiles"][w, :, pairs[0][0]].numpy(),
+                        forecast["price_quantiles"][w, :, pairs[0][1]].numpy(),
+                    )
             if recent is not None and closes is not None:
                 fig = candlestick_figure(
-                    recent(self.plot_bars, ticker_id), stamps, closes.to_numpy(), title=f"{ticker}: next {Fh} bars",
+                    recent(self.plot_bars, ticker_id),
+                    stamps,
+                    closes.to_numpy(),
+                    title=f"{ticker}: next {Fh} bars",
                     forecast_band=band,
                 )
                 fig.savefig(path.with_name(f"{path.stem}_{_safe(ticker)}.png"))
@@ -138,8 +148,10 @@ class ForecastWriter(BasePredictionWriter):
 def _merge_windows(parts: list[list[dict[str, Tensor]]], n: int | None = None) -> list[dict[str, Tensor]]:
     """Every process's prediction batches (``parts[rank]``) as one batch of the ``n`` windows in input
     order: process r forecast windows r, r + R, ... (the strided, unrepeated prediction sampler)."""
-    shares = [[{k: v[b] for k, v in batch.items()} for batch in batches for b in range(len(batch["pred"]))]
-              for batches in parts]
+    shares = [
+        [{k: v[b] for k, v in batch.items()} for batch in batches for b in range(len(batch["pred"]))]
+        for batches in parts
+    ]
     windows = interleave(shares, n)
     if not windows:
         return []

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from .api import Serving, TaskAPI
-    from .command import serve_main
+    from .command import serve
     from .errors import BadRequest, Rejected
     from .kline import KLineAPI
     from .server import Deployment, TaskOptions, make_api, make_server
@@ -39,7 +39,7 @@ _WHERE = {
     "VisionAPI": ".vision",
     "make_api": ".server",
     "make_server": ".server",
-    "serve_main": ".command",
+    "serve": ".command",
 }
 
 __all__ = sorted(_WHERE)

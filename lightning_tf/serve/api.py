@@ -45,9 +45,33 @@ log = logging.getLogger(__name__)
 
 #: hyperparameters /info shows when the model has them
 MAIN_HPARAMS = (
-    "preset", "d_model", "n_heads", "n_layers", "n_decoder_layers", "d_ff", "dropout", "norm_first", "pos_encoding",
-    "max_len", "vocab_size", "beam_size", "alpha", "image_size", "patch_size", "in_chans", "num_classes", "pool",
-    "backbone", "context_len", "horizon", "n_features", "n_targets", "patch_len", "stride", "residual", "loss",
+    "preset",
+    "d_model",
+    "n_heads",
+    "n_layers",
+    "n_decoder_layers",
+    "d_ff",
+    "dropout",
+    "norm_first",
+    "pos_encoding",
+    "max_len",
+    "vocab_size",
+    "beam_size",
+    "alpha",
+    "image_size",
+    "patch_size",
+    "in_chans",
+    "num_classes",
+    "pool",
+    "backbone",
+    "context_len",
+    "horizon",
+    "n_features",
+    "n_targets",
+    "patch_len",
+    "stride",
+    "residual",
+    "loss",
 )
 
 
@@ -295,8 +319,11 @@ def form_fields(form: FormData) -> dict[str, Any]:
             raise BadRequest(f"{key}: given more than once", status=400)
         body[key] = value.file.read() if hasattr(value, "file") else value
     if len(body) == 1 and next(iter(body.values())) == "" and next(iter(body)).lstrip().startswith("{"):
-        raise BadRequest("the body looks like JSON sent as a form: send it with Content-Type: application/json "
-                         "(curl: -H 'Content-Type: application/json')", status=400)
+        raise BadRequest(
+            "the body looks like JSON sent as a form: send it with Content-Type: application/json "
+            "(curl: -H 'Content-Type: application/json')",
+            status=400,
+        )
     return body
 
 

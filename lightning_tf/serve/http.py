@@ -24,7 +24,11 @@ from .api import TaskAPI
 from .errors import one_line, validation_message
 
 __all__ = [
-    "ClientErrorFilter", "ErrorResponse", "error_response", "install_error_handlers", "install_openapi",
+    "ClientErrorFilter",
+    "ErrorResponse",
+    "error_response",
+    "install_error_handlers",
+    "install_openapi",
     "openapi_schema",
 ]
 
@@ -103,26 +107,40 @@ def _schemas(*models: type[BaseModel]) -> dict[str, Any]:
 def openapi_schema(app: FastAPI, api: TaskAPI, title: str, version: str) -> dict[str, Any]:
     """The OpenAPI document of ``app`` with ``POST /predict`` described: the task's request body (JSON, and a
     multipart upload for images), its response and every error status."""
-    doc = get_openapi(title=title, version=version, routes=app.routes,
-                      description=f"A {api.task} checkpoint ({api.model_class}) served with LitServe.")
+    doc = get_openapi(
+        title=title,
+        version=version,
+        routes=app.routes,
+        description=f"A {api.task} checkpoint ({api.model_class}) served with LitServe.",
+    )
     doc.setdefault("components", {}).setdefault("schemas", {}).update(
-        _schemas(api.request_model, api.response_model, ErrorResponse))
+        _schemas(api.request_model, api.response_model, ErrorResponse)
+    )
     ref = "#/components/schemas/{}".format
     content: dict[str, Any] = {"application/json": {"schema": {"$ref": ref(api.request_model.__name__)}}}
     if api.task == "vision":
-        content["multipart/form-data"] = {"schema": {
-            "type": "object", "required": ["image"],
-            "properties": {"image": {"type": "string", "format": "binary", "description": "the image file"},
-                           "top_k": {"type": "integer", "minimum": 1}},
-        }}
+        content["multipart/form-data"] = {
+            "schema": {
+                "type": "object",
+                "required": ["image"],
+                "properties": {
+                    "image": {"type": "string", "format": "binary", "description": "the image file"},
+                    "top_k": {"type": "integer", "minimum": 1},
+                },
+            }
+        }
     error = {"application/json": {"schema": {"$ref": ref("ErrorResponse")}}}
     post = doc["paths"]["/predict"]["post"]
     post.update(
         summary=f"{api.task}: {api.request_model.__doc__}",
         requestBody={"required": True, "content": content},
-        responses={"200": {"description": api.response_model.__doc__ or "the result",
-                           "content": {"application/json": {"schema": {"$ref": ref(api.response_model.__name__)}}}},
-                   **{code: {"description": what, "content": error} for code, what in STATUSES.items()}},
+        responses={
+            "200": {
+                "description": api.response_model.__doc__ or "the result",
+                "content": {"application/json": {"schema": {"$ref": ref(api.response_model.__name__)}}},
+            },
+            **{code: {"description": what, "content": error} for code, what in STATUSES.items()},
+        },
     )
     return doc
 

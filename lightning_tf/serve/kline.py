@@ -35,11 +35,15 @@ class KLineRequest(BaseModel):
         min_length=1,
         description="one object per bar, with the column names the bar reader accepts (date/time, open, high, "
         "low, close, volume; English or Chinese names); at least context_len bars after the features' warm-up",
-        examples=[[{"date": "2024-01-02", "open": 370.9, "high": 376.0, "low": 366.5, "close": 370.6,
-                    "volume": 25258600}]],
+        examples=[
+            [{"date": "2024-01-02", "open": 370.9, "high": 376.0, "low": 366.5, "close": 370.6, "volume": 25258600}]
+        ],
     )
-    ticker: str | None = Field(None, description="the series' name: a ticker the model was trained on is scaled "
-                               "with its training statistics, any other by its own history (default: series)")
+    ticker: str | None = Field(
+        None,
+        description="the series' name: a ticker the model was trained on is scaled "
+        "with its training statistics, any other by its own history (default: series)",
+    )
 
 
 class KLineResponse(BaseModel):
@@ -60,8 +64,9 @@ def _reader_message(message: str, ticker: str | None) -> str:
     examples = [e for e in examples if e != hint]
     head = re.sub(r"\. Name (them|it) with columns=.*$", "", head)
     text = head + (": " + "; ".join(examples) if examples else "")
-    return f"bars: {text}" + (". Send finite, positive values, or start the server with --on_error drop or ffill"
-                              if repair else "")
+    return f"bars: {text}" + (
+        ". Send finite, positive values, or start the server with --on_error drop or ffill" if repair else ""
+    )
 
 
 def _finite(records: list[dict[str, Any]]) -> list[dict[str, Any]] | Rejected:
@@ -113,7 +118,8 @@ class KLineAPI(TaskAPI):
         scale = self.model.data_scale
         if scale is None or not scale.has_prices:
             raise ValueError(
-                f"{self.checkpoint}: the model holds no bar data scale (it was not trained on K-line bars)")
+                f"{self.checkpoint}: the model holds no bar data scale (it was not trained on K-line bars)"
+            )
 
     def compile_model(self) -> None:
         net = self.model.net
@@ -137,14 +143,22 @@ class KLineAPI(TaskAPI):
             tickers = frame[found["ticker"]].unique() if "ticker" in found else []
             if len(tickers) > 1:
                 names = ", ".join(str(t) for t in tickers[:5]) + (", ..." if len(tickers) > 5 else "")
-                raise ValueError(f"bars: one series per request, got {len(tickers)} tickers in column "
-                                 f"{found['ticker']!r} ({names})")
+                raise ValueError(
+                    f"bars: one series per request, got {len(tickers)} tickers in column {found['ticker']!r} ({names})"
+                )
             needs_volume = [f for f in scale.feature_names if "volume" in f]
             if needs_volume and "volume" not in found:
-                raise ValueError(f"bars: no volume column, and this model reads volume ({', '.join(needs_volume)}); "
-                                 f"the columns are {list(frame.columns)}")
-            windows = last_windows(frame, scale=scale, context_len=self.model.hparams.context_len,
-                                   on_error=self.on_error, name=request.ticker)
+                raise ValueError(
+                    f"bars: no volume column, and this model reads volume ({', '.join(needs_volume)}); "
+                    f"the columns are {list(frame.columns)}"
+                )
+            windows = last_windows(
+                frame,
+                scale=scale,
+                context_len=self.model.hparams.context_len,
+                on_error=self.on_error,
+                name=request.ticker,
+            )
         except ValueError as err:
             raise BadRequest(_reader_message(str(err), request.ticker)) from None
         assert len(windows) == 1, "one ticker, one window"
@@ -169,8 +183,11 @@ class KLineAPI(TaskAPI):
             "trained_tickers": list(scale.ticker_names),
             "warm_up": {"volatility_window": scale.volatility_window, "volume_window": scale.volume_window},
             "on_error": self.on_error,
-            "request": {"bars": [{"date": "...", "open": 0.0, "high": 0.0, "low": 0.0, "close": 0.0, "volume": 0}],
-                        "ticker": "optional"},
-            "response": {"forecast": ["one object per future bar: ticker, timestamp, step, pred_<target>, close, "
-                                      "scaled_by"]},
+            "request": {
+                "bars": [{"date": "...", "open": 0.0, "high": 0.0, "low": 0.0, "close": 0.0, "volume": 0}],
+                "ticker": "optional",
+            },
+            "response": {
+                "forecast": ["one object per future bar: ticker, timestamp, step, pred_<target>, close, scaled_by"]
+            },
         }

@@ -32,7 +32,10 @@ IDLE_WAIT = 1.0
 
 
 def collect_batch(
-    request_queue: Queue, max_batch_size: int, batch_timeout: float, request_timeout: float | None,
+    request_queue: Queue,
+    max_batch_size: int,
+    batch_timeout: float,
+    request_timeout: float | None,
     started: Any = None,
 ) -> tuple[list[tuple[Any, str, Any]], list[tuple[Any, str]]]:
     """One batch from ``request_queue``: ``(payloads, timed_out)``, each payload ``(response_queue_id, uid,
@@ -76,5 +79,6 @@ class FirstRequestBatchLoop(BatchedLoop):
             # what LitServe's collection sends for each request it takes (nothing unless workers restart)
             self.put_response(transport, response_queue_id, uid, (), LitAPIStatus.START, LoopResponseType.REGULAR)
 
-        return collect_batch(request_queue, lit_api.max_batch_size, lit_api.batch_timeout, lit_api.request_timeout,
-                             started)
+        return collect_batch(
+            request_queue, lit_api.max_batch_size, lit_api.batch_timeout, lit_api.request_timeout, started
+        )

@@ -21,7 +21,9 @@ log = logging.getLogger(__name__)
 
 #: the LightningModule class of a checkpoint -> the LitAPI that serves it
 APIS: dict[str, type[TaskAPI]] = {
-    "Seq2SeqTransformer": TextAPI, "ViTClassifier": VisionAPI, "KLineForecaster": KLineAPI,
+    "Seq2SeqTransformer": TextAPI,
+    "ViTClassifier": VisionAPI,
+    "KLineForecaster": KLineAPI,
 }
 
 
@@ -98,8 +100,9 @@ def make_server(api: TaskAPI, info: dict[str, Any], deployment: Deployment) -> l
     from lightning_tf import __version__
 
     if deployment.timeout != -1 and deployment.timeout <= api.batch_timeout:
-        raise ValueError(f"--timeout ({deployment.timeout:g}) must be longer than the batch timeout "
-                         f"({api.batch_timeout:g}), or -1")
+        raise ValueError(
+            f"--timeout ({deployment.timeout:g}) must be longer than the batch timeout ({api.batch_timeout:g}), or -1"
+        )
     server = ls.LitServer(
         api,
         accelerator=deployment.accelerator,

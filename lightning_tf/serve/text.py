@@ -23,8 +23,10 @@ class TextRequest(BaseModel):
     """A sentence to translate."""
 
     model_config = ConfigDict(extra="forbid")
-    text: str = Field(description="the source sentence (not empty; at most the model's max_len tokens)",
-                      examples=["The dog does not find the green cup."])
+    text: str = Field(
+        description="the source sentence (not empty; at most the model's max_len tokens)",
+        examples=["The dog does not find the green cup."],
+    )
 
 
 class TextResponse(BaseModel):
@@ -54,8 +56,10 @@ class TextAPI(TaskAPI):
         if beam_size is not None and beam_size < 1:
             raise ValueError(f"beam_size must be at least 1, got {beam_size}")
         if serving.compile:
-            raise ValueError("--compile is for vision and kline checkpoints: translation decodes token by token on a "
-                             "KV cache that grows every step, which torch.compile would recompile at each step")
+            raise ValueError(
+                "--compile is for vision and kline checkpoints: translation decodes token by token on a "
+                "KV cache that grows every step, which torch.compile would recompile at each step"
+            )
         super().__init__(checkpoint, serving)
         self.beam_size = beam_size
 

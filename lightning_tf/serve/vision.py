@@ -34,8 +34,10 @@ class VisionRequest(BaseModel):
     """An image file, base64-encoded (or sent as the ``image`` field of a multipart upload)."""
 
     model_config = ConfigDict(extra="forbid")
-    image: str = Field(description="base64 of the image file's bytes (PNG, JPEG, ... any format PIL reads; "
-                       "a data: URL works too)", examples=["iVBORw0KGgo..."])
+    image: str = Field(
+        description="base64 of the image file's bytes (PNG, JPEG, ... any format PIL reads; a data: URL works too)",
+        examples=["iVBORw0KGgo..."],
+    )
     top_k: int | None = Field(None, ge=1, description="classes to return (default: the server's --top_k)")
 
 
@@ -82,8 +84,10 @@ class VisionAPI(TaskAPI):
 
     def check_model(self) -> None:
         if self.model.mean is None or self.model.std is None or not self.model.class_names:
-            raise ValueError(f"{self.checkpoint}: the model has no class names or normalisation "
-                             "(it was not trained with an ImageDataModule)")
+            raise ValueError(
+                f"{self.checkpoint}: the model has no class names or normalisation "
+                "(it was not trained with an ImageDataModule)"
+            )
 
     def compile_model(self) -> None:
         net = self.model.net
@@ -130,8 +134,12 @@ class VisionAPI(TaskAPI):
     def describe(self) -> dict[str, Any]:
         net = self.model.net
         return {
-            "size": {"patch_size": net.patch_size, "d_model": net.head.in_features,
-                     "n_layers": len(net.encoder.layers), "tokens": net.n_prefix + net.grid[0] * net.grid[1]},
+            "size": {
+                "patch_size": net.patch_size,
+                "d_model": net.head.in_features,
+                "n_layers": len(net.encoder.layers),
+                "tokens": net.n_prefix + net.grid[0] * net.grid[1],
+            },
             "class_names": list(self.model.class_names),
             "image_size": net.image_size,
             "in_chans": net.in_chans,

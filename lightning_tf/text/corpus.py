@@ -31,7 +31,7 @@ import numpy as np
 from lightning.pytorch.utilities import rank_zero_info
 from tqdm.auto import tqdm
 
-from lightning_tf.prepared import default_cache_root, file_identity, prepare_folder, sha256, write_manifest
+from lightning_tf.training import default_cache_root, file_identity, prepare_folder, sha256, write_manifest
 
 from .io import FileFormat, Pair, ReadStats, iter_pairs, pair_files
 from .store import Lines, LinesWriter, Ragged, RaggedWriter
@@ -100,10 +100,7 @@ class CorpusSpec:
         d["columns"] = list(self.columns)
         tok = d.pop("tokenizer")
         d["tokenizer_sha256"] = None if tok is None else sha256(tok)
-        d["inputs"] = {
-            s: [file_identity(p) for p in files]
-            for s, files in self.inputs().items()
-        }
+        d["inputs"] = {s: [file_identity(p) for p in files] for s, files in self.inputs().items()}
         d["version"] = CACHE_VERSION
         return d
 

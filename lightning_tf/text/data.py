@@ -21,10 +21,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_only, rank_zer
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from lightning_tf.distributed import eval_sampler
-from lightning_tf.loaders import ResumableDataLoader, ShardedDataLoader
-from lightning_tf.memory import release_freed_memory
-from lightning_tf.training import run_dir
+from lightning_tf.training import ResumableDataLoader, ShardedDataLoader, eval_sampler, release_freed_memory, run_dir
 
 from .corpus import SPLITS, CorpusSpec, Dedup, PreparedCorpus, default_cache_root, prepare_corpus
 from .io import FileFormat, read_sentences
@@ -112,7 +109,10 @@ def _pad(rows: list[Any], prefix: list[int], suffix: list[int], pad_id: int) -> 
 
 
 def collate_translation(
-    items: list[tuple[Any, Any, str | None, str | None]], pad_id: int = PAD_ID, bos_id: int = BOS_ID, eos_id: int = EOS_ID
+    items: list[tuple[Any, Any, str | None, str | None]],
+    pad_id: int = PAD_ID,
+    bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
 ) -> dict[str, Any]:
     """``src (B, S)`` = tokens + </s> and ``tgt (B, T)`` = <s> + tokens + </s>, right-padded with <pad>;
     ``src_text`` and ``tgt_text``, the raw sentences, where the items carry them (val and test)."""
@@ -126,10 +126,16 @@ def collate_translation(
     return batch
 
 
-def collate_predict(items: list[tuple[list[int], str, int]], pad_id: int = PAD_ID, eos_id: int = EOS_ID) -> dict[str, Any]:
+def collate_predict(
+    items: list[tuple[list[int], str, int]], pad_id: int = PAD_ID, eos_id: int = EOS_ID
+) -> dict[str, Any]:
     """``src (B, S)`` = tokens + </s>, ``src_text`` and ``index (B,)``, the input line numbers."""
     src, src_text, index = zip(*items, strict=True)
-    return {"src": _pad(list(src), [], [eos_id], pad_id), "src_text": list(src_text), "index": torch.tensor(index)}  # (B, S)
+    return {
+        "src": _pad(list(src), [], [eos_id], pad_id),
+        "src_text": list(src_text),
+        "index": torch.tensor(index),
+    }  # (B, S)
 
 
 # ---------------------------------------------------------------------------------------------- the DataModule
@@ -337,7 +343,9 @@ class TranslationDataModule(LightningDataModule):
         if self.tokenizer is None:
             self.tokenizer = corpus.tokenizer
         self.datasets = {
-            s: TranslationDataset(corpus.ids(s, "src"), corpus.ids(s, "tgt"), corpus.text(s, "src"), corpus.text(s, "tgt"))
+            s: TranslationDataset(
+                corpus.ids(s, "src"), corpus.ids(s, "tgt"), corpus.text(s, "src"), corpus.text(s, "tgt")
+            )
             for s in SPLITS
         }
         release_freed_memory()  # what loading the tokenizer and checking the files left in the heap
@@ -406,7 +414,10 @@ class TranslationDataModule(LightningDataModule):
         # themselves under DDP (Lightning adds no sampler)
         assert self.tokenizer is not None
         collate = partial(
-            collate_translation, pad_id=self.tokenizer.pad_id, bos_id=self.tokenizer.bos_id, eos_id=self.tokenizer.eos_id
+            collate_translation,
+            pad_id=self.tokenizer.pad_id,
+            bos_id=self.tokenizer.bos_id,
+            eos_id=self.tokenizer.eos_id,
         )
         return (ResumableDataLoader if shuffle else ShardedDataLoader)(
             self.datasets[split],

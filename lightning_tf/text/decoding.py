@@ -27,7 +27,12 @@ from torch import Tensor
 from lightning_tf.core import DecoderCache
 
 __all__ = [
-    "EncoderDecoder", "beam_search", "block_repeated_ngrams", "decode_by_length", "greedy_search", "length_penalty",
+    "EncoderDecoder",
+    "beam_search",
+    "block_repeated_ngrams",
+    "decode_by_length",
+    "greedy_search",
+    "length_penalty",
 ]
 
 

@@ -28,7 +28,12 @@ from .tokenizer import TextTokenizer
 from .tokenizer_kinds import load_tokenizer
 
 __all__ = [
-    "ARCHITECTURE", "EXPORTED", "from_marian_arguments", "load_pretrained", "marian_arguments", "marian_state_dict",
+    "ARCHITECTURE",
+    "EXPORTED",
+    "from_marian_arguments",
+    "load_pretrained",
+    "marian_arguments",
+    "marian_state_dict",
     "to_marian",
 ]
 
@@ -40,9 +45,23 @@ _HF_ACTIVATION = {"silu": "swish", "gelu": "gelu", "relu": "relu"}
 
 # the arguments a Marian model fixes (its architecture and special ids)
 ARCHITECTURE = (
-    "vocab_size", "d_model", "n_heads", "n_layers", "n_decoder_layers", "d_ff", "norm_first", "activation",
-    "pos_encoding", "max_len", "share_embeddings", "tie_output", "scale_embedding", "output_bias", "pad_id",
-    "bos_id", "eos_id",
+    "vocab_size",
+    "d_model",
+    "n_heads",
+    "n_layers",
+    "n_decoder_layers",
+    "d_ff",
+    "norm_first",
+    "activation",
+    "pos_encoding",
+    "max_len",
+    "share_embeddings",
+    "tie_output",
+    "scale_embedding",
+    "output_bias",
+    "pad_id",
+    "bos_id",
+    "eos_id",
 )
 #: the arguments :func:`to_marian` writes: the architecture, the dropout rates and the generation's beam width
 EXPORTED = (*ARCHITECTURE, "dropout", "attn_dropout", "ffn_dropout", "beam_size")
@@ -61,9 +80,7 @@ def _transformers() -> Any:
 # ---------------------------------------------------------------------------------------- in
 
 
-def marian_arguments(
-    marian: Any, dropout: float | None = None, ffn_dropout: float | None = None
-) -> dict[str, Any]:
+def marian_arguments(marian: Any, dropout: float | None = None, ffn_dropout: float | None = None) -> dict[str, Any]:
     """The :class:`Seq2SeqTransformer` arguments that reproduce a ``MarianMTModel``.
 
     Args:
@@ -80,17 +97,25 @@ def marian_arguments(
     unequal = [(a, b) for a, b in pairs if getattr(config, a) != getattr(config, b)]
     if unequal:
         a, b = unequal[0]
-        raise ValueError(f"Marian config: {a} ({getattr(config, a)}) differs from {b} ({getattr(config, b)}); "
-                         "Seq2SeqTransformer uses one value for both stacks")
+        raise ValueError(
+            f"Marian config: {a} ({getattr(config, a)}) differs from {b} ({getattr(config, b)}); "
+            "Seq2SeqTransformer uses one value for both stacks"
+        )
     decoder_vocab = getattr(config, "decoder_vocab_size", None) or config.vocab_size
     if decoder_vocab != config.vocab_size:
-        raise ValueError(f"Marian config: decoder_vocab_size ({decoder_vocab}) differs from vocab_size "
-                         f"({config.vocab_size}); Seq2SeqTransformer has one id capacity for both sides")
+        raise ValueError(
+            f"Marian config: decoder_vocab_size ({decoder_vocab}) differs from vocab_size "
+            f"({config.vocab_size}); Seq2SeqTransformer has one id capacity for both sides"
+        )
     if config.activation_function not in ACTIVATIONS:
-        raise ValueError(f"Marian config: activation_function {config.activation_function!r} is not one of "
-                         f"{sorted(ACTIVATIONS)}")
-    ids = {"pad_token_id": config.pad_token_id, "eos_token_id": config.eos_token_id,
-           "decoder_start_token_id": config.decoder_start_token_id}
+        raise ValueError(
+            f"Marian config: activation_function {config.activation_function!r} is not one of {sorted(ACTIVATIONS)}"
+        )
+    ids = {
+        "pad_token_id": config.pad_token_id,
+        "eos_token_id": config.eos_token_id,
+        "decoder_start_token_id": config.decoder_start_token_id,
+    }
     for name, value in ids.items():
         if not isinstance(value, int):
             raise ValueError(f"Marian config: {name} must be one int, got {value!r}")
@@ -180,9 +205,10 @@ def marian_state_dict(marian: Any, share_embeddings: bool, tie_output: bool) -> 
             f"tie_output={tie_output}"
         )
     theirs = marian.state_dict()
-    state: dict[str, Tensor] = {k: torch.cat([theirs[n] for n in names]) for k, names in _layer_map(
-        len(marian.get_encoder().layers), len(marian.get_decoder().layers)
-    )}
+    state: dict[str, Tensor] = {
+        k: torch.cat([theirs[n] for n in names])
+        for k, names in _layer_map(len(marian.get_encoder().layers), len(marian.get_decoder().layers))
+    }
     state["tgt_embed.weight"] = marian.get_decoder().embed_tokens.weight.detach()
     if not share:
         state["src_embed.weight"] = marian.get_encoder().embed_tokens.weight.detach()
@@ -218,8 +244,10 @@ def load_pretrained(
         raise ValueError(f"{source}: holds no Marian tokenizer (source.spm, target.spm, vocab.json)")
     arch = marian_arguments(marian, dropout, ffn_dropout)
     if tokenizer.vocab_size != arch["vocab_size"]:
-        raise ValueError(f"{source}: the tokenizer's vocab_size ({tokenizer.vocab_size}) differs from the model's "
-                         f"({arch['vocab_size']})")
+        raise ValueError(
+            f"{source}: the tokenizer's vocab_size ({tokenizer.vocab_size}) differs from the model's "
+            f"({arch['vocab_size']})"
+        )
     for name, given in changed.items():
         if given != arch[name]:
             hint = " (linked from the data: give it the model's tokenizer, data.tokenizer_dir)" * (name == "vocab_size")
@@ -259,8 +287,9 @@ def from_marian_arguments(
         if not isinstance(tok, SentencePieceTokenizer):  # a transformers MarianTokenizer
             tok = SentencePieceTokenizer.from_marian(tok)
         if tok.vocab_size != arch["vocab_size"]:
-            raise ValueError(f"the tokenizer's vocab_size ({tok.vocab_size}) differs from the model's "
-                             f"({arch['vocab_size']})")
+            raise ValueError(
+                f"the tokenizer's vocab_size ({tok.vocab_size}) differs from the model's ({arch['vocab_size']})"
+            )
     return {**arguments, **arch}, state, tok
 
 
@@ -275,16 +304,18 @@ def _check_exportable(
     if pos_encoding != "sinusoidal_halves":
         raise ValueError(f"to_marian: pos_encoding is {pos_encoding!r}; a Marian model needs 'sinusoidal_halves'")
     if activation not in _HF_ACTIVATION:
-        raise ValueError(f"to_marian: activation is {activation!r}; a Marian model needs one of "
-                         f"{sorted(_HF_ACTIVATION)}")
+        raise ValueError(
+            f"to_marian: activation is {activation!r}; a Marian model needs one of {sorted(_HF_ACTIVATION)}"
+        )
     if not isinstance(tokenizer, SentencePieceTokenizer):
         raise ValueError(
             f"to_marian needs the model's tokenizer to be a SentencePieceTokenizer, got "
             f"{type(tokenizer).__name__}: MarianTokenizer reads SentencePiece models and a vocabulary"
         )
     if tokenizer.vocab_size != vocab_size:
-        raise ValueError(f"to_marian: the tokenizer's vocab_size ({tokenizer.vocab_size}) differs from "
-                         f"the model's ({vocab_size})")
+        raise ValueError(
+            f"to_marian: the tokenizer's vocab_size ({tokenizer.vocab_size}) differs from the model's ({vocab_size})"
+        )
     return tokenizer
 
 
@@ -333,15 +364,26 @@ def to_marian(
     tokenizer = _check_exportable(tokenizer, vocab_size, norm_first, pos_encoding, activation)
     transformers = _transformers()
     config = transformers.MarianConfig(
-        vocab_size=vocab_size, decoder_vocab_size=vocab_size, d_model=d_model,
-        encoder_layers=n_layers, decoder_layers=n_decoder_layers,
-        encoder_attention_heads=n_heads, decoder_attention_heads=n_heads,
-        encoder_ffn_dim=d_ff, decoder_ffn_dim=d_ff, activation_function=_HF_ACTIVATION[activation],
-        dropout=dropout, attention_dropout=attn_dropout,
+        vocab_size=vocab_size,
+        decoder_vocab_size=vocab_size,
+        d_model=d_model,
+        encoder_layers=n_layers,
+        decoder_layers=n_decoder_layers,
+        encoder_attention_heads=n_heads,
+        decoder_attention_heads=n_heads,
+        encoder_ffn_dim=d_ff,
+        decoder_ffn_dim=d_ff,
+        activation_function=_HF_ACTIVATION[activation],
+        dropout=dropout,
+        attention_dropout=attn_dropout,
         activation_dropout=dropout if ffn_dropout is None else ffn_dropout,  # ours: None is dropout's rate
-        max_position_embeddings=max_len, scale_embedding=scale_embedding,
-        share_encoder_decoder_embeddings=share_embeddings, tie_word_embeddings=tie_output,
-        pad_token_id=pad_id, eos_token_id=eos_id, decoder_start_token_id=bos_id,
+        max_position_embeddings=max_len,
+        scale_embedding=scale_embedding,
+        share_encoder_decoder_embeddings=share_embeddings,
+        tie_word_embeddings=tie_output,
+        pad_token_id=pad_id,
+        eos_token_id=eos_id,
+        decoder_start_token_id=bos_id,
         forced_eos_token_id=eos_id,
     )
     marian = transformers.MarianMTModel(config).eval()
@@ -360,8 +402,13 @@ def to_marian(
     theirs["final_logits_bias"] = bias.reshape(1, -1)
     marian.load_state_dict(theirs, strict=True)
     marian.generation_config = transformers.GenerationConfig(
-        decoder_start_token_id=bos_id, pad_token_id=pad_id, eos_token_id=eos_id,
-        forced_eos_token_id=eos_id, bad_words_ids=[[pad_id]], num_beams=beam_size, max_length=max_len,
+        decoder_start_token_id=bos_id,
+        pad_token_id=pad_id,
+        eos_token_id=eos_id,
+        forced_eos_token_id=eos_id,
+        bad_words_ids=[[pad_id]],
+        num_beams=beam_size,
+        max_length=max_len,
     )
     out = Path(directory)
     marian.save_pretrained(out)

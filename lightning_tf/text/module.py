@@ -26,10 +26,8 @@ from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.text import Perplexity
 
-from lightning_tf.checkpoints import CheckedLoading, stamp
 from lightning_tf.core import Activation, Decoder, DecoderCache, Encoder, PositionalName, padding_mask
-from lightning_tf.distributed import gather_objects
-from lightning_tf.training import SchedulerName, check_agreement, configure_adamw
+from lightning_tf.training import CheckedLoading, SchedulerName, check_agreement, configure_adamw, gather_objects, stamp
 
 from .decoding import beam_search, decode_by_length, greedy_search
 from .embedding import OutputProjection, TokenEmbedding
@@ -198,8 +196,12 @@ class Seq2SeqTransformer(CheckedLoading, LightningModule):
         n_dec = hp.n_decoder_layers
         self.size = size | {"n_decoder_layers": size["n_layers"] if n_dec is None else n_dec}
         stack = {k: size[k] for k in ("d_model", "n_heads", "d_ff", "dropout", "norm_first")} | dict(
-            attn_dropout=hp.attn_dropout, ffn_dropout=hp.ffn_dropout, activation=hp.activation,
-            pos_encoding=hp.pos_encoding, max_len=hp.max_len)
+            attn_dropout=hp.attn_dropout,
+            ffn_dropout=hp.ffn_dropout,
+            activation=hp.activation,
+            pos_encoding=hp.pos_encoding,
+            max_len=hp.max_len,
+        )
         D, pad = size["d_model"], hp.pad_id
         self.tgt_embed = TokenEmbedding(vocab_size, D, pad, hp.scale_embedding)
         self.src_embed = None if hp.share_embeddings else TokenEmbedding(vocab_size, D, pad, hp.scale_embedding)
@@ -358,6 +360,7 @@ class Seq2SeqTransformer(CheckedLoading, LightningModule):
         was_training = self.training
         self.eval()
         try:
+
             def decode(src: Tensor) -> list[str]:  # (b, S_b) -> b translations
                 return tok.decode(self.generate(src, beam_size, alpha, extra_len, no_repeat_ngram_size), side="tgt")
 
@@ -407,8 +410,9 @@ class Seq2SeqTransformer(CheckedLoading, LightningModule):
         logits = (self._compiled_forward or self)(src, tgt_in)  # (B, T, V)
         target = tgt[:, 1:]  # (B, T)
         hp = self.hparams
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), target.flatten(), ignore_index=hp.pad_id,
-                               label_smoothing=hp.label_smoothing)
+        loss = F.cross_entropy(
+            logits.flatten(0, 1).float(), target.flatten(), ignore_index=hp.pad_id, label_smoothing=hp.label_smoothing
+        )
         return loss, logits, target
 
     def _shared_step(self, batch: dict[str, Any], stage: str) -> Tensor:
@@ -486,8 +490,15 @@ class Seq2SeqTransformer(CheckedLoading, LightningModule):
 
             hp = self.hparams
             log_samples(
-                self.logger, stage, candidates, n=hp.n_logged_samples, seed=hp.sample_seed, epoch=self.current_epoch,
-                step=self.global_step, pad_id=hp.pad_id, attention_figure=self.attention_figure,
+                self.logger,
+                stage,
+                candidates,
+                n=hp.n_logged_samples,
+                seed=hp.sample_seed,
+                epoch=self.current_epoch,
+                step=self.global_step,
+                pad_id=hp.pad_id,
+                attention_figure=self.attention_figure,
                 translate=lambda src: self._texts(self.generate(src.to(self.device))),
             )
 
@@ -506,8 +517,14 @@ class Seq2SeqTransformer(CheckedLoading, LightningModule):
 
         hp = self.hparams
         return greedy_attention_figure(
-            src.to(self.device), partial(self.generate, beam_size=1), self.cross_attention, self.tokenizer,
-            pad_id=hp.pad_id, bos_id=hp.bos_id, eos_id=hp.eos_id, title=title,
+            src.to(self.device),
+            partial(self.generate, beam_size=1),
+            self.cross_attention,
+            self.tokenizer,
+            pad_id=hp.pad_id,
+            bos_id=hp.bos_id,
+            eos_id=hp.eos_id,
+            title=title,
         )
 
     def configure_callbacks(self) -> list[Callback]:

@@ -1,5 +1,5 @@
 """Length-bucketed batches for parallel text and their padding; they resume mid-epoch through
-:class:`lightning_tf.loaders.ResumableDataLoader`.
+:class:`lightning_tf.training.loaders.ResumableDataLoader`.
 
 Batches are bucketed by length as in fairseq (Ott et al., 2019): each epoch shuffles the pairs, sorts
 them by length inside pools of ``pool_batches`` batches, cuts the pools into batches under a token
@@ -8,14 +8,13 @@ budget and shuffles the batch order, so padding stays low while the order still 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 from torch.utils.data import Dataset
 
-from lightning_tf.loaders import EpochBatchSampler, ResumableDataLoader
-from lightning_tf.memory import release_freed_memory
+from lightning_tf.training import EpochBatchSampler, ResumableDataLoader, release_freed_memory
 
 __all__ = ["BatchListDataset", "BucketBatchSampler", "ResumableDataLoader", "padding_fraction"]
 

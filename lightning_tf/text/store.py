@@ -1,5 +1,5 @@
 """Flat arrays on disk for prepared corpora: ragged rows of token ids and lines of text, appended in
-chunks and memory-mapped when read (their manifest of sizes and checksums: :mod:`lightning_tf.prepared`).
+chunks and memory-mapped when read (their manifest of sizes and checksums: :mod:`lightning_tf.training.prepared`).
 
 A ragged column ``name`` is three files: ``name.ids`` (every row's values back to back), ``name.len``
 (each row's length) and ``name.off`` (``n + 1`` int64 offsets, row ``i`` being ``ids[off[i]:off[i + 1]]``),

@@ -46,19 +46,102 @@ SyntheticName = Literal["synthetic", "copy", "reverse", "sort"]
 # ----------------------------------------------------------------------------------------------
 # numbers and dates
 
-_EN_UNITS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
-             "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"]  # fmt: skip
+_EN_UNITS = [
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+]
 _EN_TENS = ["", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
-_DE_UNITS = ["null", "eins", "zwei", "drei", "vier", "fünf", "sechs", "sieben", "acht", "neun", "zehn", "elf",
-             "zwölf", "dreizehn", "vierzehn", "fünfzehn", "sechzehn", "siebzehn", "achtzehn", "neunzehn"]  # fmt: skip
+_DE_UNITS = [
+    "null",
+    "eins",
+    "zwei",
+    "drei",
+    "vier",
+    "fünf",
+    "sechs",
+    "sieben",
+    "acht",
+    "neun",
+    "zehn",
+    "elf",
+    "zwölf",
+    "dreizehn",
+    "vierzehn",
+    "fünfzehn",
+    "sechzehn",
+    "siebzehn",
+    "achtzehn",
+    "neunzehn",
+]
 _DE_TENS = ["", "", "zwanzig", "dreißig", "vierzig", "fünfzig", "sechzig", "siebzig", "achtzig", "neunzig"]
-_DE_ORD = ["", "erst", "zweit", "dritt", "viert", "fünft", "sechst", "siebt", "acht", "neunt", "zehnt", "elft",
-           "zwölft", "dreizehnt", "vierzehnt", "fünfzehnt", "sechzehnt", "siebzehnt", "achtzehnt",
-           "neunzehnt"]  # fmt: skip
-_EN_MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
-              "November", "December"]  # fmt: skip
-_DE_MONTHS = ["Januar", "Februar", "März", "April", "Mai", "Juni", "Juli", "August", "September", "Oktober",
-              "November", "Dezember"]  # fmt: skip
+_DE_ORD = [
+    "",
+    "erst",
+    "zweit",
+    "dritt",
+    "viert",
+    "fünft",
+    "sechst",
+    "siebt",
+    "acht",
+    "neunt",
+    "zehnt",
+    "elft",
+    "zwölft",
+    "dreizehnt",
+    "vierzehnt",
+    "fünfzehnt",
+    "sechzehnt",
+    "siebzehnt",
+    "achtzehnt",
+    "neunzehnt",
+]
+_EN_MONTHS = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+]
+_DE_MONTHS = [
+    "Januar",
+    "Februar",
+    "März",
+    "April",
+    "Mai",
+    "Juni",
+    "Juli",
+    "August",
+    "September",
+    "Oktober",
+    "November",
+    "Dezember",
+]
 _EN_DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
 _DE_DAYS = ["Montag", "Dienstag", "Mittwoch", "Donnerstag", "Freitag", "Samstag", "Sonntag"]
 
@@ -156,9 +239,20 @@ THINGS = [
     _n("glass", "glasses", "Glas", "Gläser", "n"),
     _n("bicycle", "bicycles", "Fahrrad", "Fahrräder", "n"),
 ]
-ADJECTIVES = [("small", "klein"), ("big", "groß"), ("red", "rot"), ("old", "alt"), ("new", "neu"),
-              ("beautiful", "schön"), ("green", "grün"), ("blue", "blau"), ("black", "schwarz"),
-              ("white", "weiß"), ("young", "jung"), ("cheap", "billig")]  # fmt: skip
+ADJECTIVES = [
+    ("small", "klein"),
+    ("big", "groß"),
+    ("red", "rot"),
+    ("old", "alt"),
+    ("new", "neu"),
+    ("beautiful", "schön"),
+    ("green", "grün"),
+    ("blue", "blau"),
+    ("black", "schwarz"),
+    ("white", "weiß"),
+    ("young", "jung"),
+    ("cheap", "billig"),
+]
 ANIMATE_ADJECTIVES = [a for a in ADJECTIVES if a[0] in ("small", "big", "old", "young", "beautiful")]
 
 
@@ -225,7 +319,7 @@ VERBS = [
         "mitgebracht",
         "mit",
         "bringen",
-    ),  # fmt: skip
+    ),
     # verbs with a dative object
     Verb("help", "helps", "helped", "helped", "helfen", "helfe", "hilft", "geholfen", case="dat", animate=True),
     Verb("thank", "thanks", "thanked", "thanked", "danken", "danke", "dankt", "gedankt", case="dat", animate=True),
@@ -240,7 +334,7 @@ VERBS = [
         "geantwortet",
         case="dat",
         animate=True,
-    ),  # fmt: skip
+    ),
 ]
 HAVE = Verb("have", "has", "had", "had", "haben", "habe", "hat", "gehabt")
 # English modal, then German 1sg/3sg and plural forms
@@ -261,19 +355,27 @@ MATRIX = [  # English, German (verb-second main clause introducing "dass" / "wei
 ]
 
 # German article endings: definite by case and gender/plural, ein-words ("ein", "mein", "kein") likewise
-_DEF = {"nom": {"m": "der", "f": "die", "n": "das", "pl": "die"},
-        "acc": {"m": "den", "f": "die", "n": "das", "pl": "die"},
-        "dat": {"m": "dem", "f": "der", "n": "dem", "pl": "den"}}  # fmt: skip
-_EIN = {"nom": {"m": "", "f": "e", "n": "", "pl": "e"},
-        "acc": {"m": "en", "f": "e", "n": "", "pl": "e"},
-        "dat": {"m": "em", "f": "er", "n": "em", "pl": "en"}}  # fmt: skip
+_DEF = {
+    "nom": {"m": "der", "f": "die", "n": "das", "pl": "die"},
+    "acc": {"m": "den", "f": "die", "n": "das", "pl": "die"},
+    "dat": {"m": "dem", "f": "der", "n": "dem", "pl": "den"},
+}
+_EIN = {
+    "nom": {"m": "", "f": "e", "n": "", "pl": "e"},
+    "acc": {"m": "en", "f": "e", "n": "", "pl": "e"},
+    "dat": {"m": "em", "f": "er", "n": "em", "pl": "en"},
+}
 # adjective endings: weak (after der-words), mixed (after ein-words), strong (no article)
-_WEAK = {"nom": {"m": "e", "f": "e", "n": "e", "pl": "en"},
-         "acc": {"m": "en", "f": "e", "n": "e", "pl": "en"},
-         "dat": {"m": "en", "f": "en", "n": "en", "pl": "en"}}  # fmt: skip
-_MIXED = {"nom": {"m": "er", "f": "e", "n": "es", "pl": "en"},
-          "acc": {"m": "en", "f": "e", "n": "es", "pl": "en"},
-          "dat": {"m": "en", "f": "en", "n": "en", "pl": "en"}}  # fmt: skip
+_WEAK = {
+    "nom": {"m": "e", "f": "e", "n": "e", "pl": "en"},
+    "acc": {"m": "en", "f": "e", "n": "e", "pl": "en"},
+    "dat": {"m": "en", "f": "en", "n": "en", "pl": "en"},
+}
+_MIXED = {
+    "nom": {"m": "er", "f": "e", "n": "es", "pl": "en"},
+    "acc": {"m": "en", "f": "e", "n": "es", "pl": "en"},
+    "dat": {"m": "en", "f": "en", "n": "en", "pl": "en"},
+}
 _STRONG_PL = {"nom": "e", "acc": "e", "dat": "en"}
 _POSSESSIVES = [("my", "mein"), ("his", "sein"), ("her", "ihr")]
 
@@ -332,8 +434,11 @@ def _time_adverb(rng: random.Random, past: bool) -> tuple[str, str]:
     if roll < 0.7:
         m = rng.randrange(12)
         return f"in {_EN_MONTHS[m]}", f"im {_DE_MONTHS[m]}"
-    words = [("yesterday", "gestern"), ("last week", "letzte Woche")] if past else [
-        ("today", "heute"), ("tomorrow", "morgen"), ("every day", "jeden Tag")]  # fmt: skip
+    words = (
+        [("yesterday", "gestern"), ("last week", "letzte Woche")]
+        if past
+        else [("today", "heute"), ("tomorrow", "morgen"), ("every day", "jeden Tag")]
+    )
     return rng.choice(words)
 
 

@@ -214,7 +214,10 @@ class BPETokenizer:
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON types only, so the tokenizer can live in a ``weights_only`` checkpoint."""
         d: dict[str, Any] = {
-            "kind": "bpe", "vocab_size": self.vocab_size, "joint": self.joint, "src": self.src.to_str()
+            "kind": "bpe",
+            "vocab_size": self.vocab_size,
+            "joint": self.joint,
+            "src": self.src.to_str(),
         }
         if not self.joint:
             d["tgt"] = self.tgt.to_str()

@@ -8,8 +8,7 @@ from typing import Any
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import BasePredictionWriter
 
-from lightning_tf.distributed import gather_objects
-from lightning_tf.training import prediction_path
+from lightning_tf.training import gather_objects, prediction_path
 
 __all__ = ["TranslationWriter"]
 

@@ -19,47 +19,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from lightning_tf.console import ArgumentParser
-
-__all__ = ["build_parser", "tune_main"]
-
-_OPTIONS_NOTE = (
-    "Every other argument (--config files, --model.init_args.lr=..., --trainer.max_epochs=...) is given to each "
-    "trial's `lightning-tf fit`, as written. Outputs: runs/tune/<study>/ (the trials' runs, tune.log, best.yaml, "
-    "trials.csv, summary.md, figures). Docs: docs/tune.md."
-)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The options of ``lightning-tf tune`` (everything else goes to the trials' ``fit``)."""
-    parser = ArgumentParser(prog="lightning-tf tune", allow_abbrev=False, epilog=_OPTIONS_NOTE,
-                            description="Search a config's hyperparameters with Optuna: parallel, pruned, resumable.")
-    parser.add_argument("--search", help="the search file (configs/search/<task>.yaml): config names -> ranges")
-    parser.add_argument("--trials", type=int, default=20, help="the study's total number of trials (default 20; "
-                        "a re-run continues up to it)")
-    parser.add_argument("--timeout", type=float, default=None, help="seconds after which no new trial starts")
-    parser.add_argument("--metric", default="val/loss", help="the validation metric to optimise (default val/loss)")
-    parser.add_argument("--direction", choices=["minimize", "maximize"], default=None,
-                        help="default: maximize for accuracy-like metrics (acc, top5, bleu, chrf, f1, ...), "
-                        "else minimize")
-    parser.add_argument("--sampler", choices=["tpe", "random"], default="tpe", help="default tpe (seeded)")
-    parser.add_argument("--seed", type=int, default=0, help="the sampler's seed (default 0)")
-    parser.add_argument("--pruner", choices=["median", "hyperband", "none"], default="median",
-                        help="stop unpromising trials after an epoch (default median)")
-    parser.add_argument("--pruner_startup", type=int, default=3,
-                        help="median: trials that finish before any is pruned (default 3)")
-    parser.add_argument("--pruner_warmup", type=int, default=None,
-                        help="median: epochs every trial runs before it can be pruned (default: a tenth of "
-                        "trainer.max_epochs, at least 1)")
-    parser.add_argument("--storage", default=None, help="an Optuna storage URL (sqlite:///tune.db, postgresql://..., "
-                        "mysql://...) or a journal file; default runs/tune/<study>/journal.log")
-    parser.add_argument("--study_name", default=None, help="the study (default: <task>-<size>-<dataset> of the "
-                        "config); re-running continues it")
-    parser.add_argument("--jobs", type=int, default=1, help="worker processes on this machine (default 1)")
-    parser.add_argument("--report", action="store_true", help="write the study's report and exit")
-    return parser
+__all__ = ["tune"]
 
 
 def _study_dir(name: str) -> Path:
@@ -74,9 +36,50 @@ def _describe_storage(storage: str) -> str:
     return storage if "://" in storage else os.path.relpath(storage)
 
 
-def tune_main(argv: list[str]) -> None:
-    """Entry point of ``lightning-tf tune``."""
-    options, rest = build_parser().parse_known_args(argv)
+def tune(
+    search: str | None = None,
+    trials: int = 20,
+    timeout: float | None = None,
+    metric: str = "val/loss",
+    direction: Literal["minimize", "maximize"] | None = None,
+    sampler: Literal["tpe", "random"] = "tpe",
+    seed: int = 0,
+    pruner: Literal["median", "hyperband", "none"] = "median",
+    pruner_startup: int = 3,
+    pruner_warmup: int | None = None,
+    storage: str | None = None,
+    study_name: str | None = None,
+    jobs: int = 1,
+    report: bool = False,
+    forwarded: list[str] | None = None,
+) -> None:
+    """Search a config's hyperparameters with Optuna: parallel, pruned, resumable. Every other argument (--config
+    files, --model.init_args.lr=..., --trainer.max_epochs=...) is given to each trial's lightning-tf fit, as
+    written. Outputs: runs/tune/<study>/ (the trials' runs, tune.log, best.yaml, trials.csv, summary.md,
+    figures). Docs: docs/tune.md.
+
+    Args:
+        search: the search file (configs/search/<task>.yaml): config names -> ranges
+        trials: the study's total number of trials (a re-run continues up to it)
+        timeout: seconds after which no new trial starts
+        metric: the validation metric to optimise
+        direction: default: maximize for accuracy-like metrics (acc, top5, bleu, chrf, f1, ...), else minimize
+        sampler: the sampler (seeded)
+        seed: the sampler's seed
+        pruner: stop unpromising trials after an epoch
+        pruner_startup: median: trials that finish before any is pruned
+        pruner_warmup: median: epochs every trial runs before it can be pruned (default: a tenth of
+            trainer.max_epochs, at least 1)
+        storage: an Optuna storage URL (sqlite:///tune.db, postgresql://..., mysql://...) or a journal file;
+            default runs/tune/<study>/journal.log
+        study_name: the study (default: <task>-<size>-<dataset> of the config); re-running continues it
+        jobs: worker processes on this machine
+        report: write the study's report and exit
+        forwarded: the arguments each trial's fit gets
+    """
+    options = argparse.Namespace(**{k: v for k, v in locals().items() if k != "forwarded"})
+    rest = list(forwarded or [])
+    argv = _command_line(options, rest)
     for name, low in (("trials", 1), ("jobs", 1), ("pruner_startup", 0), ("pruner_warmup", 0)):
         if getattr(options, name) is not None and getattr(options, name) < low:
             raise ValueError(f"--{name} must be >= {low}, got {getattr(options, name)}")
@@ -91,6 +94,25 @@ def tune_main(argv: list[str]) -> None:
     except KeyboardInterrupt:  # before the workers started (they handle their own)
         print("\nstopped before any trial started", file=sys.stderr, flush=True)
         raise SystemExit(130) from None
+
+
+def _command_line(options: argparse.Namespace, rest: list[str]) -> list[str]:
+    """The arguments that repeat this command (printed when it stops)."""
+    defaults = {
+        "trials": 20,
+        "metric": "val/loss",
+        "sampler": "tpe",
+        "seed": 0,
+        "pruner": "median",
+        "pruner_startup": 3,
+        "jobs": 1,
+    }
+    argv: list[str] = []
+    for name, value in vars(options).items():
+        if value is None or value is False or defaults.get(name) == value:
+            continue
+        argv += [f"--{name}"] if value is True else [f"--{name}", str(value)]
+    return argv + rest
 
 
 def _open(options: argparse.Namespace) -> Any:
@@ -129,15 +151,17 @@ def _write_report(study: Any, base: Any = None, folder: Path | None = None) -> d
 
 
 def _print_report(written: dict[str, Path]) -> None:
-    from lightning_tf.runs import shown
+    from lightning_tf.cli.runs import shown
 
     print(f"report: {shown(written['summary'])}, {shown(written['trials'])}", flush=True)
     figures = [p.name for k, p in written.items() if k.endswith(".png")]
     if figures:
         print(f"figures: {', '.join(figures)}", flush=True)
     if "best" in written:
-        print(f"best config: {shown(written['best'])}\n  train it: lightning-tf fit --config {shown(written['best'])}",
-              flush=True)
+        print(
+            f"best config: {shown(written['best'])}\n  train it: lightning-tf fit --config {shown(written['best'])}",
+            flush=True,
+        )
     else:
         print("no trial has completed: no best.yaml", flush=True)
 
@@ -158,14 +182,16 @@ def _check_continuation(study: Any, attrs: dict[str, Any]) -> None:
         )
     for key in ("metric", "direction"):
         if old.get(key) != attrs[key]:
-            raise ValueError(f"study {study.study_name!r} optimises {old.get('metric')} ({old.get('direction')}); "
-                             f"--metric {attrs['metric']} / --direction {attrs['direction']} would mix two objectives")
+            raise ValueError(
+                f"study {study.study_name!r} optimises {old.get('metric')} ({old.get('direction')}); "
+                f"--metric {attrs['metric']} / --direction {attrs['direction']} would mix two objectives"
+            )
     if old.get("search_text") != attrs["search_text"]:
         print(f"note: the search file differs from the one study {study.study_name!r} started with", flush=True)
 
 
 def _run(options: argparse.Namespace, rest: list[str], argv: list[str]) -> None:
-    from lightning_tf.resources import bundled_configs
+    from lightning_tf.training.resources import bundled_configs
 
     from .overrides import absolute_configs, args_key, trial_overrides
     from .space import SearchSpace
@@ -192,11 +218,19 @@ def _run(options: argparse.Namespace, rest: list[str], argv: list[str]) -> None:
     max_epochs = base.get("trainer.max_epochs")
     max_epochs = max_epochs if isinstance(max_epochs, int) and max_epochs > 0 else None
     warmup = options.pruner_warmup if options.pruner_warmup is not None else max(1, (max_epochs or 10) // 10)
-    attrs = {"args": args, "args_key": args_key(args), "search": os.path.abspath(search), "search_text": space.text,
-             "metric": options.metric, "direction": direction, "study_dir": str(study_dir.absolute()),
-             "max_epochs": max_epochs}
-    study = optuna.create_study(study_name=name, storage=open_storage(storage), direction=direction,
-                                load_if_exists=True)
+    attrs = {
+        "args": args,
+        "args_key": args_key(args),
+        "search": os.path.abspath(search),
+        "search_text": space.text,
+        "metric": options.metric,
+        "direction": direction,
+        "study_dir": str(study_dir.absolute()),
+        "max_epochs": max_epochs,
+    }
+    study = optuna.create_study(
+        study_name=name, storage=open_storage(storage), direction=direction, load_if_exists=True
+    )
     if "args" in study.user_attrs:
         _check_continuation(study, attrs)
     else:
@@ -206,32 +240,49 @@ def _run(options: argparse.Namespace, rest: list[str], argv: list[str]) -> None:
 
     cpus = os.cpu_count() or 1
     spec = StudySpec(
-        study_name=name, storage=storage if "://" in storage else os.path.abspath(storage),
-        study_dir=str(study_dir.absolute()), args=args, search=os.path.abspath(search), trials=options.trials,
-        metric=options.metric, direction=direction, sampler=options.sampler, seed=options.seed,
-        pruner=options.pruner, pruner_startup=options.pruner_startup, pruner_warmup=warmup,
-        max_epochs=max_epochs, wandb=base.uses_wandb(),
-        fixed=fixed, deadline=None if options.timeout is None else t0 + options.timeout,
+        study_name=name,
+        storage=storage if "://" in storage else os.path.abspath(storage),
+        study_dir=str(study_dir.absolute()),
+        args=args,
+        search=os.path.abspath(search),
+        trials=options.trials,
+        metric=options.metric,
+        direction=direction,
+        sampler=options.sampler,
+        seed=options.seed,
+        pruner=options.pruner,
+        pruner_startup=options.pruner_startup,
+        pruner_warmup=warmup,
+        max_epochs=max_epochs,
+        wandb=base.uses_wandb(),
+        fixed=fixed,
+        deadline=None if options.timeout is None else t0 + options.timeout,
         threads=None if torch.cuda.is_available() else max(1, cpus // options.jobs),
     )
     _fail_stale(study, study_dir)
     held = counted(study.get_trials(deepcopy=False))
-    print(f"study {name}: {held} of {options.trials} trials held; {options.jobs} worker(s); {options.metric} "
-          f"({direction}); sampler {options.sampler} (seed {options.seed}); pruner {options.pruner}"
-          + (f" (after {options.pruner_startup} trials, from epoch {warmup + 1})" if options.pruner == "median"
-             else ""),
-          flush=True)
-    print(f"  storage {_describe_storage(storage)} (watch it: optuna-dashboard {_describe_storage(storage)})",
-          flush=True)
+    print(
+        f"study {name}: {held} of {options.trials} trials held; {options.jobs} worker(s); {options.metric} "
+        f"({direction}); sampler {options.sampler} (seed {options.seed}); pruner {options.pruner}"
+        + (f" (after {options.pruner_startup} trials, from epoch {warmup + 1})" if options.pruner == "median" else ""),
+        flush=True,
+    )
+    print(
+        f"  storage {_describe_storage(storage)} (watch it: optuna-dashboard {_describe_storage(storage)})", flush=True
+    )
     print(f"  folder {study_dir}/ (log: {study_dir}/tune.log; workers' output: {study_dir}/workers/)", flush=True)
     status = 0
     if held >= options.trials:
-        print(f"the study already holds {held} trials: --trials {held + options.trials} runs "
-              f"{options.trials} more", flush=True)
+        print(
+            f"the study already holds {held} trials: --trials {held + options.trials} runs {options.trials} more",
+            flush=True,
+        )
     else:
         status = _supervise(spec, options.jobs, study_dir)
-        study.set_user_attr(f"run:{socket.gethostname()}:{os.getpid()}:{int(t0)}",
-                            {"wall_s": round(time.time() - t0, 1), "jobs": options.jobs, "trials": options.trials})
+        study.set_user_attr(
+            f"run:{socket.gethostname()}:{os.getpid()}:{int(t0)}",
+            {"wall_s": round(time.time() - t0, 1), "jobs": options.jobs, "trials": options.trials},
+        )
     _print_report(_write_report(optuna.load_study(study_name=name, storage=open_storage(storage)), base, study_dir))
     if status == 130:
         print(f"stopped; continue the study with the same command: lightning-tf tune {shlex.join(argv)}", flush=True)
@@ -253,8 +304,9 @@ def _fail_stale(study: Any, study_dir: Path) -> None:
         if is_heartbeat_enabled(study._storage):
             fail_stale_trials(study)
         for stale in fail_stale(study):
-            message = (f"trial {stale.number} was left running by a worker that is gone: failed, its parameters "
-                       "queued again")
+            message = (
+                f"trial {stale.number} was left running by a worker that is gone: failed, its parameters queued again"
+            )
             log.write(message)
             print(message, flush=True)
 
@@ -278,15 +330,19 @@ def _supervise(spec: Any, jobs: int, study_dir: Path) -> int:
         out = workers_dir / f"worker-{i}.log"
         with open(out, "ab") as handle:
             cmd = [sys.executable, "-m", "lightning_tf.tune.worker", str(spec_path), str(i), str(os.getpid())]
-            procs.append((subprocess.Popen(cmd, stdout=handle, stderr=subprocess.STDOUT, env=env,
-                                           start_new_session=True), out))
+            procs.append(
+                (subprocess.Popen(cmd, stdout=handle, stderr=subprocess.STDOUT, env=env, start_new_session=True), out)
+            )
     stops = {"n": 0}
 
     def on_signal(signum: int, frame: Any) -> None:
         stops["n"] += 1
         if stops["n"] == 1:
-            print("\nstopping: the running trials end as interrupted and run again when the study continues "
-                  "(Ctrl-C again: kill them now)", flush=True)
+            print(
+                "\nstopping: the running trials end as interrupted and run again when the study continues "
+                "(Ctrl-C again: kill them now)",
+                flush=True,
+            )
             sig = signal.SIGINT
         else:
             sig = signal.SIGKILL

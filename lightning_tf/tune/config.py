@@ -11,8 +11,8 @@ from typing import Any
 from jsonargparse import Namespace
 from lightning.pytorch.cli import LightningArgumentParser
 
-from lightning_tf.argument_errors import one_line_error
-from lightning_tf.cli import LightningTFCLI, make_cli
+from lightning_tf.cli.argument_errors import one_line_error
+from lightning_tf.cli.lightning_cli import LightningTFCLI, make_cli
 
 from .overrides import to_overrides
 from .space import FloatParam, IntParam, SearchSpace
@@ -56,8 +56,7 @@ def _reason(line: str, name: str) -> str:
     if sep and (head.split(".")[-1] == name.split(".")[-1] or head.startswith("unrecognized")):
         return rest or line
     if line.startswith("unrecognized argument"):
-        return "not an option of this config" + (
-            line[line.index(";"):].split(" (see")[0] if ";" in line else "")
+        return "not an option of this config" + (line[line.index(";") :].split(" (see")[0] if ";" in line else "")
     return line
 
 
@@ -95,8 +94,8 @@ class BaseConfig:
         return isinstance(logger, Namespace) and str(logger.get("class_path", "")).endswith(".WandbLogger")
 
     def task_name(self) -> str:
-        """``<task>-<size>-<dataset>`` of the config (:func:`lightning_tf.runs.run_name`): the default study name."""
-        from lightning_tf.runs import run_name
+        """``<task>-<size>-<dataset>`` of the config (:func:`lightning_tf.cli.runs.run_name`): the default study name."""
+        from lightning_tf.cli.runs import run_name
 
         model, data = self.config.get("model"), self.config.get("data")
         if isinstance(model, Namespace) and isinstance(data, Namespace):
@@ -113,8 +112,10 @@ def check_space(space: SearchSpace, base: BaseConfig) -> dict[str, Any]:
     and the key that the parser rejects. A range is tried at its low end (the parser checks types, and both
     ends have one), a categorical with each choice. Returns the values the constraints read from the config
     (the names they use that are not searched)."""
-    probes = {name: [param.low] if isinstance(param, (FloatParam, IntParam)) else param.probes()
-              for name, param in space.params.items()}
+    probes = {
+        name: [param.low] if isinstance(param, (FloatParam, IntParam)) else param.probes()
+        for name, param in space.params.items()
+    }
     rounds = max(len(values) for values in probes.values())
     for i in range(rounds):
         values = {name: vals[i] if i < len(vals) else vals[-1] for name, vals in probes.items()}

@@ -62,9 +62,7 @@ def trial_id(study_name: str, number: int) -> str:
 _SAFE = re.compile(r"[A-Za-z0-9_-]+")
 
 
-def trial_overrides(
-    study_name: str, number: int, study_dir: str, wandb: bool, user_args: Iterable[str]
-) -> list[str]:
+def trial_overrides(study_name: str, number: int, study_dir: str, wandb: bool, user_args: Iterable[str]) -> list[str]:
     """What makes a trial a run of its own beside the others: its folder under ``study_dir``, and under a
     WandbLogger its run id and name (``<study>-0007``), its group (the study) and job type (``tune``); no
     progress bar or model summary (trials run side by side and log to files); one device unless the
@@ -84,18 +82,21 @@ def trial_overrides(
     out: dict[str, str] = {}
     if wandb:
         logger = "trainer.logger.init_args"
-        out.update({
-            "trainer.default_root_dir": study_dir,
-            f"{logger}.save_dir": study_dir,
-            f"{logger}.id": run,
-            f"{logger}.name": run,
-            f"{logger}.group": study_name,
-            f"{logger}.job_type": "tune",
-        })
+        out.update(
+            {
+                "trainer.default_root_dir": study_dir,
+                f"{logger}.save_dir": study_dir,
+                f"{logger}.id": run,
+                f"{logger}.name": run,
+                f"{logger}.group": study_name,
+                f"{logger}.job_type": "tune",
+            }
+        )
     else:
         out["trainer.default_root_dir"] = f"{study_dir}/trials/{number:04d}"
-    out.update({"trainer.enable_progress_bar": "false", "trainer.enable_model_summary": "false",
-                "trainer.devices": "1"})
+    out.update(
+        {"trainer.enable_progress_bar": "false", "trainer.enable_model_summary": "false", "trainer.devices": "1"}
+    )
     return [f"--{name}={value}" for name, value in out.items() if name not in given]
 
 
@@ -127,4 +128,3 @@ def args_key(args: Sequence[str]) -> list[str]:
                 digest = hashlib.sha256(handle.read()).hexdigest()[:16]
             out[j] = f"--config=sha256:{digest}" if eq else f"sha256:{digest}"
     return out
-

@@ -73,15 +73,25 @@ def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
     metrics = sorted({k for t in study.trials for k in t.user_attrs.get("val_metrics", {})})
     rows = []
     for t in study.trials:
-        row: dict[str, Any] = {"number": t.number, "state": state_name(t), "value": t.value,
-                               "epochs": t.user_attrs.get("epochs", len(t.intermediate_values)),
-                               "seconds": t.user_attrs.get("seconds")}
+        row: dict[str, Any] = {
+            "number": t.number,
+            "state": state_name(t),
+            "value": t.value,
+            "epochs": t.user_attrs.get("epochs", len(t.intermediate_values)),
+            "seconds": t.user_attrs.get("seconds"),
+        }
         row.update({name: t.params.get(name) for name in names})
         row.update({name: t.user_attrs.get("val_metrics", {}).get(name) for name in metrics})  # at its best epoch
-        row.update({"reason": t.user_attrs.get("reason", ""), "run_dir": t.user_attrs.get("run_dir", ""),
-                    "worker": t.user_attrs.get("worker"), "retry_of": t.user_attrs.get("retry_of"),
-                    "started": t.datetime_start.isoformat(timespec="seconds") if t.datetime_start else "",
-                    "finished": t.datetime_complete.isoformat(timespec="seconds") if t.datetime_complete else ""})
+        row.update(
+            {
+                "reason": t.user_attrs.get("reason", ""),
+                "run_dir": t.user_attrs.get("run_dir", ""),
+                "worker": t.user_attrs.get("worker"),
+                "retry_of": t.user_attrs.get("retry_of"),
+                "started": t.datetime_start.isoformat(timespec="seconds") if t.datetime_start else "",
+                "finished": t.datetime_complete.isoformat(timespec="seconds") if t.datetime_complete else "",
+            }
+        )
         rows.append(row)
     return rows
 
@@ -151,10 +161,12 @@ def write_report(study: optuna.Study, folder: str | Path, best_config: str | Non
 
     best_path = folder / "best.yaml"
     if best is not None and best_config is not None:
-        header = (f"# The best trial of study {study.study_name}: trial {best.number}, {metric} {best.value:.6g}"
-                  f" ({study.direction.name.lower()}).\n"
-                  f"# Its parameters: {', '.join(f'{k}={_value(v)}' for k, v in best.params.items())}\n"
-                  f"#   lightning-tf fit --config {_shown(best_path)}\n")
+        header = (
+            f"# The best trial of study {study.study_name}: trial {best.number}, {metric} {best.value:.6g}"
+            f" ({study.direction.name.lower()}).\n"
+            f"# Its parameters: {', '.join(f'{k}={_value(v)}' for k, v in best.params.items())}\n"
+            f"#   lightning-tf fit --config {_shown(best_path)}\n"
+        )
         best_path.write_text(header + best_config)
         written["best"] = best_path
 
@@ -175,31 +187,48 @@ def write_report(study: optuna.Study, folder: str | Path, best_config: str | Non
         counts[state_name(t)] = counts.get(state_name(t), 0) + 1
     wall = study_wall_seconds(study)
     trial_s = sum(float(t.user_attrs.get("seconds") or 0.0) for t in study.trials)
-    lines = [f"# Study {study.study_name}", "",
-             f"{len(study.trials)} trials: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + ".",
-             f"Wall time {wall / 60:.1f} min; the trials' own time {trial_s / 60:.1f} min.",
-             f"Objective: {metric}, {study.direction.name.lower()}d; search space: "
-             f"{_shown(study.user_attrs['search']) if 'search' in study.user_attrs else '?'}."]
+    lines = [
+        f"# Study {study.study_name}",
+        "",
+        f"{len(study.trials)} trials: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + ".",
+        f"Wall time {wall / 60:.1f} min; the trials' own time {trial_s / 60:.1f} min.",
+        f"Objective: {metric}, {study.direction.name.lower()}d; search space: "
+        f"{_shown(study.user_attrs['search']) if 'search' in study.user_attrs else '?'}.",
+    ]
     max_epochs = study.user_attrs.get("max_epochs")
     epochs = sum(int(t.user_attrs.get("epochs", 0)) for t in study.trials)
     full = sum(1 for t in study.trials if t.user_attrs.get("epochs")) * (max_epochs or 0)
     if max_epochs and full:
-        lines.append(f"Epochs run: {epochs} of the {full} that full runs of the trials that trained would take "
-                     f"({100 * (1 - epochs / full):.0f}% saved by pruning and early stopping).")
+        lines.append(
+            f"Epochs run: {epochs} of the {full} that full runs of the trials that trained would take "
+            f"({100 * (1 - epochs / full):.0f}% saved by pruning and early stopping)."
+        )
     lines.append("")
     if best is not None:
-        lines += ["## Best trial", "",
-                  f"Trial {best.number}: {metric} **{best.value:.6g}** after {best.user_attrs.get('epochs', '?')} "
-                  f"epochs ({float(best.user_attrs.get('seconds') or 0):.0f} s), run folder "
-                  f"`{_inside(best.user_attrs.get('run_dir', ''), folder)}`.", ""]
+        lines += [
+            "## Best trial",
+            "",
+            f"Trial {best.number}: {metric} **{best.value:.6g}** after {best.user_attrs.get('epochs', '?')} "
+            f"epochs ({float(best.user_attrs.get('seconds') or 0):.0f} s), run folder "
+            f"`{_inside(best.user_attrs.get('run_dir', ''), folder)}`.",
+            "",
+        ]
         lines += _table([[f"`{k}`", _value(v)] for k, v in best.params.items()], ["parameter", "value"])
         lines += ["", f"Train it: `lightning-tf fit --config {_shown(best_path)}`", ""]
     else:
         lines += ["No trial has completed yet.", ""]
     if ranked:
         names = list(dict.fromkeys(k for t in ranked[:10] for k in t.params))
-        table = [[str(i + 1), str(t.number), f"{t.value:.6g}", str(t.user_attrs.get("epochs", "")),
-                  *(_value(t.params.get(n)) for n in names)] for i, t in enumerate(ranked[:10])]
+        table = [
+            [
+                str(i + 1),
+                str(t.number),
+                f"{t.value:.6g}",
+                str(t.user_attrs.get("epochs", "")),
+                *(_value(t.params.get(n)) for n in names),
+            ]
+            for i, t in enumerate(ranked[:10])
+        ]
         lines += ["## Top 10", ""]
         lines += _table(table, ["rank", "trial", metric, "epochs", *(_short(n) for n in names)])
         lines.append("")

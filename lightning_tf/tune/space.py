@@ -43,8 +43,9 @@ _FIELDS = {
 class Suggester(Protocol):
     """What a space asks of an Optuna trial (``optuna.Trial``, ``optuna.trial.FixedTrial``)."""
 
-    def suggest_float(self, name: str, low: float, high: float, *, step: float | None = None,
-                      log: bool = False) -> float: ...
+    def suggest_float(
+        self, name: str, low: float, high: float, *, step: float | None = None, log: bool = False
+    ) -> float: ...
 
     def suggest_int(self, name: str, low: int, high: int, *, step: int = 1, log: bool = False) -> int: ...
 

@@ -118,8 +118,12 @@ def open_storage(storage: str) -> optuna.storages.BaseStorage:
     if _is_url(storage):
         from optuna.storages import RDBStorage, RetryFailedTrialCallback
 
-        return RDBStorage(storage, heartbeat_interval=60, grace_period=180,
-                          failed_trial_callback=RetryFailedTrialCallback(max_retry=1))
+        return RDBStorage(
+            storage,
+            heartbeat_interval=60,
+            grace_period=180,
+            failed_trial_callback=RetryFailedTrialCallback(max_retry=1),
+        )
     from optuna.storages.journal import JournalFileBackend
 
     Path(storage).parent.mkdir(parents=True, exist_ok=True)
@@ -153,8 +157,12 @@ def load_study(spec: StudySpec, worker: int = 0) -> optuna.Study:
     """The study from its storage, with this worker's sampler and the pruner."""
     storage = open_storage(spec.storage)
     n_existing = len(storage.get_all_trials(storage.get_study_id_from_name(spec.study_name), deepcopy=False))
-    return optuna.load_study(study_name=spec.study_name, storage=storage,
-                             sampler=make_sampler(spec, worker, n_existing), pruner=make_pruner(spec))
+    return optuna.load_study(
+        study_name=spec.study_name,
+        storage=storage,
+        sampler=make_sampler(spec, worker, n_existing),
+        pruner=make_pruner(spec),
+    )
 
 
 def counted(trials: list[FrozenTrial]) -> int:

@@ -28,8 +28,8 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from optuna.trial import TrialState
 from optuna_integration import PyTorchLightningPruningCallback
 
-from lightning_tf.argument_errors import one_line_error
-from lightning_tf.cli import make_cli
+from lightning_tf.cli.argument_errors import one_line_error
+from lightning_tf.cli.lightning_cli import make_cli
 from lightning_tf.training import run_dir
 
 from .overrides import to_overrides, trial_overrides
@@ -95,8 +95,9 @@ class TrialReporter(PyTorchLightningPruningCallback):
         interrupts: where a stop request waits while the storage is written.
     """
 
-    def __init__(self, trial: optuna.Trial, monitor: str, params: Mapping[str, Any], study_name: str,
-                 interrupts: Interrupts) -> None:
+    def __init__(
+        self, trial: optuna.Trial, monitor: str, params: Mapping[str, Any], study_name: str, interrupts: Interrupts
+    ) -> None:
         super().__init__(trial, monitor)
         self.params = dict(params)
         self.study_name = study_name
@@ -129,8 +130,13 @@ class TrialReporter(PyTorchLightningPruningCallback):
         if not math.isfinite(value):
             raise FloatingPointError(f"{self.monitor} is {value} after epoch {trainer.current_epoch}")
         self.values.append(value)
-        self.epoch_metrics.append({k: float(v) for k, v in trainer.callback_metrics.items()
-                                   if k.startswith("val") and getattr(v, "numel", lambda: 1)() == 1})
+        self.epoch_metrics.append(
+            {
+                k: float(v)
+                for k, v in trainer.callback_metrics.items()
+                if k.startswith("val") and getattr(v, "numel", lambda: 1)() == 1
+            }
+        )
         with self.interrupts.deferred():
             super().on_validation_end(trainer, pl_module)
 
@@ -191,14 +197,21 @@ def run_trial(
     if refusal is not None:
         return params, Outcome(TrialState.FAIL, reason=refusal, refused=True)
     reporter = TrialReporter(trial, spec.metric, params, spec.study_name, interrupts)
-    args = ["fit", *spec.args, *to_overrides(params),
-            *trial_overrides(spec.study_name, trial.number, spec.study_dir, spec.wandb, spec.args)]
+    args = [
+        "fit",
+        *spec.args,
+        *to_overrides(params),
+        *trial_overrides(spec.study_name, trial.number, spec.study_dir, spec.wandb, spec.args),
+    ]
     outcome = Outcome(TrialState.COMPLETE)
     exit_code = 0
     try:
         with interrupts.raising():
-            make_cli(args, trainer_defaults={"callbacks": [reporter]},
-                     parser_kwargs={"exit_on_error": False, "fit": {"exit_on_error": False}})
+            make_cli(
+                args,
+                trainer_defaults={"callbacks": [reporter]},
+                parser_kwargs={"exit_on_error": False, "fit": {"exit_on_error": False}},
+            )
     except optuna.TrialPruned:
         outcome = Outcome(TrialState.PRUNED, reason=f"pruned after epoch {len(reporter.values)}")
     except BaseException as err:  # noqa: BLE001 - whatever a trial does, the study goes on

@@ -87,10 +87,9 @@ def _tally(trials: list) -> str:
 
 def run_worker(spec: StudySpec, index: int, parent: int | None = None) -> int:
     """Take part in the study until it is done; returns the process's exit status."""
+    import torch
     from optuna.storages import fail_stale_trials
     from optuna.storages._heartbeat import is_heartbeat_enabled
-
-    import torch
 
     from .trial import Interrupts, run_trial
 
@@ -115,8 +114,10 @@ def run_worker(spec: StudySpec, index: int, parent: int | None = None) -> int:
             if heartbeat:
                 fail_stale_trials(study)
             for stale in fail_stale(study):
-                log.write(f"trial {stale.number} was left running by a worker that is gone: failed, its "
-                          "parameters queued again")
+                log.write(
+                    f"trial {stale.number} was left running by a worker that is gone: failed, its "
+                    "parameters queued again"
+                )
             if counted(study.get_trials(deepcopy=False)) >= spec.trials:
                 break
             trial = study.ask()
@@ -131,9 +132,14 @@ def run_worker(spec: StudySpec, index: int, parent: int | None = None) -> int:
             stop_beat.set()
             for sig in (signal.SIGINT, signal.SIGTERM):  # Lightning ignores SIGINT after it shut a run down
                 signal.signal(sig, interrupts.handler)
-        for key, value in (("epochs", outcome.epochs), ("seconds", round(outcome.seconds, 2)),
-                           ("run_dir", outcome.run_dir), ("reason", outcome.reason), ("refused", outcome.refused),
-                           ("val_metrics", outcome.metrics)):
+        for key, value in (
+            ("epochs", outcome.epochs),
+            ("seconds", round(outcome.seconds, 2)),
+            ("run_dir", outcome.run_dir),
+            ("reason", outcome.reason),
+            ("refused", outcome.refused),
+            ("val_metrics", outcome.metrics),
+        ):
             if value not in ("", None, False):
                 trial.set_user_attr(key, value)
         if outcome.interrupted:
@@ -142,8 +148,10 @@ def run_worker(spec: StudySpec, index: int, parent: int | None = None) -> int:
         if outcome.interrupted:
             study.enqueue_trial(params, user_attrs={"retry_of": trial.number})
         trials = study.get_trials(deepcopy=False)
-        what = {TrialState.COMPLETE: f"{spec.metric} {outcome.value:.5g}" if outcome.value is not None else "",
-                TrialState.PRUNED: outcome.reason}.get(outcome.state, outcome.reason)
+        what = {
+            TrialState.COMPLETE: f"{spec.metric} {outcome.value:.5g}" if outcome.value is not None else "",
+            TrialState.PRUNED: outcome.reason,
+        }.get(outcome.state, outcome.reason)
         best = ""
         try:
             best = f"; best {study.best_value:.5g} (trial {study.best_trial.number})"
@@ -151,8 +159,10 @@ def run_worker(spec: StudySpec, index: int, parent: int | None = None) -> int:
             pass
         state = {TrialState.COMPLETE: "complete", TrialState.PRUNED: "pruned"}.get(outcome.state, "FAILED")
         state = "interrupted" if outcome.interrupted else "refused" if outcome.refused else state
-        log.write(f"trial {trial.number} {state} in {outcome.seconds:.0f} s, {outcome.epochs} epochs: {what} "
-                  f"[{_shown_params(params)}] ({_tally(trials)}{best})")
+        log.write(
+            f"trial {trial.number} {state} in {outcome.seconds:.0f} s, {outcome.epochs} epochs: {what} "
+            f"[{_shown_params(params)}] ({_tally(trials)}{best})"
+        )
         if outcome.stop_study:
             log.write(f"stopping the study: {outcome.reason}")
             return EXIT_STOP_STUDY

@@ -208,4 +208,3 @@ def plot_attention(
         draw_attention(images[b], maps["last_layer"][b], axes[b, 2], mean=mean, std=std, title="last layer")
     fig.tight_layout()
     return fig
-

@@ -26,8 +26,13 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, default_collate
 from torchvision.transforms import v2
 
-from lightning_tf.distributed import eval_sampler
-from lightning_tf.loaders import IgnoreStopSignals, ResumableDataLoader, SeededBatches, ShuffledBatchSampler
+from lightning_tf.training import (
+    IgnoreStopSignals,
+    ResumableDataLoader,
+    SeededBatches,
+    ShuffledBatchSampler,
+    eval_sampler,
+)
 
 from .datasets import (
     DATASETS,
@@ -228,9 +233,14 @@ class ImageDataModule(LightningDataModule):
         self.mixup = None
         if self.class_names is not None:  # training only, and training needs the class folders
             self.mixup = build_mixup(
-                self.num_classes, mixup_alpha, cutmix_alpha, mixup_prob, mixup_switch_prob, mixup_mode,
+                self.num_classes,
+                mixup_alpha,
+                cutmix_alpha,
+                mixup_prob,
+                mixup_switch_prob,
+                mixup_mode,
                 mixup_label_smoothing,
-            )  # fmt: skip
+            )
         self.train_transform: v2.Compose | None = None
         self.eval_transform: v2.Compose | None = None
         self.predict_transform: v2.Compose | None = None
@@ -462,8 +472,14 @@ class ImageDataModule(LightningDataModule):
         self._attach_transforms()
         log.info(
             "%s: train %d, val %d, test %d images of %dx%dx%d, %d classes",
-            h.dataset, len(self.train_set), len(self.val_set), len(self.test_set),
-            self.in_chans, self.image_size, self.image_size, self.num_classes,
+            h.dataset,
+            len(self.train_set),
+            len(self.val_set),
+            len(self.test_set),
+            self.in_chans,
+            self.image_size,
+            self.image_size,
+            self.num_classes,
         )
 
     def _loader(self, dataset: Dataset | None, train: bool = False) -> DataLoader:

@@ -23,8 +23,7 @@ from torch import Tensor, nn
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
-from lightning_tf.checkpoints import CheckedLoading, stamp
-from lightning_tf.training import SchedulerName, check_agreement, configure_adamw
+from lightning_tf.training import CheckedLoading, SchedulerName, check_agreement, configure_adamw, stamp
 
 from .inputs import ImageInput, as_image_list, prepare_images
 from .vit import PoolName, PosEncodingName, PresetName, VisionTransformer, preset_config
@@ -136,9 +135,17 @@ class ViTClassifier(CheckedLoading, LightningModule):
         if scheduler not in get_args(SchedulerName):
             raise ValueError(f"unknown scheduler {scheduler!r}; expected one of {list(get_args(SchedulerName))}")
         self.net = VisionTransformer(
-            in_chans=in_chans, num_classes=num_classes, pool=pool, class_token=class_token, pos_encoding=pos_encoding,
-            dropout=dropout, attn_dropout=attn_dropout, drop_path=drop_path, layer_scale=layer_scale,
-            head_dropout=head_dropout, **arch,
+            in_chans=in_chans,
+            num_classes=num_classes,
+            pool=pool,
+            class_token=class_token,
+            pos_encoding=pos_encoding,
+            dropout=dropout,
+            attn_dropout=attn_dropout,
+            drop_path=drop_path,
+            layer_scale=layer_scale,
+            head_dropout=head_dropout,
+            **arch,
         )
         self.class_names: list[str] = [str(i) for i in range(num_classes)]
         self.mean: list[float] | None = None  # the DataModule's normalisation, to draw attention maps
@@ -458,8 +465,10 @@ class ViTClassifier(CheckedLoading, LightningModule):
         finally:
             self.train(was_training)
         top_p, top_i = probs.topk(min(max(ks, default=1), self.net.num_classes), dim=-1)  # (B, k) each
-        return [[(self.class_names[i], p) for i, p in zip(i_row[:k], p_row[:k], strict=True)]
-                for p_row, i_row, k in zip(top_p.tolist(), top_i.tolist(), ks, strict=True)]
+        return [
+            [(self.class_names[i], p) for i, p in zip(i_row[:k], p_row[:k], strict=True)]
+            for p_row, i_row, k in zip(top_p.tolist(), top_i.tolist(), ks, strict=True)
+        ]
 
     def configure_callbacks(self) -> list[Callback]:
         """A :class:`~.writer.ClassificationWriter` for ``predict``, unless the trainer already has a

@@ -137,16 +137,20 @@ def convert_timm_state_dict(state: dict[str, Tensor], n_layers: int) -> dict[str
             target = "encoder.norm" if key == "norm" else "fc_norm"
             out[f"{target}.weight"], out[f"{target}.bias"] = state[f"{key}.weight"], state[f"{key}.bias"]
     names = {
-        "norm1": "norm1", "norm2": "norm2", "attn.qkv": "self_attn.qkv_proj", "attn.proj": "self_attn.out_proj",
-        "mlp.fc1": "ff.linear1", "mlp.fc2": "ff.linear2",
+        "norm1": "norm1",
+        "norm2": "norm2",
+        "attn.qkv": "self_attn.qkv_proj",
+        "attn.proj": "self_attn.out_proj",
+        "mlp.fc1": "ff.linear1",
+        "mlp.fc2": "ff.linear2",
     }
     for i in range(n_layers):
         src, dst = f"blocks.{i}.", f"encoder.layers.{i}."
         for a, b in names.items():
             out[f"{dst}{b}.weight"] = state[f"{src}{a}.weight"]
             bias = state.get(f"{src}{a}.bias")
-            out[f"{dst}{b}.bias"] = bias if bias is not None else state[f"{src}{a}.weight"].new_zeros(
-                state[f"{src}{a}.weight"].shape[0]
+            out[f"{dst}{b}.bias"] = (
+                bias if bias is not None else state[f"{src}{a}.weight"].new_zeros(state[f"{src}{a}.weight"].shape[0])
             )
         for ls in ("ls1", "ls2"):
             if f"{src}{ls}.gamma" in state:

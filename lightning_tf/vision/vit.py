@@ -190,9 +190,19 @@ class VisionTransformer(nn.Module):
         else:
             self.pos_embed = None
         self.encoder = Encoder(
-            d_model, n_heads, n_layers, d_ff, dropout=dropout, attn_dropout=attn_dropout, activation="gelu",
-            norm_first=True, final_norm=pool == "cls", pos_encoding="none", layer_norm_eps=layer_norm_eps,
-            drop_path=drop_path, layer_scale=layer_scale,
+            d_model,
+            n_heads,
+            n_layers,
+            d_ff,
+            dropout=dropout,
+            attn_dropout=attn_dropout,
+            activation="gelu",
+            norm_first=True,
+            final_norm=pool == "cls",
+            pos_encoding="none",
+            layer_norm_eps=layer_norm_eps,
+            drop_path=drop_path,
+            layer_scale=layer_scale,
         )
         # mean pooling normalises the pooled vector instead of every token (timm's fc_norm)
         self.fc_norm = nn.LayerNorm(d_model, eps=layer_norm_eps) if pool == "mean" else None

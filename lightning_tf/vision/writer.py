@@ -12,8 +12,7 @@ import torch
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import BasePredictionWriter
 
-from lightning_tf.distributed import gather_predictions, interleave, predict_size
-from lightning_tf.training import prediction_path
+from lightning_tf.training import gather_predictions, interleave, predict_size, prediction_path
 
 __all__ = ["ClassificationWriter"]
 

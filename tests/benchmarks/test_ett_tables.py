@@ -14,10 +14,24 @@ from ett import added_args, backbone_args, markdown_tables, published_patchtst, 
 
 
 def row(data_name: str | None, backbone: str, context_len: int = 336, horizon: int = 96, mse: float = 0.3) -> dict:
-    r = {"backbone": backbone, "context_len": context_len, "horizon": horizon, "mse": mse, "mae": 0.35,
-         "linear_mse": 0.31, "linear_mae": 0.36, "linear_variant": "pooled Linear", "residual_kept": True,
-         "published_mse": mse, "published_mae": 0.35, "persistence_mse": 1.0, "persistence_mae": 0.7, "epochs": 3,
-         "best_epoch": 1, "train_s": 90.0}
+    r = {
+        "backbone": backbone,
+        "context_len": context_len,
+        "horizon": horizon,
+        "mse": mse,
+        "mae": 0.35,
+        "linear_mse": 0.31,
+        "linear_mae": 0.36,
+        "linear_variant": "pooled Linear",
+        "residual_kept": True,
+        "published_mse": mse,
+        "published_mae": 0.35,
+        "persistence_mse": 1.0,
+        "persistence_mae": 0.7,
+        "epochs": 3,
+        "best_epoch": 1,
+        "train_s": 90.0,
+    }
     if data_name is not None:
         r["data_name"] = data_name
     return r
@@ -41,7 +55,13 @@ def test_the_rows_of_one_table_go_by_horizon_then_backbone() -> None:
     rows = [row("ETTh1", b, horizon=h) for h in (192, 96) for b in ("bars", "patches", "variates")]
     lines = [line for line in markdown_tables(rows).splitlines() if line.startswith("| 336 ")]
     assert [line.split(" | ")[1:3] for line in lines] == [
-        ["96", "patches"], ["96", "variates"], ["96", "bars"], ["192", "patches"], ["192", "variates"], ["192", "bars"]]
+        ["96", "patches"],
+        ["96", "variates"],
+        ["96", "bars"],
+        ["192", "patches"],
+        ["192", "variates"],
+        ["192", "bars"],
+    ]
 
 
 def test_verdicts_compare_with_the_rows_own_dataset() -> None:

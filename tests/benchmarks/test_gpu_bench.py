@@ -40,8 +40,9 @@ def _bench() -> ModuleType:
 
 def _run(*args: str, timeout: int) -> subprocess.CompletedProcess:
     env = {**os.environ, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_dry_run_writes_every_part(tmp_path: Path) -> None:
@@ -59,18 +60,27 @@ def test_dry_run_writes_every_part(tmp_path: Path) -> None:
     assert all(not r["default"].startswith("none") for p, r in backends.items() if "need_weights" not in p)
     rows = parts["layers"]["rows"]
     assert [(r["layer"], r["mode"]) for r in rows] == [
-        ("encoder", "eager"), ("decoder", "eager"), ("encoder", "compiled"), ("decoder", "compiled")
+        ("encoder", "eager"),
+        ("decoder", "eager"),
+        ("encoder", "compiled"),
+        ("decoder", "compiled"),
     ]
     assert all(r["ours_tok_s"] > 0 and r["torch_tok_s"] > 0 for r in rows)
     assert [r["mode"] for r in parts["vit"]["rows"]] == ["eager", "compiled"]
     assert parts["vit"]["logits_max_abs_diff_fp32_cpu"] < 1e-4
     assert len(parts["seq2seq"]["rows"]) == 1 and parts["seq2seq"]["rows"][0]["ours_tok_s"] > 0
     assert [(r["search"], r["batch"]) for r in parts["decode"]["rows"]] == [
-        ("greedy", 1), ("greedy", 2), ("beam4", 1), ("beam4", 2)
+        ("greedy", 1),
+        ("greedy", 2),
+        ("beam4", 1),
+        ("beam4", 2),
     ]
     cli = parts["cli"]["rows"]
     assert [(r["task"], r["mode"]) for r in cli] == [
-        ("text", "1 device"), ("vision", "1 device"), ("kline", "1 device"), ("vision", "ddp, all devices")
+        ("text", "1 device"),
+        ("vision", "1 device"),
+        ("kline", "1 device"),
+        ("vision", "ddp, all devices"),
     ]
     assert all(r["status"] == "ok" and r["steps_timed"] == 1 and r["steps_per_s"] > 0 for r in cli), cli
     md = (tmp_path / "gpu.md").read_text()
@@ -89,11 +99,24 @@ def test_without_cuda_it_says_so_in_one_line_and_writes_nothing(tmp_path: Path) 
 
 @pytest.mark.parametrize(
     ("name", "peak"),
-    [("NVIDIA H200", 989.0), ("NVIDIA H200 NVL", 835.0), ("NVIDIA H100 80GB HBM3", 989.0), ("NVIDIA H100 PCIe", 756.0),
-     ("NVIDIA H100 NVL", 835.0), ("NVIDIA H20", 148.0), ("NVIDIA A100-SXM4-80GB", 312.0),
-     ("NVIDIA A100 80GB PCIe", 312.0), ("NVIDIA A10", 125.0), ("NVIDIA L4", 121.0), ("NVIDIA L40S", 362.0),
-     ("NVIDIA L40", 181.0), ("NVIDIA GeForce RTX 4090", 165.0), ("NVIDIA A10G", None), ("Tesla V100-SXM2-16GB", None)],
-)  # fmt: skip
+    [
+        ("NVIDIA H200", 989.0),
+        ("NVIDIA H200 NVL", 835.0),
+        ("NVIDIA H100 80GB HBM3", 989.0),
+        ("NVIDIA H100 PCIe", 756.0),
+        ("NVIDIA H100 NVL", 835.0),
+        ("NVIDIA H20", 148.0),
+        ("NVIDIA A100-SXM4-80GB", 312.0),
+        ("NVIDIA A100 80GB PCIe", 312.0),
+        ("NVIDIA A10", 125.0),
+        ("NVIDIA L4", 121.0),
+        ("NVIDIA L40S", 362.0),
+        ("NVIDIA L40", 181.0),
+        ("NVIDIA GeForce RTX 4090", 165.0),
+        ("NVIDIA A10G", None),
+        ("Tesla V100-SXM2-16GB", None),
+    ],
+)
 def test_datasheet_peak_by_gpu_name(name: str, peak: float | None) -> None:
     found = _bench().peak_from_datasheet(name)
     assert (found[1] if found else None) == peak
@@ -120,8 +143,12 @@ def test_task_commands_on_a_gpu() -> None:
 
     ok = {"text": True, "vision": True, "kline": True}
     one = [(t, m) for t, _, m, _ in bench.cli_runs(cfg, ok)]
-    assert one[:4] == [("text", "1 device"), ("vision", "1 device"), ("kline", "1 device"),
-                       ("vision", "ddp, all devices")]
+    assert one[:4] == [
+        ("text", "1 device"),
+        ("vision", "1 device"),
+        ("kline", "1 device"),
+        ("vision", "ddp, all devices"),
+    ]
     assert len(one) == 7 and all(m == "1 device, compiled" for _, m in one[4:])
     four = [(t, m) for t, _, m, _ in bench.cli_runs({**cfg, "gpu_count": 4}, {"text": True})]
     assert sum(m.startswith("ddp") for _, m in four) == 3 and four[-1] == ("text", "1 device, compiled")
@@ -129,13 +156,30 @@ def test_task_commands_on_a_gpu() -> None:
 
 def test_markdown_of_a_gpu_machine() -> None:
     bench = _bench()
-    machine = {"cpu": "Some CPU", "cpu_cores": 16, "torch": "2.14.1", "cuda": "13.0", "cudnn": "92400", "gpu_count": 1,
-               "gpus": [{"name": "NVIDIA H200", "memory_gib": 139.8, "capability": "9.0", "multiprocessors": 132}],
-               "driver": "570.1", "mm_tflops_measured": 700.0, "mm_shape": "8192^3 bfloat16", "peak_tflops": 989.0,
-               "peak_source": "datasheet (H200, dense bf16)"}  # fmt: skip
+    machine = {
+        "cpu": "Some CPU",
+        "cpu_cores": 16,
+        "torch": "2.14.1",
+        "cuda": "13.0",
+        "cudnn": "92400",
+        "gpu_count": 1,
+        "gpus": [{"name": "NVIDIA H200", "memory_gib": 139.8, "capability": "9.0", "multiprocessors": 132}],
+        "driver": "570.1",
+        "mm_tflops_measured": 700.0,
+        "mm_shape": "8192^3 bfloat16",
+        "peak_tflops": 989.0,
+        "peak_source": "datasheet (H200, dense bf16)",
+    }
     part = {"status": "ok", "rows": [], "machine": machine, "seconds": 2, "budget_s": 9}
-    results = {"dry_run": False, "command": "python benchmarks/gpu.py", "started": "now", "budget_s": 400,
-               "sizes": bench.SIZES["gpu"], "machine": machine, "parts": {"machine": part}}  # fmt: skip
+    results = {
+        "dry_run": False,
+        "command": "python benchmarks/gpu.py",
+        "started": "now",
+        "budget_s": 400,
+        "sizes": bench.SIZES["gpu"],
+        "machine": machine,
+        "parts": {"machine": part},
+    }
     md = "\n".join(bench.markdown(results))
     assert "# lightning-tf on a GPU\n" in md and "NVIDIA H200 (139.8 GiB, sm 9.0)" in md
     assert "| NVIDIA H200 | 139.8 GiB | 9.0 | 1 |" in md and "989.0 (datasheet (H200, dense bf16))" in md

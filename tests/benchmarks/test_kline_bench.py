@@ -21,14 +21,17 @@ ETTH1 = ROOT.parent / "shared" / "data" / "ett" / "ETTh1.csv"
 
 def run(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env,
-                          check=False)
+    proc = subprocess.run(
+        [sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=300, env=env, check=False
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     return proc
 
 
 def test_kline_benchmark_smoke(tmp_path: Path) -> None:
-    proc = run("benchmarks/kline.py", "--quick", "--workdir", str(tmp_path / "ckpt"), "--json", str(tmp_path / "out.json"))
+    proc = run(
+        "benchmarks/kline.py", "--quick", "--workdir", str(tmp_path / "ckpt"), "--json", str(tmp_path / "out.json")
+    )
     assert "| forecast | mse | mae | rmse | mase | dir_acc | up_share | ic | rank_ic |" in proc.stdout
     for name in ("model", "persistence", "mean", "linear"):
         assert f"| {name} |" in proc.stdout
@@ -50,8 +53,20 @@ def test_ett_benchmark_smoke(backbone: str, tmp_path: Path) -> None:
 
 
 def test_the_speed_table_times_every_backbone_against_patches(tmp_path: Path) -> None:
-    run("benchmarks/ett.py", "--speed", "--lookbacks", "48", "--horizons", "24", "--repeats", "1", "--warmup", "0",
-        "--out", str(tmp_path / "ett"))  # fmt: skip
+    run(
+        "benchmarks/ett.py",
+        "--speed",
+        "--lookbacks",
+        "48",
+        "--horizons",
+        "24",
+        "--repeats",
+        "1",
+        "--warmup",
+        "0",
+        "--out",
+        str(tmp_path / "ett"),
+    )
     table = (tmp_path / "ett_speed.md").read_text()
     assert "| horizon | backbone | parameters | train windows/s | train vs patches |" in table
     assert "| 24 | patches |" in table and "| 1.00 |" in table
@@ -66,8 +81,20 @@ def test_an_etth2_file_gets_etth2s_published_columns(tmp_path: Path) -> None:
 
     data = tmp_path / "ETTh2.csv"
     write_etth1(tmp_path).rename(data)
-    run("benchmarks/ett.py", "--quick", "--data", str(data), "--lookbacks", "48", "--horizons", "96", "--workdir",
-        str(tmp_path / "ckpt"), "--out", str(tmp_path / "ett_etth2"))  # fmt: skip
+    run(
+        "benchmarks/ett.py",
+        "--quick",
+        "--data",
+        str(data),
+        "--lookbacks",
+        "48",
+        "--horizons",
+        "96",
+        "--workdir",
+        str(tmp_path / "ckpt"),
+        "--out",
+        str(tmp_path / "ett_etth2"),
+    )
     table = (tmp_path / "ett_etth2.md").read_text()
     assert table.startswith("# ETTh2:") and "| 48 | 96 | patches |" in table
     assert "| 0.274 / 0.336 (/42) | 0.289 / 0.353 | 0.297 / 0.349 |" in table and "0.375 / 0.399" not in table
@@ -88,11 +115,24 @@ def test_the_lowest_validation_linear_is_the_default_baseline_scored_on_every_te
     dm = MultivariateDataModule(str(write_etth1(tmp_path)), context_len=48, horizon=24, features="M", batch_size=50)
     dm.setup("fit")
     dm.setup("test")
-    model = KLineForecaster(n_features=7, n_targets=7, target_channels=list(range(7)), context_len=48, horizon=24,
-                            patch_len=8, stride=8, d_model=8, n_heads=2, n_layers=1, d_ff=16)
+    model = KLineForecaster(
+        n_features=7,
+        n_targets=7,
+        target_channels=list(range(7)),
+        context_len=48,
+        horizon=24,
+        patch_len=8,
+        stride=8,
+        d_model=8,
+        n_heads=2,
+        n_layers=1,
+        d_ff=16,
+    )
     got = lowest_validation_linear(model, dm)
     base = LinearBaseline(48, 24, target_channels=list(range(7))).fit(
-        ((b["x"], b["y"]) for b in in_order(dm.train_dataloader())), ((b["x"], b["y"]) for b in in_order(dm.val_dataloader())))
+        ((b["x"], b["y"]) for b in in_order(dm.train_dataloader())),
+        ((b["x"], b["y"]) for b in in_order(dm.val_dataloader())),
+    )
     with torch.no_grad():
         errs = torch.cat([base(b["x"]) - b["y"] for b in dm.test_dataloader()])  # (N, F, C)
     assert got["variant"] == base.describe()
@@ -112,8 +152,19 @@ def test_published_protocol_scores_the_windows_the_published_loader_keeps(tmp_pa
     dm = MultivariateDataModule(str(write_etth1(tmp_path)), context_len=48, horizon=24, features="M", batch_size=50)
     dm.setup("test")
     torch.manual_seed(0)
-    model = KLineForecaster(n_features=7, n_targets=7, target_channels=list(range(7)), context_len=48, horizon=24,
-                            patch_len=8, stride=8, d_model=8, n_heads=2, n_layers=1, d_ff=16).eval()
+    model = KLineForecaster(
+        n_features=7,
+        n_targets=7,
+        target_channels=list(range(7)),
+        context_len=48,
+        horizon=24,
+        patch_len=8,
+        stride=8,
+        d_model=8,
+        n_heads=2,
+        n_layers=1,
+        d_ff=16,
+    ).eval()
     with torch.no_grad():
         errs = torch.cat([model(b["x"]) - b["y"] for b in dm.test_dataloader()])  # (N, F, C), every window in order
     n = len(errs)

@@ -22,8 +22,13 @@ def test_marian_benchmark_smoke(tmp_path: Path) -> None:
     pytest.importorskip("sentencepiece")
     out = tmp_path / "marian.json"
     proc = subprocess.run(
-        [sys.executable, "benchmarks/marian.py", "--quick", "--json", str(out)], cwd=ROOT, capture_output=True,
-        text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}, check=False,
+        [sys.executable, "benchmarks/marian.py", "--quick", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"},
+        check=False,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert proc.stdout.startswith("machine: ")

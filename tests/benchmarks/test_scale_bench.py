@@ -22,10 +22,24 @@ def test_scale_benchmark_smoke(tmp_path: Path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
     out = tmp_path / "scale.json"
     proc = subprocess.run(
-        [sys.executable, "benchmarks/scale.py", "--quick", "--work", str(tmp_path / "work"),
-         "--md", str(tmp_path / "scale.md"), "--json", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=900, env=env, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "benchmarks/scale.py",
+            "--quick",
+            "--work",
+            str(tmp_path / "work"),
+            "--md",
+            str(tmp_path / "scale.md"),
+            "--json",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert proc.stdout.startswith("machine: ") and "load average" in proc.stdout
     assert "| tickers | bars | pandas.read_csv s | setup('fit') s | ours/pandas |" in proc.stdout

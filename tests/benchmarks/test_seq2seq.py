@@ -4,12 +4,12 @@ asserted here."""
 
 from __future__ import annotations
 
-import pytest
-
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 # subprocesses, process groups or whole training runs: the integration tier (make test-integration)
 pytestmark = pytest.mark.integration

@@ -28,18 +28,33 @@ def test_serve_benchmark_smoke(tmp_path: Path) -> None:
     md = tmp_path / "serve.md"
     docs = {p: p.read_text() for p in (ROOT / "docs" / "serve.md", ROOT / "docs" / "benchmarks.md")}
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "benchmarks/serve.py", "--smoke", "--tasks", "vision", "--vision", str(ckpt),
-                           "--md", str(md)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600, env=env, check=False)
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/serve.py", "--smoke", "--tasks", "vision", "--vision", str(ckpt), "--md", str(md)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stdout.startswith("machine: ")
     assert {p: p.read_text() for p in docs} == docs  # a smoke run leaves the documentation's tables alone
     page = md.read_text()
     assert "a SMOKE run" in page
-    rows = re.findall(r"^\| vision \| (batched|unbatched|limit \(offline\)) \| (\d+|-) \| [\d,]+ \| ([0-9.]+) \| "
-                      r"([0-9.]+) \| ([0-9.]*) ?\|", page, re.M)
-    assert [(r[0], r[1]) for r in rows] == [("batched", "1"), ("batched", "8"), ("unbatched", "1"), ("unbatched", "8"),
-                                            ("limit (offline)", "-")], page
+    rows = re.findall(
+        r"^\| vision \| (batched|unbatched|limit \(offline\)) \| (\d+|-) \| [\d,]+ \| ([0-9.]+) \| "
+        r"([0-9.]+) \| ([0-9.]*) ?\|",
+        page,
+        re.M,
+    )
+    assert [(r[0], r[1]) for r in rows] == [
+        ("batched", "1"),
+        ("batched", "8"),
+        ("unbatched", "1"),
+        ("unbatched", "8"),
+        ("limit (offline)", "-"),
+    ], page
     limit = float(rows[-1][2])
     by_key = {(r[0], r[1]): float(r[2]) for r in rows}
     for server, c, rate, x_limit, x_unbatched in rows[:-1]:

@@ -20,8 +20,15 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_startup_benchmark_smoke(tmp_path: Path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     out = tmp_path / "startup.json"
-    proc = subprocess.run([sys.executable, "benchmarks/startup.py", "--quick", "--json", str(out)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600, env=env, check=False)
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/startup.py", "--quick", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert proc.stdout.startswith("machine: ")
     rows = re.findall(r"^\| `([^`]+)` \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \|$", proc.stdout, re.M)

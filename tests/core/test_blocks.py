@@ -86,8 +86,12 @@ def test_encoder_layer_matches_torch(norm_first: bool, activation: str, padded: 
     h = ours.norm1(x) if norm_first else x
     with torch.no_grad():
         _, w_ref = ref.self_attn(
-            h, h, h, key_padding_mask=_float_key_mask(keep) if padded else None,
-            need_weights=True, average_attn_weights=False,
+            h,
+            h,
+            h,
+            key_padding_mask=_float_key_mask(keep) if padded else None,
+            need_weights=True,
+            average_attn_weights=False,
         )  # (B, H, T, T)
     torch.testing.assert_close(w_explicit, w_ref, atol=ATOL, rtol=0)
 
@@ -152,7 +156,8 @@ def test_decoder_layer_matches_torch(
 
     with torch.no_grad():
         expected = ref(
-            x, memory,
+            x,
+            memory,
             tgt_mask=_float_causal(T) if causal else None,
             tgt_key_padding_mask=_float_key_mask(tgt_keep) if tgt_padded else None,
             memory_key_padding_mask=_float_key_mask(mem_keep) if memory_padded else None,

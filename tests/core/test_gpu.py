@@ -146,9 +146,7 @@ def test_flash_decoder_causal_without_masks(pos_encoding: str) -> None:
     """No target or memory mask: causal self-attention goes to SDPA as ``is_causal``, and the
     cross-attention is unmasked; both reach flash, forward and backward."""
     _, dec = _pair(pos_encoding)
-    check_bf16_against_fp32(
-        dec, [torch.randn(B, T, D), torch.randn(B, S, D)], lambda m, y, mem: m(y, mem), FLASH
-    )
+    check_bf16_against_fp32(dec, [torch.randn(B, T, D), torch.randn(B, S, D)], lambda m, y, mem: m(y, mem), FLASH)
 
 
 def test_flash_runs_attention_dropout_in_training() -> None:
@@ -193,9 +191,11 @@ def test_efficient_causal_self_attention_with_target_padding() -> None:
 def test_efficient_cross_attention_with_source_padding() -> None:
     mha = MultiHeadAttention(D, H, cross_attention=True)
     check_bf16_against_fp32(
-        mha, [torch.randn(B, T, D), torch.randn(B, S, D), _src_mask()], lambda m, x, c, k: m(x, c, mask=k)[0],
+        mha,
+        [torch.randn(B, T, D), torch.randn(B, S, D), _src_mask()],
+        lambda m, x, c, k: m(x, c, mask=k)[0],
         EFFICIENT,
-    )  # fmt: skip
+    )
 
 
 @pytest.mark.parametrize("pos_encoding", ["sinusoidal", "rope", "alibi"])
@@ -214,9 +214,11 @@ def test_efficient_encoder_with_alibi_and_no_mask() -> None:
 def test_efficient_decoder_with_target_and_source_padding(pos_encoding: str) -> None:
     _, dec = _pair(pos_encoding)
     check_bf16_against_fp32(
-        dec, [torch.randn(B, T, D), torch.randn(B, S, D), _tgt_mask(), _src_mask()],
-        lambda m, y, mem, tk, sk: m(y, mem, tgt_mask=tk, memory_mask=sk), EFFICIENT,
-    )  # fmt: skip
+        dec,
+        [torch.randn(B, T, D), torch.randn(B, S, D), _tgt_mask(), _src_mask()],
+        lambda m, y, mem, tk, sk: m(y, mem, tgt_mask=tk, memory_mask=sk),
+        EFFICIENT,
+    )
 
 
 def test_efficient_runs_attention_dropout_with_a_mask() -> None:

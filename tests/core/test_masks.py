@@ -10,7 +10,6 @@ import torch
 
 from lightning_tf.core import causal_mask, combine_masks, padding_mask
 
-
 # --- causal_mask -----------------------------------------------------------------------------
 
 

@@ -100,6 +100,10 @@ def test_ffn_dropout_is_the_hidden_units_rate_in_both_stacks(ffn_dropout: float 
     if expected == 0:
         assert all(r == 0 for r in rates)
     # the embeddings' and the sublayer outputs' dropout keep `dropout`'s rate
-    others = [m.p for stack in (enc, dec) for name, m in stack.named_modules()
-              if isinstance(m, nn.Dropout) and ".ff." not in name]
+    others = [
+        m.p
+        for stack in (enc, dec)
+        for name, m in stack.named_modules()
+        if isinstance(m, nn.Dropout) and ".ff." not in name
+    ]
     assert len(others) == 2 + 2 * 2 + 2 * 3 and set(others) == {0.3}

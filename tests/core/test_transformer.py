@@ -69,9 +69,7 @@ def _real(lengths: Tensor, n: int) -> Tensor:
 @pytest.mark.parametrize("norm_first", [True, False])
 @pytest.mark.parametrize("tgt_padded", [False, True])
 def test_matches_torch_transformer(norm_first: bool, tgt_padded: bool) -> None:
-    ref = nn.Transformer(
-        D, H, N_LAYERS, N_LAYERS, D_FF, dropout=0.0, batch_first=True, norm_first=norm_first
-    ).eval()
+    ref = nn.Transformer(D, H, N_LAYERS, N_LAYERS, D_FF, dropout=0.0, batch_first=True, norm_first=norm_first).eval()
     _randomize_affine(ref)
     # nn.Transformer always ends both stacks with a norm, Post-LN included
     enc = make_encoder(norm_first=norm_first, final_norm=True)
@@ -91,7 +89,8 @@ def test_matches_torch_transformer(norm_first: bool, tgt_padded: bool) -> None:
     tgt_keep = padding_mask(lengths=tgt_lengths, max_len=T)  # (B, 1, 1, T)
     with torch.no_grad():
         expected = ref(
-            src, tgt,
+            src,
+            tgt,
             tgt_mask=nn.Transformer.generate_square_subsequent_mask(T),
             src_key_padding_mask=_float_key_mask(src_keep),
             tgt_key_padding_mask=_float_key_mask(tgt_keep) if tgt_padded else None,
@@ -413,10 +412,12 @@ class _Seq2Seq(nn.Module):
     def __init__(self, vocab: int, pos_encoding: str, norm_first: bool = True, max_len: int = 16) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab, D)
-        self.encoder = Encoder(D, H, N_LAYERS, D_FF, dropout=0.0, pos_encoding=pos_encoding,
-                               norm_first=norm_first, max_len=max_len)
-        self.decoder = Decoder(D, H, N_LAYERS, D_FF, dropout=0.0, pos_encoding=pos_encoding,
-                               norm_first=norm_first, max_len=max_len)
+        self.encoder = Encoder(
+            D, H, N_LAYERS, D_FF, dropout=0.0, pos_encoding=pos_encoding, norm_first=norm_first, max_len=max_len
+        )
+        self.decoder = Decoder(
+            D, H, N_LAYERS, D_FF, dropout=0.0, pos_encoding=pos_encoding, norm_first=norm_first, max_len=max_len
+        )
         self.head = nn.Linear(D, vocab, bias=False)
         self.head.weight = self.embed.weight  # tied
 

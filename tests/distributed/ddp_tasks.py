@@ -31,7 +31,7 @@ from lightning.pytorch import Trainer
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # the tests package (synthetic bars), also in the launched ranks
 
-from lightning_tf.distributed import gather_objects
+from lightning_tf.training import gather_objects
 
 SEED = 0
 

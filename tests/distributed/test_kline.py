@@ -2,7 +2,7 @@
 
 Every test window must be scored exactly once. Lightning's DistributedSampler would pad the 147 test
 windows to 148 by repeating window 0, and every synced torchmetrics metric would count it twice; the
-DataModule's evaluation loaders use :class:`~lightning_tf.distributed.UnpaddedDistributedSampler`
+DataModule's evaluation loaders use :class:`~lightning_tf.training.distributed.UnpaddedDistributedSampler`
 instead. ``up_share`` depends only on the data, so it must be EXACTLY equal (counts summed over the
 processes); the other metrics come from weights that agree to float32 precision after 6 steps
 (measured: 6e-7 relative at most, 2e-5 for the correlations, merged from per-process float32
@@ -76,8 +76,11 @@ def test_baseline_summary_matches_one_process(ddp_runs: Runs) -> None:
 
 
 def _verdicts(text: str) -> list[str]:
-    return [line.split(":")[0] for line in text.splitlines() if line.startswith("model ") and (" beat" in line
-            or " ties " in line)]
+    return [
+        line.split(":")[0]
+        for line in text.splitlines()
+        if line.startswith("model ") and (" beat" in line or " ties " in line)
+    ]
 
 
 def test_forecast_csv_matches_one_process(ddp_runs: Runs) -> None:

@@ -1,4 +1,4 @@
-"""lightning_tf.distributed without processes: the unpadded sampler's shares, the merge of per-process
+"""lightning_tf.training.distributed without processes: the unpadded sampler's shares, the merge of per-process
 predictions back into input order."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.utils.data import DistributedSampler
 
-from lightning_tf.distributed import UnpaddedDistributedSampler, eval_sampler, gather_objects, interleave
+from lightning_tf.training import UnpaddedDistributedSampler, eval_sampler, gather_objects, interleave
 
 
 @pytest.mark.parametrize("n, R", [(147, 2), (148, 2), (10, 3), (3, 3)])

@@ -24,9 +24,13 @@ def cli(
         del env["WANDB_SILENT"]
     env.pop("LIGHTNING_TF_DEBUG", None)
     proc = subprocess.run(
-        [sys.executable, "-m", "lightning_tf", *args], cwd=cwd, env=env, capture_output=True, text=True,
+        [sys.executable, "-m", "lightning_tf", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
         timeout=timeout,
-    )  # fmt: skip
+    )
     if check:
         assert proc.returncode == 0, (
             f"lightning-tf {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"

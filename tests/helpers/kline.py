@@ -49,8 +49,16 @@ def write_bars(path: Path, n: int = 400, seed: int = 0) -> pd.DataFrame:
     open_ = close * np.exp(rng.normal(0, 0.003, n))
     high = np.maximum(open_, close) * np.exp(np.abs(rng.normal(0, 0.004, n)))
     low = np.minimum(open_, close) * np.exp(-np.abs(rng.normal(0, 0.004, n)))
-    df = pd.DataFrame({"Date": pd.bdate_range("2020-01-01", periods=n).strftime("%Y-%m-%d"), "Open": open_,
-                       "High": high, "Low": low, "Close": close, "Volume": rng.integers(1000, 5000, n)})
+    df = pd.DataFrame(
+        {
+            "Date": pd.bdate_range("2020-01-01", periods=n).strftime("%Y-%m-%d"),
+            "Open": open_,
+            "High": high,
+            "Low": low,
+            "Close": close,
+            "Volume": rng.integers(1000, 5000, n),
+        }
+    )
     df.to_csv(path, index=False)
     return df
 
@@ -100,8 +108,15 @@ class SineDataModule(LightningDataModule):
         batch_size: windows per batch.
     """
 
-    def __init__(self, n_features: int = 2, context_len: int = 48, horizon: int = 8, n_bars: int = 1200,
-                 noise: float = 0.1, batch_size: int = 64) -> None:
+    def __init__(
+        self,
+        n_features: int = 2,
+        context_len: int = 48,
+        horizon: int = 8,
+        n_bars: int = 1200,
+        noise: float = 0.1,
+        batch_size: int = 64,
+    ) -> None:
         super().__init__()
         self.n_features = self.n_targets = n_features
         self.context_len, self.horizon, self.batch_size = context_len, horizon, batch_size
@@ -121,8 +136,14 @@ class SineDataModule(LightningDataModule):
         names = [f"sine{c}" for c in range(self.n_features)]
         stats = [[SHIFT] * self.n_features], [[SCALE] * self.n_features]
         self.data_scale = DataScale(
-            feature_names=names, target_names=names, target_kind="level", ticker_names=["sine"],
-            feature_mean=stats[0], feature_std=stats[1], target_mean=stats[0], target_std=stats[1],
+            feature_names=names,
+            target_names=names,
+            target_kind="level",
+            ticker_names=["sine"],
+            feature_mean=stats[0],
+            feature_std=stats[1],
+            target_mean=stats[0],
+            target_std=stats[1],
         )
         self.train_set = _Windows(self.series, 0, a, L, F)
         self.val_set = _Windows(self.series, a - L, b, L, F)

@@ -24,8 +24,13 @@ def train_spm(sentences: Sequence[str], vocab_size: int) -> bytes:
 
     out = io.BytesIO()
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(sentences), model_writer=out, vocab_size=vocab_size, hard_vocab_limit=False,
-        character_coverage=1.0, minloglevel=2, num_threads=1,
+        sentence_iterator=iter(sentences),
+        model_writer=out,
+        vocab_size=vocab_size,
+        hard_vocab_limit=False,
+        character_coverage=1.0,
+        minloglevel=2,
+        num_threads=1,
     )
     return out.getvalue()
 
@@ -97,12 +102,25 @@ def random_marian(
 
     pad = vocab_size - 1
     config = MarianConfig(
-        vocab_size=vocab_size, d_model=size["d_model"], encoder_layers=size["encoder_layers"],
-        decoder_layers=size["decoder_layers"], encoder_attention_heads=size["heads"],
-        decoder_attention_heads=size["heads"], encoder_ffn_dim=size["ffn"], decoder_ffn_dim=size["ffn"],
-        max_position_embeddings=max_positions, activation_function=activation, scale_embedding=True,
-        share_encoder_decoder_embeddings=share, tie_word_embeddings=tie, pad_token_id=pad, eos_token_id=0,
-        decoder_start_token_id=pad, forced_eos_token_id=0, dropout=0.1, attention_dropout=0.0,
+        vocab_size=vocab_size,
+        d_model=size["d_model"],
+        encoder_layers=size["encoder_layers"],
+        decoder_layers=size["decoder_layers"],
+        encoder_attention_heads=size["heads"],
+        decoder_attention_heads=size["heads"],
+        encoder_ffn_dim=size["ffn"],
+        decoder_ffn_dim=size["ffn"],
+        max_position_embeddings=max_positions,
+        activation_function=activation,
+        scale_embedding=True,
+        share_encoder_decoder_embeddings=share,
+        tie_word_embeddings=tie,
+        pad_token_id=pad,
+        eos_token_id=0,
+        decoder_start_token_id=pad,
+        forced_eos_token_id=0,
+        dropout=0.1,
+        attention_dropout=0.0,
     )
     torch.manual_seed(seed)
     model = MarianMTModel(config)

@@ -16,7 +16,7 @@ from typing import IO, Any
 
 import torch
 
-from lightning_tf.checkpoints import AtomicCheckpointIO
+from lightning_tf.training import AtomicCheckpointIO
 
 __all__ = ["SlowCheckpointIO", "TASK_ARGS", "fit_args", "free_port", "same_training", "start", "stop", "wait_for"]
 
@@ -25,22 +25,78 @@ ROOT = Path(__file__).resolve().parents[2]
 #: each task's config with a tiny model and dropout, shuffling and (vision) RandAugment + Mixup/CutMix on
 TASK_ARGS: dict[str, list[str]] = {
     "text": [
-        "--config", "configs/text/copy.yaml", "--data.n_train", "400", "--data.n_val", "16", "--data.n_test", "16",
-        "--data.max_tokens", "256", "--model.d_model", "16", "--model.n_heads", "2", "--model.n_layers", "1",
-        "--model.d_ff", "32", "--model.dropout", "0.1", "--model.warmup_steps", "4", "--model.extra_len", "4",
-        "--model.n_logged_samples", "0",
+        "--config",
+        "configs/text/copy.yaml",
+        "--data.n_train",
+        "400",
+        "--data.n_val",
+        "16",
+        "--data.n_test",
+        "16",
+        "--data.max_tokens",
+        "256",
+        "--model.d_model",
+        "16",
+        "--model.n_heads",
+        "2",
+        "--model.n_layers",
+        "1",
+        "--model.d_ff",
+        "32",
+        "--model.dropout",
+        "0.1",
+        "--model.warmup_steps",
+        "4",
+        "--model.extra_len",
+        "4",
+        "--model.n_logged_samples",
+        "0",
     ],
     "vision": [
-        "--config", "configs/vision/digits.yaml", "--data.batch_size", "16", "--data.augment", "randaugment",
-        "--data.mixup_alpha", "0.2", "--data.cutmix_alpha", "1.0", "--data.mixup_prob", "0.5", "--model.d_model", "16",
-        "--model.n_heads", "2", "--model.n_layers", "1", "--model.d_ff", "32", "--model.dropout", "0.1",
-        "--model.warmup_steps", "4", "--model.attention_images", "0",
+        "--config",
+        "configs/vision/digits.yaml",
+        "--data.batch_size",
+        "16",
+        "--data.augment",
+        "randaugment",
+        "--data.mixup_alpha",
+        "0.2",
+        "--data.cutmix_alpha",
+        "1.0",
+        "--data.mixup_prob",
+        "0.5",
+        "--model.d_model",
+        "16",
+        "--model.n_heads",
+        "2",
+        "--model.n_layers",
+        "1",
+        "--model.d_ff",
+        "32",
+        "--model.dropout",
+        "0.1",
+        "--model.warmup_steps",
+        "4",
+        "--model.attention_images",
+        "0",
     ],
     "kline": [
-        "--config", "configs/kline/msft_daily.yaml", "--data.batch_size", "32", "--model.d_model", "16",
-        "--model.n_heads", "2", "--model.n_layers", "1", "--model.d_ff", "32", "--model.warmup_steps", "4",
+        "--config",
+        "configs/kline/msft_daily.yaml",
+        "--data.batch_size",
+        "32",
+        "--model.d_model",
+        "16",
+        "--model.n_heads",
+        "2",
+        "--model.n_layers",
+        "1",
+        "--model.d_ff",
+        "32",
+        "--model.warmup_steps",
+        "4",
     ],
-}  # fmt: skip
+}
 
 #: 2 epochs of 5 steps; a checkpoint every 3 steps (step=3, 6, 9) besides last.ckpt and the best one
 STEP_CHECKPOINTS = """\
@@ -61,18 +117,49 @@ def fit_args(task: str, root: Path, workers: int = 0, devices: int = 1, extra: t
     steps.write_text(STEP_CHECKPOINTS)
     distributed = ["--trainer.strategy", "ddp"] if devices > 1 or "--trainer.num_nodes" in extra else []
     return [
-        "fit", "--config", "configs/trainer/default.yaml", *TASK_ARGS[task], "--config", str(steps),
-        "--trainer.logger", "false", "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary",
-        "false", "--trainer.accelerator", "cpu", "--trainer.devices", str(devices), *distributed,
-        "--trainer.deterministic", "true", "--trainer.max_epochs", "2", "--trainer.limit_train_batches", "5",
-        "--trainer.limit_val_batches", "2", "--trainer.num_sanity_val_steps", "0", "--trainer.default_root_dir",
-        str(root), "--data.num_workers", str(workers), *extra,
-    ]  # fmt: skip
+        "fit",
+        "--config",
+        "configs/trainer/default.yaml",
+        *TASK_ARGS[task],
+        "--config",
+        str(steps),
+        "--trainer.logger",
+        "false",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.enable_model_summary",
+        "false",
+        "--trainer.accelerator",
+        "cpu",
+        "--trainer.devices",
+        str(devices),
+        *distributed,
+        "--trainer.deterministic",
+        "true",
+        "--trainer.max_epochs",
+        "2",
+        "--trainer.limit_train_batches",
+        "5",
+        "--trainer.limit_val_batches",
+        "2",
+        "--trainer.num_sanity_val_steps",
+        "0",
+        "--trainer.default_root_dir",
+        str(root),
+        "--data.num_workers",
+        str(workers),
+        *extra,
+    ]
 
 
 def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1",
-           "PYTHONWARNINGS": "ignore"}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "WANDB_MODE": "offline",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONWARNINGS": "ignore",
+    }
     for name in ("LIGHTNING_TF_DEBUG", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)  # an outer launcher's variables would make these runs its children
     return env | (extra or {})
@@ -84,8 +171,15 @@ def start(args: list[str], env: dict[str, str] | None = None, log: Path | None =
     root = Path(args[args.index("--trainer.default_root_dir") + 1])
     log = log or root / "run.log"
     out = open(log, "w")  # noqa: SIM115 (closed with the process: the file outlives this call)
-    return subprocess.Popen([sys.executable, "-m", "lightning_tf", *args], cwd=ROOT, env=_env(env), stdout=out,
-                            stderr=subprocess.STDOUT, start_new_session=True, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "lightning_tf", *args],
+        cwd=ROOT,
+        env=_env(env),
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        text=True,
+    )
 
 
 def finish(proc: subprocess.Popen, timeout: float = 300) -> int:
@@ -147,12 +241,17 @@ def same_training(a: Path, b: Path) -> list[str]:
         tx, ty = _tensors(x[section]), _tensors(y[section])
         for key in sorted(set(tx) | set(ty)):
             u, v = tx.get(key), ty.get(key)
-            equal = (torch.equal(u, v) if isinstance(u, torch.Tensor) and isinstance(v, torch.Tensor) else u == v)
+            equal = torch.equal(u, v) if isinstance(u, torch.Tensor) and isinstance(v, torch.Tensor) else u == v
             if not equal:
                 out.append(f"{section}.{key}")
-    scores = [{k: _tensors(v).get("best_model_score") for k, v in c["callbacks"].items()
-               if str(k).startswith("ModelCheckpoint") and "'val/loss'" in str(k)}
-              for c in (x, y)]  # fmt: skip
+    scores = [
+        {
+            k: _tensors(v).get("best_model_score")
+            for k, v in c["callbacks"].items()
+            if str(k).startswith("ModelCheckpoint") and "'val/loss'" in str(k)
+        }
+        for c in (x, y)
+    ]
     if any(v is None for v in scores[0].values()) or not all(
         torch.equal(scores[0][k], scores[1].get(k, torch.tensor(float("nan")))) for k in scores[0]
     ):

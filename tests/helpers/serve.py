@@ -31,7 +31,14 @@ from tests.helpers.kline import TINY, make_bars
 from tests.helpers.text import word_sentences
 
 __all__ = [
-    "ServerProcess", "bars_records", "free_port", "png_bytes", "save_checkpoint", "tiny_kline", "tiny_text", "tiny_vit",
+    "ServerProcess",
+    "bars_records",
+    "free_port",
+    "png_bytes",
+    "save_checkpoint",
+    "tiny_kline",
+    "tiny_text",
+    "tiny_vit",
 ]
 
 KLINE_CONTEXT, KLINE_HORIZON = 32, 4
@@ -42,9 +49,21 @@ def tiny_text(max_len: int = 24) -> Seq2SeqTransformer:
     torch.manual_seed(0)
     sentences = word_sentences(64, 0)
     tokenizer = BPETokenizer.train(sentences, sentences, 64)
-    model = Seq2SeqTransformer(vocab_size=64, d_model=32, n_heads=4, n_layers=2, d_ff=64, dropout=0.0, beam_size=2,
-                               extra_len=4, max_len=max_len, warmup_steps=1, pad_id=tokenizer.pad_id,
-                               bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id)
+    model = Seq2SeqTransformer(
+        vocab_size=64,
+        d_model=32,
+        n_heads=4,
+        n_layers=2,
+        d_ff=64,
+        dropout=0.0,
+        beam_size=2,
+        extra_len=4,
+        max_len=max_len,
+        warmup_steps=1,
+        pad_id=tokenizer.pad_id,
+        bos_id=tokenizer.bos_id,
+        eos_id=tokenizer.eos_id,
+    )
     model.tokenizer, model.src_lang, model.tgt_lang = tokenizer, "en", "de"
     return model.eval()
 
@@ -52,8 +71,9 @@ def tiny_text(max_len: int = 24) -> Seq2SeqTransformer:
 def tiny_vit() -> ViTClassifier:
     """A 16x16 RGB ViT of three classes, with the class names and normalisation setup() would take."""
     torch.manual_seed(0)
-    model = ViTClassifier(num_classes=3, in_chans=3, preset=None, image_size=16, patch_size=4, d_model=32, n_heads=2,
-                          n_layers=2, d_ff=64)
+    model = ViTClassifier(
+        num_classes=3, in_chans=3, preset=None, image_size=16, patch_size=4, d_model=32, n_heads=2, n_layers=2, d_ff=64
+    )
     model.class_names, model.mean, model.std = ["cat", "dog", "bird"], [0.5, 0.4, 0.3], [0.2, 0.25, 0.3]
     return model.eval()
 
@@ -61,14 +81,25 @@ def tiny_vit() -> ViTClassifier:
 def tiny_kline() -> KLineForecaster:
     """A patch forecaster (context 32, horizon 4) with the data scale of one trained ticker, ``TRAINED``."""
     torch.manual_seed(0)
-    model = KLineForecaster(n_features=len(DEFAULT_FEATURES), n_targets=1, context_len=KLINE_CONTEXT,
-                            horizon=KLINE_HORIZON, target_channels=[0], **TINY)
+    model = KLineForecaster(
+        n_features=len(DEFAULT_FEATURES),
+        n_targets=1,
+        context_len=KLINE_CONTEXT,
+        horizon=KLINE_HORIZON,
+        target_channels=[0],
+        **TINY,
+    )
     C = len(DEFAULT_FEATURES)
     model.data_scale = DataScale(
-        feature_names=tuple(DEFAULT_FEATURES), target_names=("log_return",), target_kind=None,
+        feature_names=tuple(DEFAULT_FEATURES),
+        target_names=("log_return",),
+        target_kind=None,
         ticker_names=("TRAINED",),
-        feature_mean=[[0.001 * i for i in range(C)]], feature_std=[[0.5 + 0.1 * i for i in range(C)]],
-        target_mean=[[0.0002]], target_std=[[0.02]], has_prices=True,
+        feature_mean=[[0.001 * i for i in range(C)]],
+        feature_std=[[0.5 + 0.1 * i for i in range(C)]],
+        target_mean=[[0.0002]],
+        target_std=[[0.02]],
+        has_prices=True,
     )
     return model.eval()
 
@@ -163,8 +194,9 @@ class ServerProcess:
         return requests.post(self.url + "/predict", headers=headers, timeout=60, **kwargs)
 
     def get(self, path: str, **kwargs: Any) -> requests.Response:
-        return requests.get(self.url + path, headers={**self.headers, **kwargs.pop("headers", {})}, timeout=30,
-                            **kwargs)
+        return requests.get(
+            self.url + path, headers={**self.headers, **kwargs.pop("headers", {})}, timeout=30, **kwargs
+        )
 
     def output(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""

@@ -28,7 +28,9 @@ class TinyDataModule(LightningDataModule):
         w = torch.randn(self.n_features, 1, generator=g)
         x = torch.randn(3 * self.n, self.n_features, generator=g)
         y = x @ w + 0.01 * torch.randn(3 * self.n, 1, generator=g)
-        self.splits = [TensorDataset(x[i * self.n : (i + 1) * self.n], y[i * self.n : (i + 1) * self.n]) for i in range(3)]
+        self.splits = [
+            TensorDataset(x[i * self.n : (i + 1) * self.n], y[i * self.n : (i + 1) * self.n]) for i in range(3)
+        ]
 
     def train_dataloader(self) -> DataLoader:
         return DataLoader(self.splits[0], batch_size=self.batch_size, shuffle=True)

@@ -25,18 +25,39 @@ BACKBONES = ["patches", "variates", "bars"]
 @pytest.mark.parametrize("backbone", BACKBONES)
 def test_fit_test_predict_and_forecast_from_the_checkpoint(backbone: str, tmp_path: Path) -> None:
     runs = tmp_path / "runs"
-    proc = cli("fit", "--config", DEFAULT, "--config", MSFT, "--model.backbone", backbone, "--test_after_fit", "true",
-               "--data.init_args.context_len", "32", *[f"--model.init_args.{k}={v}" for k, v in TINY.items()],
-               "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "4", "--trainer.limit_val_batches", "3",
-               "--trainer.limit_test_batches", "3", "--trainer.enable_progress_bar", "false",
-               *run_dir_args(runs))  # fmt: skip
+    proc = cli(
+        "fit",
+        "--config",
+        DEFAULT,
+        "--config",
+        MSFT,
+        "--model.backbone",
+        backbone,
+        "--test_after_fit",
+        "true",
+        "--data.init_args.context_len",
+        "32",
+        *[f"--model.init_args.{k}={v}" for k, v in TINY.items()],
+        "--trainer.max_epochs",
+        "1",
+        "--trainer.limit_train_batches",
+        "4",
+        "--trainer.limit_val_batches",
+        "3",
+        "--trainer.limit_test_batches",
+        "3",
+        "--trainer.enable_progress_bar",
+        "false",
+        *run_dir_args(runs),
+    )
     assert "tested model:" in proc.stdout and "linear baseline:" in proc.stdout, proc.stdout[-2000:]
     config, ckpt = next(runs.rglob("config.yaml")), next(runs.rglob("last.ckpt"))
     assert f"backbone: {backbone}" in config.read_text()
     new = tmp_path / "later.csv"
     make_bars(120, seed=5, start="2019-01-02").to_csv(new, index=False)
-    proc = cli("predict", "--config", str(config), "--ckpt_path", str(ckpt), "--data.predict_path", str(new),
-               cwd=tmp_path)
+    proc = cli(
+        "predict", "--config", str(config), "--ckpt_path", str(ckpt), "--data.predict_path", str(new), cwd=tmp_path
+    )
     written = re.search(r"wrote 1 forecasts to (\S+)", proc.stdout)
     assert written, proc.stdout[-2000:]
     path = Path(written[1]) if Path(written[1]).is_absolute() else tmp_path / written[1]
@@ -46,8 +67,7 @@ def test_fit_test_predict_and_forecast_from_the_checkpoint(backbone: str, tmp_pa
     assert model.net.backbone_name == backbone
     table = model.forecast(new)
     assert len(table) == 5 and table["pred_log_return"].notna().all()
-    pd.testing.assert_series_equal(predicted["pred_log_return"], table["pred_log_return"], rtol=1e-5,
-                                   check_names=False)
+    pd.testing.assert_series_equal(predicted["pred_log_return"], table["pred_log_return"], rtol=1e-5, check_names=False)
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +81,19 @@ def _can_compile() -> None:
 @pytest.mark.usefixtures("_can_compile")
 @pytest.mark.parametrize("backbone", BACKBONES)
 def test_compiled_equals_eager(backbone: str) -> None:
-    kw = dict(n_features=3, n_targets=3, context_len=32, horizon=6, target_channels=[0, 1, 2], backbone=backbone,
-              dropout=0.0, head_dropout=0.0, loss="quantile", causal=backbone == "bars", **TINY)
+    kw = dict(
+        n_features=3,
+        n_targets=3,
+        context_len=32,
+        horizon=6,
+        target_channels=[0, 1, 2],
+        backbone=backbone,
+        dropout=0.0,
+        head_dropout=0.0,
+        loss="quantile",
+        causal=backbone == "bars",
+        **TINY,
+    )
     eager = KLineForecaster(**kw)
     with torch.no_grad():  # a residual that is not zero, and a linear path that is not either
         eager.net.head.weight.normal_(0.0, 0.1)

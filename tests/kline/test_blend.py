@@ -13,8 +13,16 @@ import torch.nn.functional as F
 from lightning_tf.kline import KLineForecaster, PatchTST
 from tests.helpers.kline import TINY, SineDataModule
 
-NET = {"patch_len": 8, "stride": 4, "d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "dropout": 0.0,
-       "head_dropout": 0.0}
+NET = {
+    "patch_len": 8,
+    "stride": 4,
+    "d_model": 16,
+    "n_heads": 2,
+    "n_layers": 1,
+    "d_ff": 32,
+    "dropout": 0.0,
+    "head_dropout": 0.0,
+}
 
 
 def _batches(n: int, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -46,8 +54,9 @@ def test_a_weight_mixes_the_linear_path_and_the_transformer_alone_exactly(linear
     assert not torch.allclose(linear, transformer, atol=1e-3)  # two different forecasts
     torch.testing.assert_close(blend.combine(parts, gate=1.0), transformer, rtol=1e-10, atol=1e-10)
     for w in (0.25, 0.7):
-        torch.testing.assert_close(blend.combine(parts, gate=w), (1 - w) * linear + w * transformer,
-                                   rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(
+            blend.combine(parts, gate=w), (1 - w) * linear + w * transformer, rtol=1e-10, atol=1e-10
+        )
     blend.residual_gate.copy_(torch.tensor([0.0, 0.6], dtype=torch.float64))  # per target, as validation leaves it
     out = blend.forward_quantiles(x)
     torch.testing.assert_close(out[..., 0], linear[..., 0], rtol=1e-10, atol=1e-10)
@@ -74,10 +83,25 @@ def test_training_sees_the_transformer_alone_and_validation_picks_the_weight() -
                 alone = parts.residual * parts.std + pl_module.net.combine(parts, gate=0.0)  # T, model scale
             seen["loss"], seen["alone"] = float(loss.detach()), float(F.mse_loss(alone, batch["y"]))
 
-    model = KLineForecaster(n_features=2, n_targets=2, context_len=32, horizon=6, residual="blend",
-                            residual_keep_se=0.0, dropout=0.0, head_dropout=0.0, **TINY)
-    t = L.Trainer(max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                  enable_model_summary=False, callbacks=[FirstStep()])
+    model = KLineForecaster(
+        n_features=2,
+        n_targets=2,
+        context_len=32,
+        horizon=6,
+        residual="blend",
+        residual_keep_se=0.0,
+        dropout=0.0,
+        head_dropout=0.0,
+        **TINY,
+    )
+    t = L.Trainer(
+        max_epochs=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[FirstStep()],
+    )
     t.fit(model, dm)
     assert seen["loss"] == pytest.approx(seen["alone"], rel=1e-5)
     full, linear, weighted, gain, _se = model.val_selection.tolist()

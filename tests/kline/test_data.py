@@ -297,11 +297,17 @@ def test_argument_errors(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"english.csv: ticker 'english' has \d usable training rows"):
         short.setup("fit")
     make_bars(60).to_csv(tmp_path / "s.csv", index=False)
-    with pytest.raises(ValueError, match=r"s.csv: the training split has 22 usable bars \(after the warm-up\), too "
-                                         r"few: a training window needs context_len \+ horizon = 45 \+ 5 = 50 bars"):
+    with pytest.raises(
+        ValueError,
+        match=r"s.csv: the training split has 22 usable bars \(after the warm-up\), too "
+        r"few: a training window needs context_len \+ horizon = 45 \+ 5 = 50 bars",
+    ):
         KLineDataModule(str(tmp_path / "s.csv"), context_len=45, horizon=5).setup("fit")
-    with pytest.raises(ValueError, match=r"s.csv: the validation split has 6 usable bars, too few: a validation "
-                                         r"window needs horizon \(8\) bars in the split"):
+    with pytest.raises(
+        ValueError,
+        match=r"s.csv: the validation split has 6 usable bars, too few: a validation "
+        r"window needs horizon \(8\) bars in the split",
+    ):
         KLineDataModule(str(tmp_path / "s.csv"), context_len=4, horizon=8).setup("fit")
     (tmp_path / "empty.csv").write_text("  \n")
     with pytest.raises(ValueError, match=r"empty.csv: the file is empty"):

@@ -26,8 +26,14 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, pd.Da
     L.seed_everything(0)
     dm = KLineDataModule(str(root / "msft.csv"), context_len=32, horizon=3, batch_size=64)
     model = KLineForecaster(n_features=6, n_targets=1, context_len=32, horizon=3, revin=False, **TINY)
-    t = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                  enable_model_summary=False, limit_train_batches=2)
+    t = L.Trainer(
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_train_batches=2,
+    )
     t.fit(model, dm)
     ckpt = root / "model.ckpt"
     t.save_checkpoint(ckpt)
@@ -48,16 +54,18 @@ def test_a_trained_ticker_is_scaled_with_its_training_statistics(trained: tuple[
     last = pd.Timestamp(bars["Date"].iloc[249])
     assert table["timestamp"].tolist() == list(pd.bdate_range(last + pd.offsets.BDay(1), periods=3))
     # the same forecast as predict's DataModule path with the checkpoint's statistics
-    dm = KLineDataModule(str(new / "moved_away_training_file.csv"), context_len=32, horizon=3,
-                         predict_path=str(new / "msft.csv"))
+    dm = KLineDataModule(
+        str(new / "moved_away_training_file.csv"), context_len=32, horizon=3, predict_path=str(new / "msft.csv")
+    )
     dm.setup("predict")
     dm.load_state_dict(torch.load(ckpt, weights_only=True)["KLineDataModule"])
     batch = next(iter(dm.predict_dataloader()))
     with torch.no_grad():
         returns = model.eval()(batch["x"])[0, :, 0].double() * batch["scale_std"][0, 0] + batch["scale_mean"][0, 0]
     np.testing.assert_allclose(table["pred_log_return"].to_numpy(), returns.numpy(), rtol=1e-5, atol=1e-9)
-    np.testing.assert_allclose(table["close"].to_numpy(), bars["Close"].iloc[249] * np.exp(np.cumsum(returns.numpy())),
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        table["close"].to_numpy(), bars["Close"].iloc[249] * np.exp(np.cumsum(returns.numpy())), rtol=1e-6
+    )
 
 
 def test_an_unseen_series_in_other_units_keeps_its_units_and_its_name(trained: tuple[Path, Path, pd.DataFrame]) -> None:
@@ -73,8 +81,9 @@ def test_an_unseen_series_in_other_units_keeps_its_units_and_its_name(trained: t
     assert table["ticker"].unique().tolist() == ["bigco"]
     assert table["scaled_by"].unique().tolist() == ["its own history (180 bars)"]
     last_close = other["Close"].iloc[-1]
-    np.testing.assert_allclose(table["close"].to_numpy(),
-                               last_close * np.exp(np.cumsum(table["pred_log_return"].to_numpy())), rtol=1e-6)
+    np.testing.assert_allclose(
+        table["close"].to_numpy(), last_close * np.exp(np.cumsum(table["pred_log_return"].to_numpy())), rtol=1e-6
+    )
     assert (table["close"] / last_close).between(0.5, 2.0).all()  # in its own (thousands) units
     # its own history sets the scale: the same series in the original units forecasts the same returns
     other[["Open", "High", "Low", "Close"]] /= 1000
@@ -86,23 +95,30 @@ def test_an_unseen_series_in_other_units_keeps_its_units_and_its_name(trained: t
 def test_a_dataframe_in_another_layout_and_a_panel(trained: tuple[Path, Path, pd.DataFrame]) -> None:
     ckpt, _, bars = trained
     model = KLineForecaster.load_from_checkpoint(ckpt, map_location="cpu")
-    chinese = bars.rename(columns={"Date": "日期", "Open": "开盘", "High": "最高", "Low": "最低", "Close": "收盘",
-                                   "Volume": "成交量"})
+    chinese = bars.rename(
+        columns={"Date": "日期", "Open": "开盘", "High": "最高", "Low": "最低", "Close": "收盘", "Volume": "成交量"}
+    )
     one = model.forecast(chinese.set_index("日期"), name="msft")
     assert one["scaled_by"].unique().tolist() == ["training statistics of 'msft'"]
     panel = pd.concat([bars.assign(code="msft"), make_bars(120, seed=4).assign(code="zz")])
     both = model.forecast(panel, ticker_column="code")
     assert both.groupby("ticker")["scaled_by"].first().to_dict() == {
-        "msft": "training statistics of 'msft'", "zz": "its own history (100 bars)"}
-    np.testing.assert_allclose(both[both["ticker"] == "msft"]["pred_log_return"].to_numpy(),
-                               one["pred_log_return"].to_numpy(), rtol=1e-6)
+        "msft": "training statistics of 'msft'",
+        "zz": "its own history (100 bars)",
+    }
+    np.testing.assert_allclose(
+        both[both["ticker"] == "msft"]["pred_log_return"].to_numpy(), one["pred_log_return"].to_numpy(), rtol=1e-6
+    )
 
 
 def test_forecast_errors_name_the_problem(trained: tuple[Path, Path, pd.DataFrame], tmp_path: Path) -> None:
     ckpt, _, _ = trained
     model = KLineForecaster.load_from_checkpoint(ckpt, map_location="cpu")
-    with pytest.raises(ValueError, match=r"ticker 'short' has 30 usable bars \(50 bars, 20 warm-up rows for the "
-                                         r"features\); a forecast needs context_len \(32\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"ticker 'short' has 30 usable bars \(50 bars, 20 warm-up rows for the "
+        r"features\); a forecast needs context_len \(32\)",
+    ):
         model.forecast(make_bars(50), name="short")
     (tmp_path / "empty.csv").write_text("")
     with pytest.raises(ValueError, match=r"empty.csv: the file is empty"):
@@ -113,8 +129,11 @@ def test_forecast_errors_name_the_problem(trained: tuple[Path, Path, pd.DataFram
 
 
 def test_patching_that_would_drop_bars_is_refused() -> None:
-    with pytest.raises(ValueError, match=r"pad_end false with context_len 100, patch_len 16 and stride 16 would ignore "
-                                         r"the newest 4 bars of every window"):
+    with pytest.raises(
+        ValueError,
+        match=r"pad_end false with context_len 100, patch_len 16 and stride 16 would ignore "
+        r"the newest 4 bars of every window",
+    ):
         KLineForecaster(n_features=1, n_targets=1, context_len=100, horizon=2, patch_len=16, stride=16, pad_end=False)
     PatchTST(1, 1, 96, 2, [0], patch_len=16, stride=16, pad_end=False)  # 96 = 16 + 5 * 16: every bar read
     PatchTST(1, 1, 100, 2, [0], patch_len=16, stride=16, pad_end=True)  # end padding reads the last bars

@@ -30,7 +30,13 @@ def trainer(max_epochs: int = 1, **kw) -> L.Trainer:
 
 def test_network_is_built_in_one_place() -> None:
     model = tiny(channel_mixing=True, target_channels=[0, 1, 2]).eval()
-    assert [name for name, _ in model.named_children()] == ["net", "metrics", "val_loss", "selection", "linear_baseline"]
+    assert [name for name, _ in model.named_children()] == [
+        "net",
+        "metrics",
+        "val_loss",
+        "selection",
+        "linear_baseline",
+    ]
     assert {n.split(".")[0] for n, _ in model.named_parameters()} == {"net"}
     x = torch.randn(2, 32, 3)
     torch.testing.assert_close(model(x), model.net(x))
@@ -73,8 +79,17 @@ def test_learns_a_sinusoid_far_below_persistence() -> None:
     and drift forecasts'; the summary of the same windows says so."""
     L.seed_everything(0)
     dm = SineDataModule(n_features=2, context_len=48, horizon=8, noise=0.1)
-    model = KLineForecaster(n_features=2, n_targets=2, context_len=48, horizon=8, **TINY, dropout=0.0,
-                            head_dropout=0.0, lr=3e-3, warmup_steps=5)
+    model = KLineForecaster(
+        n_features=2,
+        n_targets=2,
+        context_len=48,
+        horizon=8,
+        **TINY,
+        dropout=0.0,
+        head_dropout=0.0,
+        lr=3e-3,
+        warmup_steps=5,
+    )
     t = trainer(max_epochs=8)
     t.fit(model, dm)
     t.test(model, dm, verbose=False)
@@ -100,8 +115,9 @@ def test_kline_fit_test_baselines_and_checkpoint(tmp_path: Path) -> None:
     write_bars(tmp_path / "bars.csv")
     dm = KLineDataModule(str(tmp_path / "bars.csv"), context_len=32, horizon=4, batch_size=32)
     model = KLineForecaster(n_features=6, n_targets=1, context_len=32, horizon=4, **TINY)
-    t = L.Trainer(max_epochs=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
-                  default_root_dir=tmp_path)
+    t = L.Trainer(
+        max_epochs=1, logger=False, enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path
+    )
     t.fit(model, dm)
     # adopted from the data (log_return is input channel 0), as a plain attribute: the arguments stay as given
     assert model.target_channels == [0] and model.hparams.target_channels is None
@@ -127,7 +143,9 @@ def test_kline_fit_test_baselines_and_checkpoint(tmp_path: Path) -> None:
     assert DataScale.from_dict(state["data_scale"]) == dm.data_scale
     # one target channel: one map, of the context (33 = 32 + 1) or of its trend and remainder (65 = 2 * 32 + 1)
     assert state["state_dict"]["linear_baseline.weight"].shape in ((1, 33, 4), (1, 65, 4))
-    assert state["state_dict"]["net.linear.weight"].shape == (1, 33, 4) and bool(state["state_dict"]["net.linear.fitted"])
+    assert state["state_dict"]["net.linear.weight"].shape == (1, 33, 4) and bool(
+        state["state_dict"]["net.linear.fitted"]
+    )
     loaded = KLineForecaster.load_from_checkpoint(ckpt, map_location="cpu").eval()
     assert loaded.target_channels == [0] and loaded.data_scale == dm.data_scale
     x = batches[0]["x"]
@@ -193,15 +211,25 @@ def test_multivariate_csv_end_to_end(tmp_path: Path, features: str, channel_mixi
     n = 600
     t = np.arange(n)
     rng = np.random.default_rng(0)
-    pd.DataFrame({
-        "date": pd.date_range("2021-01-01", periods=n, freq="h").strftime("%Y-%m-%d %H:%M:%S"),
-        "a": np.sin(t / 7) + 0.1 * rng.normal(size=n), "b": np.cos(t / 11) + 0.1 * rng.normal(size=n),
-        "OT": 5 + np.sin(t / 5) + 0.1 * rng.normal(size=n),
-    }).to_csv(tmp_path / "series.csv", index=False)
-    dm = MultivariateDataModule(str(tmp_path / "series.csv"), context_len=32, horizon=4, features=features,
-                                batch_size=64)
-    model = KLineForecaster(n_features=dm.n_features, n_targets=dm.n_targets, context_len=32, horizon=4,
-                            channel_mixing=channel_mixing, **TINY)
+    pd.DataFrame(
+        {
+            "date": pd.date_range("2021-01-01", periods=n, freq="h").strftime("%Y-%m-%d %H:%M:%S"),
+            "a": np.sin(t / 7) + 0.1 * rng.normal(size=n),
+            "b": np.cos(t / 11) + 0.1 * rng.normal(size=n),
+            "OT": 5 + np.sin(t / 5) + 0.1 * rng.normal(size=n),
+        }
+    ).to_csv(tmp_path / "series.csv", index=False)
+    dm = MultivariateDataModule(
+        str(tmp_path / "series.csv"), context_len=32, horizon=4, features=features, batch_size=64
+    )
+    model = KLineForecaster(
+        n_features=dm.n_features,
+        n_targets=dm.n_targets,
+        context_len=32,
+        horizon=4,
+        channel_mixing=channel_mixing,
+        **TINY,
+    )
     t_ = trainer(max_epochs=1)
     t_.fit(model, dm)
     t_.test(model, dm, verbose=False)
@@ -221,10 +249,16 @@ def test_return_targets_of_a_generic_csv_have_no_prices(tmp_path: Path) -> None:
     """A CSV's return column has no closes to rebuild (its anchors are zeros): no price scale is scored."""
     n = 400
     rng = np.random.default_rng(1)
-    pd.DataFrame({"date": pd.date_range("2021-01-01", periods=n, freq="D"), "volume": rng.normal(size=n),
-                  "log_return": 0.01 * rng.normal(size=n)}).to_csv(tmp_path / "r.csv", index=False)
-    dm = MultivariateDataModule(str(tmp_path / "r.csv"), context_len=16, horizon=2, features="MS",
-                                target="log_return", borders="fraction")
+    pd.DataFrame(
+        {
+            "date": pd.date_range("2021-01-01", periods=n, freq="D"),
+            "volume": rng.normal(size=n),
+            "log_return": 0.01 * rng.normal(size=n),
+        }
+    ).to_csv(tmp_path / "r.csv", index=False)
+    dm = MultivariateDataModule(
+        str(tmp_path / "r.csv"), context_len=16, horizon=2, features="MS", target="log_return", borders="fraction"
+    )
     model = KLineForecaster(n_features=2, n_targets=1, context_len=16, horizon=2, **{**TINY, "patch_len": 4})
     t = trainer(max_steps=2, limit_val_batches=1)
     t.fit(model, dm)
@@ -238,16 +272,22 @@ def test_attention_image_is_logged_to_wandb_only_under_a_wandb_logger(tmp_path: 
     dm = SineDataModule(n_features=2, context_len=32, horizon=6, n_bars=400)
     model = KLineForecaster(n_features=2, n_targets=2, context_len=32, horizon=6, **TINY)
     logger = WandbLogger(project="test", save_dir=str(tmp_path), offline=True)
-    t = L.Trainer(max_epochs=1, logger=logger, enable_checkpointing=False, enable_progress_bar=False,
-                  enable_model_summary=False)
+    t = L.Trainer(
+        max_epochs=1, logger=logger, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False
+    )
     t.fit(model, dm)
     t.test(model, dm, verbose=False)
     logger.experiment.finish()
     images = list(tmp_path.rglob("media/images/test/attention*.png"))
     assert len(images) == 1 and images[0].stat().st_size > 5_000
     # another logger: the test runs the same and no image is written anywhere
-    t2 = L.Trainer(max_epochs=1, logger=CSVLogger(tmp_path / "csv"), enable_checkpointing=False,
-                   enable_progress_bar=False, enable_model_summary=False)
+    t2 = L.Trainer(
+        max_epochs=1,
+        logger=CSVLogger(tmp_path / "csv"),
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     t2.test(model, dm, verbose=False)
     assert not list((tmp_path / "csv").rglob("*.png"))
 
@@ -255,11 +295,19 @@ def test_attention_image_is_logged_to_wandb_only_under_a_wandb_logger(tmp_path: 
 def test_returns_target_follows_the_data_target_kind() -> None:
     """``target_kind`` decides returns vs levels; without it, targets named log_return are returns; without
     a data scale at all, targets that are not input channels are returns."""
+
     def scale(names: list[str], kind: str | None) -> DataScale:
         one = [[0.0]], [[1.0]]
-        return DataScale(feature_names=["a"], target_names=names, target_kind=kind,  # type: ignore[arg-type]
-                         ticker_names=["t"], feature_mean=one[0], feature_std=one[1], target_mean=one[0],
-                         target_std=one[1])
+        return DataScale(
+            feature_names=["a"],
+            target_names=names,
+            target_kind=kind,  # type: ignore[arg-type]
+            ticker_names=["t"],
+            feature_mean=one[0],
+            feature_std=one[1],
+            target_mean=one[0],
+            target_std=one[1],
+        )
 
     model = tiny(n_features=1, n_targets=1, target_channels=[0])
     assert not model.returns_target
@@ -283,8 +331,9 @@ def test_decay_schedule_is_patchtsts_type3(tmp_path: Path) -> None:
         def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
             lrs.append(trainer.optimizers[0].param_groups[0]["lr"])
 
-    trainer(max_epochs=6, limit_train_batches=2, limit_val_batches=1, callbacks=[Record()],
-            default_root_dir=tmp_path).fit(model, dm)
+    trainer(
+        max_epochs=6, limit_train_batches=2, limit_val_batches=1, callbacks=[Record()], default_root_dir=tmp_path
+    ).fit(model, dm)
     assert lrs == pytest.approx([1e-3, 1e-3, 1e-3, 9e-4, 8.1e-4, 7.29e-4])
 
 

@@ -140,12 +140,16 @@ def test_multivariate_rows_must_be_in_time_order(tmp_path: Path) -> None:
 def test_multivariate_too_short_for_the_window_is_refused(tmp_path: Path) -> None:
     """Too few rows for one window would otherwise index rows before the start (wrapping around)."""
     with pytest.raises(
-        ValueError, match=r"custom.csv: the training split has 70 rows, too few: a training window needs "
-                          r"context_len \+ horizon = 336 \+ 96 = 432 rows"
+        ValueError,
+        match=r"custom.csv: the training split has 70 rows, too few: a training window needs "
+        r"context_len \+ horizon = 336 \+ 96 = 432 rows",
     ):
         MultivariateDataModule(str(_csv(tmp_path, 100)), context_len=336, horizon=96, borders="fraction").setup("fit")
-    with pytest.raises(ValueError, match=r"custom.csv: the validation split has 10 rows, too few: a validation "
-                                         r"window needs horizon \(12\) rows in the split"):
+    with pytest.raises(
+        ValueError,
+        match=r"custom.csv: the validation split has 10 rows, too few: a validation "
+        r"window needs horizon \(12\) rows in the split",
+    ):
         MultivariateDataModule(str(_csv(tmp_path, 100)), context_len=8, horizon=12, borders="fraction").setup("fit")
     (tmp_path / "empty.csv").write_text("")
     with pytest.raises(ValueError, match=r"empty.csv: the file is empty"):
@@ -153,8 +157,9 @@ def test_multivariate_too_short_for_the_window_is_refused(tmp_path: Path) -> Non
 
 
 def test_data_scale_of_a_csv(tmp_path: Path) -> None:
-    dm = MultivariateDataModule(str(_csv(tmp_path, 200)), context_len=16, horizon=4, features="MS", target="c0",
-                                borders="fraction")
+    dm = MultivariateDataModule(
+        str(_csv(tmp_path, 200)), context_len=16, horizon=4, features="MS", target="c0", borders="fraction"
+    )
     dm.setup("fit")
     scale = dm.data_scale
     assert scale.feature_names == ("c1", "OT", "c0") and scale.target_names == ("c0",)

@@ -121,8 +121,9 @@ def test_the_rows_are_mapped_from_the_panel_files(folder: Path, tmp_path: Path) 
     maps = [line.split() for line in Path("/proc/self/maps").read_text().splitlines()]
     for key in ("x", "y", "anchor", "time"):
         address = dm._rows[key].data_ptr()
-        (path,) = [m[5] for m in maps if len(m) > 5 and int(m[0].split("-")[0], 16) <= address
-                   < int(m[0].split("-")[1], 16)]
+        (path,) = [
+            m[5] for m in maps if len(m) > 5 and int(m[0].split("-")[0], 16) <= address < int(m[0].split("-")[1], 16)
+        ]
         assert path.endswith(f"/{key}.npy"), path
     # copy-on-write: a write into a batch's source would stay in this process, never reach the file
     file_x = np.load(Path(path).with_name("x.npy"))
@@ -147,13 +148,34 @@ def test_the_command_prepares_once_reuses_and_predicts_without_the_panel(folder:
     from tests.helpers.kline import TINY
 
     cache = tmp_path / "cache"
-    args = ["fit", "--config", str(ROOT / "configs/trainer/default.yaml"), "--config",
-            str(ROOT / "configs/kline/msft_daily.yaml"), "--data.init_args.path", str(folder),
-            "--data.init_args.cache_dir", str(cache), "--data.init_args.context_len", "16",
-            "--data.init_args.horizon", "2", "--data.init_args.val_start", SETTINGS["val_start"],
-            "--data.init_args.test_start", SETTINGS["test_start"], "--trainer.max_epochs", "1",
-            "--trainer.limit_train_batches", "3", "--trainer.enable_progress_bar", "false", "--test_after_fit", "true",
-            *[f"--model.init_args.{k}={v}" for k, v in TINY.items()]]  # fmt: skip
+    args = [
+        "fit",
+        "--config",
+        str(ROOT / "configs/trainer/default.yaml"),
+        "--config",
+        str(ROOT / "configs/kline/msft_daily.yaml"),
+        "--data.init_args.path",
+        str(folder),
+        "--data.init_args.cache_dir",
+        str(cache),
+        "--data.init_args.context_len",
+        "16",
+        "--data.init_args.horizon",
+        "2",
+        "--data.init_args.val_start",
+        SETTINGS["val_start"],
+        "--data.init_args.test_start",
+        SETTINGS["test_start"],
+        "--trainer.max_epochs",
+        "1",
+        "--trainer.limit_train_batches",
+        "3",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--test_after_fit",
+        "true",
+        *[f"--model.init_args.{k}={v}" for k, v in TINY.items()],
+    ]
     first = cli(*args, *run_dir_args(tmp_path / "runs1"))
     second = cli(*args, *run_dir_args(tmp_path / "runs2"))
     assert "preparing the panel into" in first.stderr + first.stdout
@@ -166,6 +188,7 @@ def test_the_command_prepares_once_reuses_and_predicts_without_the_panel(folder:
     make_bars(60, seed=5, start="2001-01-01").to_csv(new, index=False)
     shutil.move(folder, tmp_path / "archive")
     config, ckpt = next((tmp_path / "runs2").rglob("config.yaml")), next((tmp_path / "runs2").rglob("last.ckpt"))
-    proc = cli("predict", "--config", str(config), "--ckpt_path", str(ckpt), "--data.predict_path", str(new),
-               cwd=tmp_path)
+    proc = cli(
+        "predict", "--config", str(config), "--ckpt_path", str(ckpt), "--data.predict_path", str(new), cwd=tmp_path
+    )
     assert re.search(r"wrote 1 forecasts to ", proc.stdout) and not cache.exists()

@@ -30,10 +30,27 @@ def test_train_move_the_data_away_then_forecast_from_an_empty_folder(tmp_path: P
     bars = make_bars(400, seed=11)
     bars.to_csv(train / "acme.csv", index=False)
     runs = tmp_path / "runs"
-    cli("fit", "--config", DEFAULT, "--config", MSFT, "--data.init_args.path", str(train / "acme.csv"),
-        "--data.init_args.context_len", "32", "--data.init_args.horizon", "3", *SMALL,
-        "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "3", "--trainer.enable_progress_bar", "false",
-        *run_dir_args(runs))  # fmt: skip
+    cli(
+        "fit",
+        "--config",
+        DEFAULT,
+        "--config",
+        MSFT,
+        "--data.init_args.path",
+        str(train / "acme.csv"),
+        "--data.init_args.context_len",
+        "32",
+        "--data.init_args.horizon",
+        "3",
+        *SMALL,
+        "--trainer.max_epochs",
+        "1",
+        "--trainer.limit_train_batches",
+        "3",
+        "--trainer.enable_progress_bar",
+        "false",
+        *run_dir_args(runs),
+    )
     config = next(runs.rglob("config.yaml"))
     ckpt = next(runs.rglob("last.ckpt"))
     shutil.move(train, tmp_path / "archive")  # the training data is gone
@@ -46,8 +63,16 @@ def test_train_move_the_data_away_then_forecast_from_an_empty_folder(tmp_path: P
     table = KLineForecaster.load_from_checkpoint(ckpt, map_location="cpu").forecast(later / "acme.csv")
     assert len(table) == 3 and table["scaled_by"].unique().tolist() == ["training statistics of 'acme'"]
 
-    proc = cli("predict", "--config", str(config), "--ckpt_path", str(ckpt), "--data.predict_path",
-               str(later / "acme.csv"), cwd=empty)
+    proc = cli(
+        "predict",
+        "--config",
+        str(config),
+        "--ckpt_path",
+        str(ckpt),
+        "--data.predict_path",
+        str(later / "acme.csv"),
+        cwd=empty,
+    )
     match = re.search(r"wrote 1 forecasts to (\S+)", proc.stdout)
     assert match, proc.stdout[-2000:]
     written = Path(match[1]) if Path(match[1]).is_absolute() else empty / match[1]
@@ -56,21 +81,51 @@ def test_train_move_the_data_away_then_forecast_from_an_empty_folder(tmp_path: P
     out = pd.read_csv(written)
     pd.testing.assert_series_equal(out["pred_log_return"], table["pred_log_return"], rtol=1e-5, check_names=False)
     assert out["scaled_by"].unique().tolist() == ["training statistics of 'acme'"]
-    again = cli("predict", "--config", str(config), "--ckpt_path", str(ckpt), "--data.predict_path",
-                str(later / "acme.csv"), cwd=empty)
+    again = cli(
+        "predict",
+        "--config",
+        str(config),
+        "--ckpt_path",
+        str(ckpt),
+        "--data.predict_path",
+        str(later / "acme.csv"),
+        cwd=empty,
+    )
     second = re.search(r"wrote 1 forecasts to (\S+)", again.stdout)[1]
     assert second != match[1] and written.is_file()  # never over an earlier forecast
 
 
 def test_errors_are_one_line_naming_the_problem(tmp_path: Path) -> None:
-    proc = cli("fit", "--config", MSFT, "--data.init_args.horizon", "2000", "--trainer.logger", "false",
-               "--trainer.default_root_dir", str(tmp_path), check=False)
+    proc = cli(
+        "fit",
+        "--config",
+        MSFT,
+        "--data.init_args.horizon",
+        "2000",
+        "--trainer.logger",
+        "false",
+        "--trainer.default_root_dir",
+        str(tmp_path),
+        check=False,
+    )
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.startswith("lightning-tf: error:")]
-    assert len(lines) == 1 and "the validation split has" in lines[0] and "horizon (2000)" in lines[0], proc.stderr[-2000:]
+    assert len(lines) == 1 and "the validation split has" in lines[0] and "horizon (2000)" in lines[0], proc.stderr[
+        -2000:
+    ]
     (tmp_path / "empty.csv").write_text("")
-    proc = cli("fit", "--config", MSFT, "--data.init_args.path", str(tmp_path / "empty.csv"),
-               "--trainer.logger", "false", "--trainer.default_root_dir", str(tmp_path), check=False)
+    proc = cli(
+        "fit",
+        "--config",
+        MSFT,
+        "--data.init_args.path",
+        str(tmp_path / "empty.csv"),
+        "--trainer.logger",
+        "false",
+        "--trainer.default_root_dir",
+        str(tmp_path),
+        check=False,
+    )
     assert proc.returncode == 2 and f"{tmp_path / 'empty.csv'}: the file is empty" in proc.stderr
 
 
@@ -84,8 +139,17 @@ def _can_compile() -> None:
 
 @pytest.mark.usefixtures("_can_compile")
 def test_compiled_loss_and_eval_outputs_equal_eager() -> None:
-    kw = dict(n_features=3, n_targets=3, context_len=32, horizon=6, target_channels=[0, 1, 2], dropout=0.0,
-              head_dropout=0.0, loss="quantile", **TINY)
+    kw = dict(
+        n_features=3,
+        n_targets=3,
+        context_len=32,
+        horizon=6,
+        target_channels=[0, 1, 2],
+        dropout=0.0,
+        head_dropout=0.0,
+        loss="quantile",
+        **TINY,
+    )
     eager = KLineForecaster(**kw)
     with torch.no_grad():  # a residual that is not zero, and a linear path that is not either
         eager.net.head.weight.normal_(0.0, 0.1)
@@ -106,5 +170,18 @@ def test_compiled_loss_and_eval_outputs_equal_eager() -> None:
 
 @pytest.mark.usefixtures("_can_compile")
 def test_cli_fit_with_compile(tmp_path: Path) -> None:
-    cli("fit", "--config", DEFAULT, "--config", MSFT, "--model.compile", "true", "--trainer.fast_dev_run", "1",
-        "--data.init_args.context_len", "32", *SMALL, *run_dir_args(tmp_path))  # fmt: skip
+    cli(
+        "fit",
+        "--config",
+        DEFAULT,
+        "--config",
+        MSFT,
+        "--model.compile",
+        "true",
+        "--trainer.fast_dev_run",
+        "1",
+        "--data.init_args.context_len",
+        "32",
+        *SMALL,
+        *run_dir_args(tmp_path),
+    )

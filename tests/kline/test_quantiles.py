@@ -26,18 +26,23 @@ def test_quantiles_never_cross(residual: str) -> None:
     q = net.forward_quantiles(torch.randn(16, 32, 3) * 5)  # (B, F, K, Q)
     assert q.shape == (16, 6, 3, 5)
     assert (q.diff(dim=-1) >= 0).all()  # softplus gaps: never negative (an underflowing gap of 0 ties two levels)
-    torch.testing.assert_close(net(torch.zeros(2, 32, 3) + 1.0), net.forward_quantiles(torch.zeros(2, 32, 3) + 1.0)[..., 2])
+    torch.testing.assert_close(
+        net(torch.zeros(2, 32, 3) + 1.0), net.forward_quantiles(torch.zeros(2, 32, 3) + 1.0)[..., 2]
+    )
 
 
 def test_quantile_levels_are_checked() -> None:
-    with pytest.raises(ValueError, match=r"quantiles \[0.1, 0.9\] must be distinct levels in \(0, 1\), ascending, and include 0.5"):
+    with pytest.raises(
+        ValueError, match=r"quantiles \[0.1, 0.9\] must be distinct levels in \(0, 1\), ascending, and include 0.5"
+    ):
         PatchTST(1, 1, 16, 2, [0], quantiles=[0.1, 0.9], patch_len=4, stride=4)
     with pytest.raises(ValueError, match=r"quantiles \[0.9, 0.5, 0.1\] must be distinct"):
         PatchTST(1, 1, 16, 2, [0], quantiles=[0.9, 0.5, 0.1], patch_len=4, stride=4)
     with pytest.raises(ValueError, match="are trained by the pinball loss: set loss: quantile"):
         KLineForecaster(n_features=1, n_targets=1, context_len=16, horizon=2, quantiles=[0.1, 0.5, 0.9])
-    assert KLineForecaster(n_features=1, n_targets=1, context_len=16, horizon=2, loss="quantile",
-                           patch_len=4, stride=4).quantiles == [0.1, 0.5, 0.9]
+    assert KLineForecaster(
+        n_features=1, n_targets=1, context_len=16, horizon=2, loss="quantile", patch_len=4, stride=4
+    ).quantiles == [0.1, 0.5, 0.9]
 
 
 def test_pinball_loss_by_hand() -> None:
@@ -67,8 +72,12 @@ def test_the_gaps_start_as_a_gaussian_of_the_linear_fit_error() -> None:
     the Gaussian's 2 x 1.2816, per horizon, on the normalised scale."""
     dm = SineDataModule(n_features=2, context_len=32, horizon=4, n_bars=600, noise=0.3)
     dm.setup()
-    pairs = [(torch.stack([dm.train_set[i]["x"] for i in range(len(dm.train_set))]),
-              torch.stack([dm.train_set[i]["y"] for i in range(len(dm.train_set))]))]
+    pairs = [
+        (
+            torch.stack([dm.train_set[i]["x"] for i in range(len(dm.train_set))]),
+            torch.stack([dm.train_set[i]["y"] for i in range(len(dm.train_set))]),
+        )
+    ]
     net = PatchTST(2, 2, 32, 4, [0, 1], residual="on", linear_input="revin", quantiles=[0.1, 0.5, 0.9], **TINY).eval()
     fit = net.fit_linear(lambda: pairs, ridges=(1e-3,))
     x = pairs[0][0][:3]
@@ -82,10 +91,19 @@ def test_the_gaps_start_as_a_gaussian_of_the_linear_fit_error() -> None:
 def test_a_quantile_model_reports_intervals_and_forecasts_quantile_columns(tmp_path: Path) -> None:
     write_bars(tmp_path / "bars.csv", n=400)
     dm = KLineDataModule(str(tmp_path / "bars.csv"), context_len=32, horizon=3, batch_size=64)
-    model = KLineForecaster(n_features=6, n_targets=1, context_len=32, horizon=3, loss="quantile",
-                            quantiles=[0.1, 0.5, 0.9], revin=False, **TINY)
-    t = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                  enable_model_summary=False)
+    model = KLineForecaster(
+        n_features=6,
+        n_targets=1,
+        context_len=32,
+        horizon=3,
+        loss="quantile",
+        quantiles=[0.1, 0.5, 0.9],
+        revin=False,
+        **TINY,
+    )
+    t = L.Trainer(
+        max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False
+    )
     t.fit(model, dm)
     assert "val/coverage_10_90" in t.callback_metrics and "val/width_10_90" in t.callback_metrics
     t.test(model, dm, verbose=False)
@@ -96,5 +114,6 @@ def test_a_quantile_model_reports_intervals_and_forecasts_quantile_columns(tmp_p
     cols = ["pred_log_return_q0.1", "pred_log_return", "pred_log_return_q0.9"]
     assert set(cols) <= set(table.columns) and "pred_log_return_q0.5" in table.columns
     assert (table[cols[0]] < table[cols[1]]).all() and (table[cols[1]] < table[cols[2]]).all()
-    torch.testing.assert_close(torch.tensor(table["pred_log_return"].to_numpy()),
-                               torch.tensor(table["pred_log_return_q0.5"].to_numpy()))
+    torch.testing.assert_close(
+        torch.tensor(table["pred_log_return"].to_numpy()), torch.tensor(table["pred_log_return_q0.5"].to_numpy())
+    )

@@ -17,9 +17,15 @@ from lightning_tf.kline.scale import standard_scaler_fit
 
 def two_tickers(**kw) -> DataScale:
     args = dict(
-        feature_names=["log_return", "body"], target_names=["log_return"], target_kind=None, ticker_names=["A", "B"],
-        feature_mean=[[0.1, 0.2], [0.3, 0.4]], feature_std=[[1.0, 2.0], [3.0, 4.0]],
-        target_mean=[[0.5], [-1.0]], target_std=[[2.0], [10.0]], has_prices=True,
+        feature_names=["log_return", "body"],
+        target_names=["log_return"],
+        target_kind=None,
+        ticker_names=["A", "B"],
+        feature_mean=[[0.1, 0.2], [0.3, 0.4]],
+        feature_std=[[1.0, 2.0], [3.0, 4.0]],
+        target_mean=[[0.5], [-1.0]],
+        target_std=[[2.0], [10.0]],
+        has_prices=True,
     )
     return DataScale(**{**args, **kw})
 

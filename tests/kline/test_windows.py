@@ -17,13 +17,22 @@ from lightning_tf.kline.windows import (
     split_ends,
     window_loader,
 )
-from lightning_tf.loaders import ShuffledBatchSampler
+from lightning_tf.training import ShuffledBatchSampler
 
 
 def test_windows_index_their_context_and_targets() -> None:
     x = torch.arange(20, dtype=torch.float32)[:, None]  # (N, C=1): row r holds r
-    ds = WindowDataset(x, ends=torch.tensor([4, 9]), context_len=3, horizon=2, y=x * 10, raw_target=x,
-                       anchor=x[:, 0].double(), ticker=torch.zeros(20, dtype=torch.long), time=torch.arange(20))
+    ds = WindowDataset(
+        x,
+        ends=torch.tensor([4, 9]),
+        context_len=3,
+        horizon=2,
+        y=x * 10,
+        raw_target=x,
+        anchor=x[:, 0].double(),
+        ticker=torch.zeros(20, dtype=torch.long),
+        time=torch.arange(20),
+    )
     batch = ds.__getitems__([0, 1])
     assert batch["x"][..., 0].tolist() == [[2, 3, 4], [7, 8, 9]]
     assert batch["y"][..., 0].tolist() == [[50, 60], [100, 110]]
@@ -53,8 +62,9 @@ def test_training_order_is_random_samplers_under_the_epochs_seed() -> None:
 
 def test_training_order_depends_on_seed_and_epoch_only() -> None:
     x = torch.zeros(40, 1)
-    ds = WindowDataset(x, torch.arange(3, 37), 4, 2, x, x, x[:, 0].double(), torch.zeros(40, dtype=torch.long),
-                       torch.arange(40))
+    ds = WindowDataset(
+        x, torch.arange(3, 37), 4, 2, x, x, x[:, 0].double(), torch.zeros(40, dtype=torch.long), torch.arange(40)
+    )
     orders = []
     for seed, epoch in ((3, 1), (3, 1), (3, 2), (4, 1)):
         loader = window_loader({"train": ds}, "train", batch_size=8, num_workers=0, seed=seed, source="f", horizon=2)
@@ -63,10 +73,12 @@ def test_training_order_depends_on_seed_and_epoch_only() -> None:
     assert orders[0] == orders[1] != list(range(3, 37)) and sorted(orders[0]) == list(range(3, 37))
     assert orders[2] != orders[0] and orders[3] != orders[0]
     x = torch.zeros(40, 1)
-    ds = WindowDataset(x, torch.arange(3, 37), 4, 2, x, x, x[:, 0].double(), torch.zeros(40, dtype=torch.long),
-                       torch.arange(40))
-    loader = window_loader({"train": ds, "test": ds}, "test", batch_size=8, num_workers=0, seed=0, source="f",
-                           horizon=2)
+    ds = WindowDataset(
+        x, torch.arange(3, 37), 4, 2, x, x, x[:, 0].double(), torch.zeros(40, dtype=torch.long), torch.arange(40)
+    )
+    loader = window_loader(
+        {"train": ds, "test": ds}, "test", batch_size=8, num_workers=0, seed=0, source="f", horizon=2
+    )
     assert torch.cat([b["time"] for b in loader]).tolist() == list(range(3, 37))  # evaluation: in order
 
 
@@ -79,10 +91,13 @@ def test_resolve_path_finds_repository_files_from_anywhere(tmp_path: Path, monke
 def test_intraday_forecast_timestamps_follow_the_trading_session() -> None:
     """5-minute bars of an exchange with a lunch break (09:35-11:30, 13:05-15:00, Monday-Friday):
     the forecast continues after the break and on the next business day's open, not at 11:35."""
-    day = lambda d: [
-        pd.Timestamp(d) + pd.Timedelta(m, "min")
-        for m in [*range(9 * 60 + 35, 11 * 60 + 31, 5), *range(13 * 60 + 5, 15 * 60 + 1, 5)]
-    ]
+
+    def day(d):
+        return [
+            pd.Timestamp(d) + pd.Timedelta(m, "min")
+            for m in [*range(9 * 60 + 35, 11 * 60 + 31, 5), *range(13 * 60 + 5, 15 * 60 + 1, 5)]
+        ]
+
     stamps = [t for d in ("2024-08-28", "2024-08-29", "2024-08-30") for t in day(d)]  # Wednesday .. Friday
     morning = pd.DatetimeIndex(stamps[: stamps.index(pd.Timestamp("2024-08-30 11:30")) + 1])
     assert next_timestamps(morning, 3).tolist() == [pd.Timestamp(f"2024-08-30 13:{m}") for m in ("05", "10", "15")]

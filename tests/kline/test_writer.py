@@ -84,7 +84,10 @@ def test_the_default_writer_numbers_its_files_and_a_given_writer_wins(tmp_path: 
     t.predict(model, dm)
     t.predict(model, dm)  # a second predict keeps the first file
     assert sorted(p.name for p in (tmp_path / "run").glob("forecast*")) == [
-        "forecast-1.csv", "forecast-1_bars.png", "forecast.csv", "forecast_bars.png"
+        "forecast-1.csv",
+        "forecast-1_bars.png",
+        "forecast.csv",
+        "forecast_bars.png",
     ]
     mine = ForecastWriter(output_file=str(tmp_path / "mine.csv"), plot_bars=20)
     t2 = trainer(default_root_dir=tmp_path / "run", callbacks=[mine])
@@ -100,28 +103,64 @@ def test_predict_through_the_cli_from_a_checkpoint(tmp_path: Path, monkeypatch: 
     """``lightning-tf fit`` then ``lightning-tf predict --ckpt_path``: a fresh model adopts the data's
     target channel, the CSV and chart land in the run folder (nothing in the working directory), and
     the CSV holds the checkpoint's forecast of the file's last window."""
-    from lightning_tf.cli import make_cli
+    from lightning_tf.cli.lightning_cli import make_cli
 
     df = write_bars(tmp_path / "bars.csv", n=300)
     work = tmp_path / "cwd"
     work.mkdir()
     monkeypatch.chdir(work)
     monkeypatch.setattr("sys.argv", ["lightning-tf"])  # the CLI reads args=, not pytest's own arguments
-    model = ["--model", "KLineForecaster", "--model.n_features", "6", "--model.context_len", "32",
-             "--model.horizon", "4", *(f"--model.{k}={v}" for k, v in TINY.items())]
-    data = ["--data", "KLineDataModule", "--data.path", str(tmp_path / "bars.csv"), "--data.context_len", "32",
-            "--data.horizon", "4"]
-    trainer = ["--trainer.logger", "false", "--trainer.enable_progress_bar", "false",
-               "--trainer.default_root_dir", str(tmp_path / "run")]
-    make_cli(["fit", *model, *data, *trainer, "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2",
-          "--trainer.limit_val_batches", "1"])
+    model = [
+        "--model",
+        "KLineForecaster",
+        "--model.n_features",
+        "6",
+        "--model.context_len",
+        "32",
+        "--model.horizon",
+        "4",
+        *(f"--model.{k}={v}" for k, v in TINY.items()),
+    ]
+    data = [
+        "--data",
+        "KLineDataModule",
+        "--data.path",
+        str(tmp_path / "bars.csv"),
+        "--data.context_len",
+        "32",
+        "--data.horizon",
+        "4",
+    ]
+    trainer = [
+        "--trainer.logger",
+        "false",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.default_root_dir",
+        str(tmp_path / "run"),
+    ]
+    make_cli(
+        [
+            "fit",
+            *model,
+            *data,
+            *trainer,
+            "--trainer.max_epochs",
+            "1",
+            "--trainer.limit_train_batches",
+            "2",
+            "--trainer.limit_val_batches",
+            "1",
+        ]
+    )
     ckpt = next((tmp_path / "run").rglob("*.ckpt"))
     make_cli(["predict", *model, *data, *trainer, "--ckpt_path", str(ckpt)])
     assert not any(work.iterdir())
     out = tmp_path / "run"
     table = pd.read_csv(out / "forecast.csv", parse_dates=["timestamp"])
-    assert table["timestamp"].tolist() == list(pd.bdate_range(pd.Timestamp(df["Date"].iloc[-1]) + pd.offsets.BDay(1),
-                                                              periods=4))
+    assert table["timestamp"].tolist() == list(
+        pd.bdate_range(pd.Timestamp(df["Date"].iloc[-1]) + pd.offsets.BDay(1), periods=4)
+    )
     assert table["scaled_by"].unique().tolist() == ["training statistics of 'bars'"]  # from the checkpoint
     loaded = KLineForecaster.load_from_checkpoint(ckpt, map_location="cpu").eval()
     # the checkpoint alone scales the window and maps the forecast to original units

@@ -117,7 +117,9 @@ def test_a_decoding_bug_fails_its_request_alone() -> None:
     a = Broken("unused.ckpt", Serving())
     a.runs = []
     assert serve_batch(a, [{"x": 0}, {"x": 1}]) == [
-        (500, {"error": "internal error while reading the request (KeyError)"}, None), (200, {"y": 2}, "1")]
+        (500, {"error": "internal error while reading the request (KeyError)"}, None),
+        (200, {"y": 2}, "1"),
+    ]
 
 
 def test_an_encoding_failure_is_a_500_of_that_request_not_an_exception() -> None:

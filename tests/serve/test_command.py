@@ -18,8 +18,10 @@ from tests.helpers.serve import save_checkpoint, tiny_kline, tiny_text, tiny_vit
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("ckpt")
-    return {name: save_checkpoint(build(), root / f"{name}.ckpt")
-            for name, build in (("text", tiny_text), ("vision", tiny_vit), ("kline", tiny_kline))}
+    return {
+        name: save_checkpoint(build(), root / f"{name}.ckpt")
+        for name, build in (("text", tiny_text), ("vision", tiny_vit), ("kline", tiny_kline))
+    }
 
 
 def error_of(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
@@ -46,7 +48,7 @@ def test_errors_before_any_loading(capsys: pytest.CaptureFixture[str], tmp_path:
         ("--workers_per_device", "0"): "--workers_per_device must be at least 1, got 0",
         ("--batch_timeout", "-1"): "--batch_timeout must be 0 or more, got -1.0",
         ("--timeout", "0"): "--timeout must be positive, or -1, got 0.0",
-        ("--devices", "x"): "argument --devices: --devices must be 'auto' or a number, got 'x'",
+        ("--devices", "x"): "--devices must be 'auto' or a number, got 'x'",
         ("--top_k", "0"): "--top_k must be at least 1, got 0",
         ("--max_payload_mb", "0"): "--max_payload_mb must be positive, got 0.0",
     }
@@ -63,19 +65,25 @@ def test_a_file_that_is_no_checkpoint(capsys: pytest.CaptureFixture[str], tmp_pa
 def test_options_of_another_task(capsys: pytest.CaptureFixture[str], checkpoints: dict[str, Path]) -> None:
     vision, text, kline = checkpoints["vision"], checkpoints["text"], checkpoints["kline"]
     assert error_of([str(vision), "--beam_size", "2"], capsys) == (
-        f"lightning-tf: error: --beam_size is for text checkpoints; {vision} is a vision one (ViTClassifier)")
+        f"lightning-tf: error: --beam_size is for text checkpoints; {vision} is a vision one (ViTClassifier)"
+    )
     assert error_of([str(text), "--top_k", "2"], capsys) == (
-        f"lightning-tf: error: --top_k is for vision checkpoints; {text} is a text one (Seq2SeqTransformer)")
+        f"lightning-tf: error: --top_k is for vision checkpoints; {text} is a text one (Seq2SeqTransformer)"
+    )
     assert error_of([str(text), "--on_error", "drop"], capsys) == (
-        f"lightning-tf: error: --on_error is for kline checkpoints; {text} is a text one (Seq2SeqTransformer)")
+        f"lightning-tf: error: --on_error is for kline checkpoints; {text} is a text one (Seq2SeqTransformer)"
+    )
     assert error_of([str(vision), "--on_error", "drop"], capsys).endswith("is a vision one (ViTClassifier)")
     assert error_of([str(text), "--timeout", "0.01"], capsys) == (
-        "lightning-tf: error: --timeout (0.01) must be longer than the batch timeout (0.05), or -1")
+        "lightning-tf: error: --timeout (0.01) must be longer than the batch timeout (0.05), or -1"
+    )
     assert error_of([str(vision), "--timeout", "0.1", "--batch_timeout", "0.2"], capsys) == (
-        "lightning-tf: error: --timeout (0.1) must be longer than the batch timeout (0.2), or -1")
+        "lightning-tf: error: --timeout (0.1) must be longer than the batch timeout (0.2), or -1"
+    )
     assert error_of([str(text), "--compile"], capsys) == (
         "lightning-tf: error: --compile is for vision and kline checkpoints: translation decodes token by token on a "
-        "KV cache that grows every step, which torch.compile would recompile at each step")
+        "KV cache that grows every step, which torch.compile would recompile at each step"
+    )
     assert "kline" in str(kline)
 
 
@@ -85,13 +93,16 @@ def test_a_model_that_cannot_serve(capsys: pytest.CaptureFixture[str], tmp_path:
     ckpt = save_checkpoint(model, tmp_path / "raw.ckpt")
     assert error_of([str(ckpt)], capsys) == (
         f"lightning-tf: error: {ckpt}: the model has no class names or normalisation (it was not trained with an "
-        "ImageDataModule)")
+        "ImageDataModule)"
+    )
 
 
 def test_help_answers_without_litserve_or_torch() -> None:
-    code = ("import sys\nfrom lightning_tf.__main__ import main\n"
-            "try:\n    main(['serve', '--help'])\nexcept SystemExit:\n    pass\n"
-            "print(sorted(m for m in ('torch', 'litserve', 'lightning') if m in sys.modules))")
+    code = (
+        "import sys\nfrom lightning_tf.__main__ import main\n"
+        "try:\n    main(['serve', '--help'])\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in ('torch', 'litserve', 'lightning') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True).stdout
     assert "usage: lightning-tf serve [-h]" in out and "--max_batch_size" in out and "--api_key" in out
     assert out.strip().splitlines()[-1] == "[]"

@@ -39,17 +39,22 @@ def test_error_response() -> None:
         cause = err
     response = error_response(500, "Internal server error", cause)
     assert (response.status_code, json.loads(response.body)) == (
-        400, {"error": "the body is not valid JSON: Expecting value: line 1 column 10 (char 9)"})
+        400,
+        {"error": "the body is not valid JSON: Expecting value: line 1 column 10 (char 9)"},
+    )
     response = error_response(413, "Payload\n too large")
     assert (response.status_code, json.loads(response.body)) == (413, {"error": "Payload too large"})
     assert json.loads(error_response(500, "Internal server error", BadRequest("x")).body) == {
-        "error": "Internal server error"}
+        "error": "Internal server error"
+    }
 
 
 def test_info_needs_the_key_and_says_what_is_served(client: TestClient, vision_ckpt: Path) -> None:
     response = client.get("/info")
     assert (response.status_code, response.json()) == (
-        401, {"error": "missing or wrong API key: send it in the X-API-Key header"})
+        401,
+        {"error": "missing or wrong API key: send it in the X-API-Key header"},
+    )
     info = client.get("/info", headers={"X-API-Key": "k3y"}).json()
     assert info["model"]["task"] == "vision" and info["model"]["checkpoint"] == str(vision_ckpt.resolve())
     assert info["model"]["class_names"] == ["cat", "dog", "bird"]
@@ -76,7 +81,8 @@ def test_the_openapi_page_describes_the_request_and_the_errors(client: TestClien
     assert set(schemas["VisionResponse"]["properties"]) == {"predictions"}
     assert set(post["responses"]) == {"200", "400", "401", "413", "422", "504"}
     assert post["responses"]["422"]["content"]["application/json"]["schema"] == {
-        "$ref": "#/components/schemas/ErrorResponse"}
+        "$ref": "#/components/schemas/ErrorResponse"
+    }
     assert client.get("/docs").status_code == 200
 
 

@@ -19,7 +19,7 @@ def test_importing_the_task_packages_loads_no_litserve() -> None:
         "from lightning_tf.text import Seq2SeqTransformer\n"
         "from lightning_tf.vision import ViTClassifier\n"
         "from lightning_tf.kline import KLineForecaster\n"
-        "import lightning_tf.kline.inference, lightning_tf.cli\n"
+        "import lightning_tf.kline.inference, lightning_tf.cli.lightning_cli\n"
         "found = sorted(m for m in sys.modules if m.split('.')[0] in ('litserve', 'fastapi', 'uvicorn')\n"
         "               or m.startswith('lightning_tf.serve'))\n"
         "print(json.dumps(found))\n"

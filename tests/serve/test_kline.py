@@ -42,7 +42,8 @@ def same_rows(got: list[dict[str, Any]], want: list[dict[str, Any]]) -> bool:
     assert [set(g) for g in got] == [set(w) for w in want]
     return all(
         (abs(g[k] - w[k]) <= 1e-6 * max(1.0, abs(w[k]))) if isinstance(w[k], float) else g[k] == w[k]
-        for g, w in zip(got, want, strict=True) for k in w
+        for g, w in zip(got, want, strict=True)
+        for k in w
     )
 
 
@@ -59,13 +60,22 @@ def test_a_batch_gets_the_rows_forecast_gives_each_series(api: KLineAPI) -> None
     assert results[2][1]["forecast"][0]["scaled_by"].startswith("its own history")
     assert results[0][1]["forecast"][0]["ticker"] == "series"
     assert results[0][1]["forecast"] != results[1][1]["forecast"]
-    (status, body), = served(api, [{"bars": series[2], "ticker": "XYZ"}])  # alone: the same rows
+    ((status, body),) = served(api, [{"bars": series[2], "ticker": "XYZ"}])  # alone: the same rows
     assert status == 200 and same_rows(body["forecast"], expected[2])
 
 
 def test_bars_in_another_order_and_with_other_column_names_read_the_same(api: KLineAPI) -> None:
-    chinese = [{"日期": b["Date"], "开盘": b["Open"], "最高": b["High"], "最低": b["Low"], "收盘": b["Close"],
-                "成交量": b["Volume"]} for b in reversed(BARS)]
+    chinese = [
+        {
+            "日期": b["Date"],
+            "开盘": b["Open"],
+            "最高": b["High"],
+            "最低": b["Low"],
+            "收盘": b["Close"],
+            "成交量": b["Volume"],
+        }
+        for b in reversed(BARS)
+    ]
     (s1, a), (s2, b) = served(api, [{"bars": BARS}, {"bars": chinese}])
     assert s1 == s2 == 200 and same_rows(b["forecast"], a["forecast"])
 
@@ -87,24 +97,43 @@ def without(column: str) -> list[dict[str, Any]]:
         ({"bars": [1, 2]}, "bars.0: input should be a valid dictionary"),
         ({"bars": BARS, "ticker": 5}, "ticker: input should be a valid string"),
         ({"bars": BARS, "horizon": 3}, "horizon: unknown field"),
-        ({"bars": BARS[:40]}, "bars: ticker 'series' has 20 usable bars (40 bars, 20 warm-up rows for the features); "
-                              "a forecast needs context_len (32)"),
-        ({"bars": without("Close")}, "bars: column(s) ['close'] not found; columns are ['Date', 'Open', 'High', 'Low', "
-                                     "'Volume']"),
-        ({"bars": without("Date")}, "bars: no date/time column found; columns are ['Open', 'High', 'Low', 'Close', "
-                                    "'Volume']"),
-        ({"bars": without("Volume")}, "bars: no volume column, and this model reads volume (log_volume_change); "
-                                      "the columns are ['Date', 'Open', 'High', 'Low', 'Close']"),
-        ({"bars": with_cell(50, "Close", float("nan"))}, "bars: 1 missing values: row 51, column 'close': missing "
-                                                          "value. Send finite, positive values, or start the server "
-                                                          "with --on_error drop or ffill"),
-        ({"bars": with_cell(50, "High", float("inf"))}, "bars: 1 non-finite values: row 51, column 'high': inf is not "
-                                                         "finite. Send finite"),
+        (
+            {"bars": BARS[:40]},
+            "bars: ticker 'series' has 20 usable bars (40 bars, 20 warm-up rows for the features); "
+            "a forecast needs context_len (32)",
+        ),
+        (
+            {"bars": without("Close")},
+            "bars: column(s) ['close'] not found; columns are ['Date', 'Open', 'High', 'Low', 'Volume']",
+        ),
+        (
+            {"bars": without("Date")},
+            "bars: no date/time column found; columns are ['Open', 'High', 'Low', 'Close', 'Volume']",
+        ),
+        (
+            {"bars": without("Volume")},
+            "bars: no volume column, and this model reads volume (log_volume_change); "
+            "the columns are ['Date', 'Open', 'High', 'Low', 'Close']",
+        ),
+        (
+            {"bars": with_cell(50, "Close", float("nan"))},
+            "bars: 1 missing values: row 51, column 'close': missing "
+            "value. Send finite, positive values, or start the server "
+            "with --on_error drop or ffill",
+        ),
+        (
+            {"bars": with_cell(50, "High", float("inf"))},
+            "bars: 1 non-finite values: row 51, column 'high': inf is not finite. Send finite",
+        ),
         ({"bars": with_cell(3, "Close", None)}, "bars: 1 missing values: row 4, column 'close'"),
-        ({"bars": with_cell(3, "Close", "abc")}, "bars: 1 non-numeric values: row 4, column 'close': 'abc' is not a "
-                                                  "number"),
-        ({"bars": [dict(b, ticker="AB"[i % 2]) for i, b in enumerate(BARS)]},
-         "bars: one series per request, got 2 tickers in column 'ticker' (A, B)"),
+        (
+            {"bars": with_cell(3, "Close", "abc")},
+            "bars: 1 non-numeric values: row 4, column 'close': 'abc' is not a number",
+        ),
+        (
+            {"bars": [dict(b, ticker="AB"[i % 2]) for i, b in enumerate(BARS)]},
+            "bars: one series per request, got 2 tickers in column 'ticker' (A, B)",
+        ),
     ],
 )
 def test_bad_requests(api: KLineAPI, body: Any, error: str) -> None:
@@ -119,7 +148,7 @@ def test_on_error_drop_repairs_what_error_refuses() -> None:
     a = KLineAPI("unused.ckpt", Serving(), on_error="drop")
     a.model = tiny_kline()
     bars = with_cell(50, "Close", float("nan"))
-    (status, body), = served(a, [{"bars": bars}])
+    ((status, body),) = served(a, [{"bars": bars}])
     assert status == 200
     rows = offline(a, bars[:50] + bars[51:])
     assert same_rows(body["forecast"], rows)

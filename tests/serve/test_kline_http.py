@@ -71,15 +71,17 @@ def test_health_and_info(servers: Restartable, ckpt: Path) -> None:
     assert (info["context_len"], info["horizon"], info["trained_tickers"]) == (32, 4, ["TRAINED"])
 
 
-def test_concurrent_requests_are_batched_and_each_is_its_forecast(servers: Restartable,
-                                                                  offline: list[list[dict[str, Any]]]) -> None:
+def test_concurrent_requests_are_batched_and_each_is_its_forecast(
+    servers: Restartable, offline: list[list[dict[str, Any]]]
+) -> None:
     server = servers.get()
     bodies = [body(i) for i in range(len(SERIES))]
     bodies[2] = {"bars": SERIES[2][:30]}
     bodies[7] = {"bars": [dict(b, Close=float("nan")) if j == 40 else b for j, b in enumerate(SERIES[7])]}
     with concurrent.futures.ThreadPoolExecutor(len(bodies)) as pool:
-        responses = list(pool.map(lambda b: server.post(data=json.dumps(b),
-                                                        headers={"Content-Type": "application/json"}), bodies))
+        responses = list(
+            pool.map(lambda b: server.post(data=json.dumps(b), headers={"Content-Type": "application/json"}), bodies)
+        )
     sizes = []
     for i, response in enumerate(responses):
         if i == 2:
@@ -108,8 +110,9 @@ def test_bad_requests_get_4xx_and_one_line(servers: Restartable) -> None:
         assert response.json()["error"].startswith(error), response.text
 
 
-def test_sigterm_answers_the_requests_in_flight_then_exits_0(servers: Restartable,
-                                                            offline: list[list[dict[str, Any]]]) -> None:
+def test_sigterm_answers_the_requests_in_flight_then_exits_0(
+    servers: Restartable, offline: list[list[dict[str, Any]]]
+) -> None:
     server = servers.get()
     responses, status, output = in_flight_through_sigterm(server, [body(i) for i in range(4)])
     for i, response in enumerate(responses):

@@ -60,8 +60,11 @@ def test_the_server_beam_size_is_used(api: TextAPI) -> None:
         ({"text": ""}, 422, "text is empty"),
         ({"text": " \n\t "}, 422, "text is empty"),
         ({"text": "a cat.", "beam": 2}, 422, "beam: unknown field"),
-        ({"text": "dog " * 30}, 422, "text has {n} tokens (EOS included), more than max_len (24) of the sinusoidal "
-                                     "positional encoding"),
+        (
+            {"text": "dog " * 30},
+            422,
+            "text has {n} tokens (EOS included), more than max_len (24) of the sinusoidal positional encoding",
+        ),
         ("a cat.", 400, "the body must be a JSON object, got str"),
         ([{"text": "a cat."}], 400, "the body must be a JSON object, got list"),
     ],
@@ -70,7 +73,9 @@ def test_bad_requests(api: TextAPI, body: Any, status: int, error: str) -> None:
     if "{n}" in error:
         error = error.format(n=tokens(api, body["text"]))
     assert served(api, [body, {"text": "a cat."}]) == [
-        (status, {"error": error}), (200, {"translation": api.model.translate(["a cat."], beam_size=3)[0]})]
+        (status, {"error": error}),
+        (200, {"translation": api.model.translate(["a cat."], beam_size=3)[0]}),
+    ]
 
 
 def test_a_text_within_max_len_tokens_but_over_it_for_a_relative_encoding_is_refused() -> None:

@@ -53,8 +53,9 @@ def test_health_and_info(servers: Restartable, ckpt: Path) -> None:
     assert (info["max_len"], info["beam_size"]) == (24, 3)
 
 
-def test_concurrent_requests_are_batched_and_each_is_translate_alone(servers: Restartable,
-                                                                     offline: dict[str, str]) -> None:
+def test_concurrent_requests_are_batched_and_each_is_translate_alone(
+    servers: Restartable, offline: dict[str, str]
+) -> None:
     server = servers.get()
     bodies: list[Any] = [{"text": s} for s in SENTENCES]
     bodies[4], bodies[9] = {"text": ""}, {"txt": "a cat."}
@@ -66,7 +67,9 @@ def test_concurrent_requests_are_batched_and_each_is_translate_alone(servers: Re
             assert (response.status_code, response.json()) == (422, {"error": "text is empty"})
         elif i == 9:
             assert (response.status_code, response.json()) == (
-                422, {"error": "text: field required; txt: unknown field"})
+                422,
+                {"error": "text: field required; txt: unknown field"},
+            )
         else:
             assert (response.status_code, response.json()) == (200, {"translation": offline[sentence]})
             sizes.append(int(response.headers["X-Batch-Size"]))
@@ -79,8 +82,11 @@ def test_concurrent_requests_are_batched_and_each_is_translate_alone(servers: Re
     ("kwargs", "status", "error"),
     [
         ({"data": '{"text": "a', "headers": {"Content-Type": "application/json"}}, 400, "the body is not valid JSON"),
-        ({"data": b'{"text": "\xff"}', "headers": {"Content-Type": "application/json"}}, 400,
-         "the body is not valid JSON"),
+        (
+            {"data": b'{"text": "\xff"}', "headers": {"Content-Type": "application/json"}},
+            400,
+            "the body is not valid JSON",
+        ),
         ({"json": {"text": 3}}, 422, "text: input should be a valid string"),
         ({"json": {"text": "dog " * 40}}, 422, "text has "),
         ({"json": "a cat."}, 400, "the body must be a JSON object, got str"),

@@ -40,7 +40,8 @@ def predictions(pairs: list[tuple[str, float]]) -> dict[str, Any]:
 def close(result: dict[str, Any], expected: dict[str, Any]) -> bool:
     got, want = result["predictions"], expected["predictions"]
     return [g["label"] for g in got] == [w["label"] for w in want] and all(
-        abs(g["probability"] - w["probability"]) <= 1e-6 for g, w in zip(got, want, strict=True))
+        abs(g["probability"] - w["probability"]) <= 1e-6 for g, w in zip(got, want, strict=True)
+    )
 
 
 def test_base64_and_uploads_get_what_classify_gives_for_the_file(api: VisionAPI, tmp_path: Path) -> None:
@@ -51,10 +52,12 @@ def test_base64_and_uploads_get_what_classify_gives_for_the_file(api: VisionAPI,
         files.append(path)
     offline = [api.model.classify([f], top_k=k)[0] for f, k in zip(files, (2, 3, 1), strict=True)]
     assert len({o[0][0] for o in offline}) > 1 or len({o[0][1] for o in offline}) == 3  # distinct answers
-    upload = FormData([("image", UploadFile(io.BytesIO(files[1].read_bytes()), headers=Headers({}))),
-                       ("top_k", "3")])
-    bodies = [{"image": b64(files[0].read_bytes())}, upload,
-              {"image": "data:image/png;base64," + b64(files[2].read_bytes()), "top_k": 1}]
+    upload = FormData([("image", UploadFile(io.BytesIO(files[1].read_bytes()), headers=Headers({}))), ("top_k", "3")])
+    bodies = [
+        {"image": b64(files[0].read_bytes())},
+        upload,
+        {"image": "data:image/png;base64," + b64(files[2].read_bytes()), "top_k": 1},
+    ]
     results = served(api, bodies)
     assert [status for status, _ in results] == [200, 200, 200]
     for (_, result), expected in zip(results, offline, strict=True):
@@ -65,7 +68,7 @@ def test_base64_and_uploads_get_what_classify_gives_for_the_file(api: VisionAPI,
 
 
 def test_top_k_beyond_the_classes_gives_them_all(api: VisionAPI) -> None:
-    (status, result), = served(api, [{"image": b64(png_bytes(3)), "top_k": 10}])
+    ((status, result),) = served(api, [{"image": b64(png_bytes(3)), "top_k": 10}])
     assert status == 200
     assert sorted(p["label"] for p in result["predictions"]) == ["bird", "cat", "dog"]
     assert abs(sum(p["probability"] for p in result["predictions"]) - 1) < 1e-6
@@ -86,13 +89,22 @@ PNG = png_bytes(4)
         ({"image": "not base64!"}, 422, "image: not base64 (Only base64 data is allowed)"),
         ({"image": ""}, 422, "image: empty"),
         ({"image": b64(b"hello, this is text")}, 422, "image: not an image file (PNG, JPEG, ... any format PIL reads)"),
-        ({"image": b64(PNG[: len(PNG) // 2])}, 422, "image: the file does not decode (OSError: image file is "
-                                                     "truncated"),
+        (
+            {"image": b64(PNG[: len(PNG) // 2])},
+            422,
+            "image: the file does not decode (OSError: image file is truncated",
+        ),
         (FormData([("top_k", "2")]), 422, "image: field required"),
-        (FormData([("image", UploadFile(io.BytesIO(PNG), headers=Headers({}))), ("top_k", "two")]), 422,
-         "top_k: not an integer: 'two'"),
-        (FormData([("image", UploadFile(io.BytesIO(PNG), headers=Headers({}))), ("size", "2")]), 422,
-         "size: unknown field; the fields are image and top_k"),
+        (
+            FormData([("image", UploadFile(io.BytesIO(PNG), headers=Headers({}))), ("top_k", "two")]),
+            422,
+            "top_k: not an integer: 'two'",
+        ),
+        (
+            FormData([("image", UploadFile(io.BytesIO(PNG), headers=Headers({}))), ("size", "2")]),
+            422,
+            "size: unknown field; the fields are image and top_k",
+        ),
         (["x"], 400, "the body must be a JSON object, got list"),
     ],
 )
@@ -106,7 +118,7 @@ def test_bad_requests(api: VisionAPI, body: Any, status: int, error: str) -> Non
 
 def test_an_image_of_too_many_pixels_is_413(api: VisionAPI, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(served_vision, "MAX_PIXELS", 20 * 24 - 1)
-    (status, body), = served(api, [{"image": b64(png_bytes(5, (20, 24)))}])
+    ((status, body),) = served(api, [{"image": b64(png_bytes(5, (20, 24)))}])
     assert (status, body) == (413, {"error": "image: 20x24 pixels, more than 479"})
 
 

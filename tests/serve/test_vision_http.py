@@ -37,8 +37,9 @@ def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def servers(ckpt: Path) -> Iterator[Restartable]:
-    holder = Restartable(ckpt, "--max_batch_size", "8", "--batch_timeout", "0.05", "--timeout", "3", "--top_k", "2",
-                         key=KEY)
+    holder = Restartable(
+        ckpt, "--max_batch_size", "8", "--batch_timeout", "0.05", "--timeout", "3", "--top_k", "2", key=KEY
+    )
     try:
         yield holder
     finally:
@@ -65,33 +66,42 @@ def test_health_info_and_the_key(servers: Restartable, ckpt: Path) -> None:
     server = servers.get()
     assert requests.get(server.url + "/health", timeout=10).status_code == 200  # no key needed
     for headers in ({}, {"X-API-Key": "wrong"}):
-        for response in (requests.get(server.url + "/info", headers=headers, timeout=10),
-                         requests.post(server.url + "/predict", json={"image": b64(IMAGES[0])}, headers=headers,
-                                       timeout=10)):
+        for response in (
+            requests.get(server.url + "/info", headers=headers, timeout=10),
+            requests.post(server.url + "/predict", json={"image": b64(IMAGES[0])}, headers=headers, timeout=10),
+        ):
             assert (response.status_code, response.json()) == (
-                401, {"error": "missing or wrong API key: send it in the X-API-Key header"})
+                401,
+                {"error": "missing or wrong API key: send it in the X-API-Key header"},
+            )
     info = server.get("/info").json()["model"]
     assert (info["task"], info["checkpoint"], info["class"]) == ("vision", str(ckpt.resolve()), "ViTClassifier")
     assert info["class_names"] == ["cat", "dog", "bird"] and info["image_size"] == 16 and info["top_k"] == 2
     assert server.get("/docs").status_code == 200
     doc = server.get("/openapi.json").json()
     assert doc["paths"]["/predict"]["post"]["requestBody"]["content"]["application/json"]["schema"] == {
-        "$ref": "#/components/schemas/VisionRequest"}
+        "$ref": "#/components/schemas/VisionRequest"
+    }
 
 
 def test_json_and_multipart_equal_classify(servers: Restartable, offline: Any) -> None:
     server = servers.get()
     assert_equal(server.post({"image": b64(IMAGES[1]), "top_k": 3}), expected(offline, IMAGES[1], 3))
-    assert_equal(server.post(files={"image": ("a.png", IMAGES[2], "image/png")}, data={"top_k": "1"}),
-                 expected(offline, IMAGES[2], 1))
+    assert_equal(
+        server.post(files={"image": ("a.png", IMAGES[2], "image/png")}, data={"top_k": "1"}),
+        expected(offline, IMAGES[2], 1),
+    )
     assert_equal(server.post({"image": b64(IMAGES[3])}), expected(offline, IMAGES[3]))  # the server's --top_k
 
 
 def test_concurrent_requests_are_batched_and_equal_classify(servers: Restartable, offline: Any) -> None:
     server = servers.get()
     bodies = [{"image": b64(image)} for image in IMAGES]
-    bad = {5: ({"image": "%%%"}, "image: not base64"), 11: ({"image": b64(b"text")}, "image: not an image file"),
-           17: ({"image": b64(IMAGES[0]), "top_k": 0}, "top_k: input should be greater than or equal to 1")}
+    bad = {
+        5: ({"image": "%%%"}, "image: not base64"),
+        11: ({"image": b64(b"text")}, "image: not an image file"),
+        17: ({"image": b64(IMAGES[0]), "top_k": 0}, "top_k: input should be greater than or equal to 1"),
+    }
     for i, (body, _) in bad.items():
         bodies[i] = body
     with concurrent.futures.ThreadPoolExecutor(len(bodies)) as pool:
@@ -110,14 +120,23 @@ def test_concurrent_requests_are_batched_and_equal_classify(servers: Restartable
 @pytest.mark.parametrize(
     ("kwargs", "status", "error"),
     [
-        ({"data": '{"image": ', "headers": {"Content-Type": "application/json"}}, 400,
-         "the body is not valid JSON: Expecting value: line 1 column 11 (char 10)"),
+        (
+            {"data": '{"image": ', "headers": {"Content-Type": "application/json"}},
+            400,
+            "the body is not valid JSON: Expecting value: line 1 column 11 (char 10)",
+        ),
         ({"data": "", "headers": {"Content-Type": "application/json"}}, 400, "the body is not valid JSON"),
         ({"json": [1, 2]}, 400, "the body must be a JSON object, got list"),
-        ({"data": '{"image": "x"}', "headers": {"Content-Type": "application/x-www-form-urlencoded"}}, 400,
-         "the body looks like JSON sent as a form"),  # curl -d without -H 'Content-Type: application/json'
-        ({"data": "--x\r\nbroken", "headers": {"Content-Type": "multipart/form-data"}}, 400,
-         "the form does not parse: Missing boundary in multipart."),
+        (
+            {"data": '{"image": "x"}', "headers": {"Content-Type": "application/x-www-form-urlencoded"}},
+            400,
+            "the body looks like JSON sent as a form",
+        ),  # curl -d without -H 'Content-Type: application/json'
+        (
+            {"data": "--x\r\nbroken", "headers": {"Content-Type": "multipart/form-data"}},
+            400,
+            "the form does not parse: Missing boundary in multipart.",
+        ),
         ({"json": {"img": "x"}}, 422, "image: field required; img: unknown field"),
         ({"json": {"image": b64(b"\x89PNG\r\n\x1a\n broken")}}, 422, "image: "),
     ],

@@ -176,7 +176,9 @@ def test_a_loaded_model_predicts_with_its_own_tokenizer(
     def predict(dm: TranslationDataModule, out: str, module: Seq2SeqTransformer = model, **kw: object) -> list[str]:
         writer = TranslationWriter(str(tmp_path / out))
         Trainer(logger=False, enable_progress_bar=False, default_root_dir=tmp_path, callbacks=[writer]).predict(
-            module, datamodule=dm, **kw  # type: ignore[arg-type]
+            module,
+            datamodule=dm,
+            **kw,  # type: ignore[arg-type]
         )
         return (tmp_path / out).read_text().splitlines()
 

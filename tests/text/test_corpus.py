@@ -85,8 +85,16 @@ def test_a_changed_line_or_setting_is_not_reused(tmp_path: Path, builds: list[Pa
     everything = {s for split in ("train", "val", "test") for s in split_text(changed, split)[0]}
     assert rows[5].split("\t")[0] in everything
     keys = {small_dm(**kw).corpus_spec().key()}
-    for setting in ({"vocab_size": 100}, {"min_frequency": 2}, {"max_length": 30}, {"dedup": "pair"}, {"seed": 1},
-                    {"joint_vocab": False}, {"n_val": 3}, {"src_lang": "de", "tgt_lang": "en"}):  # fmt: skip
+    for setting in (
+        {"vocab_size": 100},
+        {"min_frequency": 2},
+        {"max_length": 30},
+        {"dedup": "pair"},
+        {"seed": 1},
+        {"joint_vocab": False},
+        {"n_val": 3},
+        {"src_lang": "de", "tgt_lang": "en"},
+    ):
         key = small_dm(**{**kw, **setting}).corpus_spec().key()
         assert key not in keys, setting
         keys.add(key)

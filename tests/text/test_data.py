@@ -230,8 +230,10 @@ def test_batches_frame_and_pad_the_pairs(synthetic_dm: TranslationDataModule) ->
             d = synthetic_dm.datasets["train"]
             expected = [(d.src_ids[i].tolist(), d.tgt_ids[i].tolist()) for i in next(order)]
         else:
-            expected = [(tok.encode([s], "src")[0], tok.encode([t], "tgt")[0]) for s, t in zip(
-                batch["src_text"], batch["tgt_text"], strict=True)]  # fmt: skip
+            expected = [
+                (tok.encode([s], "src")[0], tok.encode([t], "tgt")[0])
+                for s, t in zip(batch["src_text"], batch["tgt_text"], strict=True)
+            ]
             assert tok.decode(tgt, "tgt") == batch["tgt_text"] and tok.decode(src, "src") == batch["src_text"]
         assert len(expected) == src.shape[0]
         for b, (s_ids, t_ids) in enumerate(expected):

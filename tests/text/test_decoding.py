@@ -179,7 +179,10 @@ def test_length_penalty_changes_the_winner() -> None:
 def test_block_repeated_ngrams_by_hand() -> None:
     prefix = torch.tensor([[5, 6, 7, 5, 6], [5, 6, 7, 5, 6]])
     scores = torch.zeros(2, 10)
-    banned = lambda n: set(torch.nonzero(torch.isinf(block_repeated_ngrams(scores, prefix, n)[0])).flatten().tolist())
+
+    def banned(n):
+        return set(torch.nonzero(torch.isinf(block_repeated_ngrams(scores, prefix, n)[0])).flatten().tolist())
+
     assert banned(3) == {7}  # "5 6" was followed by 7
     assert banned(2) == {7}  # "6" was followed by 7
     assert banned(1) == {5, 6, 7}

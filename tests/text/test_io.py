@@ -11,7 +11,6 @@ import pytest
 from lightning_tf.text.io import read_aligned, read_lines, read_sentences, read_tsv
 from tests.helpers.text import DE, EN, tatoeba_rows, write_tsv
 
-
 # ---------------------------------------------------------------------------------------- readers
 
 

@@ -70,7 +70,7 @@ def test_teacher_forced_logits_equal_transformers(name: str) -> None:
     with torch.no_grad():
         short = ours(src[1:2, : LENGTHS[1]], tgt[1:2])
         torch.testing.assert_close(short, got[1:2], atol=1e-5, rtol=0)  # padding in the batch changes nothing
-        assert not torch.allclose(ours(src[1:2, :LENGTHS[0]].clamp(max=V - 2), tgt[1:2]), short, atol=1e-3)
+        assert not torch.allclose(ours(src[1:2, : LENGTHS[0]].clamp(max=V - 2), tgt[1:2]), short, atol=1e-3)
 
 
 def _hf_generate(ref: Any, src: torch.Tensor, mask: torch.Tensor, limits: list[int], **kw: Any) -> list[list[int]]:
@@ -81,8 +81,13 @@ def _hf_generate(ref: Any, src: torch.Tensor, mask: torch.Tensor, limits: list[i
         n = int(mask[b].sum())
         with torch.no_grad():
             ids = ref.generate(
-                input_ids=src[b : b + 1, :n], attention_mask=mask[b : b + 1, :n], max_new_tokens=limit,
-                do_sample=False, bad_words_ids=[[V - 1]], forced_eos_token_id=0, **kw,
+                input_ids=src[b : b + 1, :n],
+                attention_mask=mask[b : b + 1, :n],
+                max_new_tokens=limit,
+                do_sample=False,
+                bad_words_ids=[[V - 1]],
+                forced_eos_token_id=0,
+                **kw,
             )[0, 1:].tolist()
         out.append(ids[: ids.index(0) + 1] if 0 in ids else ids)
     return out
@@ -177,9 +182,21 @@ def test_a_model_built_here_goes_out_to_transformers(tmp_path: Path) -> None:
 
     tok = SentencePieceTokenizer.load(write_tokenizer_folder(tmp_path / "tok"))
     ours = Seq2SeqTransformer(
-        vocab_size=tok.vocab_size, d_model=32, n_heads=4, n_layers=2, n_decoder_layers=1, d_ff=48, norm_first=False,
-        activation="silu", pos_encoding="sinusoidal_halves", max_len=64, share_embeddings=False, output_bias=True,
-        pad_id=tok.pad_id, bos_id=tok.bos_id, eos_id=tok.eos_id,
+        vocab_size=tok.vocab_size,
+        d_model=32,
+        n_heads=4,
+        n_layers=2,
+        n_decoder_layers=1,
+        d_ff=48,
+        norm_first=False,
+        activation="silu",
+        pos_encoding="sinusoidal_halves",
+        max_len=64,
+        share_embeddings=False,
+        output_bias=True,
+        pad_id=tok.pad_id,
+        bos_id=tok.bos_id,
+        eos_id=tok.eos_id,
     ).eval()
     ours.tokenizer = tok
     with torch.no_grad():
@@ -192,8 +209,10 @@ def test_a_model_built_here_goes_out_to_transformers(tmp_path: Path) -> None:
     tgt = torch.tensor([[tok.pad_id, 4, 30, 7], [tok.pad_id, 11, 3, tok.pad_id]])
     with torch.no_grad():
         torch.testing.assert_close(
-            back(input_ids=src, attention_mask=src != tok.pad_id, decoder_input_ids=tgt).logits, ours(src, tgt),
-            atol=1e-5, rtol=0,
+            back(input_ids=src, attention_mask=src != tok.pad_id, decoder_input_ids=tgt).logits,
+            ours(src, tgt),
+            atol=1e-5,
+            rtol=0,
         )
 
 
@@ -225,9 +244,19 @@ def test_dropout_rates_come_from_the_marian_config_and_go_back(tmp_path: Path) -
     assert MarianConfig.from_pretrained(own.to_marian(tmp_path / "own")).activation_dropout == 0.0
     # a model of ours with ffn_dropout left at None drops its hidden units at `dropout`, and says so to Marian
     plain = Seq2SeqTransformer(
-        vocab_size=tok.vocab_size, d_model=16, n_heads=2, n_layers=1, d_ff=32, dropout=0.25, norm_first=False,
-        activation="silu", pos_encoding="sinusoidal_halves", output_bias=True, pad_id=tok.pad_id,
-        bos_id=tok.bos_id, eos_id=tok.eos_id,
+        vocab_size=tok.vocab_size,
+        d_model=16,
+        n_heads=2,
+        n_layers=1,
+        d_ff=32,
+        dropout=0.25,
+        norm_first=False,
+        activation="silu",
+        pos_encoding="sinusoidal_halves",
+        output_bias=True,
+        pad_id=tok.pad_id,
+        bos_id=tok.bos_id,
+        eos_id=tok.eos_id,
     )
     plain.tokenizer = tok
     assert all(abs(r - 0.25) < 0.05 for r in rates(plain))
@@ -241,8 +270,9 @@ def test_to_marian_refuses_what_marian_cannot_express(tmp_path: Path) -> None:
     model = Seq2SeqTransformer(vocab_size=40, preset="tiny", norm_first=False)
     with pytest.raises(ValueError, match="pos_encoding is 'sinusoidal'; a Marian model needs 'sinusoidal_halves'"):
         model.to_marian(tmp_path)
-    model = Seq2SeqTransformer(vocab_size=40, preset="tiny", norm_first=False, pos_encoding="sinusoidal_halves",
-                               activation="swiglu")
+    model = Seq2SeqTransformer(
+        vocab_size=40, preset="tiny", norm_first=False, pos_encoding="sinusoidal_halves", activation="swiglu"
+    )
     with pytest.raises(ValueError, match="activation is 'swiglu'"):
         model.to_marian(tmp_path)
     model = Seq2SeqTransformer(vocab_size=40, preset="tiny", norm_first=False, pos_encoding="sinusoidal_halves")
@@ -254,9 +284,19 @@ def test_to_marian_refuses_what_marian_cannot_express(tmp_path: Path) -> None:
 def test_from_marian_refuses_what_our_model_cannot_express() -> None:
     from transformers import MarianConfig, MarianMTModel
 
-    base = dict(vocab_size=20, d_model=8, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
-                decoder_attention_heads=2, encoder_ffn_dim=16, decoder_ffn_dim=16, pad_token_id=19,
-                decoder_start_token_id=19, activation_function="swish")
+    base = dict(
+        vocab_size=20,
+        d_model=8,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=16,
+        decoder_ffn_dim=16,
+        pad_token_id=19,
+        decoder_start_token_id=19,
+        activation_function="swish",
+    )
     cases = [
         (dict(decoder_attention_heads=4), r"encoder_attention_heads \(2\) differs from decoder_attention_heads \(4\)"),
         (dict(decoder_ffn_dim=8), r"encoder_ffn_dim \(16\) differs from decoder_ffn_dim \(8\)"),
@@ -308,9 +348,19 @@ def test_what_else_is_refused_is_named(tmp_path: Path, monkeypatch: pytest.Monke
     from lightning_tf.text.spm_tokenizer import SentencePieceTokenizer
     from tests.helpers.marian import SMALL, random_marian, write_tokenizer_folder
 
-    config = MarianConfig(vocab_size=20, d_model=8, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
-                          decoder_attention_heads=2, encoder_ffn_dim=16, decoder_ffn_dim=16, pad_token_id=19,
-                          decoder_start_token_id=19, eos_token_id=[0, 1])
+    config = MarianConfig(
+        vocab_size=20,
+        d_model=8,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=16,
+        decoder_ffn_dim=16,
+        pad_token_id=19,
+        decoder_start_token_id=19,
+        eos_token_id=[0, 1],
+    )
     with pytest.raises(ValueError, match=r"eos_token_id must be one int, got \[0, 1\]"):
         marian_arguments(MarianMTModel(config))
     shared = _reference("small-shared")

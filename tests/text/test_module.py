@@ -103,7 +103,10 @@ def test_shared_separate_and_tied_embeddings() -> None:
     assert shared.src_embed is None and shared.head.weight is shared.tgt_embed.weight
     separate = Seq2SeqTransformer(**TINY, share_embeddings=False, tie_output=False)
     assert separate.src_embed is not None
-    n = lambda m: sum(p.numel() for p in m.parameters())
+
+    def n(m):
+        return sum(p.numel() for p in m.parameters())
+
     assert n(separate) == n(shared) + 2 * V * 32
     src, tgt = torch.randint(4, V, (2, 5)), torch.randint(4, V, (2, 4))
     separate.src_embed.weight.data.zero_()  # the encoder reads only the source table
@@ -170,7 +173,10 @@ def test_schedule_resumes_at_the_right_step(tmp_path: Path, scheduler: str) -> N
     schedule of 20 steps (the interrupted one stops at ``max_steps=5``), in which the warmup of 8 steps
     fits in half the run and is not shortened."""
     kw = dict(TINY, lr=1e-3, warmup_steps=8, scheduler=scheduler, total_steps=20)
-    dm = lambda: IdDataModule(vocab_size=V, n_train=64, batch_size=4)
+
+    def dm():
+        return IdDataModule(vocab_size=V, n_train=64, batch_size=4)
+
     torch.manual_seed(0)
     full = LrRecorder()
     trainer(tmp_path / "a", max_steps=20, callbacks=[full], limit_val_batches=0).fit(

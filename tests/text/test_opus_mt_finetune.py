@@ -48,12 +48,35 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     tsv = tmp / "deu.txt"
     tsv.write_text("".join(f"{en}\t{de}\tCC-BY 2.0 (France)\n" for en, de in EN_DE[:240]), encoding="utf-8")
     args = [
-        "--config", "configs/trainer/default.yaml", "--config", CONFIG, *run_dir_args(tmp),
-        "--model.init_args.pretrained", str(folder), "--data.init_args.tokenizer_dir", str(folder),
-        "--data.init_args.train_file", str(tsv), "--data.init_args.n_val", "16", "--data.init_args.n_test", "16",
-        "--data.init_args.max_tokens", "1024", "--model.init_args.warmup_steps", "2",
-        "--model.init_args.bleu_max_batches", "1", "--model.init_args.extra_len", "8",
-        "--trainer.limit_train_batches", "2", "--trainer.enable_progress_bar", "false", "--trainer.accelerator", "cpu",
+        "--config",
+        "configs/trainer/default.yaml",
+        "--config",
+        CONFIG,
+        *run_dir_args(tmp),
+        "--model.init_args.pretrained",
+        str(folder),
+        "--data.init_args.tokenizer_dir",
+        str(folder),
+        "--data.init_args.train_file",
+        str(tsv),
+        "--data.init_args.n_val",
+        "16",
+        "--data.init_args.n_test",
+        "16",
+        "--data.init_args.max_tokens",
+        "1024",
+        "--model.init_args.warmup_steps",
+        "2",
+        "--model.init_args.bleu_max_batches",
+        "1",
+        "--model.init_args.extra_len",
+        "8",
+        "--trainer.limit_train_batches",
+        "2",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.accelerator",
+        "cpu",
     ]
     proc = cli("fit", *args, "--trainer.max_epochs", "2", "--test_after_fit", "true", timeout=600)
     assert re.search(r"^test:\n +bleu +[0-9.]+ ", proc.stdout, re.M), proc.stdout[-2000:]
@@ -114,11 +137,24 @@ def test_predict_and_export_from_the_checkpoint_without_the_marian_weights(run: 
     moved = run["folder"].with_name("moved-away")
     run["folder"].rename(moved)  # the pretrained model is gone: the run's own tokenizer folder serves
     try:
-        cli("predict", "--config", str(run["run"] / "config.yaml"), "--ckpt_path", str(run["ckpt"]),
-            "--data.init_args.predict_file", str(tmp_path / "in.txt"),
-            "--data.init_args.tokenizer_dir", str(run["run"] / "tokenizer"), "--trainer.logger", "false",
+        cli(
+            "predict",
+            "--config",
+            str(run["run"] / "config.yaml"),
+            "--ckpt_path",
+            str(run["ckpt"]),
+            "--data.init_args.predict_file",
+            str(tmp_path / "in.txt"),
+            "--data.init_args.tokenizer_dir",
+            str(run["run"] / "tokenizer"),
+            "--trainer.logger",
+            "false",
             "--trainer.callbacks+=lightning_tf.text.TranslationWriter",
-            "--trainer.callbacks.output_file", str(tmp_path / "out.txt"), "--trainer.accelerator", "cpu")
+            "--trainer.callbacks.output_file",
+            str(tmp_path / "out.txt"),
+            "--trainer.accelerator",
+            "cpu",
+        )
         assert (tmp_path / "out.txt").read_text(encoding="utf-8").splitlines() == model.translate(lines)
         cli("export", "--ckpt_path", str(run["ckpt"]), "--format", "safetensors", "--output", str(tmp_path / "st"))
         assert load_safetensors(tmp_path / "st").translate(lines) == model.translate(lines)
@@ -142,8 +178,17 @@ def test_resume_reads_the_checkpoint_not_the_pretrained_weights(run: dict[str, A
     hidden = weights.with_name("weights.hidden")
     weights.rename(hidden)  # only the tokenizer files are left: resuming must not build the Marian model
     try:
-        cli("fit", *run["args"], "--trainer.max_epochs", "3", "--ckpt_path", str(run["ckpt"]),
-            "--trainer.logger.init_args.id", run["run"].name, timeout=600)
+        cli(
+            "fit",
+            *run["args"],
+            "--trainer.max_epochs",
+            "3",
+            "--ckpt_path",
+            str(run["ckpt"]),
+            "--trainer.logger.init_args.id",
+            run["run"].name,
+            timeout=600,
+        )
     finally:
         hidden.rename(weights)
     assert torch.load(run["ckpt"], map_location="cpu", weights_only=True)["global_step"] == 6

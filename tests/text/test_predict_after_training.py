@@ -37,13 +37,34 @@ def test_a_tsv_trained_run_predicts_from_its_config_and_checkpoint(
         folder.mkdir()
     tsv = _reverse_tsv(data / "reverse.tsv")
     cli(
-        "fit", "--config", str(ROOT / "configs/trainer/default.yaml"),
-        "--config", str(ROOT / "configs/text/reverse.yaml"),
-        "--data.dataset", "null", "--data.train_file", str(tsv), "--data.n_val", "8", "--data.n_test", "8",
-        "--model.d_model", "16", "--model.n_heads", "2", "--model.n_layers", "1", "--model.d_ff", "32",
-        "--trainer.max_steps", "3", "--trainer.limit_val_batches", "1", *run_dir_args(runs),
+        "fit",
+        "--config",
+        str(ROOT / "configs/trainer/default.yaml"),
+        "--config",
+        str(ROOT / "configs/text/reverse.yaml"),
+        "--data.dataset",
+        "null",
+        "--data.train_file",
+        str(tsv),
+        "--data.n_val",
+        "8",
+        "--data.n_test",
+        "8",
+        "--model.d_model",
+        "16",
+        "--model.n_heads",
+        "2",
+        "--model.n_layers",
+        "1",
+        "--model.d_ff",
+        "32",
+        "--trainer.max_steps",
+        "3",
+        "--trainer.limit_val_batches",
+        "1",
+        *run_dir_args(runs),
         cwd=tmp_path,
-    )  # fmt: skip
+    )
     (config,) = runs.rglob("config.yaml")
     run, ckpt = config.parent, config.parent / "checkpoints" / "last.ckpt"
     assert ckpt.is_file() and (run / "tokenizer").is_dir()

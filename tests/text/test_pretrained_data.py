@@ -26,8 +26,18 @@ def test_a_marian_tokenizer_folder_feeds_the_batches(tmp_path: Path) -> None:
     folder = write_tokenizer_folder(tmp_path / "opus-mt-tiny")
     tok = SentencePieceTokenizer.load(folder)
     tsv = write_tsv(tmp_path / "deu.txt", tatoeba_rows())
-    dm = TranslationDataModule(dataset=None, train_file=str(tsv), src_lang="de", tgt_lang="en", n_val=3, n_test=3,
-                               tokenizer_dir=str(folder), vocab_size=None, max_tokens=512, max_length=40)
+    dm = TranslationDataModule(
+        dataset=None,
+        train_file=str(tsv),
+        src_lang="de",
+        tgt_lang="en",
+        n_val=3,
+        n_test=3,
+        tokenizer_dir=str(folder),
+        vocab_size=None,
+        max_tokens=512,
+        max_length=40,
+    )
     assert dm.tokenizer == tok and dm.vocab_size == tok.vocab_size  # at construction: the CLI links vocab_size
     assert (dm.pad_id, dm.bos_id, dm.eos_id) == (tok.pad_id, tok.pad_id, 0)
     dm.setup("fit")
@@ -45,8 +55,14 @@ def test_a_marian_tokenizer_folder_feeds_the_batches(tmp_path: Path) -> None:
         TranslationDataModule(tokenizer_dir=str(folder))  # an explicit capacity must match
     # predict batches too
     (tmp_path / "in.txt").write_text("Wo ist er?\n\nGeh.\n", encoding="utf-8")
-    pred = TranslationDataModule(dataset=None, predict_file=str(tmp_path / "in.txt"), tokenizer_dir=str(folder),
-                                 vocab_size=None, src_lang="de", tgt_lang="en")
+    pred = TranslationDataModule(
+        dataset=None,
+        predict_file=str(tmp_path / "in.txt"),
+        tokenizer_dir=str(folder),
+        vocab_size=None,
+        src_lang="de",
+        tgt_lang="en",
+    )
     pred.setup("predict")
     rows = {}
     for b in pred.predict_dataloader():

@@ -18,8 +18,18 @@ V = 30
 PAD = BOS = V - 1  # Marian: the pad id starts the decoder
 EOS = 0
 MARIAN_IDS = dict(pad_id=PAD, bos_id=BOS, eos_id=EOS)
-TINY = dict(vocab_size=V, d_model=32, n_heads=4, n_layers=2, d_ff=64, dropout=0.0, norm_first=False,
-            activation="silu", pos_encoding="sinusoidal_halves", output_bias=True)
+TINY = dict(
+    vocab_size=V,
+    d_model=32,
+    n_heads=4,
+    n_layers=2,
+    d_ff=64,
+    dropout=0.0,
+    norm_first=False,
+    activation="silu",
+    pos_encoding="sinusoidal_halves",
+    output_bias=True,
+)
 
 
 def _src() -> torch.Tensor:
@@ -82,7 +92,13 @@ def test_special_ids_must_fit_the_vocabulary() -> None:
 def test_data_with_other_special_ids_is_refused(tmp_path: Path) -> None:
     # the data's BPE tokenizer has <pad> = 0 and </s> = 3; a model built for Marian's ids must say so
     model = Seq2SeqTransformer(**(TINY | {"vocab_size": 64}), pad_id=63, bos_id=63, eos_id=0)
-    trainer = Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                      fast_dev_run=True, default_root_dir=tmp_path)
+    trainer = Trainer(
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        fast_dev_run=True,
+        default_root_dir=tmp_path,
+    )
     with pytest.raises(ValueError, match=r"model\.pad_id \(63\) differs from the data's pad_id \(0\)"):
         trainer.fit(model, datamodule=TextCopyDataModule(vocab_size=64))

@@ -117,9 +117,7 @@ def test_separate_vocabularies_equal_marian_tokenizer(tmp_path: Path) -> None:
         SentencePieceTokenizer(src, tgt, src_vocab, tgt_vocab)  # each <pad> last: the sizes differ
     # Marian's separate vocabularies have one size (the conversion refuses others): fill the smaller one
     size = max(len(src_vocab), len(tgt_vocab))
-    src_vocab, tgt_vocab = (
-        marian_vocab([m], filler=size - len(v)) for m, v in ((src, src_vocab), (tgt, tgt_vocab))
-    )
+    src_vocab, tgt_vocab = (marian_vocab([m], filler=size - len(v)) for m, v in ((src, src_vocab), (tgt, tgt_vocab)))
     tok = SentencePieceTokenizer(src, tgt, src_vocab, tgt_vocab)
     assert not tok.joint and tok.vocab_size == size and tok.pad_id == size - 1
     ref = _reference(tok.save(tmp_path))

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from lightning_tf.prepared import check_manifest, write_manifest
 from lightning_tf.text.store import Lines, LinesWriter, Ragged, RaggedWriter
+from lightning_tf.training import check_manifest, write_manifest
 
 
 def _rows(n: int, seed: int = 0) -> list[list[int]]:

@@ -24,9 +24,18 @@ from tests.test_wandb import OfflineRun  # noqa: E402
 pytestmark = pytest.mark.integration
 
 # the digits ViT, small and short: 2 layers of width 32, 3 epochs of 3 batches, 2 validation batches
-TINY = ["--config", "configs/trainer/default.yaml", "--config", "configs/vision/digits.yaml",
-        "--model.init_args.d_model=32", "--model.init_args.n_layers=2", "--trainer.max_epochs=3",
-        "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=2", "--model.init_args.warmup_steps=2"]
+TINY = [
+    "--config",
+    "configs/trainer/default.yaml",
+    "--config",
+    "configs/vision/digits.yaml",
+    "--model.init_args.d_model=32",
+    "--model.init_args.n_layers=2",
+    "--trainer.max_epochs=3",
+    "--trainer.limit_train_batches=3",
+    "--trainer.limit_val_batches=2",
+    "--model.init_args.warmup_steps=2",
+]
 SPACE = """\
 model.init_args.lr: {type: float, low: 1.0e-3, high: 1.0e-2, log: true}
 model.init_args.drop_path: {type: categorical, choices: [0.0, 0.1]}
@@ -74,8 +83,11 @@ def test_two_workers_run_ordinary_trials_and_the_report_trains_through_fit(
         assert saved["model"]["init_args"]["lr"] == t.params["model.init_args.lr"]
         assert saved["model"]["init_args"]["drop_path"] == t.params["model.init_args.drop_path"]
         assert list((run / "checkpoints").glob("*.ckpt"))
-        assert len(t.intermediate_values) == t.user_attrs["epochs"] == (3 if t.state.name == "COMPLETE" else
-                                                                        len(t.intermediate_values))
+        assert (
+            len(t.intermediate_values)
+            == t.user_attrs["epochs"]
+            == (3 if t.state.name == "COMPLETE" else len(t.intermediate_values))
+        )
         wandb_run = OfflineRun.read((run / "wandb").resolve())  # the run folder's link to its wandb run
         assert (wandb_run.name, wandb_run.group, wandb_run.job_type) == (f"two-{t.number:04d}", "two", "tune")
         assert wandb_run.config["tune"] == {"study": "two", "trial": t.number, "params": t.params}
@@ -140,16 +152,30 @@ def test_a_killed_and_an_interrupted_study_continue_where_they_stopped(tmp_path:
     space = write_space(tmp_path)
     # no logger: these trials need no wandb run, and start faster without one
     # 2 trials: the killed study holds as many as it asks for, all of them left running by dead workers
-    options = [*TINY, "--trainer.logger=false", "--trainer.max_epochs=8", "--search", space, "--trials", "2",
-               "--jobs", "2", "--study_name", "cont"]
+    options = [
+        *TINY,
+        "--trainer.logger=false",
+        "--trainer.max_epochs=8",
+        "--search",
+        space,
+        "--trials",
+        "2",
+        "--jobs",
+        "2",
+        "--study_name",
+        "cont",
+    ]
     args = [sys.executable, "-m", "lightning_tf", "tune", *options]
     journal = tmp_path / "runs/tune/cont/journal.log"
 
     def running() -> list:  # trials running now, in a live worker
         if not journal.exists():
             return []
-        return [t for t in load(tmp_path, "cont").trials
-                if t.state.name == "RUNNING" and "pid" in t.user_attrs and _alive(t.user_attrs["pid"])]
+        return [
+            t
+            for t in load(tmp_path, "cont").trials
+            if t.state.name == "RUNNING" and "pid" in t.user_attrs and _alive(t.user_attrs["pid"])
+        ]
 
     # SIGKILL of the command: its workers stop at once, their trials stay RUNNING in the storage
     proc = subprocess.Popen(args, cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -209,9 +235,25 @@ model.init_args.d_model: {type: categorical, choices: [32, 30]}
 
 def test_pruned_failed_and_refused_trials_leave_the_study_going(tmp_path: Path) -> None:
     # seed 10 draws: good, NaN, refused, slow, good, slow (one worker: in this order)
-    proc = tune(tmp_path, "--trainer.logger=false", "--search", write_space(tmp_path, FAILING), "--trials", "6",
-                "--trainer.max_epochs=4", "--sampler", "random", "--seed", "10", "--pruner_startup", "1",
-                "--pruner_warmup", "0", "--study_name", "bad")
+    proc = tune(
+        tmp_path,
+        "--trainer.logger=false",
+        "--search",
+        write_space(tmp_path, FAILING),
+        "--trials",
+        "6",
+        "--trainer.max_epochs=4",
+        "--sampler",
+        "random",
+        "--seed",
+        "10",
+        "--pruner_startup",
+        "1",
+        "--pruner_warmup",
+        "0",
+        "--study_name",
+        "bad",
+    )
     trials = load(tmp_path, "bad").trials
     assert len(trials) == 6
     by = {}

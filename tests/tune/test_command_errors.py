@@ -11,23 +11,35 @@ import pytest
 from lightning_tf.__main__ import COMMANDS, main
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--trials", "4"], r"^lightning-tf: error: --search is required: a search file such as"),
-    (["--search", "absent.yaml"], r"^lightning-tf: error: search file absent\.yaml not found$"),
-    (["--search", "space.yaml", "--jobs", "0"], r"^lightning-tf: error: --jobs must be >= 1, got 0$"),
-    (["--search", "space.yaml", "--timeout", "-1"], r"^lightning-tf: error: --timeout must be > 0 seconds"),
-    (["--search", "space.yaml", "--pruner", "percentile"],
-     r"^lightning-tf: error: argument --pruner: invalid choice: 'percentile'"),
-    (["--search", "space.yaml", "--study_name", "a b"],
-     r"^lightning-tf: error: study name 'a b': use letters, digits, '-' and '_' only$"),
-    (["--report"], r"^lightning-tf: error: --report needs --study_name"),
-    (["--report", "--study_name", "nothing"],
-     r"^lightning-tf: error: no study 'nothing': runs/tune/nothing/journal\.log not found \(give --storage\)$"),
-    (["--report", "--study_name", "x", "--trainer.max_epochs=3"],
-     r"^lightning-tf: error: --report takes only --study_name and --storage, not --trainer\.max_epochs=3$"),
-])
-def test_wrong_options_are_one_line(args: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                    capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--trials", "4"], r"^lightning-tf: error: --search is required: a search file such as"),
+        (["--search", "absent.yaml"], r"^lightning-tf: error: search file absent\.yaml not found$"),
+        (["--search", "space.yaml", "--jobs", "0"], r"^lightning-tf: error: --jobs must be >= 1, got 0$"),
+        (["--search", "space.yaml", "--timeout", "-1"], r"^lightning-tf: error: --timeout must be > 0 seconds"),
+        (
+            ["--search", "space.yaml", "--pruner", "percentile"],
+            r"^lightning-tf: error: argument --pruner: invalid choice: 'percentile'",
+        ),
+        (
+            ["--search", "space.yaml", "--study_name", "a b"],
+            r"^lightning-tf: error: study name 'a b': use letters, digits, '-' and '_' only$",
+        ),
+        (["--report"], r"^lightning-tf: error: --report needs --study_name"),
+        (
+            ["--report", "--study_name", "nothing"],
+            r"^lightning-tf: error: no study 'nothing': runs/tune/nothing/journal\.log not found \(give --storage\)$",
+        ),
+        (
+            ["--report", "--study_name", "x", "--trainer.max_epochs=3"],
+            r"^lightning-tf: error: --report takes only --study_name and --storage, not --trainer\.max_epochs=3$",
+        ),
+    ],
+)
+def test_wrong_options_are_one_line(
+    args: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "space.yaml").write_text("model.init_args.lr: {type: float, low: 0.001, high: 0.01}\n")
     with pytest.raises(SystemExit) as exit_:
@@ -43,17 +55,28 @@ def test_a_study_continues_only_with_its_own_configs_and_objective(capsys: pytes
     from lightning_tf.tune.command import _check_continuation
 
     study = optuna.create_study(study_name="s")
-    attrs = {"args": ["--config", "/a/d.yaml"], "args_key": ["--config", "sha256:1"], "metric": "val/loss",
-             "direction": "minimize", "search_text": "x: 1"}
+    attrs = {
+        "args": ["--config", "/a/d.yaml"],
+        "args_key": ["--config", "sha256:1"],
+        "metric": "val/loss",
+        "direction": "minimize",
+        "search_text": "x: 1",
+    }
     for key, value in attrs.items():
         study.set_user_attr(key, value)
     _check_continuation(study, {**attrs, "args": ["--config", "/b/d.yaml"]})  # another clone, the same file
     assert capsys.readouterr().out == ""
-    with pytest.raises(ValueError, match=r"study 's' was started with other arguments or config files "
-                                         r"\(--config /a/d\.yaml\); give the same ones to continue it"):
+    with pytest.raises(
+        ValueError,
+        match=r"study 's' was started with other arguments or config files "
+        r"\(--config /a/d\.yaml\); give the same ones to continue it",
+    ):
         _check_continuation(study, {**attrs, "args_key": ["--config", "sha256:2"]})
-    with pytest.raises(ValueError, match=r"study 's' optimises val/loss \(minimize\); --metric val/acc / "
-                                         r"--direction maximize would mix two objectives"):
+    with pytest.raises(
+        ValueError,
+        match=r"study 's' optimises val/loss \(minimize\); --metric val/acc / "
+        r"--direction maximize would mix two objectives",
+    ):
         _check_continuation(study, {**attrs, "metric": "val/acc", "direction": "maximize"})
     _check_continuation(study, {**attrs, "search_text": "x: 2"})
     assert "note: the search file differs from the one study 's' started with" in capsys.readouterr().out

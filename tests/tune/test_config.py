@@ -26,26 +26,39 @@ def space(text: str) -> SearchSpace:
 
 
 def test_a_space_the_config_takes_passes_and_constraints_read_the_config(base: BaseConfig) -> None:
-    checked = space("model.init_args.lr: {type: float, low: 1.0e-4, high: 1.0e-2, log: true}\n"
-                    "model.init_args.pool: {type: categorical, choices: [cls, mean]}\n"
-                    "constraints: ['trainer.max_epochs * model.init_args.lr < 1']\n")
+    checked = space(
+        "model.init_args.lr: {type: float, low: 1.0e-4, high: 1.0e-2, log: true}\n"
+        "model.init_args.pool: {type: categorical, choices: [cls, mean]}\n"
+        "constraints: ['trainer.max_epochs * model.init_args.lr < 1']\n"
+    )
     assert check_space(checked, base) == {"trainer.max_epochs": 40}  # the config's own value
     assert base.uses_wandb() and base.task_name() == "vision-digits-digits"
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("model.init_args.lrx: {type: float, low: 0.1, high: 1.0}\n",
-     r"^vision\.yaml: model\.init_args\.lrx: no such argument of ViTClassifier; did you mean lr\?$"),
-    ("trainer.max_epochss: {type: int, low: 2, high: 4}\n",
-     r"^vision\.yaml: trainer\.max_epochss: not an option of this config; did you mean --trainer\.max_epochs\?$"),
-    ("model.init_args.lr: {type: float, low: 0.1, high: 1.0}\n"
-     "model.init_args.pool: {type: categorical, choices: [cls, mean, max]}\n",
-     r"^vision\.yaml: model\.init_args\.pool: 'max' is not one of cls, mean$"),
-    ("model.init_args.lr: {type: float, low: 0.1, high: 1.0}\n"
-     "constraints: ['model.init_args.d_model % model.init_args.n_heads == 0']\n",
-     r"^vision\.yaml: a constraint reads model\.init_args\.d_model, which the space does not search and the "
-     r"config leaves unset$"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "model.init_args.lrx: {type: float, low: 0.1, high: 1.0}\n",
+            r"^vision\.yaml: model\.init_args\.lrx: no such argument of ViTClassifier; did you mean lr\?$",
+        ),
+        (
+            "trainer.max_epochss: {type: int, low: 2, high: 4}\n",
+            r"^vision\.yaml: trainer\.max_epochss: not an option of this config; did you mean --trainer\.max_epochs\?$",
+        ),
+        (
+            "model.init_args.lr: {type: float, low: 0.1, high: 1.0}\n"
+            "model.init_args.pool: {type: categorical, choices: [cls, mean, max]}\n",
+            r"^vision\.yaml: model\.init_args\.pool: 'max' is not one of cls, mean$",
+        ),
+        (
+            "model.init_args.lr: {type: float, low: 0.1, high: 1.0}\n"
+            "constraints: ['model.init_args.d_model % model.init_args.n_heads == 0']\n",
+            r"^vision\.yaml: a constraint reads model\.init_args\.d_model, which the space does not search and the "
+            r"config leaves unset$",
+        ),
+    ],
+)
 def test_what_the_config_does_not_take_is_one_line_naming_the_key(base: BaseConfig, text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         check_space(space(text), base)

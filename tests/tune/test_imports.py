@@ -54,12 +54,13 @@ def test_only_the_study_modules_import_optuna_and_nothing_outside_imports_them()
 def test_importing_the_cli_and_the_tasks_leaves_optuna_out() -> None:
     code = (
         "import json, sys\n"
-        "import lightning_tf.cli, lightning_tf.text, lightning_tf.vision, lightning_tf.kline, lightning_tf.tune\n"
+        "import lightning_tf.cli.lightning_cli, lightning_tf.text, lightning_tf.vision, lightning_tf.kline, lightning_tf.tune\n"
         "print(json.dumps({'tasks': 'lightning_tf.kline' in sys.modules,"
         " 'optuna': sorted(m for m in sys.modules if m.split('.')[0] in ('optuna', 'optuna_integration'))}))\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT,
-                            check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT, check=False
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report == {"tasks": True, "optuna": []}

@@ -9,14 +9,34 @@ from pathlib import Path
 import pytest
 
 from lightning_tf.tune.overrides import (
-    absolute_configs, args_key, format_value, given_names, to_overrides, trial_id, trial_overrides)
+    absolute_configs,
+    args_key,
+    format_value,
+    given_names,
+    to_overrides,
+    trial_id,
+    trial_overrides,
+)
 
 
-@pytest.mark.parametrize(("value", "text"), [
-    ("on", "on"), ("patches", "patches"), (True, "true"), (False, "false"), (None, "null"), (3, "3"),
-    (0.5, "0.5"), (1e-05, "1.0e-05"), (2.5e-07, "2.5e-07"), (1e20, "1.0e+20"), (math.inf, ".inf"),
-    ([0.1, 0.5, 0.9], "[0.1, 0.5, 0.9]"), ((1, "a"), '[1, "a"]'),
-])
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        ("on", "on"),
+        ("patches", "patches"),
+        (True, "true"),
+        (False, "false"),
+        (None, "null"),
+        (3, "3"),
+        (0.5, "0.5"),
+        (1e-05, "1.0e-05"),
+        (2.5e-07, "2.5e-07"),
+        (1e20, "1.0e+20"),
+        (math.inf, ".inf"),
+        ([0.1, 0.5, 0.9], "[0.1, 0.5, 0.9]"),
+        ((1, "a"), '[1, "a"]'),
+    ],
+)
 def test_values_are_written_as_the_parser_reads_them(value: object, text: str) -> None:
     assert format_value(value) == text
 
@@ -28,20 +48,30 @@ def test_a_value_that_is_no_config_value_is_refused() -> None:
 
 def test_overrides_keep_the_order_of_the_parameters() -> None:
     assert to_overrides({"trainer.max_epochs": 3, "model.init_args.lr": 0.001}) == [
-        "--trainer.max_epochs=3", "--model.init_args.lr=0.001"]
+        "--trainer.max_epochs=3",
+        "--model.init_args.lr=0.001",
+    ]
 
 
 def test_a_trial_gets_its_own_folder_and_wandb_run_in_the_study_group() -> None:
     assert trial_id("digits", 7) == "digits-0007"
     args = trial_overrides("digits", 7, "/s/digits", True, ["--config", "a.yaml", "--trainer.max_epochs=3"])
     assert args == [
-        "--trainer.default_root_dir=/s/digits", "--trainer.logger.init_args.save_dir=/s/digits",
-        "--trainer.logger.init_args.id=digits-0007", "--trainer.logger.init_args.name=digits-0007",
-        "--trainer.logger.init_args.group=digits", "--trainer.logger.init_args.job_type=tune",
-        "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false", "--trainer.devices=1"]
+        "--trainer.default_root_dir=/s/digits",
+        "--trainer.logger.init_args.save_dir=/s/digits",
+        "--trainer.logger.init_args.id=digits-0007",
+        "--trainer.logger.init_args.name=digits-0007",
+        "--trainer.logger.init_args.group=digits",
+        "--trainer.logger.init_args.job_type=tune",
+        "--trainer.enable_progress_bar=false",
+        "--trainer.enable_model_summary=false",
+        "--trainer.devices=1",
+    ]
     # without a WandbLogger the trial's folder is its default_root_dir; what the user set is left to them
     assert trial_overrides("s", 2, "/s", False, ["--trainer.devices=2", "--trainer.enable_progress_bar", "true"]) == [
-        "--trainer.default_root_dir=/s/trials/0002", "--trainer.enable_model_summary=false"]
+        "--trainer.default_root_dir=/s/trials/0002",
+        "--trainer.enable_model_summary=false",
+    ]
     assert given_names(["--config=x.yaml", "--config", "y.yaml", "--a.b=1", "--c", "2"]) == {"a.b", "c"}
 
 
@@ -61,4 +91,3 @@ def test_a_study_is_known_by_its_configs_contents_wherever_the_clone_is(tmp_path
     assert args_key(a) != args_key(b)
     inline = ["--config={trainer: {max_epochs: 2}}"]
     assert args_key(inline) == inline  # not a file: kept as written
-

@@ -13,23 +13,37 @@ optuna = pytest.importorskip("optuna")
 
 from optuna.trial import TrialState  # noqa: E402
 
-from lightning_tf.tune.study import (  # noqa: E402
-    StudySpec, counted, fail_stale, infer_direction, make_pruner, make_sampler)
+from lightning_tf.tune.study import StudySpec, counted, fail_stale, infer_direction, make_pruner, make_sampler  # noqa: E402
 
 DEAD_PID = 2**22 + 4321  # above Linux's largest pid: no such process
 
 
-@pytest.mark.parametrize(("metric", "direction"), [
-    ("val/loss", "minimize"), ("val/acc", "maximize"), ("val/top5", "maximize"), ("val/bleu", "maximize"),
-    ("val/chrf", "maximize"), ("val/mse", "minimize"), ("val/loss_linear", "minimize"),
-])
+@pytest.mark.parametrize(
+    ("metric", "direction"),
+    [
+        ("val/loss", "minimize"),
+        ("val/acc", "maximize"),
+        ("val/top5", "maximize"),
+        ("val/bleu", "maximize"),
+        ("val/chrf", "maximize"),
+        ("val/mse", "minimize"),
+        ("val/loss_linear", "minimize"),
+    ],
+)
 def test_the_direction_follows_the_metric(metric: str, direction: str) -> None:
     assert infer_direction(metric) == direction
 
 
 def spec(tmp_path: Path, **kwargs: object) -> StudySpec:
-    return StudySpec(study_name="s", storage=str(tmp_path / "j.log"), study_dir=str(tmp_path), args=[],
-                     search="x.yaml", trials=8, **kwargs)  # type: ignore[arg-type]
+    return StudySpec(
+        study_name="s",
+        storage=str(tmp_path / "j.log"),
+        study_dir=str(tmp_path),
+        args=[],
+        search="x.yaml",
+        trials=8,
+        **kwargs,
+    )  # type: ignore[arg-type]
 
 
 def test_the_settings_round_trip_and_build_the_sampler_and_pruner(tmp_path: Path) -> None:

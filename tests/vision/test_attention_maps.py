@@ -118,7 +118,14 @@ def test_mean_pooling_with_a_class_token_reads_the_patch_rows() -> None:
     """With ``pool="mean"`` the head reads the average patch token even when a class token exists, so the
     maps average the patch rows instead of reading the (unused) class-token row."""
     model = VisionTransformer(
-        image_size=8, patch_size=4, in_chans=1, num_classes=3, d_model=16, n_heads=2, n_layers=2, pool="mean",
+        image_size=8,
+        patch_size=4,
+        in_chans=1,
+        num_classes=3,
+        d_model=16,
+        n_heads=2,
+        n_layers=2,
+        pool="mean",
         class_token=True,
     )
     x = torch.randn(2, 1, 8, 8)

@@ -13,7 +13,6 @@ from PIL import Image
 from torch import Tensor
 
 from lightning_tf.vision.data import ImageDataModule
-
 from tests.helpers.vision import make_image_folder, write_image
 
 
@@ -192,8 +191,14 @@ def test_trainer_sees_soft_targets_in_training_and_hard_ones_in_validation() -> 
     dm = ImageDataModule(mixup_alpha=0.8, batch_size=64)
     model = _Recorder()
     trainer = Trainer(
-        max_epochs=1, limit_train_batches=3, limit_val_batches=2, logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=1,
+        max_epochs=1,
+        limit_train_batches=3,
+        limit_val_batches=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=1,
     )
     trainer.fit(model, datamodule=dm)
     assert model.seen["train"] == {(torch.float32, (10,))}
@@ -203,8 +208,9 @@ def test_trainer_sees_soft_targets_in_training_and_hard_ones_in_validation() -> 
 # ---------------------------------------------------------------------------------- image folders
 def test_image_folder_single_folder_is_split_by_class_and_seed(tmp_path: Path) -> None:
     make_image_folder(tmp_path, {"zebra": 20, "ant": 10, "moth": 30}, size=(10, 14))
-    dm = ImageDataModule("image_folder", root=str(tmp_path), image_size=8, batch_size=4, val_fraction=0.2,
-                         test_fraction=0.1)
+    dm = ImageDataModule(
+        "image_folder", root=str(tmp_path), image_size=8, batch_size=4, val_fraction=0.2, test_fraction=0.1
+    )
     assert dm.class_names == ["ant", "moth", "zebra"] and dm.num_classes == 3 and dm.in_chans == 3
     dm.setup("fit")
     sets = _split_sets(dm)
@@ -213,8 +219,10 @@ def test_image_folder_single_folder_is_split_by_class_and_seed(tmp_path: Path) -
     assert torch.bincount(dm.val_set.targets).tolist() == [2, 5, 4]  # 20 % of what test left
     for s, part in sets.items():
         for path in part:
-            assert dm.class_names[getattr(dm, f"{s}_set").targets[getattr(dm, f"{s}_set").paths.index(path)]] == \
-                Path(path).parent.name
+            assert (
+                dm.class_names[getattr(dm, f"{s}_set").targets[getattr(dm, f"{s}_set").paths.index(path)]]
+                == Path(path).parent.name
+            )
     again = ImageDataModule("image_folder", root=str(tmp_path), image_size=8, val_fraction=0.2, test_fraction=0.1)
     again.setup("fit")
     assert _split_sets(again) == sets
@@ -249,14 +257,16 @@ def test_image_folder_greyscale_and_mixed_modes(tmp_path: Path) -> None:
     write_image(tmp_path / "a" / "rgba.png", 2, mode="RGBA")
     write_image(tmp_path / "b" / "palette.png", 3, mode="P")
     write_image(tmp_path / "b" / "rgb.png", 4, mode="RGB")
-    dm = ImageDataModule("image_folder", root=str(tmp_path), image_size=8, batch_size=4, val_fraction=0.3,
-                         test_fraction=0.3)
+    dm = ImageDataModule(
+        "image_folder", root=str(tmp_path), image_size=8, batch_size=4, val_fraction=0.3, test_fraction=0.3
+    )
     dm.setup("fit")
     for part in (dm.train_set, dm.val_set, dm.test_set):
         for i in range(len(part)):
             assert part[i][0].shape == (3, 8, 8)  # every mode becomes RGB
-    grey = ImageDataModule("image_folder", root=str(tmp_path), in_chans=1, image_size=8, val_fraction=0.3,
-                           test_fraction=0.3)
+    grey = ImageDataModule(
+        "image_folder", root=str(tmp_path), in_chans=1, image_size=8, val_fraction=0.3, test_fraction=0.3
+    )
     assert grey.mean == pytest.approx([0.449]) and grey.std == pytest.approx([0.226])
     grey.setup("fit")
     rgb = str(tmp_path / "b" / "rgb.png")
@@ -273,8 +283,9 @@ def test_image_folder_greyscale_and_mixed_modes(tmp_path: Path) -> None:
 def test_corrupt_file_in_a_folder_is_named_by_the_loader(tmp_path: Path) -> None:
     make_image_folder(tmp_path, {"a": 3, "b": 3})
     (tmp_path / "b" / "b_001.png").write_bytes(b"garbage")
-    dm = ImageDataModule("image_folder", root=str(tmp_path), image_size=8, batch_size=8, val_fraction=0.01,
-                         test_fraction=0.01)
+    dm = ImageDataModule(
+        "image_folder", root=str(tmp_path), image_size=8, batch_size=8, val_fraction=0.01, test_fraction=0.01
+    )
     dm.setup("fit")
     with pytest.raises(ValueError, match=r"b_001.png: cannot read the image"):
         next(iter(dm.train_dataloader()))
@@ -293,8 +304,7 @@ def test_predict_from_a_folder_of_files(tmp_path: Path) -> None:
     make_image_folder(tmp_path / "data", {"a": 3, "b": 3})
     write_image(tmp_path / "new" / "2.png", 0, size=(30, 20))
     write_image(tmp_path / "new" / "1.jpg", 1, size=(5, 9), mode="L")
-    dm = ImageDataModule("image_folder", root=str(tmp_path / "data"), image_size=8,
-                         predict_path=str(tmp_path / "new"))
+    dm = ImageDataModule("image_folder", root=str(tmp_path / "data"), image_size=8, predict_path=str(tmp_path / "new"))
     dm.setup("predict")
     assert [Path(p).name for p in dm.predict_paths] == ["1.jpg", "2.png"]
     batch = next(iter(dm.predict_dataloader()))
@@ -343,8 +353,14 @@ def test_files_to_predict_take_the_checkpoints_size_and_normalisation(tmp_path: 
     make_image_folder(tmp_path / "data", {"a": 2, "b": 2})
     write_image(tmp_path / "new" / "x.png", 4, size=(20, 20))
     trained = ImageDataModule("image_folder", root=str(tmp_path / "data"), image_size=8)
-    dm = ImageDataModule("image_folder", root=str(tmp_path / "data"), image_size=12, mean=[0.5] * 3, std=[0.5] * 3,
-                         predict_path=str(tmp_path / "new"))  # fmt: skip
+    dm = ImageDataModule(
+        "image_folder",
+        root=str(tmp_path / "data"),
+        image_size=12,
+        mean=[0.5] * 3,
+        std=[0.5] * 3,
+        predict_path=str(tmp_path / "new"),
+    )
     dm.setup("predict")
     dm.load_state_dict(trained.state_dict())  # no trainer: as under `predict --ckpt_path`
     assert (dm.image_size, dm.mean, dm.std) == (8, trained.mean, trained.std)

@@ -23,7 +23,6 @@ from lightning_tf.vision.datasets import (
     scan_image_folder,
     stratified_split,
 )
-
 from tests.helpers.vision import fake_cifar10, fake_mnist, make_image_folder, write_image
 
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")

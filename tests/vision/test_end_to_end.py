@@ -13,7 +13,6 @@ import pytest
 import torch
 
 from lightning_tf.vision import ViTClassifier
-
 from tests.helpers.cli import cli, run_dir_args
 from tests.helpers.vision import make_image_folder, write_image
 
@@ -22,11 +21,34 @@ from tests.helpers.vision import make_image_folder, write_image
 def test_train_move_the_folder_away_then_classify_and_predict(tmp_path: Path) -> None:
     folder = make_image_folder(tmp_path / "pets", {"cat": 6, "dog": 6}, size=(12, 10))
     runs = tmp_path / "runs"
-    cli("fit", "--config", "configs/trainer/default.yaml", "--config", "configs/vision/digits.yaml",
-        "--data.dataset", "image_folder", "--data.root", str(folder), "--data.image_size", "8",
-        "--data.batch_size", "4", "--model.d_model", "16", "--model.n_heads", "2", "--model.n_layers", "1",
-        "--model.d_ff", "32", "--trainer.max_steps", "3", "--trainer.limit_val_batches", "1",
-        *run_dir_args(runs))  # fmt: skip
+    cli(
+        "fit",
+        "--config",
+        "configs/trainer/default.yaml",
+        "--config",
+        "configs/vision/digits.yaml",
+        "--data.dataset",
+        "image_folder",
+        "--data.root",
+        str(folder),
+        "--data.image_size",
+        "8",
+        "--data.batch_size",
+        "4",
+        "--model.d_model",
+        "16",
+        "--model.n_heads",
+        "2",
+        "--model.n_layers",
+        "1",
+        "--model.d_ff",
+        "32",
+        "--trainer.max_steps",
+        "3",
+        "--trainer.limit_val_batches",
+        "1",
+        *run_dir_args(runs),
+    )
     (config,) = runs.glob("lightning-tf/*/config.yaml")
     ckpt = config.parent / "checkpoints" / "last.ckpt"
     shutil.move(folder, tmp_path / "archived")
@@ -63,7 +85,16 @@ def test_train_move_the_folder_away_then_classify_and_predict(tmp_path: Path) ->
     assert list(empty.iterdir()) == []  # nothing written where predict ran
 
     # a folder without images: one line naming it, exit status 2
-    proc = cli("predict", "--config", str(config), "--ckpt_path", str(ckpt), "--data.predict_path", str(empty),
-               cwd=empty, check=False)  # fmt: skip
+    proc = cli(
+        "predict",
+        "--config",
+        str(config),
+        "--ckpt_path",
+        str(ckpt),
+        "--data.predict_path",
+        str(empty),
+        cwd=empty,
+        check=False,
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines()[-1].startswith(f"lightning-tf: error: {empty}: no image files (looked for")

@@ -11,7 +11,6 @@ from PIL import Image
 
 from lightning_tf.vision.data import ImageDataModule
 from lightning_tf.vision.inputs import as_image_list, prepare_images, read_image, tensor_image
-
 from tests.helpers.vision import make_image_folder, write_image
 
 MEAN, STD = [0.4, 0.5, 0.6], [0.2, 0.25, 0.3]

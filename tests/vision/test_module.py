@@ -18,7 +18,6 @@ from PIL import Image
 
 from lightning_tf.training import parameter_groups
 from lightning_tf.vision import ClassificationWriter, ImageDataModule, ViTClassifier
-
 from tests.helpers.vision import make_image_folder, write_image
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,8 +25,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def trainer(tmp_path: Path, **kw) -> Trainer:
     args = dict(
-        default_root_dir=tmp_path, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, accelerator="cpu", devices=1,
+        default_root_dir=tmp_path,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        devices=1,
     )
     return Trainer(**(args | kw))
 
@@ -185,11 +189,36 @@ def test_checkpoint_of_a_cli_model_without_image_size_rebuilds_it(tmp_path: Path
     (the model never rewrites them), and the saved preset gives the same size back on loading."""
     from lightning.pytorch.cli import LightningCLI
 
-    args = ["--model.d_model", "16", "--model.n_heads", "2", "--model.n_layers", "1", "--model.d_ff", "32",
-            "--model.image_size", "null", "--data.batch_size", "32", "--trainer.max_steps", "1",
-            "--trainer.limit_val_batches", "0", "--trainer.logger", "false", "--trainer.enable_checkpointing", "false",
-            "--trainer.enable_progress_bar", "false", "--trainer.accelerator", "cpu", "--trainer.devices", "1",
-            "--trainer.default_root_dir", str(tmp_path)]  # fmt: skip
+    args = [
+        "--model.d_model",
+        "16",
+        "--model.n_heads",
+        "2",
+        "--model.n_layers",
+        "1",
+        "--model.d_ff",
+        "32",
+        "--model.image_size",
+        "null",
+        "--data.batch_size",
+        "32",
+        "--trainer.max_steps",
+        "1",
+        "--trainer.limit_val_batches",
+        "0",
+        "--trainer.logger",
+        "false",
+        "--trainer.enable_checkpointing",
+        "false",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.accelerator",
+        "cpu",
+        "--trainer.devices",
+        "1",
+        "--trainer.default_root_dir",
+        str(tmp_path),
+    ]
     cli = LightningCLI(ViTClassifier, ImageDataModule, run=False, args=args, save_config_callback=None)
     assert cli.model.hparams.image_size is None and cli.model.net.image_size == 16
     cli.trainer.fit(cli.model, cli.datamodule)
@@ -333,14 +362,32 @@ def test_cli_fit_then_predict_a_folder(tmp_path: Path) -> None:
     folder.mkdir()
     for i in range(3):
         Image.fromarray(np.full((8, 8), 40 * i, dtype=np.uint8)).save(folder / f"img{i}.png")
-    common = ["--config", "configs/vision/digits.yaml", "--trainer.default_root_dir", str(tmp_path),
-              "--trainer.logger", "false", "--trainer.enable_progress_bar", "false"]
+    common = [
+        "--config",
+        "configs/vision/digits.yaml",
+        "--trainer.default_root_dir",
+        str(tmp_path),
+        "--trainer.logger",
+        "false",
+        "--trainer.enable_progress_bar",
+        "false",
+    ]
     cli("fit", *common, "--trainer.max_steps", "3", "--trainer.limit_val_batches", "1")
     ckpt = next((tmp_path / "checkpoints").glob("*.ckpt"))
     out = tmp_path / "pred.csv"
-    cli("predict", *common, "--ckpt_path", str(ckpt), "--data.predict_path", str(folder),
-        "--trainer.callbacks+=lightning_tf.vision.ClassificationWriter", "--trainer.callbacks.output_file", str(out),
-        "--trainer.callbacks.top_k", "2")
+    cli(
+        "predict",
+        *common,
+        "--ckpt_path",
+        str(ckpt),
+        "--data.predict_path",
+        str(folder),
+        "--trainer.callbacks+=lightning_tf.vision.ClassificationWriter",
+        "--trainer.callbacks.output_file",
+        str(out),
+        "--trainer.callbacks.top_k",
+        "2",
+    )
     df = pd.read_csv(out)
     assert [Path(f).name for f in df["file"]] == ["img0.png", "img1.png", "img2.png"]
     assert list(df.columns) == ["file", "top1_class", "top1_prob", "top2_class", "top2_prob"]
@@ -367,8 +414,9 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Image
     """A checkpoint of one training step on an RGB image folder at 8x8 (its DataModule, to compare)."""
     tmp = tmp_path_factory.mktemp("trained")
     make_image_folder(tmp / "data", {"cat": 4, "dog": 4, "eel": 4}, size=(12, 10))
-    dm = ImageDataModule("image_folder", root=str(tmp / "data"), image_size=8, batch_size=4, mean=[0.4, 0.5, 0.6],
-                         std=[0.2, 0.25, 0.3])  # fmt: skip
+    dm = ImageDataModule(
+        "image_folder", root=str(tmp / "data"), image_size=8, batch_size=4, mean=[0.4, 0.5, 0.6], std=[0.2, 0.25, 0.3]
+    )
     model = small(num_classes=3, in_chans=3, image_size=8, warmup_steps=1)
     t = trainer(tmp, max_steps=1, limit_val_batches=0)
     t.fit(model, dm)
@@ -432,8 +480,11 @@ def test_checkpoint_holds_what_inference_needs_and_refuses_another_model(trained
     assert data["class_names"] == ["cat", "dog", "eel"] and data["input_shape"] == [3, 8, 8]
     assert data["normalization"] == {"mean": dm.mean, "std": dm.std}
     assert data["ImageDataModule"] == dm.state_dict()
-    with pytest.raises(ValueError, match=r"holds a model of 3 classes \(cat, dog, eel\) for 3x8x8 images; this one was "
-                                         r"built for 10 classes and 1x16x16 images"):
+    with pytest.raises(
+        ValueError,
+        match=r"holds a model of 3 classes \(cat, dog, eel\) for 3x8x8 images; this one was "
+        r"built for 10 classes and 1x16x16 images",
+    ):
         small().on_load_checkpoint(data)
     with pytest.raises(ValueError, match=r"this one was built for 3 classes and 3x16x16 images"):
         small(num_classes=3, in_chans=3).on_load_checkpoint(data)
@@ -506,10 +557,23 @@ def test_configs_run_with_a_logger(config: Path, tmp_path: Path, monkeypatch: py
     from lightning_tf.__main__ import main
 
     monkeypatch.setattr("sys.argv", ["lightning-tf"])
-    main(["fit", "--config", str(ROOT / "configs/trainer/default.yaml"), "--config", str(config),
-          "--trainer.fast_dev_run", "true",
-          "--trainer.default_root_dir", str(tmp_path), "--trainer.logger.init_args.save_dir", str(tmp_path),
-          "--data.mixup_label_smoothing", "0.05"])
+    main(
+        [
+            "fit",
+            "--config",
+            str(ROOT / "configs/trainer/default.yaml"),
+            "--config",
+            str(config),
+            "--trainer.fast_dev_run",
+            "true",
+            "--trainer.default_root_dir",
+            str(tmp_path),
+            "--trainer.logger.init_args.save_dir",
+            str(tmp_path),
+            "--data.mixup_label_smoothing",
+            "0.05",
+        ]
+    )
 
 
 # ------------------------------------------------------------------------------------- compile
@@ -550,9 +614,27 @@ def test_cli_fit_with_compile(tmp_path: Path) -> None:
         pytest.skip(reason)
     from tests.helpers.cli import cli
 
-    cli("fit", "--config", "configs/vision/digits.yaml", "--model.compile", "true", "--model.d_model", "16",
-        "--model.n_layers", "1", "--model.d_ff", "32", "--trainer.fast_dev_run", "1", "--trainer.logger", "false",
-        "--trainer.enable_progress_bar", "false", "--trainer.default_root_dir", str(tmp_path))  # fmt: skip
+    cli(
+        "fit",
+        "--config",
+        "configs/vision/digits.yaml",
+        "--model.compile",
+        "true",
+        "--model.d_model",
+        "16",
+        "--model.n_layers",
+        "1",
+        "--model.d_ff",
+        "32",
+        "--trainer.fast_dev_run",
+        "1",
+        "--trainer.logger",
+        "false",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.default_root_dir",
+        str(tmp_path),
+    )
 
 
 # ---------------------------------------------------------------------------------- digits target
@@ -571,9 +653,17 @@ def test_digits_default_config_reaches_95_percent(tmp_path: Path, monkeypatch: p
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = cli(
-        "fit", "--config", "configs/vision/digits.yaml", "--test_after_fit", "true",
-        "--trainer.default_root_dir", str(tmp_path), "--trainer.logger", "false",
-        "--trainer.enable_progress_bar", "false",
+        "fit",
+        "--config",
+        "configs/vision/digits.yaml",
+        "--test_after_fit",
+        "true",
+        "--trainer.default_root_dir",
+        str(tmp_path),
+        "--trainer.logger",
+        "false",
+        "--trainer.enable_progress_bar",
+        "false",
     )
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)

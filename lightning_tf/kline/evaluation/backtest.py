@@ -144,13 +144,15 @@ def backtest(
             pos = positions(signal, short=short and name != "buy_and_hold")
             realised = g["realised"].to_numpy(np.float64)
             net = strategy_returns(pos, realised, cost_bps)
-            per_ticker.append(pd.DataFrame({"time": g["time"].to_numpy(), "net": net, "position": pos,
-                                            "realised": realised}))
+            per_ticker.append(
+                pd.DataFrame({"time": g["time"].to_numpy(), "net": net, "position": pos, "realised": realised})
+            )
         bars = pd.concat(per_ticker, ignore_index=True)
         book = bars.groupby("time", sort=True)[["net"]].mean()  # equal weight over the tickers of each bar
         s = _stats(book["net"].to_numpy(), bars["position"].to_numpy(), bars["realised"].to_numpy(), ppy)
-        s["turnover"] = float(np.mean(np.abs(np.concatenate(
-            [np.diff(p["position"].to_numpy(), prepend=0.0) for p in per_ticker]))))
+        s["turnover"] = float(
+            np.mean(np.abs(np.concatenate([np.diff(p["position"].to_numpy(), prepend=0.0) for p in per_ticker])))
+        )
         stats[name] = s
         curves[name] = equity_curve(book["net"].to_numpy())
     index = pd.DatetimeIndex(sorted(pd.unique(frame["time"])), name="time")

@@ -195,7 +195,9 @@ class LinearBaseline(nn.Module):
             return [y[:, :, k] for k in range(y.shape[2])]  # K x (B, F)
         return [y.reshape(y.shape[0], -1)]  # 1 x (B, F * K)
 
-    def _accumulate(self, batches: Iterable[tuple[Tensor, Tensor]], rows: ValidationRows | None = None) -> list[GramStats]:
+    def _accumulate(
+        self, batches: Iterable[tuple[Tensor, Tensor]], rows: ValidationRows | None = None
+    ) -> list[GramStats]:
         """Training statistics per group, or (``rows`` given) the validation windows kept row by row."""
         stats: list[GramStats] = []
         for x, y in batches:
@@ -246,8 +248,9 @@ class LinearBaseline(nn.Module):
         found = []
         for name in names:
             pooling, form = name.rsplit("_", 1)
-            found += closed_form_candidates(tr, va, [pooling], [form], ridges, trend,
-                                            self._channels_seen if mixing else 1)
+            found += closed_form_candidates(
+                tr, va, [pooling], [form], ridges, trend, self._channels_seen if mixing else 1
+            )
             if va is None:
                 break
         chosen = choose_candidate(found, blocks, select_se)

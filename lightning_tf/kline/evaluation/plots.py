@@ -64,7 +64,10 @@ def candlestick_figure(
     labels = [pd.Timestamp(t) for t in list(bars.index) + list(forecast_time)]
     ticks = np.linspace(0, n + f - 1, num=min(8, n + f)).round().astype(int)
     ax.set_xticks(ticks)
-    ax.set_xticklabels([labels[t].strftime("%Y-%m-%d\n%H:%M") if _intraday(labels) else labels[t].strftime("%Y-%m-%d") for t in ticks], fontsize=8)
+    ax.set_xticklabels(
+        [labels[t].strftime("%Y-%m-%d\n%H:%M") if _intraday(labels) else labels[t].strftime("%Y-%m-%d") for t in ticks],
+        fontsize=8,
+    )
     ax.set_xlim(-1, n + f)
     ax.set_ylabel("price")
     ax.set_title(title)
@@ -79,7 +82,10 @@ def _intraday(stamps: list[pd.Timestamp]) -> bool:
 
 
 def attention_figure(
-    weights: np.ndarray, channel_names: Sequence[str], title: str = "", token: str = "patch",
+    weights: np.ndarray,
+    channel_names: Sequence[str],
+    title: str = "",
+    token: str = "patch",
     token_names: Sequence[str] | None = None,
 ) -> Figure:
     """Attention over the tokens of one window.

@@ -19,7 +19,7 @@ import torch
 from lightning.pytorch.loggers import Logger, WandbLogger
 from torch import Tensor
 
-from lightning_tf.distributed import gather_objects
+from lightning_tf.training import gather_objects
 
 from ..scale import DataScale
 from .backtest import STATS as BACKTEST_STATS
@@ -80,8 +80,16 @@ class TestRecord:
         self.forecast_windows: tuple[Tensor, Tensor, Tensor] | None = None  # x, y, forecast of a few windows
         self.rows: list[dict[str, Tensor]] = []
 
-    def add(self, batch: dict[str, Tensor], out: Tensor, pred: Tensor, forecasts: dict[str, tuple[Tensor, bool]],
-            scale: DataScale | None, attention: bool, logger: Logger | None) -> None:
+    def add(
+        self,
+        batch: dict[str, Tensor],
+        out: Tensor,
+        pred: Tensor,
+        forecasts: dict[str, tuple[Tensor, bool]],
+        scale: DataScale | None,
+        attention: bool,
+        logger: Logger | None,
+    ) -> None:
         """Keep what the report needs of a test batch: the forecast ``out`` (B, F, K[, Q]), its point
         forecast ``pred`` (B, F, K) and the baselines' ``forecasts``, in the data's ``scale``; with
         ``attention`` (the model has an encoder) its first window, with a wandb ``logger`` a few forecast
@@ -112,8 +120,9 @@ class TestRecord:
                 log_attention(figures.logger, maps, figures.backbone, names)
             if self.forecast_windows is not None:
                 names = list(scale.target_names) if scale else ["target"]
-                log_forecasts(figures.logger, self.forecast_windows, figures.target_channels, names[0],
-                              figures.quantiles)  # fmt: skip
+                log_forecasts(
+                    figures.logger, self.forecast_windows, figures.target_channels, names[0], figures.quantiles
+                )
         return entry, curves
 
 
@@ -132,8 +141,12 @@ def backtest_row(
         first = f[:, 0, 0].double()  # (B,)
         return first if scale.returns else torch.log(first.clamp_min(1e-12) / anchor)  # (B,)
 
-    row = {"time": batch["time"], "ticker": ticker if ticker is not None else torch.zeros_like(batch["time"]),
-           "realised": next_return(batch["y"], True), "model": next_return(pred, True)}
+    row = {
+        "time": batch["time"],
+        "ticker": ticker if ticker is not None else torch.zeros_like(batch["time"]),
+        "realised": next_return(batch["y"], True),
+        "model": next_return(pred, True),
+    }
     for name in ("mean", "linear"):
         if name in forecasts:
             row[name] = next_return(*forecasts[name])
@@ -153,8 +166,13 @@ def run_backtest(
     frame = frame.drop_duplicates(["ticker", "time"])  # a distributed sampler repeats windows to even out
     signals = ["model", "buy_and_hold", *[n for n in ("mean", "linear") if n in frame]]
     stats, curves = backtest(frame, signals, cost_bps=cost_bps, short=short)
-    entry = {"cost_bps": float(cost_bps), "short": bool(short), "bars": len(curves), "strategies": stats,
-             "verdict": beats_line(stats, cost_bps, short)}
+    entry = {
+        "cost_bps": float(cost_bps),
+        "short": bool(short),
+        "bars": len(curves),
+        "strategies": stats,
+        "verdict": beats_line(stats, cost_bps, short),
+    }
     return entry, curves
 
 
@@ -181,14 +199,23 @@ def log_attention(logger: WandbLogger, maps: Any, backbone: str, feature_names: 
 
     token = {"patches": "patch", "variates": "channel", "bars": "bar"}[backbone]
     plural = "patches" if token == "patch" else f"{token}s"
-    fig = attention_figure(maps, feature_names if token == "patch" else ["window"],
-                           f"attention over {plural}, last layer, first test window", token=token,
-                           token_names=feature_names if token == "channel" else None)  # fmt: skip
+    fig = attention_figure(
+        maps,
+        feature_names if token == "patch" else ["window"],
+        f"attention over {plural}, last layer, first test window",
+        token=token,
+        token_names=feature_names if token == "channel" else None,
+    )
     logger.log_image(key="test/attention", images=[fig])
 
 
-def log_forecasts(logger: WandbLogger, windows: tuple[Tensor, Tensor, Tensor], target_channels: list[int] | None,
-                  target_name: str, quantiles: list[float] | None) -> None:
+def log_forecasts(
+    logger: WandbLogger,
+    windows: tuple[Tensor, Tensor, Tensor],
+    target_channels: list[int] | None,
+    target_name: str,
+    quantiles: list[float] | None,
+) -> None:
     """The forecast of the first target against what happened for a few test windows ``(x, y, forecast)``,
     on the model's scale (the target's context drawn when it is an input channel), the central interval
     shaded for quantile forecasts; to wandb."""
@@ -206,7 +233,9 @@ def log_forecasts(logger: WandbLogger, windows: tuple[Tensor, Tensor, Tensor], t
             band = (out[..., 0, lo], out[..., 0, hi])  # (W, F) each
     else:
         pred = out[..., 0]  # (W, F)
-    fig = forecast_figure(past, y[..., 0], pred, target_name, "test forecasts (first test batch, model scale)", band=band)
+    fig = forecast_figure(
+        past, y[..., 0], pred, target_name, "test forecasts (first test batch, model scale)", band=band
+    )
     logger.log_image(key="test/forecast", images=[fig])
 
 
@@ -216,16 +245,20 @@ def intervals_text(values: dict[str, float]) -> str:
     for key, coverage in values.items():
         if key.startswith("coverage_"):
             lo, hi = (float(v) for v in key.removeprefix("coverage_").split("_"))
-            lines.append(f"{lo:g}%-{hi:g}% interval: coverage {coverage:.1%} (nominal {(hi - lo) / 100:.0%}), "
-                         f"mean width {values['width_' + key.removeprefix('coverage_')]:.4g} (model scale)")
+            lines.append(
+                f"{lo:g}%-{hi:g}% interval: coverage {coverage:.1%} (nominal {(hi - lo) / 100:.0%}), "
+                f"mean width {values['width_' + key.removeprefix('coverage_')]:.4g} (model scale)"
+            )
     return "\n".join(lines)
 
 
 def backtest_text(bt: dict[str, Any]) -> str:
     """The backtest as a plain table and its verdict line."""
     kind = "long/short" if bt["short"] else "long/flat"
-    title = (f"Backtest on the test windows ({kind} by the sign of the next-bar forecast, {bt['cost_bps']:g} bp "
-             f"per side, {bt['bars']} bars):")
+    title = (
+        f"Backtest on the test windows ({kind} by the sign of the next-bar forecast, {bt['cost_bps']:g} bp "
+        f"per side, {bt['bars']} bars):"
+    )
     lines = [title, f"{'':14s}" + "".join(f"{m:>14s}" for m in BACKTEST_STATS)]
     for name, values in bt["strategies"].items():
         lines.append(f"{name:14s}" + "".join(f"{format_stat(m, values[m]):>14s}" for m in BACKTEST_STATS))

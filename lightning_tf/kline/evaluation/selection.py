@@ -81,8 +81,16 @@ class ResidualSelection(Metric):
             self.add_state(name, default=[], dist_reduce_fx="cat")
         self.add_state("count", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
 
-    def update(self, time: Tensor, base: Tensor, residual: Tensor, target: Tensor,
-               loss_linear: Tensor | None = None, loss_full: Tensor | None = None, series: Tensor | None = None) -> None:
+    def update(
+        self,
+        time: Tensor,
+        base: Tensor,
+        residual: Tensor,
+        target: Tensor,
+        loss_linear: Tensor | None = None,
+        loss_full: Tensor | None = None,
+        series: Tensor | None = None,
+    ) -> None:
         """Add windows: their times ``(B,)``, the linear forecast, the residual and the outcome ``(B, F, K)``;
         under a loss other than MSE, each window's loss without and with the residual ``(B,)``; ``series``
         (B,) tells windows of several series at the same time apart (their order then does not depend on
@@ -156,14 +164,23 @@ def selection_line(residual: str, values: Tensor, gate: Tensor, keep_se: float) 
         return f"tested model: linear path + {what} (no validation decided between them)"
     noise = "" if se >= 1e300 else f"; gain out of sample {gain:.3g}, {keep_se:g} standard error {keep_se * se:.3g}"
     if not bool((gate > 0).any()):
-        return (f"tested model: the linear path alone; the {what} did not beat it on validation by more "
-                f"than noise (loss {best:.5g} with it vs {linear:.5g}{noise})")
+        return (
+            f"tested model: the linear path alone; the {what} did not beat it on validation by more "
+            f"than noise (loss {best:.5g} with it vs {linear:.5g}{noise})"
+        )
     if bool((gate == 1).all()):
         model = "the Transformer alone (weight 1 on every target)" if residual == "blend" else f"linear path + {what}"
-        return (f"tested model: {model}, which beat the linear path alone on validation "
-                f"(loss {full:.5g} vs {linear:.5g}{noise})")
+        return (
+            f"tested model: {model}, which beat the linear path alone on validation "
+            f"(loss {full:.5g} vs {linear:.5g}{noise})"
+        )
     weights = ", ".join(f"{float(w):.2f}" for w in gate)
-    model = (f"linear path + {what} weighted per target by [{weights}]" if residual == "on" else
-             f"(1 - w) linear path + w {what}, w per target [{weights}]")
-    return (f"tested model: {model} (least squares on validation): validation loss {best:.5g}, vs {linear:.5g} "
-            f"for the linear path alone and {full:.5g} with the whole {what}{noise}")
+    model = (
+        f"linear path + {what} weighted per target by [{weights}]"
+        if residual == "on"
+        else f"(1 - w) linear path + w {what}, w per target [{weights}]"
+    )
+    return (
+        f"tested model: {model} (least squares on validation): validation loss {best:.5g}, vs {linear:.5g} "
+        f"for the linear path alone and {full:.5g} with the whole {what}{noise}"
+    )

@@ -21,9 +21,9 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor, nn
 
+from ..scale import DataScale, rebuild_prices
 from .baselines import drift, mean_forecast, persistence
 from .metrics import ForecastMetrics, IntervalMetrics
-from ..scale import DataScale, rebuild_prices
 
 __all__ = [
     "BASELINES",

@@ -60,14 +60,25 @@ class BarBackbone(nn.Module):
     ) -> None:
         super().__init__()
         if causal and norm == "batch":
-            raise ValueError("causal: true needs norm: layer; BatchNorm's training statistics mix every bar of the "
-                             "window, the later ones included")
+            raise ValueError(
+                "causal: true needs norm: layer; BatchNorm's training statistics mix every bar of the "
+                "window, the later ones included"
+            )
         self.context_len, self.causal = context_len, causal
         self.width = context_len * d_model  # R = L * D
         self.embed = nn.Linear(n_features, d_model)  # a bar's features -> its token
         self.encoder = Encoder(
-            d_model, n_heads, n_layers, d_ff, dropout=dropout, attn_dropout=attn_dropout, activation=activation,
-            norm_first=norm_first, norm=norm, pos_encoding=pos_encoding, max_len=context_len,
+            d_model,
+            n_heads,
+            n_layers,
+            d_ff,
+            dropout=dropout,
+            attn_dropout=attn_dropout,
+            activation=activation,
+            norm_first=norm_first,
+            norm=norm,
+            pos_encoding=pos_encoding,
+            max_len=context_len,
         )
 
     def encode(self, x: Tensor, need_weights: bool = False) -> tuple[Tensor, list[Tensor]]:

@@ -184,14 +184,24 @@ class LinearPath(nn.Module):
                 va.add(self._rows(x, y, w, channels))
             if va.rows == 0:
                 va = None
-        poolings = ["per_channel"] if self.mixing or groups == 1 else (
-            ["pooled", "per_channel"] if self.pooling == "auto" else [self.pooling]
+        poolings = (
+            ["per_channel"]
+            if self.mixing or groups == 1
+            else (["pooled", "per_channel"] if self.pooling == "auto" else [self.pooling])
         )
         trend = trend_matrix(self.context_len, self.kernel_size)
         # without validation: only the first, the plain form with the smallest ridge and the first pooling
         forms = ("linear", "dlinear") if self.mixing else ("linear", "dlinear", "nlinear")
-        return closed_form_candidates(tr, va, poolings, forms, ridges, trend,
-                                      self.n_features if self.mixing else 1, "revin" if normalized else "raw")
+        return closed_form_candidates(
+            tr,
+            va,
+            poolings,
+            forms,
+            ridges,
+            trend,
+            self.n_features if self.mixing else 1,
+            "revin" if normalized else "raw",
+        )
 
     @torch.no_grad()
     def apply(self, chosen: Candidate, lowest: Candidate | None = None) -> LinearFit:
@@ -218,9 +228,19 @@ class LinearPath(nn.Module):
             residual_std = train_ms.sqrt()  # (K, F)
             mean_weight = torch.tensor([s.weight / max(s.rows, 1) for s in tr])
         other = lowest is not None and lowest is not chosen
-        return LinearFit(chosen.input, chosen.form, chosen.pooling, chosen.ridge, train_mse, chosen.val_mse,
-                         residual_std.float(), mean_weight.float(), chosen.dof,
-                         lowest.describe() if other else None, lowest.val_mse if other else None)  # type: ignore[union-attr]
+        return LinearFit(
+            chosen.input,
+            chosen.form,
+            chosen.pooling,
+            chosen.ridge,
+            train_mse,
+            chosen.val_mse,
+            residual_std.float(),
+            mean_weight.float(),
+            chosen.dof,
+            lowest.describe() if other else None,
+            lowest.val_mse if other else None,
+        )  # type: ignore[union-attr]
 
     @torch.no_grad()
     def fit(

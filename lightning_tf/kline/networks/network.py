@@ -69,8 +69,15 @@ from .patches import PatchBackbone
 from .variates import VariateBackbone
 
 __all__ = [
-    "Backbone", "BackboneName", "ForecastNet", "ForecastParts", "PatchTST", "ResidualMode", "build_backbone",
-    "check_quantiles", "check_training",
+    "Backbone",
+    "BackboneName",
+    "ForecastNet",
+    "ForecastParts",
+    "PatchTST",
+    "ResidualMode",
+    "build_backbone",
+    "check_quantiles",
+    "check_training",
 ]
 
 ResidualMode = Literal["on", "off", "only", "blend"]
@@ -93,8 +100,13 @@ def check_quantiles(quantiles: Sequence[float] | None) -> list[float] | None:
 
 
 def check_training(
-    residual: ResidualMode | bool, linear: str, loss: str, quantiles: Sequence[float] | None,
-    default_quantiles: Sequence[float], linear_ridge: float | None = None, linear_select_se: float = 0.0,
+    residual: ResidualMode | bool,
+    linear: str,
+    loss: str,
+    quantiles: Sequence[float] | None,
+    default_quantiles: Sequence[float],
+    linear_ridge: float | None = None,
+    linear_select_se: float = 0.0,
 ) -> tuple[ResidualMode, list[float] | None]:
     """The forecaster's ``residual`` (an unquoted YAML ``on`` / ``off`` read as a boolean is taken as meant)
     and quantile levels (``default_quantiles`` for ``loss: quantile`` without any), or a ValueError naming
@@ -112,8 +124,10 @@ def check_training(
     if loss not in ("mse", "huber", "quantile"):
         raise ValueError(f"loss must be 'mse', 'huber' or 'quantile', got {loss!r}")
     if residual == "off" and linear == "frozen" and loss != "quantile":
-        raise ValueError("residual 'off' with linear 'frozen' leaves nothing to train: set linear: tuned, "
-                         "residual: on, or loss: quantile (the intervals train)")
+        raise ValueError(
+            "residual 'off' with linear 'frozen' leaves nothing to train: set linear: tuned, "
+            "residual: on, or loss: quantile (the intervals train)"
+        )
     if quantiles is not None and loss != "quantile":
         raise ValueError(f"quantiles {list(quantiles)} are trained by the pinball loss: set loss: quantile")
     return residual, check_quantiles(default_quantiles if loss == "quantile" and quantiles is None else quantiles)
@@ -141,16 +155,36 @@ def build_backbone(
 ) -> Backbone:
     """The backbone that turns a window into tokens and encodes them, by name: the one place the three are
     built. Each reads only its own arguments (see :class:`ForecastNet`)."""
-    encoder: dict[str, Any] = dict(dropout=dropout, attn_dropout=attn_dropout, activation=activation,
-                                   norm_first=norm_first, norm=norm)
+    encoder: dict[str, Any] = dict(
+        dropout=dropout, attn_dropout=attn_dropout, activation=activation, norm_first=norm_first, norm=norm
+    )
     if backbone == "patches":
-        return PatchBackbone(context_len, patch_len, stride, pad_end, d_model, n_heads, n_layers, d_ff,
-                             pos_encoding=pos_encoding, **encoder)
+        return PatchBackbone(
+            context_len,
+            patch_len,
+            stride,
+            pad_end,
+            d_model,
+            n_heads,
+            n_layers,
+            d_ff,
+            pos_encoding=pos_encoding,
+            **encoder,
+        )
     if backbone == "variates":
         return VariateBackbone(context_len, d_model, n_heads, n_layers, d_ff, **encoder)
     if backbone == "bars":
-        return BarBackbone(n_features, context_len, d_model, n_heads, n_layers, d_ff, pos_encoding=pos_encoding,
-                           causal=causal, **encoder)
+        return BarBackbone(
+            n_features,
+            context_len,
+            d_model,
+            n_heads,
+            n_layers,
+            d_ff,
+            pos_encoding=pos_encoding,
+            causal=causal,
+            **encoder,
+        )
     raise ValueError(f"backbone must be 'patches', 'variates' or 'bars', got {backbone!r}")
 
 
@@ -259,8 +293,12 @@ class ForecastNet(nn.Module):
         revin_affine: bool = True,
     ) -> None:
         super().__init__()
-        for name, value in (("n_features", n_features), ("n_targets", n_targets), ("context_len", context_len),
-                            ("horizon", horizon)):
+        for name, value in (
+            ("n_features", n_features),
+            ("n_targets", n_targets),
+            ("context_len", context_len),
+            ("horizon", horizon),
+        ):
             if value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
         if backbone not in ("patches", "variates", "bars"):
@@ -282,10 +320,23 @@ class ForecastNet(nn.Module):
         self.mixing_head = channel_mixing or backbone == "bars"
         if residual != "off":
             self.backbone = build_backbone(
-                backbone, n_features, context_len, patch_len=patch_len, stride=stride, pad_end=pad_end,
-                d_model=d_model, n_heads=n_heads, n_layers=n_layers, d_ff=d_ff, dropout=dropout,
-                attn_dropout=attn_dropout, activation=activation, norm_first=norm_first, norm=norm,
-                pos_encoding=pos_encoding, causal=causal,
+                backbone,
+                n_features,
+                context_len,
+                patch_len=patch_len,
+                stride=stride,
+                pad_end=pad_end,
+                d_model=d_model,
+                n_heads=n_heads,
+                n_layers=n_layers,
+                d_ff=d_ff,
+                dropout=dropout,
+                attn_dropout=attn_dropout,
+                activation=activation,
+                norm_first=norm_first,
+                norm=norm,
+                pos_encoding=pos_encoding,
+                causal=causal,
             )
             self.head_dropout = nn.Dropout(head_dropout)
             flat = self.backbone.width  # R
@@ -300,9 +351,18 @@ class ForecastNet(nn.Module):
                 nn.init.zeros_(self.head.bias)
         # built after the Transformer, from zeros: the Transformer initialises as without them
         self.linear = (
-            LinearPath(context_len, horizon, n_features, n_targets, mixing=channel_mixing, pooling=linear_pooling,
-                       trainable=linear_trainable, kernel_size=dlinear_kernel)
-            if residual != "only" else None
+            LinearPath(
+                context_len,
+                horizon,
+                n_features,
+                n_targets,
+                mixing=channel_mixing,
+                pooling=linear_pooling,
+                trainable=linear_trainable,
+                kernel_size=dlinear_kernel,
+            )
+            if residual != "only"
+            else None
         )
         if self.quantiles is not None:
             G = len(self.quantiles) - 1
@@ -318,7 +378,7 @@ class ForecastNet(nn.Module):
     def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: object, **kwargs: object) -> None:
         # checkpoints written before the backbones kept the patch Transformer's embedding and encoder at the top
         for key in [k for k in state_dict if k.startswith((f"{prefix}patch_embed.", f"{prefix}encoder."))]:
-            state_dict[f"{prefix}backbone.{key[len(prefix):]}"] = state_dict.pop(key)
+            state_dict[f"{prefix}backbone.{key[len(prefix) :]}"] = state_dict.pop(key)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ targets
@@ -526,7 +586,10 @@ class ForecastNet(nn.Module):
         for normalized in inputs:  # without validation: the first input (revin)
             found += self.linear.candidates(
                 self._linear_batches(train(), normalized),
-                None if val is None else self._linear_batches(val(), normalized), channels, ridges, normalized,
+                None if val is None else self._linear_batches(val(), normalized),
+                channels,
+                ridges,
+                normalized,
             )
         chosen = choose_candidate(found, blocks, select_se)
         lowest = min(found, key=lambda c: c.val_mse if c.val_mse is not None else 0.0)

@@ -88,8 +88,17 @@ class PatchBackbone(nn.Module):
         self.width = self.n_patches * d_model  # R = N * D
         self.patch_embed = nn.Linear(patch_len, d_model)  # PatchTST's W_P
         self.encoder = Encoder(
-            d_model, n_heads, n_layers, d_ff, dropout=dropout, attn_dropout=attn_dropout, activation=activation,
-            norm_first=norm_first, norm=norm, pos_encoding=pos_encoding, max_len=self.n_patches,
+            d_model,
+            n_heads,
+            n_layers,
+            d_ff,
+            dropout=dropout,
+            attn_dropout=attn_dropout,
+            activation=activation,
+            norm_first=norm_first,
+            norm=norm,
+            pos_encoding=pos_encoding,
+            max_len=self.n_patches,
         )
 
     def forward(self, x: Tensor, need_weights: bool = False) -> tuple[Tensor, list[Tensor]]:

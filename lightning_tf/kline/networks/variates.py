@@ -59,8 +59,17 @@ class VariateBackbone(nn.Module):
         # no positional encoding (channels are a set); a final norm as iTransformer's, Post-LN included;
         # the encoder's input dropout is the embedding's dropout
         self.encoder = Encoder(
-            d_model, n_heads, n_layers, d_ff, dropout=dropout, attn_dropout=attn_dropout, activation=activation,
-            norm_first=norm_first, final_norm=True, norm=norm, pos_encoding="none",
+            d_model,
+            n_heads,
+            n_layers,
+            d_ff,
+            dropout=dropout,
+            attn_dropout=attn_dropout,
+            activation=activation,
+            norm_first=norm_first,
+            final_norm=True,
+            norm=norm,
+            pos_encoding="none",
         )
 
     def forward(self, x: Tensor, need_weights: bool = False) -> tuple[Tensor, list[Tensor]]:

@@ -58,14 +58,29 @@ COMPRESSED_SUFFIXES = (".gz", ".zip", ".bz2", ".xz")
 SEPARATORS = ("\t", ";", ",")
 DECIMALS = (".", ",")
 THOUSANDS = ("", ",", ".", " ", "'")
-_MAGIC = ((b"\x1f\x8b", "gzip"), (b"PK\x03\x04", "zip"), (b"PK\x05\x06", "zip"), (b"BZh", "bz2"),
-          (b"\xfd7zXZ\x00", "xz"))  # fmt: skip
+_MAGIC = (
+    (b"\x1f\x8b", "gzip"),
+    (b"PK\x03\x04", "zip"),
+    (b"PK\x05\x06", "zip"),
+    (b"BZh", "bz2"),
+    (b"\xfd7zXZ\x00", "xz"),
+)
 _EXCEL_XLS = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 # Column order of headerless kline files (Binance's public data dumps).
 BINANCE_COLUMNS = (
-    "open_time", "open", "high", "low", "close", "volume", "close_time", "quote_volume", "count",
-    "taker_buy_volume", "taker_buy_quote_volume", "ignore",
-)  # fmt: skip
+    "open_time",
+    "open",
+    "high",
+    "low",
+    "close",
+    "volume",
+    "close_time",
+    "quote_volume",
+    "count",
+    "taker_buy_volume",
+    "taker_buy_quote_volume",
+    "ignore",
+)
 # MetaTrader's headerless history export: date, time, then OHLC and (tick) volume.
 METATRADER_COLUMNS = ("date", "time", "open", "high", "low", "close", "volume")
 DATE_FIRST_COLUMNS = ("date", "open", "high", "low", "close", "volume")

@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from lightning_tf.memory import release_freed_memory
+from lightning_tf.training import release_freed_memory
 
 from .columns import CANONICAL_COLUMNS, NUMERIC_COLUMNS, TEXT_NAMES, detect_columns, normalise
 from .formats import (
@@ -79,6 +79,7 @@ SUPPORTED_SUFFIXES = (
     *(t + c for t in _TEXT_SUFFIXES for c in COMPRESSED_SUFFIXES),
     *COMPRESSED_SUFFIXES,
 )
+
 
 def _split_name(path: Path) -> tuple[str, str]:
     """``(stem, suffix)``: ``600977.csv.gz`` -> ``("600977", ".csv.gz")``; ``A.SH.csv`` -> ``("A.SH", ".csv")``."""
@@ -341,8 +342,9 @@ def read_bars(
     names, parts = [], []
     read = map_in_order(partial(_read_source, options=options), sources, workers)
     show = progress and len(sources) > 1  # a folder of files
-    with tqdm(total=len(sources), desc=f"reading {path}" if show else "", unit="file", delay=2, disable=not show,
-              leave=False) as bar:
+    with tqdm(
+        total=len(sources), desc=f"reading {path}" if show else "", unit="file", delay=2, disable=not show, leave=False
+    ) as bar:
         for (file, _), tickers in zip(sources, read, strict=True):
             bar.update()
             for ticker, part in tickers:
@@ -386,8 +388,11 @@ def _read_source(source: tuple[Any, pd.DataFrame | None], options: _Options) -> 
     attrs, df.attrs = df.attrs, {}
     csv = attrs.get("kind") == "csv"
     if df.empty:
-        raise ValueError(f"{file}: the file is empty (no rows below the header)" if given is None
-                         else f"{file}: the table is empty (no rows)")
+        raise ValueError(
+            f"{file}: the file is empty (no rows below the header)"
+            if given is None
+            else f"{file}: the table is empty (no rows)"
+        )
     explicit = dict(o.columns)
     if o.ticker_column is not None:
         explicit["ticker"] = o.ticker_column

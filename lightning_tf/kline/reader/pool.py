@@ -105,4 +105,3 @@ def _run(function: Callable[[Any], Any], level: int, item: Any) -> tuple[bool, A
     finally:
         logger.handlers, logger.propagate = saved[0], saved[1]
         logger.setLevel(saved[2])
-

@@ -259,7 +259,12 @@ def clean_order(columns: Mapping[str, np.ndarray], rows: np.ndarray) -> np.ndarr
 
 
 def validate_columns(
-    columns: dict[str, np.ndarray], rows: np.ndarray, *, source: str, on_error: OnError, max_gap: str | None,
+    columns: dict[str, np.ndarray],
+    rows: np.ndarray,
+    *,
+    source: str,
+    on_error: OnError,
+    max_gap: str | None,
     row_label: str,
 ) -> dict[str, np.ndarray] | None:
     """:func:`validate_bars` of clean bars given as arrays (``columns`` as in :func:`clean_order`): the

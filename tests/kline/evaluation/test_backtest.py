@@ -57,7 +57,9 @@ def test_a_perfect_forecaster_is_long_exactly_on_up_bars() -> None:
     assert stats["buy_and_hold"]["cum_return"] == pytest.approx(math.exp(r.sum()) - 1)
     assert stats["model"]["sharpe"] > stats["buy_and_hold"]["sharpe"]
     assert curves["model"].iloc[-1] == pytest.approx(1 + expected)
-    assert beats_line(stats, 0.0, False).startswith("after 0 bp per side, the model's long/flat strategy beats buy-and-hold")
+    assert beats_line(stats, 0.0, False).startswith(
+        "after 0 bp per side, the model's long/flat strategy beats buy-and-hold"
+    )
 
 
 def test_a_random_forecaster_has_no_edge_and_pays_its_turnover() -> None:
@@ -96,10 +98,14 @@ def test_no_look_ahead_a_forecast_only_ever_meets_the_next_bar() -> None:
 
 def test_a_panel_is_held_in_equal_weight() -> None:
     times = pd.bdate_range("2021-01-01", periods=3)
-    frame = pd.DataFrame({
-        "time": list(times) * 2, "ticker": [0] * 3 + [1] * 3,
-        "realised": np.log([1.1, 1.1, 1.1, 0.9, 0.9, 0.9]), "model": [1, 1, 1, 1, 1, 1],
-    })
+    frame = pd.DataFrame(
+        {
+            "time": list(times) * 2,
+            "ticker": [0] * 3 + [1] * 3,
+            "realised": np.log([1.1, 1.1, 1.1, 0.9, 0.9, 0.9]),
+            "model": [1, 1, 1, 1, 1, 1],
+        }
+    )
     stats, curves = backtest(frame, ["model"], cost_bps=0.0, ppy=252)
     # each bar: half in +10%, half in -10%: 0 return
     assert stats["model"]["cum_return"] == pytest.approx(0.0, abs=1e-12)
@@ -118,8 +124,13 @@ def test_the_model_backtests_its_test_windows_and_draws_the_equity(tmp_path: Pat
     write_bars(tmp_path / "bars.csv", n=300)
     dm = KLineDataModule(str(tmp_path / "bars.csv"), context_len=32, horizon=2, batch_size=64)
     model = KLineForecaster(n_features=6, n_targets=1, context_len=32, horizon=2, backtest_cost_bps=10.0, **TINY)
-    t = L.Trainer(max_epochs=1, logger=CSVLogger(tmp_path / "logs"), enable_checkpointing=False,
-                  enable_progress_bar=False, enable_model_summary=False)
+    t = L.Trainer(
+        max_epochs=1,
+        logger=CSVLogger(tmp_path / "logs"),
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     t.fit(model, dm)
     t.test(model, dm, verbose=False)
     bt = model.test_summary["backtest"]

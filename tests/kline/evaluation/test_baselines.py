@@ -26,9 +26,7 @@ def test_mean_and_drift() -> None:
 
 def test_moving_average_pads_with_the_end_values() -> None:
     x = torch.tensor([1.0, 2.0, 3.0, 4.0, 8.0]).view(1, 5, 1)
-    torch.testing.assert_close(
-        moving_average(x, 3).flatten(), torch.tensor([4 / 3, 2.0, 3.0, 5.0, 20 / 3])
-    )
+    torch.testing.assert_close(moving_average(x, 3).flatten(), torch.tensor([4 / 3, 2.0, 3.0, 5.0, 20 / 3]))
 
 
 def _windows(series: torch.Tensor, L: int, F: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -47,8 +45,10 @@ def _ar2(a1: float, a2: float, T: int = 300) -> torch.Tensor:
     return s
 
 
-@pytest.mark.parametrize("variant", ["pooled_dlinear", "pooled_linear", "per_channel_dlinear", "per_channel_linear",
-                                     "mixing_dlinear", "mixing_linear"])
+@pytest.mark.parametrize(
+    "variant",
+    ["pooled_dlinear", "pooled_linear", "per_channel_dlinear", "per_channel_linear", "mixing_dlinear", "mixing_linear"],
+)
 def test_every_linear_variant_recovers_an_exactly_linear_rule(variant: str) -> None:
     # an AR(2) with no noise: every future value is a fixed linear function of the context
     L, F = 12, 4
@@ -113,7 +113,10 @@ def test_dlinear_chooses_the_ridge_on_validation() -> None:
     chosen = LinearBaseline(L, F, 5, target_channels=[0]).fit([(x, y)], [(xv, yv)])
     plain = LinearBaseline(L, F, 5, target_channels=[0]).fit([(x, y)], ridges=(0.0,))
     assert chosen.ridge is not None and chosen.ridge > 0
-    mse = lambda b: float(((b(xv) - yv) ** 2).mean())
+
+    def mse(b):
+        return float(((b(xv) - yv) ** 2).mean())
+
     assert mse(chosen) < mse(plain)
 
 
@@ -145,12 +148,17 @@ def test_linear_baseline_keeps_the_variant_that_validates_best() -> None:
     T, L, F = 400, 8, 2
     t = torch.arange(T, dtype=torch.float64)
     g = torch.Generator().manual_seed(1)
-    s = torch.stack((torch.sin(t / 3), torch.sin(t / 11)), dim=1) + 0.01 * torch.randn(T, 2, generator=g, dtype=torch.float64)
+    s = torch.stack((torch.sin(t / 3), torch.sin(t / 11)), dim=1) + 0.01 * torch.randn(
+        T, 2, generator=g, dtype=torch.float64
+    )
     x, y = _windows(s, L, F)
     base = LinearBaseline(L, F, 3, target_channels=[0, 1]).fit([(x[:250], y[:250])], [(x[250:], y[250:])])
     assert base.variant.startswith("per_channel")
     assert base.describe().startswith("per-channel")
     pooled = LinearBaseline(L, F, 3, target_channels=[0, 1], variants=["pooled_linear"]).fit([(x[:250], y[:250])])
-    mse = lambda b: float(((b(x[250:]) - y[250:]) ** 2).mean())
+
+    def mse(b):
+        return float(((b(x[250:]) - y[250:]) ** 2).mean())
+
     assert mse(base) < mse(pooled)
     torch.testing.assert_close(pooled.weight[0], pooled.weight[1])  # one map shared by the channels

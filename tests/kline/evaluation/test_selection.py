@@ -146,8 +146,12 @@ def test_the_selection_line_says_which_model_is_tested_and_why() -> None:
     assert "no validation decided" in selection_line("on", torch.full((5,), -1.0), torch.ones(2), 1.0)
     # the blend names what is mixed: the linear path and the Transformer trained alone
     assert selection_line("blend", values, torch.ones(2), 1.0).startswith(
-        "tested model: the Transformer alone (weight 1 on every target), which beat the linear path alone")
+        "tested model: the Transformer alone (weight 1 on every target), which beat the linear path alone"
+    )
     mixed = selection_line("blend", values, torch.tensor([0.25, 0.0]), 1.0)
-    assert mixed.startswith("tested model: (1 - w) linear path + w Transformer (trained alone), w per target [0.25, 0.00]")
+    assert mixed.startswith(
+        "tested model: (1 - w) linear path + w Transformer (trained alone), w per target [0.25, 0.00]"
+    )
     assert selection_line("blend", values, torch.zeros(2), 1.0).startswith(
-        "tested model: the linear path alone; the Transformer (trained alone) did not beat it")
+        "tested model: the linear path alone; the Transformer (trained alone) did not beat it"
+    )

@@ -15,17 +15,28 @@ def metrics(key: str) -> nn.ModuleDict:
 
 
 def scale(has_prices: bool) -> DataScale:
-    return DataScale(feature_names=["log_return"], target_names=["log_return"], target_kind=None, ticker_names=["t"],
-                     feature_mean=[[0.0]], feature_std=[[1.0]], target_mean=[[0.001]], target_std=[[0.02]],
-                     has_prices=has_prices)
+    return DataScale(
+        feature_names=["log_return"],
+        target_names=["log_return"],
+        target_kind=None,
+        ticker_names=["t"],
+        feature_mean=[[0.0]],
+        feature_std=[[1.0]],
+        target_mean=[[0.001]],
+        target_std=[[0.02]],
+        has_prices=has_prices,
+    )
 
 
 def batch() -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(0)
-    return {"x": torch.randn(5, 8, 1, generator=g), "y": torch.randn(5, 3, 1, generator=g),
-            "x_raw_target": 0.02 * torch.randn(5, 8, 1, generator=g),
-            "anchor": 50 + torch.rand(5, generator=g).double(),
-            "ticker": torch.zeros(5, dtype=torch.long)}
+    return {
+        "x": torch.randn(5, 8, 1, generator=g),
+        "y": torch.randn(5, 3, 1, generator=g),
+        "x_raw_target": 0.02 * torch.randn(5, 8, 1, generator=g),
+        "anchor": 50 + torch.rand(5, generator=g).double(),
+        "ticker": torch.zeros(5, dtype=torch.long),
+    }
 
 
 def test_returns_are_scored_in_their_units_and_as_prices() -> None:
@@ -60,10 +71,20 @@ def test_baselines_of_levels_are_on_the_model_scale_and_of_returns_in_original_u
 
 
 def test_summary_says_plainly_whether_the_model_beats_each_baseline() -> None:
-    row = lambda mse, mae: {"orig": {"mse": mse, "mae": mae}}
-    text = summary_text({"model": row(1.0, 1.0), "persistence": row(2.0, 2.0), "mean": row(1.5, 0.5),
-                         "linear": row(0.9, 0.9), "drift": row(1.0, 1.0),
-                         "about": {"selection": "tested model: ..."}}, "orig")
+    def row(mse, mae):
+        return {"orig": {"mse": mse, "mae": mae}}
+
+    text = summary_text(
+        {
+            "model": row(1.0, 1.0),
+            "persistence": row(2.0, 2.0),
+            "mean": row(1.5, 0.5),
+            "linear": row(0.9, 0.9),
+            "drift": row(1.0, 1.0),
+            "about": {"selection": "tested model: ..."},
+        },
+        "orig",
+    )
     assert text.splitlines()[0] == "Test windows, original units:"
     assert "model beats persistence: MSE 1 vs 2, MAE 1 vs 2" in text
     assert "model beats mean on MSE only" in text

@@ -15,15 +15,28 @@ L, C, F = 32, 3, 6
 
 
 def net(backbone: str, **kw) -> ForecastNet:
-    args = dict(n_features=C, n_targets=C, context_len=L, horizon=F, backbone=backbone, dropout=0.0,
-                head_dropout=0.0, **TINY)
+    args = dict(
+        n_features=C, n_targets=C, context_len=L, horizon=F, backbone=backbone, dropout=0.0, head_dropout=0.0, **TINY
+    )
     args.update(kw)
     return ForecastNet(**args)
 
 
 def bars(**kw) -> BarBackbone:
-    args = dict(n_features=C, context_len=L, d_model=16, n_heads=2, n_layers=2, d_ff=32, dropout=0.0,
-                attn_dropout=0.0, activation="relu", norm_first=True, norm="layer", pos_encoding="learned")
+    args = dict(
+        n_features=C,
+        context_len=L,
+        d_model=16,
+        n_heads=2,
+        n_layers=2,
+        d_ff=32,
+        dropout=0.0,
+        attn_dropout=0.0,
+        activation="relu",
+        norm_first=True,
+        norm="layer",
+        pos_encoding="learned",
+    )
     args.update(kw)
     return BarBackbone(**args).eval()
 
@@ -88,11 +101,13 @@ def test_patches_keeps_each_channel_forecast_apart(residual: str) -> None:
 @pytest.mark.parametrize("backbone", BACKBONES)
 @pytest.mark.parametrize("channel_mixing", [False, True])
 def test_every_parameter_gets_a_gradient(backbone: str, channel_mixing: bool) -> None:
-    model = net(backbone, channel_mixing=channel_mixing, target_channels=[0, 1, 2], quantiles=[0.1, 0.5, 0.9],
-                residual="blend")
+    model = net(
+        backbone, channel_mixing=channel_mixing, target_channels=[0, 1, 2], quantiles=[0.1, 0.5, 0.9], residual="blend"
+    )
     model.forward_quantiles(torch.randn(4, L, C)).pow(2).sum().backward()
-    missing = [n for n, p in model.named_parameters()
-               if p.requires_grad and (p.grad is None or not p.grad.abs().sum() > 0)]
+    missing = [
+        n for n, p in model.named_parameters() if p.requires_grad and (p.grad is None or not p.grad.abs().sum() > 0)
+    ]
     assert not missing, f"parameters without gradient: {missing}"
 
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from lightning_tf.kline.evaluation.baselines import LinearBaseline
+from lightning_tf.kline.evaluation.selection import block_standard_error
 from lightning_tf.kline.networks.closed_form import (
     Candidate,
     GramStats,
@@ -19,7 +20,6 @@ from lightning_tf.kline.networks.closed_form import (
     trend_matrix,
 )
 from lightning_tf.kline.networks.linear import LinearPath
-from lightning_tf.kline.evaluation.selection import block_standard_error
 
 
 def _hat_trace(z: torch.Tensor, w: torch.Tensor, ridge: float) -> float:
@@ -76,10 +76,15 @@ def test_validation_rows_score_each_window_on_the_model_scale() -> None:
     assert rows.rows == 2 * B and got.shape == (2 * B,)
     for batch in range(2):
         for i in range(B):
-            by_hand = sum(
-                float(ws[2 * batch + g][i] * ((zs[2 * batch + g][i] @ weights[g] - ts[2 * batch + g][i]) ** 2).mean())
-                for g in range(2)
-            ) / 2
+            by_hand = (
+                sum(
+                    float(
+                        ws[2 * batch + g][i] * ((zs[2 * batch + g][i] @ weights[g] - ts[2 * batch + g][i]) ** 2).mean()
+                    )
+                    for g in range(2)
+                )
+                / 2
+            )
             assert float(got[batch * B + i]) == pytest.approx(by_hand, rel=1e-12)
 
 
@@ -133,23 +138,35 @@ def test_shared_dynamics_get_one_pooled_map_and_distinct_ones_per_channel_maps()
     x, y = _pairs(shared[:2000], L, F)
     xv, yv = _pairs(shared[2000:], L, F)
     path = LinearPath(L, F, n_features=4, n_targets=4, kernel_size=5)
-    fit = path.fit([(x, y, torch.ones(len(x), 4))], [(xv, yv, torch.ones(len(xv), 4))], [0, 1, 2, 3], normalized=False,
-                   select_se=1.0)
+    fit = path.fit(
+        [(x, y, torch.ones(len(x), 4))],
+        [(xv, yv, torch.ones(len(xv), 4))],
+        [0, 1, 2, 3],
+        normalized=False,
+        select_se=1.0,
+    )
     base = LinearBaseline(L, F, kernel_size=5, target_channels=[0, 1, 2, 3]).fit([(x, y)], [(xv, yv)], select_se=1.0)
     assert fit.pooling == "pooled" and base.variant.startswith("pooled")  # type: ignore[union-attr]
     assert (fit.form, fit.ridge) == (base.variant.rsplit("_", 1)[1], base.ridge)  # type: ignore[union-attr]
     assert not math.isnan(fit.dof) and fit.dof < L + 1
-    found = path.candidates([(x, y, torch.ones(len(x), 4))], [(xv, yv, torch.ones(len(xv), 4))], [0, 1, 2, 3],
-                            normalized=False)
-    default = path.fit([(x, y, torch.ones(len(x), 4))], [(xv, yv, torch.ones(len(xv), 4))], [0, 1, 2, 3],
-                       normalized=False)  # select_se 0: the lowest validation error, nothing simpler preferred
+    found = path.candidates(
+        [(x, y, torch.ones(len(x), 4))], [(xv, yv, torch.ones(len(xv), 4))], [0, 1, 2, 3], normalized=False
+    )
+    default = path.fit(
+        [(x, y, torch.ones(len(x), 4))], [(xv, yv, torch.ones(len(xv), 4))], [0, 1, 2, 3], normalized=False
+    )  # select_se 0: the lowest validation error, nothing simpler preferred
     assert default.val_mse == min(c.val_mse for c in found) and default.lowest is None  # type: ignore[type-var]
     assert len(found) == 3 * 2 * 8  # forms (Linear, DLinear, NLinear) x poolings x ridges
     apart = torch.cat((shared[:, :2], _shared_rule(3000, 2, 1.0, 1, a1=-0.9, a2=0.0)), dim=1)  # 2 and 3 oscillate
     x, y = _pairs(apart[:2000], L, F)
     xv, yv = _pairs(apart[2000:], L, F)
-    fit = path.fit([(x, y, torch.ones(len(x), 4))], [(xv, yv, torch.ones(len(xv), 4))], [0, 1, 2, 3], normalized=False,
-                   select_se=1.0)
+    fit = path.fit(
+        [(x, y, torch.ones(len(x), 4))],
+        [(xv, yv, torch.ones(len(xv), 4))],
+        [0, 1, 2, 3],
+        normalized=False,
+        select_se=1.0,
+    )
     assert fit.pooling == "per_channel"
 
 
@@ -167,11 +184,11 @@ def test_the_chosen_weights_are_the_ridge_solution_of_the_chosen_candidate() -> 
         stats = GramStats()
         if fit.form == "linear":
             stats.add(window, y[:, :, k])
-            (_, w), = ridge_solutions(stats, (fit.ridge,))
+            ((_, w),) = ridge_solutions(stats, (fit.ridge,))
         else:
             tr = x[:, :, k] @ trend  # (B, L)
             stats.add(torch.cat((x[:, :, k] - tr, tr, window[:, -1:]), dim=1), y[:, :, k])
-            (_, wd), = ridge_solutions(stats, (fit.ridge,))
+            ((_, wd),) = ridge_solutions(stats, (fit.ridge,))
             w = torch.cat(((torch.eye(L, dtype=torch.float64) - trend) @ wd[:L] + trend @ wd[L : 2 * L], wd[-1:]))
         assert torch.allclose(path.weight[k].double(), w, atol=1e-6)
 
@@ -198,8 +215,12 @@ def test_last_value_statistics_are_those_of_the_nlinear_rows() -> None:
     weights = torch.randn(L + 1, O, dtype=torch.float64)
     cand = Candidate("raw", "nlinear", "per_channel", 0.0, 1.0, [direct], None, torch.zeros(L, L))
     (folded,) = cand.fold([weights])
-    torch.testing.assert_close(torch.cat((window, ones), dim=1) @ folded,
-                               last + torch.cat((window - last, ones), dim=1) @ weights, rtol=1e-12, atol=1e-10)
+    torch.testing.assert_close(
+        torch.cat((window, ones), dim=1) @ folded,
+        last + torch.cat((window - last, ones), dim=1) @ weights,
+        rtol=1e-12,
+        atol=1e-10,
+    )
 
 
 def test_the_nlinear_form_is_refused_for_a_map_of_every_channel() -> None:

@@ -43,7 +43,9 @@ def test_revin_statistics_are_constants_for_the_gradient() -> None:
     z, _ = revin.normalize(x)
     z.sum().backward()
     # with the statistics detached, d(sum z)/dx = 1/std for every element
-    torch.testing.assert_close(x.grad, (1 / torch.sqrt(x.detach().var(1, unbiased=False, keepdim=True) + revin.eps)).expand_as(x))
+    torch.testing.assert_close(
+        x.grad, (1 / torch.sqrt(x.detach().var(1, unbiased=False, keepdim=True) + revin.eps)).expand_as(x)
+    )
 
 
 @pytest.mark.parametrize(("L", "P", "S"), [(24, 8, 4), (30, 16, 8), (10, 3, 3), (12, 12, 5)])

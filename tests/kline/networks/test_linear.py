@@ -69,7 +69,11 @@ def test_revin_fit_minimises_the_model_scale_error() -> None:
     """On the RevIN-normalised window, each window's error is weighted by its squared scale: the fit is the
     least-squares solution of the model-scale error, found here by gradient descent from another start."""
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(64, 8, 1, generator=g, dtype=torch.float64) * torch.rand(64, 1, 1, generator=g, dtype=torch.float64) * 3
+    x = (
+        torch.randn(64, 8, 1, generator=g, dtype=torch.float64)
+        * torch.rand(64, 1, 1, generator=g, dtype=torch.float64)
+        * 3
+    )
     y = torch.randn(64, 2, 1, generator=g, dtype=torch.float64) + x[:, -1:, :]
     net = PatchTST(1, 1, 8, 2, [0], residual="off", linear_input="revin", patch_len=4, stride=4)
     fit = net.fit_linear(lambda: [(x, y)], ridges=(0.0,))
@@ -91,7 +95,10 @@ def test_validation_chooses_the_input_and_a_fixed_ridge_is_kept() -> None:
     and ``auto`` keeps it under the lowest-validation-error rule (``select_se=0``); a given ridge is the one used."""
     dm = SineDataModule(n_features=2, context_len=24, horizon=4, n_bars=600, noise=0.3)
     dm.setup()
-    pairs = lambda ds: [(torch.stack([ds[i]["x"] for i in range(len(ds))]), torch.stack([ds[i]["y"] for i in range(len(ds))]))]  # noqa: E731
+
+    def pairs(ds):
+        return [(torch.stack([ds[i]["x"] for i in range(len(ds))]), torch.stack([ds[i]["y"] for i in range(len(ds))]))]  # noqa: E731
+
     scores = {}
     for choice in ("revin", "raw", "auto"):
         net = PatchTST(2, 2, 24, 4, [0, 1], residual="off", linear_input=choice, patch_len=4, stride=4)
@@ -119,15 +126,28 @@ def test_a_zero_residual_reproduces_the_linear_path_bit_for_bit() -> None:
                 parts = model.net.parts(x)[0]
                 plain, mean, std = model.net._target_scale(x)
                 by_hand = model.net.linear(plain if linear_input == "revin" else x, [0, 1])  # (B, F, K)
-                seen.update(model=model(x), by_hand=by_hand * std + mean if linear_input == "revin" else by_hand,
-                            residual=parts.residual, linear_only=model.net.combine(parts, gate=0.0),
-                            fitted=model.net.linear.fitted.clone(), gate=model.net.residual_gate.clone())
+                seen.update(
+                    model=model(x),
+                    by_hand=by_hand * std + mean if linear_input == "revin" else by_hand,
+                    residual=parts.residual,
+                    linear_only=model.net.combine(parts, gate=0.0),
+                    fitted=model.net.linear.fitted.clone(),
+                    gate=model.net.residual_gate.clone(),
+                )
                 model.train()
 
-        model = KLineForecaster(n_features=2, n_targets=2, context_len=32, horizon=6, linear_input=linear_input,
-                                revin_affine=True, **TINY)
-        L.Trainer(max_steps=1, limit_val_batches=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                  enable_model_summary=False, callbacks=[BeforeTheFirstStep()]).fit(model, dm)
+        model = KLineForecaster(
+            n_features=2, n_targets=2, context_len=32, horizon=6, linear_input=linear_input, revin_affine=True, **TINY
+        )
+        L.Trainer(
+            max_steps=1,
+            limit_val_batches=0,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            callbacks=[BeforeTheFirstStep()],
+        ).fit(model, dm)
         assert bool(seen["fitted"]) and bool((seen["gate"] == 1.0).all())
         assert torch.equal(seen["residual"], torch.zeros_like(seen["residual"]))
         assert torch.equal(seen["model"], seen["by_hand"]) and torch.equal(seen["model"], seen["linear_only"])
@@ -145,11 +165,24 @@ def _etth1(path: Path, n: int = 20 * 30 * 24) -> pd.DataFrame:
 
 def _fit_linear_path(path: Path, **kw) -> KLineForecaster:
     dm = MultivariateDataModule(str(path), context_len=24, horizon=4, batch_size=512)
-    model = KLineForecaster(n_features=2, n_targets=2, context_len=24, horizon=4, baselines=False,
-                            **{**TINY, "patch_len": 8, "stride": 8}, **kw)
+    model = KLineForecaster(
+        n_features=2,
+        n_targets=2,
+        context_len=24,
+        horizon=4,
+        baselines=False,
+        **{**TINY, "patch_len": 8, "stride": 8},
+        **kw,
+    )
     # the frozen linear path does not move in the one step; the validation windows are read by the fit alone
-    L.Trainer(max_steps=1, limit_val_batches=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-              enable_model_summary=False).fit(model, dm)
+    L.Trainer(
+        max_steps=1,
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    ).fit(model, dm)
     return model
 
 
@@ -188,8 +221,9 @@ def test_a_residual_that_never_beats_the_linear_path_is_switched_off() -> None:
     L.seed_everything(0)
     dm = SineDataModule(n_features=2, context_len=32, horizon=6, n_bars=500)
     model = _NoisyResidual(n_features=2, n_targets=2, context_len=32, horizon=6, loss="huber", **TINY)
-    t = L.Trainer(max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                  enable_model_summary=False)
+    t = L.Trainer(
+        max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False
+    )
     t.fit(model, dm)
     m = t.callback_metrics
     assert float(m["val/loss_residual"]) > float(m["val/loss_linear"]) == pytest.approx(float(m["val/loss"]))
@@ -210,8 +244,9 @@ def test_under_mse_a_noisy_residual_is_weighed_down_on_validation() -> None:
     L.seed_everything(0)
     dm = SineDataModule(n_features=2, context_len=32, horizon=6, n_bars=500)
     model = _NoisyResidual(n_features=2, n_targets=2, context_len=32, horizon=6, **TINY)
-    t = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                  enable_model_summary=False)
+    t = L.Trainer(
+        max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False
+    )
     t.fit(model, dm)
     m = t.callback_metrics
     assert float(m["val/loss"]) <= min(float(m["val/loss_linear"]), float(m["val/loss_residual"]))
@@ -223,14 +258,20 @@ def test_under_mse_a_noisy_residual_is_weighed_down_on_validation() -> None:
     for keep_se in (0.0, 1e6):
         L.seed_everything(0)
         model = KLineForecaster(n_features=2, n_targets=2, context_len=32, horizon=6, residual_keep_se=keep_se, **TINY)
-        t = L.Trainer(max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                      enable_model_summary=False)
+        t = L.Trainer(
+            max_epochs=2,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+        )
         t.fit(model, dm)
         full, linear, weighted, gain, se = model.val_selection.tolist()
         assert se > 0 and weighted <= linear  # in sample the weighted residual never loses
         assert model.residual_kept is (gain > keep_se * se and bool((model.net.residual_gate > 0).any()))
-        assert float(t.callback_metrics["val/loss"]) == pytest.approx(weighted if model.residual_kept else linear,
-                                                                      rel=1e-4)
+        assert float(t.callback_metrics["val/loss"]) == pytest.approx(
+            weighted if model.residual_kept else linear, rel=1e-4
+        )
     assert not model.residual_kept
     assert "did not beat it on validation by more than noise" in model.selection_line()
     assert "1e+06 standard error" in model.selection_line()
@@ -270,8 +311,11 @@ def test_the_dlinear_form_folds_into_one_map_of_the_window() -> None:
     trend = moving_average(x, k)
     M = trend_matrix(L, k)
     torch.testing.assert_close(x.transpose(1, 2) @ M, trend.transpose(1, 2))  # trend = window @ M
-    for channels, parts in ((1, torch.cat((x - trend, trend), 1)[:, :, 0]), (C, torch.cat((x - trend, trend), 1).reshape(7, -1))):
+    for channels, parts in (
+        (1, torch.cat((x - trend, trend), 1)[:, :, 0]),
+        (C, torch.cat((x - trend, trend), 1).reshape(7, -1)),
+    ):
         w = torch.randn(parts.shape[1] + 1, O, generator=g, dtype=torch.float64)
-        plain = (x[:, :, 0] if channels == 1 else x.reshape(7, -1))
+        plain = x[:, :, 0] if channels == 1 else x.reshape(7, -1)
         folded = fold_decomposed(w, M, channels)
         torch.testing.assert_close(plain @ folded[:-1] + folded[-1], parts @ w[:-1] + w[-1])

@@ -65,15 +65,51 @@ def _copy_batch_norm(ours: nn.Module, theirs: nn.BatchNorm1d) -> None:
 
 def _patchtst_pair(nf_models: ModuleType, activation: str, revin_affine: bool) -> tuple[nn.Module, ForecastNet]:
     theirs = nf_models.PatchTST(
-        h=F, input_size=L, encoder_layers=N_LAYERS, n_heads=H, hidden_size=D, linear_hidden_size=D_FF, dropout=0.0,
-        fc_dropout=0.0, head_dropout=0.0, attn_dropout=0.0, patch_len=8, stride=4, revin=True,
-        revin_affine=revin_affine, revin_subtract_last=False, activation=activation, res_attention=False,
-        batch_normalization=False, learn_pos_embed=True, scaler_type="identity", random_seed=0,
+        h=F,
+        input_size=L,
+        encoder_layers=N_LAYERS,
+        n_heads=H,
+        hidden_size=D,
+        linear_hidden_size=D_FF,
+        dropout=0.0,
+        fc_dropout=0.0,
+        head_dropout=0.0,
+        attn_dropout=0.0,
+        patch_len=8,
+        stride=4,
+        revin=True,
+        revin_affine=revin_affine,
+        revin_subtract_last=False,
+        activation=activation,
+        res_attention=False,
+        batch_normalization=False,
+        learn_pos_embed=True,
+        scaler_type="identity",
+        random_seed=0,
     )
-    ours = ForecastNet(C, C, L, F, backbone="patches", residual="only", patch_len=8, stride=4, pad_end=True,
-                       d_model=D, n_heads=H, n_layers=N_LAYERS, d_ff=D_FF, dropout=0.0, head_dropout=0.0,
-                       activation=activation, norm_first=False, norm="batch", pos_encoding="learned", revin=True,
-                       revin_affine=revin_affine)  # fmt: skip
+    ours = ForecastNet(
+        C,
+        C,
+        L,
+        F,
+        backbone="patches",
+        residual="only",
+        patch_len=8,
+        stride=4,
+        pad_end=True,
+        d_model=D,
+        n_heads=H,
+        n_layers=N_LAYERS,
+        d_ff=D_FF,
+        dropout=0.0,
+        head_dropout=0.0,
+        activation=activation,
+        norm_first=False,
+        norm="batch",
+        pos_encoding="learned",
+        revin=True,
+        revin_affine=revin_affine,
+    )
     _randomise(theirs)
     backbone, tst = ours.backbone, theirs.model.backbone
     with torch.no_grad():
@@ -122,11 +158,38 @@ def test_patches_equals_neuralforecast_patchtst(nf_models: ModuleType, activatio
 
 
 def _itransformer_pair(nf_models: ModuleType) -> tuple[nn.Module, ForecastNet]:
-    theirs = nf_models.iTransformer(h=F, input_size=L, n_series=C, hidden_size=D, n_heads=H, e_layers=N_LAYERS,
-                                    d_ff=D_FF, dropout=0.0, use_norm=True, scaler_type="identity", random_seed=0)
-    ours = ForecastNet(C, C, L, F, backbone="variates", residual="only", d_model=D, n_heads=H, n_layers=N_LAYERS,
-                       d_ff=D_FF, dropout=0.0, head_dropout=0.0, activation="gelu", norm_first=False, norm="layer",
-                       revin=True, revin_affine=False)  # fmt: skip
+    theirs = nf_models.iTransformer(
+        h=F,
+        input_size=L,
+        n_series=C,
+        hidden_size=D,
+        n_heads=H,
+        e_layers=N_LAYERS,
+        d_ff=D_FF,
+        dropout=0.0,
+        use_norm=True,
+        scaler_type="identity",
+        random_seed=0,
+    )
+    ours = ForecastNet(
+        C,
+        C,
+        L,
+        F,
+        backbone="variates",
+        residual="only",
+        d_model=D,
+        n_heads=H,
+        n_layers=N_LAYERS,
+        d_ff=D_FF,
+        dropout=0.0,
+        head_dropout=0.0,
+        activation="gelu",
+        norm_first=False,
+        norm="layer",
+        revin=True,
+        revin_affine=False,
+    )
     _randomise(theirs)
     backbone = ours.backbone
     emb = theirs.enc_embedding.value_embedding
@@ -134,8 +197,7 @@ def _itransformer_pair(nf_models: ModuleType) -> tuple[nn.Module, ForecastNet]:
         _copy(backbone.embed, emb.weight, emb.bias)
         for layer, ref in zip(backbone.encoder.layers, theirs.encoder.attn_layers, strict=True):
             a = ref.attention
-            _copy_attention(layer.self_attn, a.query_projection, a.key_projection, a.value_projection,
-                            a.out_projection)
+            _copy_attention(layer.self_attn, a.query_projection, a.key_projection, a.value_projection, a.out_projection)
             _copy(layer.ff.linear1, ref.conv1.weight[..., 0], ref.conv1.bias)  # a 1x1 convolution is a linear map
             _copy(layer.ff.linear2, ref.conv2.weight[..., 0], ref.conv2.bias)
             layer.norm1.load_state_dict(ref.norm1.state_dict())

@@ -66,11 +66,16 @@ def test_number_evidence_equals_classifying_every_cell(seed: int) -> None:
 def _bars(n: int = N) -> pd.DataFrame:
     rng = np.random.default_rng(0)
     close = np.round(50 * np.exp(np.cumsum(rng.normal(0, 0.01, n))), 2)
-    return pd.DataFrame({
-        "timestamp": pd.date_range("1980-01-01", periods=n, freq="D").astype("datetime64[ns]"),
-        "open": close, "high": np.round(close * 1.01, 2), "low": np.round(close * 0.99, 2), "close": close,
-        "volume": rng.integers(1_000, 9_000, n).astype(np.float64),
-    })  # fmt: skip
+    return pd.DataFrame(
+        {
+            "timestamp": pd.date_range("1980-01-01", periods=n, freq="D").astype("datetime64[ns]"),
+            "open": close,
+            "high": np.round(close * 1.01, 2),
+            "low": np.round(close * 0.99, 2),
+            "close": close,
+            "volume": rng.integers(1_000, 9_000, n).astype(np.float64),
+        }
+    )
 
 
 def _write(path: Path, sep: str, rows: list[list[str]]) -> Path:

@@ -15,8 +15,16 @@ from lightning_tf.kline.reader.io import read_bars
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 # Files whose ticker is their name (no code inside), in several layouts.
-LAYOUTS = ["english.csv", "yahoo.csv", "nasdaq_us_dates_newest_first.csv", "metatrader_tab.csv",
-           "excel_semicolon_decimal_comma.csv", "epoch_seconds.csv", "english_gzip.csv.gz", "barchart.csv"]  # fmt: skip
+LAYOUTS = [
+    "english.csv",
+    "yahoo.csv",
+    "nasdaq_us_dates_newest_first.csv",
+    "metatrader_tab.csv",
+    "excel_semicolon_decimal_comma.csv",
+    "epoch_seconds.csv",
+    "english_gzip.csv.gz",
+    "barchart.csv",
+]
 
 
 def _folder(tmp_path: Path, copies: int, extra: tuple[str, ...] = ()) -> Path:

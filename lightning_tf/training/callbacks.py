@@ -139,7 +139,7 @@ class RNGState(Callback):
       Lightning discards it and creates the next epoch's), so the states are restored in
       ``on_train_start``, after it exists and before the next batch is fetched. Inside an epoch this
       is exact for a loader that resumes its position (``state_dict``/``load_state_dict``, as every
-      task's :class:`~lightning_tf.loaders.ResumableDataLoader` does); a plain ``DataLoader`` restarts
+      task's :class:`~lightning_tf.training.loaders.ResumableDataLoader` does); a plain ``DataLoader`` restarts
       the epoch (Lightning warns), so its order is not the same. Lightning loads a checkpoint's loader
       position when it builds the training loader, and builds it before restoring the loop when
       ``configure_optimizers`` asks for ``trainer.estimated_stepping_batches``; the position would
@@ -394,7 +394,6 @@ class NaNGuard(Callback):
                 "ModelCheckpoint's).",
             )
 
-
     def _check_eval(self, trainer: Trainer, stage: str) -> None:
         if not self.check_eval:
             return
@@ -404,7 +403,8 @@ class NaNGuard(Callback):
         name = {"val": "validation", "test": "test"}[stage]
         bad, _ = _first_non_finite(trainer.lightning_module.named_parameters())
         weights = (
-            f"parameter {bad} is not finite" if bad is not None
+            f"parameter {bad} is not finite"
+            if bad is not None
             else f"the weights are finite: look for NaN or infinite values in the {name} data"
         )
         where = f"epoch {trainer.current_epoch}, global step {trainer.global_step}"
@@ -460,8 +460,11 @@ class CompactModelSummary(ModelSummary):
         total_flops: int = 0,
         **summarize_kwargs: Any,
     ) -> None:
-        columns = [(name, [str(v).strip() for v in values]) for name, values in summary_data
-                   if name != "Mode" and (name != "FLOPs" or total_flops)]
+        columns = [
+            (name, [str(v).strip() for v in values])
+            for name, values in summary_data
+            if name != "Mode" and (name != "FLOPs" or total_flops)
+        ]
         rows = [i for i, n in enumerate(dict(columns)["Params"]) if n != "0"]
         widths = [max([len(name), *(len(values[i]) for i in rows)]) for name, values in columns]
         lines = [" | ".join(f"{name:<{w}}" for (name, _), w in zip(columns, widths)).rstrip()]

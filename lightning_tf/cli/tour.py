@@ -11,18 +11,15 @@ Each task is the experiment config's ``fit --test_after_fit true`` under
 
 from __future__ import annotations
 
-import argparse
 import math
-import textwrap
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from lightning_tf.console import ArgumentParser
-from lightning_tf.resources import find
+from lightning_tf.training.resources import find
 
-__all__ = ["TASKS", "TaskResult", "run_task", "summary_table", "tour_main"]
+__all__ = ["TASKS", "TaskResult", "run_task", "summary_table", "tour"]
 
 # task -> (experiment config, what it shows)
 TASKS: dict[str, tuple[str, str]] = {
@@ -47,7 +44,7 @@ class TaskResult:
 
 def _configs_dir(root: Path | None) -> Path:
     """The directory holding ``configs/``: ``root`` if given, else the working directory, the clone this
-    package runs from or the installed package (:func:`lightning_tf.resources.find`)."""
+    package runs from or the installed package (:func:`lightning_tf.training.resources.find`)."""
     wanted = Path("configs") / "trainer" / "default.yaml"
     if root is not None:
         if (root / wanted).is_file():
@@ -64,11 +61,19 @@ def run_task(task: str, root: Path, extra: list[str]) -> TaskResult:
     # here, not at the top: `lightning-tf tour --help` and its argument errors answer without Lightning
     from lightning.pytorch.loggers import WandbLogger
 
-    from lightning_tf.cli import make_cli
+    from lightning_tf.cli.lightning_cli import make_cli
 
     config, what = TASKS[task]
-    args = ["fit", "--config", str(root / "configs/trainer/default.yaml"), "--config", str(root / config),
-            "--test_after_fit", "true", *extra]
+    args = [
+        "fit",
+        "--config",
+        str(root / "configs/trainer/default.yaml"),
+        "--config",
+        str(root / config),
+        "--test_after_fit",
+        "true",
+        *extra,
+    ]
     start = time.perf_counter()
     cli = make_cli(args)
     result = TaskResult(task, what, minutes=(time.perf_counter() - start) / 60)
@@ -108,7 +113,10 @@ def _headline(r: TaskResult) -> tuple[str, str]:
     if r.task == "text":
         return "test BLEU / chrF", f"{m.get('test/bleu', math.nan):.1f} / {m.get('test/chrf', math.nan):.1f}"
     if r.task == "vision":
-        return "test accuracy (top-1 / top-5)", f"{m.get('test/acc', math.nan):.1%} / {m.get('test/top5', math.nan):.1%}"
+        return (
+            "test accuracy (top-1 / top-5)",
+            f"{m.get('test/acc', math.nan):.1%} / {m.get('test/top5', math.nan):.1%}",
+        )
     if "model MSE" in m:
         base = ", ".join(f"{k.split()[0]} {v:.4g}" for k, v in m.items() if k.endswith(" MSE") and k != "model MSE")
         return "test MSE (baselines)", f"{m['model MSE']:.4g} ({base})"
@@ -149,31 +157,23 @@ def _print_rich(results: list[TaskResult]) -> None:
         console.print("Upload the offline wandb runs with `wandb sync <run dir>` (after `wandb login`).")
 
 
-def _plain_text(rst: str) -> str:
-    """A docstring paragraph without reST markup (``code`` -> code), for ``--help``."""
-    return rst.replace("``", "")
+def tour(
+    tasks: list[Literal["text", "vision", "kline"]] = list(TASKS),  # noqa: B006 (read, never changed)
+    root: Path | None = None,
+    forwarded: list[str] | None = None,
+) -> list[TaskResult]:
+    """Train and test the three tasks on their embedded data, one after the other in this process, and print
+    one summary table (also written to runs/tour_summary.md). Arguments after -- go to every task's fit
+    (lightning-tf tour -- --trainer.max_epochs 1).
 
-
-def tour_main(argv: list[str] | None = None) -> list[TaskResult]:
-    """``lightning-tf tour [--tasks ...] [--root DIR] [-- extra CLI arguments for every task]``."""
-    argv = list(argv or [])
-    extra: list[str] = []
-    if "--" in argv:
-        cut = argv.index("--")
-        argv, extra = argv[:cut], argv[cut + 1 :]
-    # the module docstring's first two paragraphs, wrapped without breaking `lightning-tf` at its hyphen
-    first, second = (textwrap.fill(" ".join(_plain_text(part).split()), 88, break_on_hyphens=False)
-                     for part in __doc__.split("\n\n")[:2])
-    parser = ArgumentParser(
-        prog="lightning-tf tour", usage="%(prog)s [--tasks TASK [TASK ...]] [--root DIR] [-- fit arguments ...]",
-        description=first, epilog=second, formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(TASKS), help="tasks to run, in order")
-    parser.add_argument("--root", type=Path, default=None, metavar="DIR",
-                        help="the directory holding configs/ (default: found)")
-    args = parser.parse_args(argv)
-    root = _configs_dir(args.root)
-    results = [run_task(task, root, extra) for task in args.tasks]
+    Args:
+        tasks: tasks to run, in order
+        root: the directory holding configs/ (default: found)
+        forwarded: arguments for every task's fit (what follows --)
+    """
+    extra = list(forwarded or [])
+    folder = _configs_dir(root)
+    results = [run_task(task, folder, extra) for task in tasks]
     _print_rich(results)
     table = summary_table(results)
     out = Path("runs") / "tour_summary.md"

@@ -26,8 +26,13 @@ _LITERAL = re.compile(r"Expected a (?:typing\.)?Literal\[(.*)\]\. Got value: (.*
 _EXPECTED = re.compile(r"Expected a <class '(\w+)'>")
 _NOT_ACCEPTED = re.compile(r"Option '([\w.]+)' is not accepted")
 _GIVEN = re.compile(r"Given value: (.*)")
-_NOISE = ("Does not validate against any of the Union subtypes", "Subtypes:", "Errors:", "Given value",
-          "Problem with given class_path")
+_NOISE = (
+    "Does not validate against any of the Union subtypes",
+    "Subtypes:",
+    "Errors:",
+    "Given value",
+    "Problem with given class_path",
+)
 
 
 def debug_mode() -> bool:
@@ -77,7 +82,8 @@ def one_line_error(message: str, known_options: list[str] | None = None) -> str:
             choices = ", ".join(c.strip().strip("'\"") for c in m[1].split(","))
             return f"{key}: {m[2].strip()!r} is not one of {choices}"
     reasons = [
-        line for line in lines
+        line
+        for line in lines
         if line and not _KEY.match(line) and not line.startswith(_NOISE) and line != "Expected a <class 'NoneType'>"
     ]
     expected = [m[1] for line in reasons if (m := _EXPECTED.fullmatch(line))]

@@ -247,8 +247,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     (``s3://...``) are Lightning's, unchanged.
     """
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike[str],
-                        storage_options: Any | None = None) -> None:
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: str | os.PathLike[str], storage_options: Any | None = None
+    ) -> None:
         if storage_options is not None or not _is_local(path):
             return super().save_checkpoint(checkpoint, path, storage_options)
         path = Path(path)
@@ -264,8 +265,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def _write(self, checkpoint: dict[str, Any], f: IO[bytes]) -> None:
         torch.save(checkpoint, f)
 
-    def load_checkpoint(self, path: str | os.PathLike[str], map_location: Any | None = None,
-                        weights_only: bool | None = None) -> dict[str, Any]:
+    def load_checkpoint(
+        self, path: str | os.PathLike[str], map_location: Any | None = None, weights_only: bool | None = None
+    ) -> dict[str, Any]:
         if _is_local(path):
             check_checkpoint(path)
         return super().load_checkpoint(path, map_location=map_location, weights_only=weights_only)

@@ -17,8 +17,7 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import WandbLogger
 
-from lightning_tf.preemption import EXIT_STATUS, LastCheckpoint
-from lightning_tf.training import run_dir
+from lightning_tf.training import EXIT_STATUS, LastCheckpoint, run_dir
 
 __all__ = [
     "RunConfigCallback",
@@ -35,6 +34,7 @@ __all__ = [
     "wandb_logger_args",
     "wandb_run_dir",
 ]
+
 
 class RunConfigCallback(SaveConfigCallback):
     """Saves the resolved config as ``config.yaml`` in the run directory, beside ``checkpoints/``
@@ -56,9 +56,7 @@ class RunConfigCallback(SaveConfigCallback):
             derived again when the file is reused (say, by ``lightning-tf test``).
     """
 
-    def __init__(
-        self, *args: Any, wandb_given: list[tuple[int, str, Any]] | None = None, **kwargs: Any
-    ) -> None:
+    def __init__(self, *args: Any, wandb_given: list[tuple[int, str, Any]] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.wandb_given = wandb_given or []
 
@@ -105,9 +103,7 @@ class RunConfigCallback(SaveConfigCallback):
             logger.log_hyperparams(config)
 
 
-def resolved_config(
-    dumped: str, model_args: Mapping[str, Any], data_args: Mapping[str, Any] | None
-) -> dict[str, Any]:
+def resolved_config(dumped: str, model_args: Mapping[str, Any], data_args: Mapping[str, Any] | None) -> dict[str, Any]:
     """The CLI config (``dumped``: the parser's YAML dump) as nested plain data, with the model's and
     the data's ``init_args`` completed by what they were built with (``model_args``, ``data_args``: their
     ``hparams_initial``; values linked from the data, which the parsed config leaves out)."""
@@ -333,7 +329,7 @@ def fit_summary(trainer: Trainer, given_args: list[str]) -> str:
 
 def stopped_summary(trainer: Trainer, given_args: list[str]) -> str:
     """What a fit stopped by SIGTERM (or SLURM's requeue signal) leaves, printed as it exits: where it
-    stopped, the checkpoint written there (:class:`~lightning_tf.preemption.LastCheckpoint`), and the
+    stopped, the checkpoint written there (:class:`~lightning_tf.training.preemption.LastCheckpoint`), and the
     command that resumes the run: the run's saved config (with the same wandb run id, so the run goes
     on in the same folder and wandb run), else the fit's own arguments, with ``--ckpt_path``."""
     stop = next((cb.stopped for cb in trainer.callbacks if isinstance(cb, LastCheckpoint) and cb.stopped), None)

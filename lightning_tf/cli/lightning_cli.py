@@ -16,15 +16,23 @@ from typing import Any, Literal, Optional
 import torch
 from jsonargparse import Namespace
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer
-from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, ModelSummary, ProgressBar, RichModelSummary
+from lightning.pytorch.callbacks import (
+    LearningRateMonitor,
+    ModelCheckpoint,
+    ModelSummary,
+    ProgressBar,
+    RichModelSummary,
+)
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from lightning_tf.argument_errors import OneLineParser, debug_mode, instantiation_error, root_cause
-from lightning_tf.callbacks import CompactModelSummary
-from lightning_tf.checkpoints import check_checkpoint
-from lightning_tf.console import metrics_table, quiet, quiet_eval
-from lightning_tf.runs import (
+# Importing the task packages registers their classes, so they resolve by short name.
+import lightning_tf.kline  # noqa: F401
+import lightning_tf.text  # noqa: F401
+import lightning_tf.vision  # noqa: F401
+from lightning_tf.cli.argument_errors import OneLineParser, debug_mode, instantiation_error, root_cause
+from lightning_tf.cli.console import metrics_table, quiet, quiet_eval
+from lightning_tf.cli.runs import (
     RunConfigCallback,
     apply_wandb_run_defaults,
     fit_summary,
@@ -34,14 +42,9 @@ from lightning_tf.runs import (
     stopped_summary,
     wandb_logger_args,
 )
-from lightning_tf.training import check_agreement, run_dir
+from lightning_tf.training import CompactModelSummary, check_agreement, check_checkpoint, run_dir
 
-# Importing the task packages registers their classes, so they resolve by short name.
-import lightning_tf.kline  # noqa: F401
-import lightning_tf.text  # noqa: F401
-import lightning_tf.vision  # noqa: F401
-
-__all__ = ["DATA_LINKS", "LightningTFCLI", "make_cli"]
+__all__ = ["DATA_LINKS", "LightningTFCLI", "make_cli", "run"]
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +53,14 @@ log = logging.getLogger(__name__)
 # has the argument.
 DATA_LINKS = (
     "vocab_size",  # text: the tokenizer's id capacity
-    "num_classes", "in_chans", "image_size",  # vision: from the dataset
-    "n_features", "n_targets", "target_channels", "context_len", "horizon",  # kline: from the columns
+    "num_classes",
+    "in_chans",
+    "image_size",  # vision: from the dataset
+    "n_features",
+    "n_targets",
+    "target_channels",
+    "context_len",
+    "horizon",  # kline: from the columns
 )
 
 
@@ -99,7 +108,9 @@ class LightningTFCLI(LightningCLI):
             "--test_after_fit", type=bool, default=False, help="after fit, run test on the best checkpoint"
         )
         parser.add_argument(
-            "--float32_matmul_precision", type=Optional[Literal["highest", "high", "medium"]], default=None,
+            "--float32_matmul_precision",
+            type=Optional[Literal["highest", "high", "medium"]],
+            default=None,
             help="torch.set_float32_matmul_precision: 'high' lets float32 matmuls use TF32 tensor cores (GPU)",
         )
         for name in DATA_LINKS:
@@ -251,8 +262,10 @@ def _drop_callbacks_switched_off(config: Namespace) -> None:
     if off:
         kept = [cb for cb in trainer["callbacks"] if not issubclass(_callback_class(cb) or object, off)]
         if len(kept) != len(trainer["callbacks"]):
-            log.info("left out, switched off by the trainer config: %s",
-                     [cb.class_path for cb in trainer["callbacks"] if cb not in kept])
+            log.info(
+                "left out, switched off by the trainer config: %s",
+                [cb.class_path for cb in trainer["callbacks"] if cb not in kept],
+            )
             trainer["callbacks"] = kept
 
 
@@ -286,7 +299,7 @@ def make_cli(
     """The ``lightning-tf`` CLI on ``args`` (None: the command line), as the console script builds it:
     any LightningModule / LightningDataModule by class path or name, the run config saved beside the
     checkpoints (and uploaded to wandb), seed 0 unless the config says otherwise, and without the
-    library messages :func:`lightning_tf.console.quiet` lists. ``cli_class``: a subclass of
+    library messages :func:`lightning_tf.cli.console.quiet` lists. ``cli_class``: a subclass of
     :class:`LightningTFCLI` to build instead (``lightning-tf tune`` parses configs with one that
     instantiates nothing). ``kwargs`` go to LightningCLI (e.g. ``run=False``)."""
     kwargs = {
@@ -300,7 +313,21 @@ def make_cli(
     }
     with quiet():
         return cli_class(
-            LightningModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True, args=args,
+            LightningModule,
+            LightningDataModule,
+            subclass_mode_model=True,
+            subclass_mode_data=True,
+            args=args,
             **kwargs,
         )
 
+
+def run(argv: list[str], from_command_line: bool = False) -> None:
+    """``lightning-tf fit|validate|test|predict ...``: ``argv`` is the subcommand and its arguments, config
+    names resolved to the package's bundled files where the working directory has none."""
+    from lightning_tf.training.resources import bundled_configs
+
+    argv = [argv[0], *bundled_configs(argv[1:])]
+    if from_command_line:
+        sys.argv[1:] = argv
+    make_cli(None if from_command_line else argv)  # None: LightningCLI reads sys.argv itself

@@ -1,35 +1,16 @@
-"""What the ``lightning-tf`` command prints: one-line argument errors for its plain argparse commands
-(``export``, ``tour``), one compact table of metrics, and the library messages it keeps quiet.
-
-Standard library only: ``export`` and ``tour`` parse their arguments (and answer ``--help``) before
-torch or Lightning is imported.
-"""
+"""What the ``lightning-tf`` command prints: one compact table of metrics, and the library messages it keeps
+quiet. Standard library only."""
 
 from __future__ import annotations
 
-import argparse
 import logging
 import math
-import os
 import re
-import sys
 import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import NoReturn
 
-__all__ = ["ArgumentParser", "EVAL_WARNINGS", "LOG_NOISE", "WARNINGS", "metrics_table", "quiet", "quiet_eval"]
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse with the house's error format: ``lightning-tf: error: <reason>`` on one line and exit
-    status 2; the usage stays behind ``--help`` (``LIGHTNING_TF_DEBUG=1``: argparse's own report)."""
-
-    def error(self, message: str) -> NoReturn:
-        if os.environ.get("LIGHTNING_TF_DEBUG"):
-            super().error(message)
-        sys.stderr.write(f"lightning-tf: error: {message}\n")
-        self.exit(2)
+__all__ = ["EVAL_WARNINGS", "LOG_NOISE", "WARNINGS", "metrics_table", "quiet", "quiet_eval"]
 
 
 # ------------------------------------------------------------------------------------ quiet console

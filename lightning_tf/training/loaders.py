@@ -21,7 +21,7 @@ run rebuilds epoch ``e``'s batch list and goes on with batch ``k + 1``.
 
 Batch-level randomness drawn in the main process (Mixup / CutMix draw from NumPy's global stream in
 ``on_after_batch_transfer``, dropout from torch's) is restored exactly by
-:class:`~lightning_tf.callbacks.RNGState`. A :class:`ResumableDataLoader` draws exactly one number from
+:class:`~lightning_tf.training.callbacks.RNGState`. A :class:`ResumableDataLoader` draws exactly one number from
 torch's global stream per epoch, with or without workers, persistent or not (a plain DataLoader
 without workers draws its workers' base seed there each epoch, one with persistent workers only
 once), so the training stream does not depend on ``num_workers``.
@@ -322,7 +322,7 @@ class ResumableDataLoader(ShardedDataLoader):
     The position is the number of batches this loader has returned: workers and prefetching read the
     sampler ahead of training, while Lightning fetches a sized loader's batches one at a time. The
     iteration starts reading the sampler at the first batch asked for, so a position loaded after
-    ``iter(loader)`` still applies (:class:`~lightning_tf.callbacks.RNGState` loads it again when
+    ``iter(loader)`` still applies (:class:`~lightning_tf.training.callbacks.RNGState` loads it again when
     Lightning built the loader before restoring the loop, as ``trainer.estimated_stepping_batches`` in
     ``configure_optimizers`` makes it). The workers' base seed comes from the loader's own generator,
     itself seeded by one number drawn from torch's global stream per epoch (see the module docstring).
@@ -360,4 +360,3 @@ class ResumableDataLoader(ShardedDataLoader):
         sampler = self.batch_sampler
         assert isinstance(sampler, EpochBatchSampler)
         sampler.load_state_dict(state)
-

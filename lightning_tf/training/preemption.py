@@ -90,9 +90,12 @@ class LastCheckpoint(ModelCheckpoint):
                 f"every_n_epochs ({every_n_epochs}) and every_n_train_steps ({every_n_train_steps}) must be >= 0"
             )
         super().__init__(
-            dirpath=dirpath, filename=filename, save_top_k=1, enable_version_counter=False,
+            dirpath=dirpath,
+            filename=filename,
+            save_top_k=1,
+            enable_version_counter=False,
             train_time_interval=train_time_interval,
-        )  # fmt: skip
+        )
         # ModelCheckpoint accepts one trigger at a time; its saving code serves them all
         self._every_n_epochs, self._every_n_train_steps = every_n_epochs, every_n_train_steps or 0
         self.handle_signals = handle_signals
@@ -102,9 +105,11 @@ class LastCheckpoint(ModelCheckpoint):
     @property
     def state_key(self) -> str:
         return self._generate_state_key(
-            filename=self.filename, every_n_train_steps=self._every_n_train_steps,
-            every_n_epochs=self._every_n_epochs, train_time_interval=self._train_time_interval,
-        )  # fmt: skip
+            filename=self.filename,
+            every_n_train_steps=self._every_n_train_steps,
+            every_n_epochs=self._every_n_epochs,
+            train_time_interval=self._train_time_interval,
+        )
 
     # ------------------------------------------------------------------------------------ signals
     def _requeue_signal(self, trainer: Trainer) -> int | None:
@@ -148,8 +153,14 @@ class LastCheckpoint(ModelCheckpoint):
         hpc = _requeue(trainer, path) if requeue else None
         name = "the SLURM requeue signal" if requeue else "SIGTERM"
         progress = trainer.fit_loop.epoch_loop.batch_progress.current
-        self.stopped = Stop(signal=name, path=path, global_step=trainer.global_step, epoch=trainer.current_epoch,
-                            batch=progress.processed, hpc=hpc)
+        self.stopped = Stop(
+            signal=name,
+            path=path,
+            global_step=trainer.global_step,
+            epoch=trainer.current_epoch,
+            batch=progress.processed,
+            hpc=hpc,
+        )
         trainer._signal_connector.received_sigterm = True  # what Lightning's own handler would have set
         raise SIGTERMException(EXIT_STATUS)
 

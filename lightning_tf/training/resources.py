@@ -21,7 +21,7 @@ __all__ = ["bundled_configs", "find", "repository_root"]
 def repository_root() -> Path | None:
     """The clone this package runs from (an editable install or ``PYTHONPATH``), or None when it runs
     from an installed wheel."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     return root if (root / "pyproject.toml").is_file() and (root / "lightning_tf").is_dir() else None
 
 

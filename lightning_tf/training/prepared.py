@@ -24,7 +24,13 @@ from typing import Any
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 __all__ = [
-    "MANIFEST", "check_manifest", "crc32", "default_cache_root", "file_identity", "prepare_folder", "sha256",
+    "MANIFEST",
+    "check_manifest",
+    "crc32",
+    "default_cache_root",
+    "file_identity",
+    "prepare_folder",
+    "sha256",
     "write_manifest",
 ]
 
@@ -115,9 +121,7 @@ def locked(path: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def prepare_folder(
-    base: Path, key: str, version: int, build: Callable[[Path], dict[str, Any]], what: str
-) -> Path:
+def prepare_folder(base: Path, key: str, version: int, build: Callable[[Path], dict[str, Any]], what: str) -> Path:
     """The folder ``base / key``, built first by ``build`` unless a finished, intact one is there.
 
     Args:

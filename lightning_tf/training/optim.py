@@ -12,8 +12,6 @@
   the training loader before a checkpoint's loader position is restored). Schedules are multiples of the peak rate
   (``torch.optim.lr_scheduler.LambdaLR``), stepped every optimizer step (``decay``: every epoch);
   their step count is checkpointed, so a resumed run continues the schedule where it stopped.
-* :func:`run_dir`: where a run keeps its checkpoints, config and outputs.
-* :func:`check_agreement`: the one message for a model argument that differs from its data's value.
 
 The schedules follow torchtune's ``training/lr_schedulers.py``: functions of the step, outside the
 modules.
@@ -22,29 +20,24 @@ modules.
 from __future__ import annotations
 
 import math
-import os
-from functools import partial
-from pathlib import Path
 from collections.abc import Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import nn
 
 if TYPE_CHECKING:
-    from lightning.pytorch import LightningModule
+    pass
 
 __all__ = [
     "SchedulerName",
     "build_scheduler",
-    "check_agreement",
     "configure_adamw",
     "constant_with_warmup",
     "noam",
     "parameter_groups",
     "patchtst_decay",
-    "prediction_path",
-    "run_dir",
     "warmup_cosine",
     "warmup_steps_for",
 ]
@@ -154,9 +147,7 @@ def build_scheduler(
     warmup = warmup_steps_for(warmup_steps, total)
     interval = "step"
     if scheduler in ("cosine", "onecycle") and total is None:
-        raise ValueError(
-            f"scheduler '{scheduler}' needs the run's length: set trainer.max_steps or trainer.max_epochs"
-        )
+        raise ValueError(f"scheduler '{scheduler}' needs the run's length: set trainer.max_steps or trainer.max_epochs")
     if scheduler == "noam":
         if warmup < 1:
             raise ValueError(f"scheduler 'noam' needs warmup_steps >= 1 (got {warmup_steps}, run of {total} steps)")
@@ -179,58 +170,6 @@ def build_scheduler(
     return {"scheduler": sched, "interval": interval, "frequency": 1}
 
 
-# ------------------------------------------------------------------------------------ run folder
-
-
-def run_dir(trainer: Any) -> Path:
-    """The folder of the trainer's run, where ``ModelCheckpoint`` puts ``checkpoints/`` and the CLI
-    puts ``config.yaml``: ``<save_dir>/<name>/<version>`` of the first logger (for wandb:
-    ``<save_dir>/<project>/<run id>``), else ``trainer.default_root_dir``."""
-    loggers = getattr(trainer, "loggers", None) or []
-    if not loggers:
-        return Path(trainer.default_root_dir)
-    logger = loggers[0]
-    version = logger.version if isinstance(logger.version, str) else f"version_{logger.version}"
-    return Path(os.path.join(logger.save_dir or trainer.default_root_dir, str(logger.name), version))
-
-
-# ------------------------------------------------------------------------------------- agreement
-
-
-def _plain(value: Any) -> Any:
-    return list(value) if isinstance(value, tuple) else value
-
-
-def check_agreement(name: str, ours: Any, theirs: Any) -> None:
-    """Raise the one ValueError for a model argument that differs from the data's value of the same
-    name (``None`` on the data's side: the data does not say, nothing to check)."""
-    if theirs is None or _plain(ours) == _plain(theirs):
-        return
-    raise ValueError(
-        f"model.{name} ({ours}) differs from the data's {name} ({theirs}); the model takes it from the data: "
-        f"drop model.{name} from the config (the data decides it)"
-    )
-
-
-# ----------------------------------------------------------------------------------- predictions
-
-
-def prediction_path(trainer: Any, output: str | os.PathLike[str] | None, name: str) -> Path:
-    """Where a prediction writer writes: ``output`` as given (relative to the working directory);
-    by default ``name`` (e.g. ``predictions.csv``) in :func:`run_dir`, numbered ``predictions-1.csv``,
-    ``predictions-2.csv``, ... when an earlier predict of the same run folder left that name."""
-    if output:
-        return Path(output)
-    folder = run_dir(trainer)
-    path = folder / name
-    stem, dot, suffix = name.partition(".")
-    n = 1
-    while path.exists():
-        path = folder / f"{stem}-{n}{dot}{suffix}"
-        n += 1
-    return path
-
-
 def configure_adamw(
     module: nn.Module, hp: Mapping[str, Any], total_steps: int | float | None, eps: float = 1e-8
 ) -> dict[str, Any]:
@@ -238,10 +177,15 @@ def configure_adamw(
     ``betas``, ``scheduler``, ``warmup_steps`` and ``min_lr``: AdamW over :func:`parameter_groups` of
     ``module``'s parameters and :func:`build_scheduler` over ``total_steps`` (the Trainer's
     ``estimated_stepping_batches``, say; None: unknown), with AdamW's ``eps``."""
-    optimizer = torch.optim.AdamW(parameter_groups(module, hp["weight_decay"]), lr=hp["lr"], betas=tuple(hp["betas"]),
-                                  eps=eps)  # fmt: skip
+    optimizer = torch.optim.AdamW(
+        parameter_groups(module, hp["weight_decay"]), lr=hp["lr"], betas=tuple(hp["betas"]), eps=eps
+    )
     scheduler = build_scheduler(
-        optimizer, hp["scheduler"], lr=hp["lr"], warmup_steps=hp["warmup_steps"], total_steps=total_steps,
+        optimizer,
+        hp["scheduler"],
+        lr=hp["lr"],
+        warmup_steps=hp["warmup_steps"],
+        total_steps=total_steps,
         min_lr=hp["min_lr"],
     )
     return {"optimizer": optimizer} if scheduler is None else {"optimizer": optimizer, "lr_scheduler": scheduler}

@@ -1,0 +1,158 @@
+"""The training runtime every task uses; this ``__init__`` is its one public list (as torchtune's ``training/``).
+
+* :mod:`.loaders`: the training loaders, batches drawn from (seed, epoch), resumable inside an epoch;
+  :mod:`.distributed`: the unpadded evaluation sampler and the gathering helpers for DDP.
+* :mod:`.checkpoints`: atomic checkpoint writes, the format stamp, one-line checks of a checkpoint path;
+  :mod:`.preemption`: :class:`LastCheckpoint` (``last.ckpt`` every epoch, every 30 minutes, on SIGTERM or
+  SLURM's requeue signal); :mod:`.callbacks`: :class:`RNGState` (exact resume) and :class:`NaNGuard`.
+* :mod:`.optim`: parameter groups (one weight-decay rule) and the learning-rate schedules.
+* :mod:`.outputs`: the run's folder and its prediction files; :mod:`.agreement`: the data -> model check.
+* :mod:`.prepared`: prepared-data folders (text corpora, K-line panels): keyed, checked, built once,
+  memory-mapped; :mod:`.memory`: handing freed heap pages back to the system.
+* :mod:`.resources`: the files that ship with the package (``configs/``, ``data/msft.csv``), found from any
+  folder.
+
+The names load on first use (PEP 562): ``from lightning_tf.training import release_freed_memory`` imports
+neither torch nor Lightning, so the torch-free K-line reader can use it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what the names are, for type checkers and editors
+    from .agreement import check_agreement
+    from .callbacks import (
+        CompactModelSummary,
+        NaNGuard,
+        NonFiniteError,
+        RNGState,
+        get_rng_states,
+        last_checkpoint,
+        set_rng_states,
+    )
+    from .checkpoints import (
+        AtomicCheckpointIO,
+        CheckedLoading,
+        CheckpointError,
+        MissingCheckpointError,
+        check_checkpoint,
+        newest_complete,
+        stamp,
+    )
+    from .distributed import (
+        UnpaddedDistributedSampler,
+        eval_sampler,
+        gather_objects,
+        gather_predictions,
+        interleave,
+        predict_size,
+        world_size,
+    )
+    from .loaders import (
+        Batch,
+        EpochBatchSampler,
+        IgnoreStopSignals,
+        ResumableDataLoader,
+        SeededBatches,
+        ShardedDataLoader,
+        ShuffledBatchSampler,
+        batch_seed,
+    )
+    from .memory import release_freed_memory
+    from .optim import (
+        SchedulerName,
+        build_scheduler,
+        configure_adamw,
+        constant_with_warmup,
+        noam,
+        parameter_groups,
+        patchtst_decay,
+        warmup_cosine,
+        warmup_steps_for,
+    )
+    from .outputs import prediction_path, run_dir
+    from .preemption import EXIT_STATUS, LastCheckpoint, Stop
+    from .prepared import (
+        check_manifest,
+        crc32,
+        default_cache_root,
+        file_identity,
+        prepare_folder,
+        sha256,
+        write_manifest,
+    )
+    from .resources import bundled_configs, find, repository_root
+
+_WHERE = {
+    "AtomicCheckpointIO": ".checkpoints",
+    "Batch": ".loaders",
+    "batch_seed": ".loaders",
+    "build_scheduler": ".optim",
+    "check_agreement": ".agreement",
+    "check_checkpoint": ".checkpoints",
+    "check_manifest": ".prepared",
+    "CheckedLoading": ".checkpoints",
+    "CheckpointError": ".checkpoints",
+    "CompactModelSummary": ".callbacks",
+    "configure_adamw": ".optim",
+    "constant_with_warmup": ".optim",
+    "crc32": ".prepared",
+    "default_cache_root": ".prepared",
+    "EpochBatchSampler": ".loaders",
+    "eval_sampler": ".distributed",
+    "EXIT_STATUS": ".preemption",
+    "file_identity": ".prepared",
+    "gather_objects": ".distributed",
+    "gather_predictions": ".distributed",
+    "get_rng_states": ".callbacks",
+    "IgnoreStopSignals": ".loaders",
+    "interleave": ".distributed",
+    "last_checkpoint": ".callbacks",
+    "LastCheckpoint": ".preemption",
+    "MissingCheckpointError": ".checkpoints",
+    "NaNGuard": ".callbacks",
+    "newest_complete": ".checkpoints",
+    "noam": ".optim",
+    "NonFiniteError": ".callbacks",
+    "parameter_groups": ".optim",
+    "patchtst_decay": ".optim",
+    "predict_size": ".distributed",
+    "prediction_path": ".outputs",
+    "prepare_folder": ".prepared",
+    "release_freed_memory": ".memory",
+    "bundled_configs": ".resources",
+    "find": ".resources",
+    "repository_root": ".resources",
+    "ResumableDataLoader": ".loaders",
+    "RNGState": ".callbacks",
+    "run_dir": ".outputs",
+    "SchedulerName": ".optim",
+    "SeededBatches": ".loaders",
+    "set_rng_states": ".callbacks",
+    "sha256": ".prepared",
+    "ShardedDataLoader": ".loaders",
+    "ShuffledBatchSampler": ".loaders",
+    "stamp": ".checkpoints",
+    "Stop": ".preemption",
+    "UnpaddedDistributedSampler": ".distributed",
+    "warmup_cosine": ".optim",
+    "warmup_steps_for": ".optim",
+    "world_size": ".distributed",
+    "write_manifest": ".prepared",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        value = getattr(importlib.import_module(_WHERE[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_WHERE])
