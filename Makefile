@@ -5,6 +5,7 @@
 #               core, at most 4)
 #   make test-integration   CLI subprocesses, DDP, resume, config builds, wandb content, benchmark smoke runs
 #   make test-slow          quality thresholds (minutes of training)
+#   make lint               ruff format --check and ruff check over the package, tests and benchmarks
 
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -12,7 +13,7 @@ PY     := $(VENV)/bin/python
 TORCH  := torch==2.14.1 torchvision==0.29.1
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run run-text run-vision run-kline test test-integration test-slow bench clean
+.PHONY: install run run-text run-vision run-kline test test-integration test-slow lint bench clean
 
 install: $(STAMP)
 
@@ -40,11 +41,16 @@ run-kline: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q -n auto --maxprocesses 4 --durations=10
 
+# both cores: each test file runs whole in one worker (its module fixtures, such as a started server, are paid once)
 test-integration: $(STAMP)
-	$(PY) -m pytest -q -m integration --integration --durations=10
+	$(PY) -m pytest -q -m integration --integration -n 2 --dist loadfile --durations=15
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow --runslow
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff format --check lightning_tf tests benchmarks
+	$(VENV)/bin/ruff check lightning_tf tests benchmarks
 
 bench: $(STAMP)
 	$(PY) benchmarks/core_layers.py
