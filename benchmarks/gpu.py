@@ -500,7 +500,7 @@ def _backend_list(name: str) -> list[Any]:
 
 def attention_paths(cfg: dict[str, Any]) -> list[tuple[str, str, Callable[[], None]]]:
     """(path, which tasks take it, one call of it: forward and, for training paths, backward)."""
-    from lightning_tf.core import Decoder, Encoder, padding_mask
+    from lightning_tf.core import Decoder, Encoder, TransformerSpec, padding_mask
 
     device, s = device_of(cfg), cfg["sizes"]["backends"]
     B, T, S, D, H = s["B"], s["T"], s["S"], s["D"], s["H"]
@@ -513,7 +513,10 @@ def attention_paths(cfg: dict[str, Any]) -> list[tuple[str, str, Callable[[], No
     def pair(pos: str) -> tuple[Encoder, Decoder]:
         if pos not in stacks:
             kw = dict(d_model=D, n_heads=H, n_layers=1, dropout=0.0, pos_encoding=pos, max_len=max(S, T))
-            stacks[pos] = (Encoder(**kw).to(device).train(), Decoder(**kw).to(device).train())
+            stacks[pos] = (
+                Encoder(TransformerSpec(**kw)).to(device).train(),
+                Decoder(TransformerSpec(**kw)).to(device).train(),
+            )
         return stacks[pos]
 
     def encoder(pos: str, mask: torch.Tensor | None, need_weights: bool = False) -> Callable[[], None]:
