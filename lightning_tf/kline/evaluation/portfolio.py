@@ -91,9 +91,7 @@ def check_predictions(frame: pd.DataFrame, step: int | None = None, min_tickers:
         raise ValueError(f"predictions frame: expected a pandas DataFrame, got {type(frame).__name__}")
     for column in PREDICTION_COLUMNS:
         if column not in frame.columns:
-            raise ValueError(
-                f"predictions frame has no column {column!r} (needs {', '.join(PREDICTION_COLUMNS)})"
-            )
+            raise ValueError(f"predictions frame has no column {column!r} (needs {', '.join(PREDICTION_COLUMNS)})")
     for column in ("prediction", "realised"):
         values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=np.float64)
         bad = ~np.isfinite(values)

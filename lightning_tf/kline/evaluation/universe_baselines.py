@@ -65,7 +65,7 @@ def realised_log_returns(bars: pd.DataFrame, dates: Iterable, horizon: int = 1) 
     for step in range(1, horizon + 1):
         ahead = _per_ticker_shift(log_close, -step) - _per_ticker_shift(log_close, -(step - 1))
         table = ahead.reindex(origins)
-        long = table.stack().rename("realised").reset_index()
+        long = table.stack().dropna().rename("realised").reset_index()
         long.columns = ["date", "ticker", "realised"]
         long.insert(2, "step", step)
         frames.append(long)
@@ -90,7 +90,7 @@ def momentum_predictions(bars: pd.DataFrame, dates: Iterable, window: int = 20, 
     log_close = _log_close(_check_bars(bars))
     origins = pd.DatetimeIndex(pd.unique(pd.DatetimeIndex(list(dates))))
     momentum = (log_close - _per_ticker_shift(log_close, window)).reindex(origins)
-    scores = momentum.stack().rename("prediction").reset_index()
+    scores = momentum.stack().dropna().rename("prediction").reset_index()
     scores.columns = ["date", "ticker", "prediction"]
     realised = realised_log_returns(bars, origins, horizon=horizon)
     out = realised.merge(scores, on=["date", "ticker"], how="inner")
