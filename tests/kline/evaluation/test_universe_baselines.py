@@ -3,6 +3,8 @@ frame), flattened windows, and LightGBM on a planted nonlinear function."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -166,3 +168,32 @@ def test_lightgbm_missing_says_how_to_install(monkeypatch):
     monkeypatch.setattr(universe_baselines.importlib, "import_module", fake)
     with pytest.raises(ImportError, match=r"pip install 'lightning-tf\[quant\]'"):
         LightGBMBaseline().fit(np.zeros((4, 2)), np.zeros(4))
+
+
+SHARED = Path(__file__).resolve().parents[3].parent / "shared" / "data"
+UNIVERSE = SHARED / "kline_us_universe" / "us_stocks_2005_2012.csv.gz"
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not UNIVERSE.exists(), reason="the shared US universe is absent")
+def test_momentum_on_the_us_universe_equals_alphalens_and_empyrical():
+    """A real universe (354 stocks, 2012): our rank IC equals alphalens', the portfolio numbers empyrical's."""
+    alphalens = pytest.importorskip("alphalens")
+    empyrical = pytest.importorskip("empyrical")
+    bars = pd.read_csv(UNIVERSE, parse_dates=["date"], usecols=["date", "ticker", "close"])
+    bars = bars[bars["date"] >= "2011-10-01"]
+    origins = bars["date"][bars["date"] >= "2012-01-01"].unique()
+    frame = momentum_predictions(bars, origins, window=20)
+    assert frame.groupby("date").size().min() > 300
+    result = evaluate_predictions(frame, top_k=30, n_drop=3, cost_bps=10)
+    data = frame.set_index(["date", "ticker"]).sort_index().rename_axis(["date", "asset"])
+    factor_data = pd.DataFrame({"factor": data["prediction"], "1D": np.expm1(data["realised"])})
+    theirs = alphalens.performance.factor_information_coefficient(factor_data)["1D"]
+    np.testing.assert_allclose(result.ic["rank_ic"].to_numpy(), theirs.to_numpy(), atol=1e-12)
+    net = result.returns["long_only_net"].to_numpy()
+    bench = result.returns["benchmark"].to_numpy()
+    s = result.summary
+    assert s["long_only_annual_return"] == pytest.approx(empyrical.annual_return(net), rel=1e-10)
+    assert s["long_only_sharpe"] == pytest.approx(empyrical.sharpe_ratio(net), rel=1e-10)
+    assert s["long_only_information_ratio"] == pytest.approx(empyrical.excess_sharpe(net, bench) * np.sqrt(252))
+    assert 0 < s["long_only_turnover"] <= 2 * 3 / 30 + 1 / len(net)  # at most n_drop names a day, plus the entry
