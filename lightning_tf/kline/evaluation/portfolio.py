@@ -31,7 +31,9 @@ What is computed, on the rows of one step (step 1 by default: the next bar):
   (the first date enters from cash: turnover 1 long-only, 2 long-short; weights are the targets, the
   drift of prices between rebalances is not traded); costs are ``cost_bps`` basis points of turnover:
   ``net = gross - cost_bps / 1e4 * turnover``. The benchmark is the equal-weight universe of the date
-  (the mean simple return of every ticker with a prediction), free of costs.
+  (the mean simple return of every ticker with a prediction), free of costs. The two legs follow their
+  rules apart: a long holding kept by the dropout rule can fall into the bottom k and be shorted too,
+  and then its weights cancel (its turnover is that of the net weight).
 * :func:`performance`: empyrical's ``annual_return`` (geometric), ``sharpe_ratio`` (risk-free 0,
   ``ddof=1``), ``max_drawdown`` (given here as a positive share of the peak) and, over the benchmark,
   the annualised return of the active return ``r - b`` and the information ratio
@@ -404,8 +406,13 @@ class PortfolioEvaluation:
     summary: dict[str, float]
     settings: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def quantile_means(self) -> pd.Series:
+        """The mean simple return of each prediction quantile over the dates (1: the lowest predictions)."""
+        return self.quantiles.mean()
+
     def to_markdown(self) -> str:
-        """A compact Markdown table: IC, then one row per portfolio."""
+        """A compact Markdown table: IC, one row per portfolio, then the quantiles' mean returns."""
         s = self.summary
         lines = [
             f"IC {s['ic_mean']:+.4f} (ICIR {s['icir']:+.3f}, t {s['ic_t']:+.2f}) · rank IC "
@@ -426,6 +433,8 @@ class PortfolioEvaluation:
             f"| benchmark | {s['benchmark_annual_return']:+.2%} | | | | {s['benchmark_sharpe']:.2f} | "
             f"{s['benchmark_max_drawdown']:.2%} | |"
         )
+        means = " · ".join(f"{q}: {value * 1e4:+.1f}" for q, value in self.quantile_means.items())
+        lines += ["", f"mean return per prediction quantile, bp a period (1 = lowest): {means}"]
         return "\n".join(lines)
 
 

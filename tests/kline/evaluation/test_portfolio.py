@@ -280,6 +280,8 @@ def test_evaluate_predictions_summary_and_table():
     table = result.to_markdown()
     assert "| long_only |" in table and "| long_short |" in table and "| benchmark |" in table
     assert f"{s['ic_mean']:+.4f}" in table
+    assert f"5: {result.quantile_means[5] * 1e4:+.1f}" in table
+    assert s["quantile_spread"] == pytest.approx(result.quantile_means[5] - result.quantile_means[1])
 
 
 def test_evaluate_predictions_numbers_equal_empyrical_on_the_same_frame():
