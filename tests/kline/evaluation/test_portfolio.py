@@ -298,6 +298,7 @@ def test_evaluate_predictions_numbers_equal_empyrical_on_the_same_frame():
     )
 
 
+@pytest.mark.integration
 def test_portfolio_module_imports_without_torch():
     code = (
         "import sys; import lightning_tf.kline.evaluation.portfolio, lightning_tf.kline.evaluation.universe_baselines;"
