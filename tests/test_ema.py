@@ -31,7 +31,9 @@ class Record(Callback):
 
     def on_validation_batch_start(self, trainer, pl_module, *args) -> None:
         if not self.validated or self.validated[-1][0] != trainer.global_step:
-            self.validated.append((trainer.global_step, {n: p.detach().clone() for n, p in pl_module.named_parameters()}))
+            self.validated.append(
+                (trainer.global_step, {n: p.detach().clone() for n, p in pl_module.named_parameters()})
+            )
 
 
 def by_hand(steps: list[dict[str, torch.Tensor]], decay: float) -> list[dict[str, torch.Tensor]]:
