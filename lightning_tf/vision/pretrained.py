@@ -231,13 +231,13 @@ def adapt_pretrained(
     ``image_size``: the head left out when the class count differs (it keeps its fresh initialisation),
     the patch-embedding weights adapted to the channels by timm's ``adapt_input_conv`` (RGB -> grey: summed
     over the input channels), and the learned position table resampled to the new grid."""
-    from timm.models import adapt_input_conv
-
     state = dict(state)
     if num_classes != arch["num_classes"]:
         log.info("pretrained head of %d classes re-initialised for %d", arch["num_classes"], num_classes)
         state = {k: v for k, v in state.items() if not k.startswith("head.")}
     if in_chans != arch["in_chans"]:
+        from timm.models import adapt_input_conv
+
         log.info("pretrained patch embedding of %d channels adapted to %d", arch["in_chans"], in_chans)
         weight = state["patch_embed.proj.weight"]  # (D, C, p, p)
         state["patch_embed.proj.weight"] = adapt_input_conv(in_chans, weight.float()).to(weight.dtype)
