@@ -232,3 +232,54 @@ def test_frozen_parameters_get_no_gradient_and_do_not_change(freeze: str, blocks
 def test_freeze_blocks_out_of_range_is_one_line() -> None:
     with pytest.raises(ValueError, match=r"freeze_blocks \(9\) must be in \[0, 4\]"):
         ViTClassifier(preset="digits", freeze="first_n_blocks", freeze_blocks=9)
+
+
+@pytest.mark.integration
+def test_cli_fine_tune_with_ema_then_average_and_predict_without_the_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """configs/vision/finetune.yaml on a stand-in timm file with configs/trainer/ema.yaml, two epochs; the two
+    epoch checkpoints averaged by ``lightning-tf average``; the average predicts through the CLI after the
+    source file is gone (its hyperparameters hold the resolved architecture)."""
+    import pandas as pd
+
+    from lightning_tf.__main__ import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.argv", ["lightning-tf"])
+    source = save(timm_vit(img_size=64, patch_size=16, embed_dim=64, depth=2, num_heads=1), tmp_path / "vit.pth")
+    configs = ROOT / "configs"
+    common = ["--trainer.logger", "false", "--trainer.enable_progress_bar", "false", "--trainer.accelerator", "cpu"]
+    common += ["--trainer.default_root_dir", str(tmp_path / "run")]
+    every = tmp_path / "every_epoch.yaml"
+    every.write_text(
+        "trainer:\n  callbacks+:\n    - class_path: lightning.pytorch.callbacks.ModelCheckpoint\n"
+        '      init_args:\n        filename: "{epoch}"\n        save_top_k: -1\n'
+    )
+    main(
+        [
+            "fit",
+            *("--config", str(configs / "trainer/default.yaml"), "--config", str(configs / "trainer/ema.yaml")),
+            *("--config", str(configs / "vision/finetune.yaml"), "--config", str(every)),
+            *("--model.init_args.pretrained", str(source), "--trainer.max_epochs", "2"),
+            *("--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1", "--data.image_size", "32"),
+            *common,
+        ]
+    )
+    epochs = [tmp_path / "run" / "checkpoints" / f"epoch={e}.ckpt" for e in (0, 1)]
+    assert "current_model_state" in torch.load(epochs[1], map_location="cpu", weights_only=True)  # EMA kept
+    main(["average", *map(str, epochs), "-o", str(tmp_path / "avg.ckpt")])
+    source.unlink()
+    main(
+        [
+            "predict",
+            *("--config", str(configs / "trainer/default.yaml"), "--config", str(configs / "vision/finetune.yaml")),
+            *("--ckpt_path", str(tmp_path / "avg.ckpt"), "--trainer.limit_predict_batches", "1"),
+            *("--data.image_size", "32", "--data.batch_size", "8"),
+            *common,
+        ]
+    )
+    table = pd.read_csv(tmp_path / "run" / "predictions.csv")
+    assert len(table) == 8 and table["top1_prob"].between(0, 1).all()
+    averaged = ViTClassifier.load_from_checkpoint(tmp_path / "avg.ckpt")
+    assert averaged.hparams.pretrained is None and averaged.net.image_size == 32 and averaged.net.d_model == 64
