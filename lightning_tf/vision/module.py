@@ -149,6 +149,14 @@ class ViTClassifier(CheckedLoading, LightningModule):
                 weights, source_arch, num_classes=num_classes, in_chans=in_chans, image_size=target_size
             )
             arch = {k: source_arch[k] for k in ("patch_size", "d_model", "n_heads", "n_layers", "d_ff")}
+            ignored = {k: v for k, v in given.items() if k in arch and k != "n_heads" and v not in (None, arch[k])}
+            if ignored:
+                log.warning(
+                    "pretrained=%s fixes the architecture: %s ignored (the source has %s)",
+                    pretrained,
+                    ignored,
+                    {k: arch[k] for k in ignored},
+                )
             arch["image_size"] = target_size
             pool, class_token = source_arch["pool"], source_arch["class_token"]
             pos_encoding, layer_scale = source_arch["pos_encoding"], source_arch["layer_scale"]
