@@ -124,6 +124,18 @@ def _etth1(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return ["--data.init_args.path", str(write_etth1(tmp))]
 
 
+def _timm_weights(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """A small random timm ViT of the config's patch size saved as safetensors, in place of the hub's."""
+    import torch
+    from safetensors.torch import save_file
+    from timm.models.vision_transformer import VisionTransformer
+
+    torch.manual_seed(0)
+    vit = VisionTransformer(img_size=64, patch_size=16, embed_dim=64, depth=2, num_heads=1, num_classes=5)
+    save_file({k: v.contiguous() for k, v in vit.state_dict().items()}, str(tmp / "vit.safetensors"))
+    return ["--model.init_args.pretrained", str(tmp / "vit.safetensors")]
+
+
 USER_DATA: dict[str, Callable[[Path, pytest.MonkeyPatch], list[str]]] = {
     "text/transformer_base.yaml": _aligned_corpus,
     "text/tatoeba_de_en.yaml": _tatoeba,
@@ -131,6 +143,7 @@ USER_DATA: dict[str, Callable[[Path, pytest.MonkeyPatch], list[str]]] = {
     "vision/vit_small_cifar10.yaml": _cifar10,
     "vision/cifar10_cpu32.yaml": _cifar10,
     "vision/fashion_mnist.yaml": _fashion_mnist,
+    "vision/finetune.yaml": _timm_weights,
     "kline/patchtst_etth1.yaml": _etth1,
     "kline/patchtst_etth1_paper.yaml": _etth1,
 }

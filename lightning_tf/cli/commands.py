@@ -9,7 +9,7 @@ table names modules as strings and imports only the one command that runs).
 Options keep the shapes users type: a ``bool`` that defaults to False is a switch (``--no_verify``), a
 ``list`` takes several values (``--tasks vision kline``), a ``Literal`` lists its choices, and a parameter
 without a default is positional (``lightning-tf serve CKPT``), or a required option when it is keyword-only
-(``lightning-tf export --ckpt_path CKPT``). A command that forwards arguments to each
+(``lightning-tf export --ckpt_path CKPT``); ``--output`` is also ``-o``. A command that forwards arguments to each
 LightningCLI run it starts (``tour``, ``tune``) receives them in its ``forwarded`` parameter: what follows
 ``--`` (and, for ``tune``, every option that is not its own).
 """
@@ -64,6 +64,13 @@ COMMANDS: dict[str, Command] = {
     "test": Command(_LIGHTNING, "evaluate a checkpoint on the test split", lightning=True),
     "predict": Command(_LIGHTNING, "run a checkpoint on new inputs and write the predictions", lightning=True),
     "export": Command("lightning_tf.cli.export:export", "write a checkpoint as safetensors (+ config) or ONNX"),
+    "average": Command(
+        "lightning_tf.cli.average:average", "average the parameters of checkpoints of one model (CKPT... -o OUT)"
+    ),
+    "compare": Command(
+        "lightning_tf.cli.compare:compare",
+        "paired bootstrap of two systems' translations on the same references (BLEU, chrF, TER)",
+    ),
     "serve": Command(
         "lightning_tf.serve.command:serve", "serve a checkpoint over HTTP (LitServe), batching concurrent requests"
     ),
@@ -157,6 +164,8 @@ def parser_for(name: str, fn: Callable[..., Any]) -> ArgumentParser:
             help_text += f" (default: {param.default})"
         positional = not has_default and param.kind is not inspect.Parameter.KEYWORD_ONLY
         flag = [param.name] if positional else [f"--{param.name}"]
+        if param.name == "output" and not positional:  # the usual short form of an output path
+            flag.append("-o")
         kwargs: dict[str, Any] = {"help": help_text}
         if has_default:
             kwargs["default"] = param.default

@@ -12,6 +12,7 @@
 * :mod:`.data`: datasets, collate functions and the :class:`TranslationDataModule`;
 * :mod:`.handover`: what the model takes from its data once (tokenizer, direction), checked against its own;
 * :mod:`.synthetic`: the built-in generated corpora;
+* :mod:`.scoring`: BLEU, chrF, chrF++, TER and the paired bootstrap comparison of two systems;
 * :mod:`.writer`: :class:`TranslationWriter`, the prediction writer.
 """
 
@@ -27,6 +28,7 @@ from .embedding import OutputProjection, TokenEmbedding
 from .io import ReadStats, read_aligned, read_lines, read_pairs, read_tsv
 from .module import PRESETS, Seq2SeqTransformer
 from .sampler import BatchListDataset, BucketBatchSampler, ResumableDataLoader, padding_fraction
+from .scoring import SystemComparison, paired_bootstrap, report_scores
 from .spm_tokenizer import SentencePieceTokenizer
 from .tokenizer import BPETokenizer, TextTokenizer
 from .tokenizer_kinds import load_tokenizer, tokenizer_from_dict
@@ -42,6 +44,7 @@ __all__ = [
     "ReadStats",
     "ResumableDataLoader",
     "SentencePieceTokenizer",
+    "SystemComparison",
     "Seq2SeqTransformer",
     "TextTokenizer",
     "TokenEmbedding",
@@ -56,9 +59,11 @@ __all__ = [
     "length_penalty",
     "load_tokenizer",
     "padding_fraction",
+    "paired_bootstrap",
     "read_aligned",
     "read_lines",
     "read_pairs",
     "read_tsv",
+    "report_scores",
     "tokenizer_from_dict",
 ]

@@ -33,7 +33,7 @@ from .decoding import beam_search, decode_by_length, greedy_search
 from .embedding import OutputProjection, TokenEmbedding
 from .handover import adopt_direction, adopt_tokenizer
 from .marian import ARCHITECTURE, EXPORTED, from_marian_arguments, load_pretrained, to_marian
-from .scoring import DecodedEpochs, corpus_scores, target_texts
+from .scoring import DecodedEpochs, corpus_scores, report_scores, target_texts
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID, TextTokenizer, source_ids
 from .tokenizer_kinds import tokenizer_from_dict
 from .writer import TranslationWriter
@@ -481,6 +481,11 @@ class Seq2SeqTransformer(CheckedLoading, LightningModule):
         self.log(f"{stage}/bleu", bleu_score.score, prog_bar=True, rank_zero_only=True)
         self.log(f"{stage}/chrf", chrf_score.score, rank_zero_only=True)
         log.info("%s: %s | %s (%d sentences)", stage, bleu_score, chrf_score, len(hyps))
+        if stage == "test":  # the test report adds chrF++ and TER (lower is better)
+            scores, more = report_scores(hyps, refs)
+            self.log("test/chrfpp", scores["chrfpp"], rank_zero_only=True)
+            self.log("test/ter", scores["ter"], rank_zero_only=True)
+            log.info("test: chrF++ %.2f | TER %.2f (%s)", scores["chrfpp"], scores["ter"], more)
         if not self._signature_logged:
             log.info("sacreBLEU signatures: %s", signature)
             if self.logger is not None:

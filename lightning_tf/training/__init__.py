@@ -5,7 +5,8 @@
 * :mod:`.checkpoints`: atomic checkpoint writes, the format stamp, one-line checks of a checkpoint path;
   :mod:`.preemption`: :class:`LastCheckpoint` (``last.ckpt`` every epoch, every 30 minutes, on SIGTERM or
   SLURM's requeue signal); :mod:`.callbacks`: :class:`RNGState` (exact resume) and :class:`NaNGuard`.
-* :mod:`.optim`: parameter groups (one weight-decay rule) and the learning-rate schedules.
+* :mod:`.optim`: parameter groups (one weight-decay rule, layer-wise rate decay) and the learning-rate schedules;
+  :mod:`.averaging`: checkpoint averaging.
 * :mod:`.outputs`: the run's folder and its prediction files; :mod:`.agreement`: the data -> model check.
 * :mod:`.prepared`: prepared-data folders (text corpora, K-line panels): keyed, checked, built once,
   memory-mapped; :mod:`.memory`: handing freed heap pages back to the system.
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from .agreement import check_agreement
+    from .averaging import average_checkpoints, average_state_dicts
     from .callbacks import (
         CompactModelSummary,
         NaNGuard,
@@ -97,6 +99,8 @@ _WHERE = {
     "CheckpointError": ".checkpoints",
     "CompactModelSummary": ".callbacks",
     "configure_adamw": ".optim",
+    "average_checkpoints": ".averaging",
+    "average_state_dicts": ".averaging",
     "constant_with_warmup": ".optim",
     "crc32": ".prepared",
     "default_cache_root": ".prepared",

@@ -4,6 +4,9 @@
   parameter with two or more dimensions, as nanoGPT's ``configure_optimizers``); biases, norm
   weights, LayerScale and the parameters a module lists (its ``no_weight_decay()`` names, as timm's
   models list position embeddings and class tokens) do not.
+  With ``layer_decay`` (BEiT, Bao et al. 2021; timm's ``param_groups_layer_decay``), each group also
+  carries a rate scale: the layer at depth ``d`` of ``n`` trains at ``layer_decay ** (n - d)`` times the
+  head's rate (the embeddings deepest, at depth 0).
 * :func:`build_scheduler`: one set of learning-rate schedules (``noam``, ``cosine``, ``onecycle``,
   ``decay``, ``constant``) with one argument name (``scheduler``) and one warmup rule for every
   task: linear warmup over ``min(warmup_steps, total_steps // 2)`` optimizer steps (at least 1;
@@ -20,7 +23,7 @@ modules.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -48,26 +51,59 @@ SchedulerName = Literal["noam", "cosine", "onecycle", "decay", "constant"]
 # ---------------------------------------------------------------------------------------- decay
 
 
-def parameter_groups(module: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+def parameter_groups(
+    module: nn.Module,
+    weight_decay: float,
+    layer_decay: float | None = None,
+    layer_of: Callable[[str], int] | None = None,
+    n_depths: int | None = None,
+    lr: float | None = None,
+) -> list[dict[str, Any]]:
     """AdamW parameter groups of ``module``: weight matrices with ``weight_decay``, everything else
     (biases, norm weights, LayerScale, and the names ``module.no_weight_decay()`` returns, if the
     module has that method) without.
 
     A name listed by ``no_weight_decay()`` matches a parameter whose full name equals it or ends in
-    ``.<name>`` (``"pos_embed"`` matches ``net.pos_embed``). Only trainable parameters are grouped;
-    an empty group is left out.
+    ``.<name>`` (``"pos_embed"`` matches ``net.pos_embed``). Only trainable parameters are grouped
+    (frozen ones are left out); an empty group is left out.
+
+    Args:
+        module: the module whose parameters are grouped.
+        weight_decay: the weight decay of the matrices.
+        layer_decay: layer-wise learning-rate decay; None (or 1.0) gives every parameter the same rate.
+        layer_of: the depth of a parameter name, 0 (the embeddings) to ``n_depths`` (the head); needed
+            with ``layer_decay``.
+        n_depths: the head's depth.
+        lr: the head's learning rate; each group's ``lr`` is ``lr * lr_scale``, its ``lr_scale``
+            ``layer_decay ** (n_depths - depth)`` (a group key schedulers and loggers can read).
     """
     listed = set(module.no_weight_decay()) if callable(getattr(module, "no_weight_decay", None)) else set()
-    decay, no_decay = [], []
+    decayed = layer_decay is not None and layer_decay != 1.0
+    if decayed:
+        if not 0.0 < layer_decay <= 1.0:
+            raise ValueError(f"layer_decay must be in (0, 1], got {layer_decay}")
+        if layer_of is None or n_depths is None:
+            raise ValueError("layer_decay needs the model's layer depths (layer_of and n_depths)")
+    groups: dict[tuple[int, bool], dict[str, Any]] = {}
     seen: set[int] = set()
     for name, p in module.named_parameters():
-        if not p.requires_grad or id(p) in seen:  # a tied weight appears once
+        if not p.requires_grad or id(p) in seen:  # a tied weight appears once; a frozen one not at all
             continue
         seen.add(id(p))
         exempt = p.ndim < 2 or any(name == n or name.endswith(f".{n}") for n in listed)
-        (no_decay if exempt else decay).append(p)
-    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return [g for g in groups if g["params"]]
+        depth = layer_of(name) if decayed else 0  # type: ignore[misc]
+        group = groups.get((depth, exempt))
+        if group is None:
+            group = {"params": [], "weight_decay": 0.0 if exempt else weight_decay}
+            if decayed:
+                scale = float(layer_decay) ** (n_depths - depth)  # type: ignore[operator]
+                group["lr_scale"] = scale
+                if lr is not None:
+                    group["lr"] = lr * scale
+            groups[(depth, exempt)] = group
+        group["params"].append(p)
+    # the order of old: decayed matrices first, then the exempt parameters; deepest layer first within each
+    return [groups[k] for k in sorted(groups, key=lambda k: (k[1], k[0]))]
 
 
 # ------------------------------------------------------------------------------------- schedules
@@ -158,7 +194,9 @@ def build_scheduler(
             optimizer, partial(warmup_cosine, warmup_steps=warmup, total_steps=total, floor=floor)
         )
     elif scheduler == "onecycle":
-        sched = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=lr, total_steps=total, pct_start=0.3)
+        # each group's own peak (layer-wise decay gives the groups different rates)
+        peaks = [g.get("lr", lr) for g in optimizer.param_groups]
+        sched = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=peaks, total_steps=total, pct_start=0.3)
     elif scheduler == "decay":
         sched, interval = torch.optim.lr_scheduler.LambdaLR(optimizer, patchtst_decay), "epoch"
     elif scheduler == "constant":
@@ -171,21 +209,31 @@ def build_scheduler(
 
 
 def configure_adamw(
-    module: nn.Module, hp: Mapping[str, Any], total_steps: int | float | None, eps: float = 1e-8
+    module: nn.Module,
+    hp: Mapping[str, Any],
+    total_steps: int | float | None,
+    eps: float = 1e-8,
+    layer_of: Callable[[str], int] | None = None,
+    n_depths: int | None = None,
 ) -> dict[str, Any]:
     """What ``configure_optimizers`` returns for hyperparameters ``hp`` naming ``lr``, ``weight_decay``,
-    ``betas``, ``scheduler``, ``warmup_steps`` and ``min_lr``: AdamW over :func:`parameter_groups` of
-    ``module``'s parameters and :func:`build_scheduler` over ``total_steps`` (the Trainer's
-    ``estimated_stepping_batches``, say; None: unknown), with AdamW's ``eps``."""
-    optimizer = torch.optim.AdamW(
-        parameter_groups(module, hp["weight_decay"]), lr=hp["lr"], betas=tuple(hp["betas"]), eps=eps
+    ``betas``, ``scheduler``, ``warmup_steps`` and ``min_lr`` (and optionally ``layer_decay``): AdamW over
+    :func:`parameter_groups` of ``module``'s trainable parameters and :func:`build_scheduler` over
+    ``total_steps`` (the Trainer's ``estimated_stepping_batches``, say; None: unknown), with AdamW's
+    ``eps``. ``layer_of`` and ``n_depths`` give the depths layer-wise decay needs."""
+    groups = parameter_groups(
+        module, hp["weight_decay"], hp.get("layer_decay"), layer_of=layer_of, n_depths=n_depths, lr=hp["lr"]
     )
+    if not groups:
+        raise ValueError("every parameter is frozen: nothing to train (freeze less)")
+    optimizer = torch.optim.AdamW(groups, lr=hp["lr"], betas=tuple(hp["betas"]), eps=eps)
+    floor = hp["min_lr"]
     scheduler = build_scheduler(
         optimizer,
         hp["scheduler"],
         lr=hp["lr"],
         warmup_steps=hp["warmup_steps"],
         total_steps=total_steps,
-        min_lr=hp["min_lr"],
+        min_lr=floor,
     )
     return {"optimizer": optimizer} if scheduler is None else {"optimizer": optimizer, "lr_scheduler": scheduler}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -29,7 +29,9 @@ from .inputs import ImageInput, as_image_list, prepare_images
 from .vit import PoolName, PosEncodingName, PresetName, VisionTransformer, preset_config
 from .writer import ClassificationWriter
 
-__all__ = ["ViTClassifier"]
+__all__ = ["FreezeName", "ViTClassifier"]
+
+FreezeName = Literal["none", "backbone", "first_n_blocks"]
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +82,19 @@ class ViTClassifier(CheckedLoading, LightningModule):
         attention_every_n_epochs: log the attention maps every this many epochs (and after the last).
         compile: compile the training and evaluation forward with torch.compile (the attention-map path
             and ``classify`` stay eager).
+        pretrained: start from pretrained weights: a timm model name (fetched by timm through the Hugging
+            Face hub or its cache), a timm checkpoint file (``.safetensors``/``.pth``; ``n_heads`` defaults
+            to ``d_model // 64``), a folder of ``lightning-tf export`` or a ViT checkpoint (``.ckpt``). The
+            architecture is the source's (``preset`` and the sizes are ignored, except ``n_heads`` for a
+            file and ``image_size``); the head is re-initialised when ``num_classes`` differs, the
+            position table resampled to ``image_size``, RGB weights summed for 1-channel images. The
+            checkpoints of this model then hold the resolved architecture (they rebuild without the source).
+        layer_decay: layer-wise learning-rate decay (BEiT): block ``i`` of ``n`` trains at
+            ``lr * layer_decay ** (n - i)``, the embeddings at ``lr * layer_decay ** (n + 1)``, the head
+            and final norm at ``lr``. None: one rate.
+        freeze: ``none``; ``backbone`` (only the head trains: a linear probe); ``first_n_blocks`` (the
+            embeddings and the first ``freeze_blocks`` blocks stay fixed).
+        freeze_blocks: blocks frozen by ``freeze: first_n_blocks``.
     """
 
     # ONNX export (lightning_tf.export): the graph's input and output names; axis 0 (the batch) is dynamic
@@ -115,13 +130,39 @@ class ViTClassifier(CheckedLoading, LightningModule):
         attention_images: int = 4,
         attention_every_n_epochs: int = 5,
         compile: bool = False,
+        pretrained: str | None = None,
+        layer_decay: float | None = None,
+        freeze: FreezeName = "none",
+        freeze_blocks: int = 0,
     ) -> None:
         super().__init__()
-        arch: dict[str, Any] = preset_config(preset) if preset is not None else {}
         given = dict(
             image_size=image_size, patch_size=patch_size, d_model=d_model, n_heads=n_heads, n_layers=n_layers, d_ff=d_ff
         )
-        arch.update({k: v for k, v in given.items() if v is not None})
+        weights: dict[str, Tensor] | None = None
+        if pretrained is not None:
+            from .pretrained import ARCH_KEYS, adapt_pretrained, resolve_pretrained
+
+            source_arch, weights = resolve_pretrained(pretrained, n_heads=n_heads)
+            target_size = image_size if image_size is not None else source_arch["image_size"]
+            weights = adapt_pretrained(
+                weights, source_arch, num_classes=num_classes, in_chans=in_chans, image_size=target_size
+            )
+            arch = {k: source_arch[k] for k in ("patch_size", "d_model", "n_heads", "n_layers", "d_ff")}
+            ignored = {k: v for k, v in given.items() if k in arch and k != "n_heads" and v not in (None, arch[k])}
+            if ignored:
+                log.warning(
+                    "pretrained=%s fixes the architecture: %s ignored (the source has %s)",
+                    pretrained,
+                    ignored,
+                    {k: arch[k] for k in ignored},
+                )
+            arch["image_size"] = target_size
+            pool, class_token = source_arch["pool"], source_arch["class_token"]
+            pos_encoding, layer_scale = source_arch["pos_encoding"], source_arch["layer_scale"]
+        else:
+            arch = preset_config(preset) if preset is not None else {}
+            arch.update({k: v for k, v in given.items() if v is not None})
         missing = [k for k in ("image_size", "patch_size", "d_model", "n_heads", "n_layers") if k not in arch]
         if missing:
             raise ValueError(f"preset is None, so {', '.join(missing)} must be given")
@@ -130,6 +171,19 @@ class ViTClassifier(CheckedLoading, LightningModule):
         # the same size back, so a checkpoint rebuilds this model either way.
         image_size = arch["image_size"]
         self.save_hyperparameters()
+        if pretrained is not None:
+            # the checkpoints and exports rebuild the resolved architecture, without the source (their weights
+            # replace the pretrained ones anyway)
+            resolved = dict(
+                arch, pool=pool, class_token=class_token, pos_encoding=pos_encoding, layer_scale=layer_scale
+            )
+            self.hparams.update(resolved, preset=None, pretrained=None)
+            self.pretrained_from = str(pretrained)
+            assert set(resolved) <= set(ARCH_KEYS)
+        if layer_decay is not None and not 0.0 < layer_decay <= 1.0:
+            raise ValueError(f"layer_decay must be in (0, 1], got {layer_decay}")
+        if freeze not in get_args(FreezeName):
+            raise ValueError(f"unknown freeze {freeze!r}; expected one of {list(get_args(FreezeName))}")
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
         if scheduler not in get_args(SchedulerName):
@@ -147,6 +201,13 @@ class ViTClassifier(CheckedLoading, LightningModule):
             head_dropout=head_dropout,
             **arch,
         )
+        if weights is not None:
+            missing_keys, unexpected = self.net.load_state_dict(weights, strict=False)
+            if unexpected or any(not k.startswith("head.") for k in missing_keys):
+                raise ValueError(
+                    f"pretrained={pretrained!r} does not fit: missing {missing_keys[:6]}, unexpected {unexpected[:6]}"
+                )
+        self._freeze(freeze, freeze_blocks)
         self.class_names: list[str] = [str(i) for i in range(num_classes)]
         self.mean: list[float] | None = None  # the DataModule's normalisation, to draw attention maps
         self.std: list[float] | None = None
@@ -167,6 +228,29 @@ class ViTClassifier(CheckedLoading, LightningModule):
         # torch.compile of self.net.forward (configure_model); a function, not a child module, so the
         # state-dict keys stay those of an eager run
         self._compiled_forward: Callable[[Tensor], Tensor] | None = None
+
+    def _freeze(self, freeze: str, n_blocks: int) -> None:
+        """``requires_grad=False`` for what ``freeze`` names (left out of the optimizer: no gradient, no step)."""
+        if freeze == "none":
+            return
+        if freeze == "first_n_blocks" and not 0 <= n_blocks <= len(self.net.encoder.layers):
+            raise ValueError(f"freeze_blocks ({n_blocks}) must be in [0, {len(self.net.encoder.layers)}] (n_layers)")
+        for name, p in self.net.named_parameters():
+            if freeze == "backbone":
+                p.requires_grad_(name.startswith("head."))
+            else:
+                depth = self.layer_depth(f"net.{name}")
+                p.requires_grad_(not (depth <= n_blocks))  # depth 0: the embeddings; i + 1: block i
+
+    def layer_depth(self, name: str) -> int:
+        """A parameter's depth for layer-wise decay: 0 for the embeddings (patch embedding, class token,
+        position table), ``i + 1`` for encoder block ``i``, ``n_layers + 1`` for the final norm and the head."""
+        name = name.removeprefix("net.")
+        if name.startswith(("patch_embed.", "cls_token", "pos_embed")):
+            return 0
+        if name.startswith("encoder.layers."):
+            return int(name.split(".")[2]) + 1
+        return len(self.net.encoder.layers) + 1
 
     @property
     def example_input_array(self) -> Tensor:
@@ -254,6 +338,8 @@ class ViTClassifier(CheckedLoading, LightningModule):
         checkpoint["class_names"] = list(self.class_names)
         checkpoint["input_shape"] = [self.net.in_chans, self.net.image_size, self.net.image_size]
         checkpoint["normalization"] = {"mean": self.mean, "std": self.std}
+        if getattr(self, "pretrained_from", None):
+            checkpoint["pretrained_from"] = self.pretrained_from  # where the starting weights came from
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Restore the class names and normalisation, after checking that this model was built for the
@@ -486,4 +572,10 @@ class ViTClassifier(CheckedLoading, LightningModule):
 
     def configure_optimizers(self) -> dict[str, Any]:
         """AdamW (matrices decay; what :meth:`no_weight_decay` lists does not) and the ``scheduler``."""
-        return configure_adamw(self, self.hparams, self.trainer.estimated_stepping_batches)
+        return configure_adamw(
+            self,
+            self.hparams,
+            self.trainer.estimated_stepping_batches,
+            layer_of=self.layer_depth,
+            n_depths=len(self.net.encoder.layers) + 1,
+        )

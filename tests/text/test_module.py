@@ -225,8 +225,9 @@ def test_validation_logs_bleu_chrf_and_signature(tmp_path: Path) -> None:
     assert "sacrebleu_bleu_signature: nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in hparams
     assert model.tokenizer is dm.tokenizer
     result = t.test(model, datamodule=dm)[0]
-    assert {"test/bleu", "test/chrf", "test/loss", "test/perplexity"} <= set(result)
-    assert 0.0 <= result["test/bleu"] <= 100.0
+    assert {"test/bleu", "test/chrf", "test/chrfpp", "test/ter", "test/loss", "test/perplexity"} <= set(result)
+    assert 0.0 <= result["test/bleu"] <= 100.0 and result["test/ter"] >= 0.0
+    assert 0.0 <= result["test/chrfpp"] <= 100.0
 
 
 def test_perplexity_is_exp_of_unsmoothed_cross_entropy(tmp_path: Path) -> None:

@@ -1,0 +1,109 @@
+"""Checkpoint averaging (Vaswani et al. 2017; fairseq's ``scripts/average_checkpoints.py``): the mean of the
+parameters of several checkpoints of one model, written as a checkpoint that predicts, exports and serves
+like any other.
+
+Checkpoints are compatible when they hold the same model class, the same parameter names and, for each,
+the same shape and dtype; anything else is refused in one line naming the first difference. Floating-point
+tensors are averaged (summed in float64, then cast back); integer tensors (counters) must agree and are
+kept. The output is the last checkpoint with the averaged ``state_dict``, without the training state
+(optimizer, schedulers, loops: an average is for inference, not for resuming) and with
+``averaged_from``: the files averaged.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .checkpoints import AtomicCheckpointIO, check_checkpoint
+
+__all__ = ["average_checkpoints", "average_state_dicts"]
+
+# what an average leaves out: the training state, and Lightning's weight-averaging copies (the EMA's raw weights)
+_TRAINING_STATE = ("optimizer_states", "lr_schedulers", "loops", "callbacks", "current_model_state", "averaging_state")
+
+
+def average_state_dicts(states: Sequence[dict[str, Tensor]], names: Sequence[str] | None = None) -> dict[str, Tensor]:
+    """The element-wise mean of ``states`` (same keys, shapes and dtypes; ``names`` label them in errors).
+
+    Raises:
+        ValueError: no states, or two that differ in keys, shapes, dtypes or integer values (one line).
+    """
+    if not states:
+        raise ValueError("nothing to average: give at least one checkpoint")
+    names = list(names) if names is not None else [f"#{i}" for i in range(len(states))]
+    first = states[0]
+    for other, name in zip(states[1:], names[1:], strict=True):
+        extra, missing = sorted(set(other) - set(first)), sorted(set(first) - set(other))
+        if extra or missing:
+            key = (missing or extra)[0]
+            raise ValueError(
+                f"{name} is not compatible with {names[0]}: parameter {key!r} is in one and not the other "
+                f"({len(missing)} missing, {len(extra)} extra)"
+            )
+        for key, value in first.items():
+            theirs = other[key]
+            if theirs.shape != value.shape or theirs.dtype != value.dtype:
+                raise ValueError(
+                    f"{name} is not compatible with {names[0]}: {key!r} is {tuple(theirs.shape)} {theirs.dtype} "
+                    f"there, {tuple(value.shape)} {value.dtype} here"
+                )
+            if not value.is_floating_point() and not torch.equal(theirs, value):
+                raise ValueError(f"{name} is not compatible with {names[0]}: integer tensor {key!r} differs")
+    out: dict[str, Tensor] = {}
+    for key, value in first.items():
+        if value.is_floating_point():
+            total = torch.zeros(value.shape, dtype=torch.float64)
+            for state in states:
+                total += state[key].to(torch.float64)
+            out[key] = (total / len(states)).to(value.dtype)
+        else:
+            out[key] = value.clone()
+    return out
+
+
+def average_checkpoints(paths: Sequence[str | os.PathLike[str]], output: str | os.PathLike[str]) -> Path:
+    """Average the parameters of the Lightning checkpoints ``paths`` into the checkpoint ``output``.
+
+    Args:
+        paths: checkpoints of one model (e.g. the last few epochs of a run).
+        output: the averaged checkpoint to write (its folder is created; written atomically).
+
+    Returns:
+        ``output`` as a Path.
+
+    Raises:
+        ValueError: checkpoints of different model classes or parameters (one line naming the first
+            difference), a broken checkpoint (:class:`~.checkpoints.CheckpointError`).
+    """
+    paths = [Path(p) for p in paths]
+    if not paths:
+        raise ValueError("nothing to average: give at least one checkpoint")
+    out = Path(output)
+    if out.resolve() in {p.resolve() for p in paths}:
+        raise ValueError(f"--output {out} is one of the checkpoints averaged: write the average elsewhere")
+    ckpts: list[dict[str, Any]] = []
+    for p in paths:
+        check_checkpoint(p)  # exists, complete, a format this package reads
+        ckpts.append(torch.load(p, map_location="cpu", weights_only=True))
+    first_class = _class_of(ckpts[0])
+    for p, ckpt in zip(paths[1:], ckpts[1:], strict=True):
+        theirs = _class_of(ckpt)
+        if first_class and theirs and theirs != first_class:
+            raise ValueError(f"{p} is not compatible with {paths[0]}: a {theirs} checkpoint, not a {first_class} one")
+    averaged = average_state_dicts([c["state_dict"] for c in ckpts], [str(p) for p in paths])
+    result = {k: v for k, v in ckpts[-1].items() if k not in _TRAINING_STATE}
+    result["state_dict"] = averaged
+    result["averaged_from"] = [str(p) for p in paths]
+    AtomicCheckpointIO().save_checkpoint(result, out)
+    return out
+
+
+def _class_of(ckpt: dict[str, Any]) -> str:
+    """The model class LightningCLI recorded ("" for a plain Trainer run)."""
+    return str((ckpt.get("hyper_parameters") or {}).get("_class_path") or "")
