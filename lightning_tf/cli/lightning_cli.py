@@ -26,10 +26,6 @@ from lightning.pytorch.callbacks import (
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-# Importing the task packages registers their classes, so they resolve by short name.
-import lightning_tf.kline  # noqa: F401
-import lightning_tf.text  # noqa: F401
-import lightning_tf.vision  # noqa: F401
 from lightning_tf.cli.argument_errors import OneLineParser, debug_mode, instantiation_error, root_cause
 from lightning_tf.cli.console import metrics_table, quiet, quiet_eval
 from lightning_tf.cli.runs import (
@@ -42,7 +38,13 @@ from lightning_tf.cli.runs import (
     stopped_summary,
     wandb_logger_args,
 )
+
+# Importing the tasks' LightningModules and DataModules registers them as subclasses, so they resolve by short
+# name (`--model KLineForecaster`) and `fit --help` lists them (the task packages load their names lazily).
+from lightning_tf.kline import KLineDataModule, KLineForecaster, MultivariateDataModule  # noqa: F401
+from lightning_tf.text import Seq2SeqTransformer, TranslationDataModule  # noqa: F401
 from lightning_tf.training import CompactModelSummary, check_agreement, check_checkpoint, run_dir
+from lightning_tf.vision import ImageDataModule, ViTClassifier  # noqa: F401
 
 __all__ = ["DATA_LINKS", "LightningTFCLI", "make_cli", "run"]
 
