@@ -19,6 +19,7 @@ Missing covariate values follow one explicit policy (:func:`apply_missing`): for
 from __future__ import annotations
 
 import logging
+import warnings
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -79,10 +80,12 @@ def _sessions(name: str, first_year: int, last_year: int) -> np.ndarray:
         return pd.bdate_range(start, end).to_numpy().astype("datetime64[D]")
     import exchange_calendars as xc
 
-    try:
-        cal = xc.get_calendar(name, start=start, end=end)
-    except ValueError:  # outside the calendar's bounds: its own range
-        cal = xc.get_calendar(name)
+    with warnings.catch_warnings():  # exchange_calendars' own pandas deprecation warnings, not the user's
+        warnings.simplefilter("ignore")
+        try:
+            cal = xc.get_calendar(name, start=start, end=end)
+        except ValueError:  # outside the calendar's bounds: its own range
+            cal = xc.get_calendar(name)
     start, end = max(start, cal.first_session), min(end, cal.last_session)
     if start > end:
         raise ValueError(f"calendar {name!r} covers {cal.first_session.date()} to {cal.last_session.date()} only")
@@ -252,6 +255,6 @@ def cross_sectional(values: np.ndarray, dates: np.ndarray, groups: np.ndarray, l
         out = ((rank - 0.5) / count - 0.5) * np.sqrt(12.0)
     else:
         raise ValueError(f"label must be one of {LABELS}, got {label!r}")
-    out = out.to_numpy(np.float64)
+    out = out.to_numpy(np.float64, copy=True)
     out[np.isnan(values)] = np.nan
     return out
