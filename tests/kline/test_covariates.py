@@ -204,3 +204,97 @@ def test_static_table_and_unknown_ticker_slot(tmp_path: Path, planted: Path) -> 
     ids = batch["static"]
     assert ids.dtype == torch.int64 and ids.shape[1] == 3
     np.testing.assert_array_equal(ids[:, 0].numpy(), batch["ticker"].numpy() + 1)
+
+
+@pytest.fixture(scope="module")
+def universe_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, pd.DataFrame]:
+    """A tiny model with every kind of covariate trained for a few steps, its checkpoint, its data's folder."""
+    import lightning as L
+
+    root = tmp_path_factory.mktemp("covariate_ckpt")
+    frame = write_universe(root / "u.csv", n_tickers=4, n_days=320, past=1.0, future=1.0)
+    tickers = [f"T{k:02d}" for k in range(4)]
+    pd.DataFrame({"ticker": tickers, "sector": ["a", "b", "a", "b"]}).to_csv(root / "sectors.csv", index=False)
+    kw = {
+        "covariates": ["signal"],
+        "future_covariates": ["event"],
+        "calendar": "XNYS",
+        "ticker_embedding": True,
+        "static_file": str(root / "sectors.csv"),
+        "horizon": 2,
+    }
+    dm = KLineDataModule(str(root / "u.csv"), context_len=16, batch_size=64, features=["log_return"], **DATES, **kw)
+    L.seed_everything(0)
+    model = KLineForecaster(
+        n_features=2, context_len=16, horizon=2, channel_mixing=True, revin=False, d_model=8, n_heads=2, n_layers=1
+    )
+    t = L.Trainer(
+        max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        limit_train_batches=3, limit_val_batches=2,
+    )
+    t.fit(model, dm)
+    assert model.net.covariate_sizes == (6, [5, 3])
+    t.save_checkpoint(root / "model.ckpt")
+    return root / "model.ckpt", root, frame
+
+
+def test_the_checkpoint_carries_the_covariates_and_forecast_requires_their_columns(
+    universe_checkpoint: tuple[Path, Path, pd.DataFrame],
+) -> None:
+    ckpt, root, frame = universe_checkpoint
+    model = KLineForecaster.load_from_checkpoint(ckpt, map_location="cpu")
+    assert model.required_columns == ["open", "high", "low", "close", "volume", "signal", "event"]
+    cov = model.data_scale.covariates
+    assert cov["calendar"] == "XNYS" and cov["static_vocab"] == {"sector": ["a", "b"]}
+    assert cov["future_names"][-1] == "event" and len(cov["future_mean"]) == 4
+    bars = frame[frame["ticker"] == "T01"].iloc[:200]
+    last = pd.Timestamp(bars["date"].iloc[-1])
+    stamps = next_timestamps(pd.DatetimeIndex([last - pd.Timedelta(days=1), last]), 2, calendar="XNYS")
+    future = pd.DataFrame({"ticker": "T01", "timestamp": stamps, "event": [2.0, -2.0]})
+    table = model.forecast(bars, future=future)
+    assert table["timestamp"].tolist() == list(stamps) and table["ticker"].unique().tolist() == ["T01"]
+    # the known-future values reach the forecast: another event, another forecast
+    other = model.forecast(bars, future=future.assign(event=[-2.0, 2.0]))
+    assert not np.allclose(table["pred_log_return"], other["pred_log_return"])
+    with pytest.raises(ValueError, match=r"the model reads known-future covariate\(s\) \['event'\]"):
+        model.forecast(bars)
+    with pytest.raises(ValueError, match=r"covariate column 'signal' not found"):
+        model.forecast(bars.drop(columns=["signal"]), future=future)
+    with pytest.raises(ValueError, match=r"covariate column 'signal' holds text"):
+        model.forecast(bars.assign(signal="high"), future=future)
+    # a ticker never seen in training still forecasts (the unknown ticker slot)
+    unseen = model.forecast(bars.assign(ticker="NEW"), future=future.assign(ticker="NEW"))
+    assert np.isfinite(unseen["pred_log_return"]).all() and unseen["scaled_by"].iloc[0].startswith("its own history")
+
+
+def test_predict_through_the_data_module_matches_forecast(tmp_path: Path) -> None:
+    """The DataModule's predict windows (context rows, then the forecast rows' calendar features) give
+    forecast()'s numbers, with the checkpoint's statistics, vocabulary and calendar alone."""
+    import lightning as L
+
+    frame = write_universe(tmp_path / "u.csv", n_tickers=3, n_days=320)
+    kw = {"covariates": ["signal"], "calendar": "XSHG", "ticker_embedding": True, "horizon": 3}
+    dm = KLineDataModule(str(tmp_path / "u.csv"), context_len=16, batch_size=64, features=["log_return"], **DATES, **kw)
+    model = KLineForecaster(n_features=2, context_len=16, horizon=3, channel_mixing=True, residual="off", linear="tuned")
+    t = L.Trainer(
+        max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        limit_train_batches=3, limit_val_batches=2,
+    )
+    t.fit(model, dm)
+    with torch.no_grad():  # a visible static effect: the head's weights as trained are tiny
+        model.net.covariates.static[0].weight.normal_()
+    t.save_checkpoint(tmp_path / "model.ckpt")
+    new = frame[frame["ticker"] == "T02"].iloc[:250]
+    new.to_csv(tmp_path / "new.csv", index=False)
+    loaded = KLineForecaster.load_from_checkpoint(tmp_path / "model.ckpt", map_location="cpu").eval()
+    table = loaded.forecast(tmp_path / "new.csv")
+    pdm = KLineDataModule(str(tmp_path / "gone.csv"), context_len=16, predict_path=str(tmp_path / "new.csv"),
+                          features=["log_return"], **DATES, **kw)
+    pdm.setup("predict")
+    pdm.load_state_dict(torch.load(tmp_path / "model.ckpt", weights_only=True)["KLineDataModule"])
+    batch = next(iter(pdm.predict_dataloader()))
+    assert batch["x_future"].shape == (1, 3, 5) and batch["static"].tolist() == [[3]]
+    with torch.no_grad():
+        pred = loaded.predict_step(batch, 0)["pred_orig"][0, :, 0].numpy()
+    np.testing.assert_allclose(table["pred_log_return"].to_numpy(), pred, rtol=1e-5, atol=1e-9)
+    assert list(pdm.future_timestamps(3, 0)) == list(table["timestamp"])
