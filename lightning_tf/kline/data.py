@@ -354,6 +354,7 @@ class KLineDataModule(LightningDataModule):
             "past": list(self.covariate_names),
             "future": list(self.future_covariate_names),
             "future_names": list(self.future_names),
+            "horizon": self.horizon,
             "calendar": h.calendar,
             "missing": h.covariate_missing,
             "ffill_limit": h.ffill_limit,

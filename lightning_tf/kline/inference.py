@@ -280,7 +280,7 @@ def last_windows(
         trained=trained,
         source=source,
         covariates=cov,
-        horizon=horizon,
+        horizon=horizon if horizon is not None else cov.get("horizon"),
         future=future,
         trained_tickers=list(scale.ticker_names),
     )

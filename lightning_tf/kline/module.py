@@ -261,10 +261,18 @@ class KLineForecaster(CheckedLoading, LightningModule):
         return self.net.quantiles
 
     @property
-    def example_input_array(self) -> Tensor:
-        """One context window ``(1, L, C)`` of zeros on the CPU: the input that ONNX export traces and the
+    def example_input_array(self) -> Tensor | tuple[Tensor | None, ...]:
+        """One context window ``(1, L, C)`` of zeros on the CPU (with covariates, the tuple of forward's three
+        inputs): the input that ONNX export traces and the
         model summary runs."""
-        return torch.zeros(1, self.hparams.context_len, self.hparams.n_features)  # (1, L, C)
+        x = torch.zeros(1, self.hparams.context_len, self.hparams.n_features)  # (1, L, C)
+        n_future, static_sizes = self.net.covariate_sizes
+        if not n_future and not static_sizes:
+            return x
+        # with covariates: (x, x_future (1, F, Cf) or None, static (1, S) or None), forward's arguments
+        x_future = torch.zeros(1, self.hparams.horizon, n_future) if n_future else None
+        static = torch.zeros(1, len(static_sizes), dtype=torch.long) if static_sizes else None
+        return x, x_future, static
 
     def no_weight_decay(self) -> list[str]:
         """The linear path is regularised by its ridge penalty, not pulled towards zero by weight decay."""
