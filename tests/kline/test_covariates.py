@@ -298,3 +298,30 @@ def test_predict_through_the_data_module_matches_forecast(tmp_path: Path) -> Non
         pred = loaded.predict_step(batch, 0)["pred_orig"][0, :, 0].numpy()
     np.testing.assert_allclose(table["pred_log_return"].to_numpy(), pred, rtol=1e-5, atol=1e-9)
     assert list(pdm.future_timestamps(3, 0)) == list(table["timestamp"])
+
+
+@pytest.mark.parametrize("backbone", ["patches", "variates", "bars"])
+def test_every_backbone_takes_the_covariates_and_starts_from_its_forecast_without_them(backbone: str) -> None:
+    """The covariates' head starts at exactly zero (bit for bit the forecast without it), then its inputs move
+    the forecast of every backbone; a network without covariates has no head and no new parameters."""
+    torch.manual_seed(0)
+    kw = {"backbone": backbone, "channel_mixing": True, "d_model": 8, "n_heads": 2, "n_layers": 1, "patch_len": 4,
+          "stride": 4}
+    model = KLineForecaster(n_features=3, context_len=16, horizon=4, **kw).eval()
+    names = {n for n, _ in model.named_parameters()}
+    x = torch.randn(5, 16, 3)
+    plain = model(x)
+    model.net.set_covariates(2, [4, 3])
+    assert {n for n, _ in model.named_parameters()} - names == {
+        "net.covariates.future_weight", "net.covariates.static.0.weight", "net.covariates.static.1.weight"
+    }
+    future, static = torch.randn(5, 4, 2), torch.tensor([[1, 2], [0, 0], [3, 1], [2, 2], [1, 0]])
+    assert torch.equal(model(x, future, static), plain)
+    with torch.no_grad():
+        model.net.covariates.future_weight.fill_(0.5)
+        model.net.covariates.static[0].weight.normal_()
+    moved = model(x, future, static)
+    expected = plain + 0.5 * future.sum(-1, keepdim=True) + model.net.covariates.static[0].weight[static[:, 0]].view(5, 4, 1)
+    torch.testing.assert_close(moved, expected)
+    with pytest.raises(ValueError, match=r"batch 'x_future' must be \(B, horizon=4, n_future=2\), got None"):
+        model(x, None, static)
