@@ -26,7 +26,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 from torchmetrics import MeanMetric
 
-from lightning_tf.core import Activation, NormName, PositionalName
+from lightning_tf.core import Activation, NormName, PositionalName, TransformerSpec
 from lightning_tf.training import (
     CheckedLoading,
     SchedulerName,
@@ -192,6 +192,18 @@ class KLineForecaster(CheckedLoading, LightningModule):
         if backtest_cost_bps < 0:
             raise ValueError(f"backtest_cost_bps must be >= 0, got {backtest_cost_bps}")
         self.save_hyperparameters()
+        spec = TransformerSpec(
+            d_model,
+            n_heads,
+            n_layers,
+            d_ff,
+            dropout=dropout,
+            attn_dropout=attn_dropout,
+            activation=activation,
+            norm_first=norm_first,
+            norm=norm,
+            pos_encoding=pos_encoding,
+        )
         self.net = ForecastNet(
             n_features,
             n_targets,
@@ -209,17 +221,8 @@ class KLineForecaster(CheckedLoading, LightningModule):
             patch_len=patch_len,
             stride=stride,
             pad_end=pad_end,
-            d_model=d_model,
-            n_heads=n_heads,
-            n_layers=n_layers,
-            d_ff=d_ff,
-            dropout=dropout,
-            attn_dropout=attn_dropout,
+            spec=spec,
             head_dropout=head_dropout,
-            activation=activation,
-            norm_first=norm_first,
-            norm=norm,
-            pos_encoding=pos_encoding,
             causal=causal,
             revin=revin,
             revin_affine=revin_affine,

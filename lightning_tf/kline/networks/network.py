@@ -53,13 +53,13 @@ gap, set from the linear fit's training error as a Gaussian's quantiles.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lightning_tf.core import Activation, NormName, PositionalName
+from lightning_tf.core import TransformerSpec
 
 from .bars import BarBackbone
 from .closed_form import RIDGES, choose_candidate
@@ -70,6 +70,7 @@ from .patches import PatchBackbone
 from .variates import VariateBackbone
 
 __all__ = [
+    "DEFAULT_SPEC",
     "Backbone",
     "BackboneName",
     "ForecastNet",
@@ -84,6 +85,9 @@ __all__ = [
 ResidualMode = Literal["on", "off", "only", "blend"]
 BackboneName = Literal["patches", "variates", "bars"]
 Backbone = PatchBackbone | VariateBackbone | BarBackbone
+
+#: the forecaster's Transformer unless told otherwise: two layers of width 32, learned positions
+DEFAULT_SPEC = TransformerSpec(32, 4, 2, 64, dropout=0.2, pos_encoding="learned")
 
 
 def check_quantiles(quantiles: Sequence[float] | None) -> list[float] | None:
@@ -138,54 +142,21 @@ def build_backbone(
     backbone: BackboneName,
     n_features: int,
     context_len: int,
+    spec: TransformerSpec,
     *,
     patch_len: int,
     stride: int,
     pad_end: bool,
-    d_model: int,
-    n_heads: int,
-    n_layers: int,
-    d_ff: int | None,
-    dropout: float,
-    attn_dropout: float,
-    activation: Activation,
-    norm_first: bool,
-    norm: NormName,
-    pos_encoding: PositionalName,
     causal: bool,
 ) -> Backbone:
-    """The backbone that turns a window into tokens and encodes them, by name: the one place the three are
-    built. Each reads only its own arguments (see :class:`ForecastNet`)."""
-    encoder: dict[str, Any] = dict(
-        dropout=dropout, attn_dropout=attn_dropout, activation=activation, norm_first=norm_first, norm=norm
-    )
+    """The backbone that turns a window into tokens and encodes them with ``spec``'s encoder, by name: the one
+    place the three are built. Each reads only its own arguments (see :class:`ForecastNet`)."""
     if backbone == "patches":
-        return PatchBackbone(
-            context_len,
-            patch_len,
-            stride,
-            pad_end,
-            d_model,
-            n_heads,
-            n_layers,
-            d_ff,
-            pos_encoding=pos_encoding,
-            **encoder,
-        )
+        return PatchBackbone(context_len, patch_len, stride, pad_end, spec)
     if backbone == "variates":
-        return VariateBackbone(context_len, d_model, n_heads, n_layers, d_ff, **encoder)
+        return VariateBackbone(context_len, spec)
     if backbone == "bars":
-        return BarBackbone(
-            n_features,
-            context_len,
-            d_model,
-            n_heads,
-            n_layers,
-            d_ff,
-            pos_encoding=pos_encoding,
-            causal=causal,
-            **encoder,
-        )
+        return BarBackbone(n_features, context_len, spec, causal=causal)
     raise ValueError(f"backbone must be 'patches', 'variates' or 'bars', got {backbone!r}")
 
 
@@ -242,19 +213,11 @@ class ForecastNet(nn.Module):
         patch_len: patches: patch length P.
         stride: patches: stride between patch starts.
         pad_end: patches: extend the context by ``stride`` copies of its last bar before patching (PatchTST).
-        d_model: all backbones: model width D.
-        n_heads: all backbones: attention heads H.
-        n_layers: all backbones: encoder layers.
-        d_ff: all backbones: feed-forward width; defaults to ``4 * d_model``.
-        dropout: all backbones: dropout in the encoder (input, sublayers, feed-forward).
-        attn_dropout: all backbones: dropout on the attention weights.
+        spec: all backbones: the encoder's settings (:class:`~lightning_tf.core.TransformerSpec`: width, heads,
+            layers, feed-forward width, dropout, activation, Pre-/Post-LN, ``norm`` ``layer`` or ``batch``
+            (BatchNorm over the tokens of the batch, PatchTST's choice), the positional encoding of ``patches``
+            and ``bars``; ``variates`` has none: the channels have no order).
         head_dropout: all backbones: dropout before the flat head.
-        activation: all backbones: the encoder's feed-forward activation (``relu``, ``gelu``, ``swiglu``).
-        norm_first: all backbones: Pre-LN (True) or Post-LN (False).
-        norm: all backbones: normalisation in the encoder: ``layer`` (LayerNorm) or ``batch`` (BatchNorm over
-            the tokens of the batch, PatchTST's choice).
-        pos_encoding: patches and bars: positional encoding of the tokens (``variates`` has none: the
-            channels have no order).
         causal: bars: each bar attends only to itself and older bars.
         revin: normalise each window per channel and map the forecast back (RevIN).
         revin_affine: learn RevIN's per-channel scale and shift (on the Transformer's input).
@@ -281,17 +244,8 @@ class ForecastNet(nn.Module):
         patch_len: int = 8,
         stride: int = 4,
         pad_end: bool = True,
-        d_model: int = 32,
-        n_heads: int = 4,
-        n_layers: int = 2,
-        d_ff: int | None = 64,
-        dropout: float = 0.2,
-        attn_dropout: float = 0.0,
+        spec: TransformerSpec = DEFAULT_SPEC,
         head_dropout: float = 0.2,
-        activation: Activation = "relu",
-        norm_first: bool = True,
-        norm: NormName = "layer",
-        pos_encoding: PositionalName = "learned",
         causal: bool = False,
         revin: bool = True,
         revin_affine: bool = True,
@@ -327,19 +281,10 @@ class ForecastNet(nn.Module):
                 backbone,
                 n_features,
                 context_len,
+                spec,
                 patch_len=patch_len,
                 stride=stride,
                 pad_end=pad_end,
-                d_model=d_model,
-                n_heads=n_heads,
-                n_layers=n_layers,
-                d_ff=d_ff,
-                dropout=dropout,
-                attn_dropout=attn_dropout,
-                activation=activation,
-                norm_first=norm_first,
-                norm=norm,
-                pos_encoding=pos_encoding,
                 causal=causal,
             )
             self.head_dropout = nn.Dropout(head_dropout)
