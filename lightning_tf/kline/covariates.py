@@ -176,7 +176,9 @@ def apply_missing(
         raise where(row, col, "set covariate_missing: ffill (with ffill_limit) or drop")
     if policy == "drop":
         keep = ~missing.any(axis=1)
-        log.warning("%s: %d rows with a missing covariate dropped (covariate_missing: drop)", source, int((~keep).sum()))
+        log.warning(
+            "%s: %d rows with a missing covariate dropped (covariate_missing: drop)", source, int((~keep).sum())
+        )
         return frame[keep].reset_index(drop=True)
     grouped = values.groupby(frame["ticker"].to_numpy(), sort=False)
     filled = grouped.ffill(limit=ffill_limit)

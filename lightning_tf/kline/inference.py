@@ -205,7 +205,9 @@ def _future_window(
     if k is not None and "future_mean" in cov:
         mean, std = np.asarray(cov["future_mean"][k]), np.asarray(cov["future_std"][k])
     else:  # a series not trained on: its own history's calendar, or no scaling at all
-        own = future_matrix({"timestamp": bars["timestamp"].to_numpy(), **{c: bars[c].to_numpy() for c in user}}, settings)
+        own = future_matrix(
+            {"timestamp": bars["timestamp"].to_numpy(), **{c: bars[c].to_numpy() for c in user}}, settings
+        )
         mean, std = _own(own[np.isfinite(own).all(axis=1)] if np.isfinite(own).any() else raw)
     return (raw - mean) / std  # (F, Cf)
 

@@ -55,7 +55,9 @@ def _train_covariates(model: KLineForecaster, dm: KLineDataModule, epochs: int =
     opt = torch.optim.Adam(head.parameters(), lr=0.05)
     for _ in range(epochs):
         for batch in dm.train_dataloader():
-            loss = torch.nn.functional.mse_loss(model._point(model.net.combine(model._parts(batch["x"], batch))), batch["y"])
+            loss = torch.nn.functional.mse_loss(
+                model._point(model.net.combine(model._parts(batch["x"], batch))), batch["y"]
+            )
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -79,7 +81,9 @@ def planted(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_a_past_covariate_that_carries_next_returns_is_found_and_without_it_nothing_is(planted: Path) -> None:
-    with_it = _test_ic(_linear(_dm(planted, covariates=["signal", "noise"])), _dm(planted, covariates=["signal", "noise"]))
+    with_it = _test_ic(
+        _linear(_dm(planted, covariates=["signal", "noise"])), _dm(planted, covariates=["signal", "noise"])
+    )
     without = _test_ic(_linear(_dm(planted, covariates=["noise"])), _dm(planted, covariates=["noise"]))
     assert with_it > 0.3, with_it
     assert abs(without) < 0.1, without
@@ -229,8 +233,13 @@ def universe_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path,
         n_features=2, context_len=16, horizon=2, channel_mixing=True, revin=False, d_model=8, n_heads=2, n_layers=1
     )
     t = L.Trainer(
-        max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-        limit_train_batches=3, limit_val_batches=2,
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_train_batches=3,
+        limit_val_batches=2,
     )
     t.fit(model, dm)
     assert model.net.covariate_sizes == (6, [5, 3])
@@ -275,10 +284,17 @@ def test_predict_through_the_data_module_matches_forecast(tmp_path: Path) -> Non
     frame = write_universe(tmp_path / "u.csv", n_tickers=3, n_days=320)
     kw = {"covariates": ["signal"], "calendar": "XSHG", "ticker_embedding": True, "horizon": 3}
     dm = KLineDataModule(str(tmp_path / "u.csv"), context_len=16, batch_size=64, features=["log_return"], **DATES, **kw)
-    model = KLineForecaster(n_features=2, context_len=16, horizon=3, channel_mixing=True, residual="off", linear="tuned")
+    model = KLineForecaster(
+        n_features=2, context_len=16, horizon=3, channel_mixing=True, residual="off", linear="tuned"
+    )
     t = L.Trainer(
-        max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-        limit_train_batches=3, limit_val_batches=2,
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_train_batches=3,
+        limit_val_batches=2,
     )
     t.fit(model, dm)
     with torch.no_grad():  # a visible static effect: the head's weights as trained are tiny
@@ -288,8 +304,14 @@ def test_predict_through_the_data_module_matches_forecast(tmp_path: Path) -> Non
     new.to_csv(tmp_path / "new.csv", index=False)
     loaded = KLineForecaster.load_from_checkpoint(tmp_path / "model.ckpt", map_location="cpu").eval()
     table = loaded.forecast(tmp_path / "new.csv")
-    pdm = KLineDataModule(str(tmp_path / "gone.csv"), context_len=16, predict_path=str(tmp_path / "new.csv"),
-                          features=["log_return"], **DATES, **kw)
+    pdm = KLineDataModule(
+        str(tmp_path / "gone.csv"),
+        context_len=16,
+        predict_path=str(tmp_path / "new.csv"),
+        features=["log_return"],
+        **DATES,
+        **kw,
+    )
     pdm.setup("predict")
     pdm.load_state_dict(torch.load(tmp_path / "model.ckpt", weights_only=True)["KLineDataModule"])
     batch = next(iter(pdm.predict_dataloader()))
@@ -305,15 +327,24 @@ def test_every_backbone_takes_the_covariates_and_starts_from_its_forecast_withou
     """The covariates' head starts at exactly zero (bit for bit the forecast without it), then its inputs move
     the forecast of every backbone; a network without covariates has no head and no new parameters."""
     torch.manual_seed(0)
-    kw = {"backbone": backbone, "channel_mixing": True, "d_model": 8, "n_heads": 2, "n_layers": 1, "patch_len": 4,
-          "stride": 4}
+    kw = {
+        "backbone": backbone,
+        "channel_mixing": True,
+        "d_model": 8,
+        "n_heads": 2,
+        "n_layers": 1,
+        "patch_len": 4,
+        "stride": 4,
+    }
     model = KLineForecaster(n_features=3, context_len=16, horizon=4, **kw).eval()
     names = {n for n, _ in model.named_parameters()}
     x = torch.randn(5, 16, 3)
     plain = model(x)
     model.net.set_covariates(2, [4, 3])
     assert {n for n, _ in model.named_parameters()} - names == {
-        "net.covariates.future_weight", "net.covariates.static.0.weight", "net.covariates.static.1.weight"
+        "net.covariates.future_weight",
+        "net.covariates.static.0.weight",
+        "net.covariates.static.1.weight",
     }
     future, static = torch.randn(5, 4, 2), torch.tensor([[1, 2], [0, 0], [3, 1], [2, 2], [1, 0]])
     assert torch.equal(model(x, future, static), plain)
@@ -321,7 +352,9 @@ def test_every_backbone_takes_the_covariates_and_starts_from_its_forecast_withou
         model.net.covariates.future_weight.fill_(0.5)
         model.net.covariates.static[0].weight.normal_()
     moved = model(x, future, static)
-    expected = plain + 0.5 * future.sum(-1, keepdim=True) + model.net.covariates.static[0].weight[static[:, 0]].view(5, 4, 1)
+    expected = (
+        plain + 0.5 * future.sum(-1, keepdim=True) + model.net.covariates.static[0].weight[static[:, 0]].view(5, 4, 1)
+    )
     torch.testing.assert_close(moved, expected)
     with pytest.raises(ValueError, match=r"batch 'x_future' must be \(B, horizon=4, n_future=2\), got None"):
         model(x, None, static)
