@@ -358,3 +358,14 @@ def test_every_backbone_takes_the_covariates_and_starts_from_its_forecast_withou
     torch.testing.assert_close(moved, expected)
     with pytest.raises(ValueError, match=r"batch 'x_future' must be \(B, horizon=4, n_future=2\), got None"):
         model(x, None, static)
+
+
+def test_a_prepared_panel_serves_the_same_covariate_batches(tmp_path: Path, planted: Path) -> None:
+    kw = {"covariates": ["signal"], "future_covariates": ["event"], "calendar": "business", "label": "cs_rank"}
+    memory = _dm(planted, **kw)
+    cached = _dm(planted, cache_dir=str(tmp_path / "cache"), **kw)
+    again = _dm(planted, cache_dir=str(tmp_path / "cache"), **kw)  # mapped from the folder
+    for dm in (cached, again):
+        for a, b in zip(memory.test_dataloader(), dm.test_dataloader(), strict=True):
+            assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert cached.data_scale == memory.data_scale
