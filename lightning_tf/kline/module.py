@@ -60,6 +60,12 @@ class KLineForecaster(CheckedLoading, LightningModule):
     """A linear path plus a Transformer residual over patches, channels or bars, with RevIN and a direct
     multi-horizon head. The arguments of the Transformer name the backbones that read them.
 
+    Covariates come from the data: past-observed ones are channels of ``x`` (counted in ``n_features``);
+    known-future (``x_future``) and static (``static``) ones are sized by the DataModule in ``setup``
+    (``n_future``, ``static_sizes``) and added to every backbone's and the linear path's forecast by the
+    network's :class:`~.networks.covariates.CovariateHead`; their sizes are saved in checkpoints.
+    :attr:`required_columns` lists the columns new bars must have.
+
     Args:
         n_features: input channels C; must equal the DataModule's ``n_features``.
         n_targets: forecast targets K; must equal the DataModule's ``n_targets``.
