@@ -120,6 +120,8 @@ class KLineDataModule(LightningDataModule):
             from its own rows.
         batch_by_date: training batches of one date's universe each (for rank-aware losses; ``batch_size``
             is then unused in training).
+        predict_future_path: for ``predict`` with ``future_covariates``: a CSV or Parquet file of their values
+            for the forecast bars (``timestamp``, ``ticker`` for several tickers, one column per covariate).
     """
 
     def __init__(
@@ -158,6 +160,7 @@ class KLineDataModule(LightningDataModule):
         ticker_embedding: bool = False,
         label: Label = "raw",
         batch_by_date: bool = False,
+        predict_future_path: str | None = None,
     ) -> None:
         super().__init__()
         features = list(DEFAULT_FEATURES if features is None else features)
@@ -471,6 +474,7 @@ class KLineDataModule(LightningDataModule):
             source=self._predict_source,
             covariates=cov,
             horizon=self.horizon,
+            future=self._predict_future(),
             trained_tickers=tickers,
         )
         self.predict_scaling = {w.name: w.scaled_by for w in windows}
@@ -505,6 +509,21 @@ class KLineDataModule(LightningDataModule):
             scale_std=torch.tensor(np.repeat(np.stack([w.target_std for w in windows]), R, axis=0)),  # (n R, K)
             **extra,
         )
+
+    def _predict_future(self) -> pd.DataFrame | None:
+        """The known-future covariates of the forecast bars (``predict_future_path``), or None."""
+        path = self.hparams.predict_future_path
+        if path is None:
+            return None
+        p = resolve_path(path)
+        if not p.exists():
+            raise FileNotFoundError(f"{path}: predict_future_path not found")
+        frame = pd.read_parquet(p) if p.suffix in (".parquet", ".pq") else pd.read_csv(p)
+        frame.columns = [str(c).strip() for c in frame.columns]
+        stamp = next((c for c in frame.columns if c.lower() in ("timestamp", "date", "datetime")), None)
+        if stamp is None:
+            raise ValueError(f"{path}: no timestamp (or date) column; columns are {list(frame.columns)}")
+        return frame.rename(columns={stamp: "timestamp"})
 
     def __str__(self) -> str:
         # Lightning's __str__ builds every loader (training data, and predict windows without statistics);

@@ -267,6 +267,27 @@ def test_the_checkpoint_carries_the_covariates_and_forecast_requires_their_colum
     assert not np.allclose(table["pred_log_return"], other["pred_log_return"])
     with pytest.raises(ValueError, match=r"the model reads known-future covariate\(s\) \['event'\]"):
         model.forecast(bars)
+    # predict through the DataModule: the same forecast, the known-future values from predict_future_path
+    bars.to_csv(root / "new.csv", index=False)
+    future.to_csv(root / "future.csv", index=False)
+    kw = {"covariates": ["signal"], "future_covariates": ["event"], "calendar": "XNYS", "ticker_embedding": True}
+    pdm = KLineDataModule(
+        str(root / "gone.csv"),
+        context_len=16,
+        horizon=2,
+        features=["log_return"],
+        static_file=str(root / "sectors.csv"),
+        predict_path=str(root / "new.csv"),
+        predict_future_path=str(root / "future.csv"),
+        **DATES,
+        **kw,
+    )
+    pdm.setup("predict")
+    pdm.load_state_dict(torch.load(ckpt, weights_only=True)["KLineDataModule"])
+    batch = next(iter(pdm.predict_dataloader()))
+    with torch.no_grad():
+        pred = model.eval().predict_step(batch, 0)["pred_orig"][0, :, 0].numpy()
+    np.testing.assert_allclose(table["pred_log_return"].to_numpy(), pred, rtol=1e-5, atol=1e-9)
     with pytest.raises(ValueError, match=r"covariate column 'signal' not found"):
         model.forecast(bars.drop(columns=["signal"]), future=future)
     with pytest.raises(ValueError, match=r"covariate column 'signal' holds text"):
