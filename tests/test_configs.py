@@ -136,6 +136,14 @@ def _timm_weights(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return ["--model.init_args.pretrained", str(tmp / "vit.safetensors")]
 
 
+def _universe(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    from tests.helpers.universe import write_universe
+
+    path = tmp / "universe.csv"
+    write_universe(path, n_tickers=4, n_days=1040, start="2008-06-02")  # to 2012-06: every split has bars
+    return ["--data.init_args.path", str(path)]
+
+
 USER_DATA: dict[str, Callable[[Path, pytest.MonkeyPatch], list[str]]] = {
     "text/transformer_base.yaml": _aligned_corpus,
     "text/tatoeba_de_en.yaml": _tatoeba,
@@ -146,6 +154,7 @@ USER_DATA: dict[str, Callable[[Path, pytest.MonkeyPatch], list[str]]] = {
     "vision/finetune.yaml": _timm_weights,
     "kline/patchtst_etth1.yaml": _etth1,
     "kline/patchtst_etth1_paper.yaml": _etth1,
+    "kline/universe_daily.yaml": _universe,
 }
 
 

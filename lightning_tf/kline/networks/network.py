@@ -63,6 +63,7 @@ from lightning_tf.core import TransformerSpec
 
 from .bars import BarBackbone
 from .closed_form import RIDGES, choose_candidate
+from .covariates import CovariateHead
 from .layers import RevIN
 from .linear import LinearFit, LinearInput, LinearPath, Pooling
 from .patches import PatchBackbone
@@ -169,6 +170,8 @@ class ForecastParts(NamedTuple):
         gaps: raw quantile gaps ``(B, F, K, Q - 1)`` of the Transformer (None without quantiles or encoder).
         mean: the targets' window means ``(B, 1, K)`` (zeros without RevIN).
         std: the targets' window scales ``(B, 1, K)`` (ones without RevIN).
+        covariate: the known-future and static covariates' term ``(B, F, K)`` on the model scale
+            (:class:`~.covariates.CovariateHead`), or None without covariates.
     """
 
     linear: Tensor | None
@@ -176,6 +179,7 @@ class ForecastParts(NamedTuple):
     gaps: Tensor | None
     mean: Tensor
     std: Tensor
+    covariate: Tensor | None = None
 
 
 class ForecastNet(nn.Module):
@@ -320,6 +324,28 @@ class ForecastNet(nn.Module):
                 nn.init.zeros_(self.quantile_head.bias)
         self.register_buffer("residual_gate", torch.ones(n_targets))  # (K,)
 
+    def set_covariates(self, n_future: int, static_sizes: Sequence[int]) -> bool:
+        """Give the network known-future (``n_future`` per bar) and static (``static_sizes``: each id's
+        vocabulary) covariates: a :class:`~.covariates.CovariateHead` starting at zero, on the network's device,
+        added to every forecast. Without either, none (the network is what it was, bit for bit). Returns
+        whether the head changed (a new one was built, or one was removed)."""
+        sizes = [int(s) for s in static_sizes]
+        old = getattr(self, "covariates", None)
+        if old is not None and (old.n_future, old.static_sizes) == (int(n_future), sizes):
+            return False
+        if not n_future and not sizes:
+            self.covariates = None
+            return old is not None
+        device = next(self.parameters()).device if any(True for _ in self.parameters()) else None
+        self.covariates = CovariateHead(self.horizon, self.n_targets, int(n_future), sizes).to(device)
+        return True
+
+    @property
+    def covariate_sizes(self) -> tuple[int, list[int]]:
+        """``(n_future, static_sizes)`` of the network's covariates (``(0, [])``: none)."""
+        head = getattr(self, "covariates", None)
+        return (0, []) if head is None else (head.n_future, list(head.static_sizes))
+
     def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: object, **kwargs: object) -> None:
         # checkpoints written before the backbones kept the patch Transformer's embedding and encoder at the top
         for key in [k for k in state_dict if k.startswith((f"{prefix}patch_embed.", f"{prefix}encoder."))]:
@@ -406,8 +432,11 @@ class ForecastNet(nn.Module):
             y = (y - bias) / (weight + self.revin.eps * self.revin.eps)  # (B, F, K)
         return y, gaps, weights
 
-    def parts(self, x: Tensor, need_weights: bool = False) -> tuple[ForecastParts, list[Tensor]]:
-        """The forecast's parts (:class:`ForecastParts`) from the context ``x`` (B, L, C) and, with
+    def parts(
+        self, x: Tensor, need_weights: bool = False, x_future: Tensor | None = None, static: Tensor | None = None
+    ) -> tuple[ForecastParts, list[Tensor]]:
+        """The forecast's parts (:class:`ForecastParts`) from the context ``x`` (B, L, C) (and the covariates
+        ``x_future`` (B, F, Cf), ``static`` (B, S) of a network given some, :meth:`set_covariates`) and, with
         ``need_weights``, each encoder layer's attention (see :meth:`_transformer`)."""
         plain, mean, std = self._target_scale(x)
         linear = None
@@ -421,13 +450,15 @@ class ForecastNet(nn.Module):
             # the Transformer's forecast less the linear path's, both on the normalised scale
             assert self.linear is not None
             residual = residual - (linear if self.linear.reads_normalized else (linear - mean) / std)  # (B, F, K)
-        return ForecastParts(linear, residual, gaps, mean, std), weights
+        head = getattr(self, "covariates", None)
+        covariate = None if head is None else head(x_future, static)  # (B, F, K)
+        return ForecastParts(linear, residual, gaps, mean, std, covariate), weights
 
     def combine(self, parts: ForecastParts, gate: float | None = None) -> Tensor:
         """The forecast on the model scale: ``(B, F, K)``, or ``(B, F, K, Q)`` with quantiles. The
         Transformer's part is weighted by ``gate`` (1: added, 0: the linear path alone; None: the
         ``residual_gate`` buffer, one weight per target, what the model was selected as)."""
-        linear, res, gaps, mean, std = parts
+        linear, res, gaps, mean, std, covariate = parts
         gate_t = self.residual_gate if gate is None else torch.full_like(self.residual_gate, gate)
         if linear is None:
             assert res is not None
@@ -437,6 +468,8 @@ class ForecastNet(nn.Module):
             base = linear * std + mean if self.linear.reads_normalized else linear  # (B, F, K), model scale
             # the residual is on the normalised scale; a gate of 1 adds it bit for bit, a zero residual adds nothing
             point = base if res is None else base + res * gate_t.to(res.dtype) * std  # (B, F, K)
+        if covariate is not None:
+            point = point + covariate.to(point.dtype)  # (B, F, K): the covariates' term, on the model scale
         if self.quantiles is None:
             return point  # (B, F, K)
         raw = self.quantile_offset.to(point.dtype).expand(point.shape[0], -1, -1, -1).transpose(1, 2)  # (B, F, K, Q-1)
