@@ -22,7 +22,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from .features import compute_features, compute_target
+from .features import compute_target, feature_matrix
 from .scale import DataScale, rebuild_prices
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "Statistics",
     "last_windows",
     "predict_outputs",
+    "series_window",
     "series_windows",
     "windows_table",
 ]
@@ -50,7 +51,7 @@ class SeriesWindow:
         target_mean: ``(K,)`` the target statistics the forecast is mapped back with.
         target_std: ``(K,)``.
         scaled_by: ``training statistics of '<ticker>'`` or ``its own history (<n> bars)``.
-        bars: the series' canonical bars.
+        bars: the series' canonical bars (a frame, or its columns as arrays).
     """
 
     name: str
@@ -60,7 +61,7 @@ class SeriesWindow:
     target_mean: np.ndarray
     target_std: np.ndarray
     scaled_by: str
-    bars: pd.DataFrame
+    bars: pd.DataFrame | Mapping[str, np.ndarray]
 
 
 def _own(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -94,42 +95,66 @@ def series_windows(
         trained: the training statistics of each ticker the model was trained on.
         source: the file (or name) the bars came from, for the errors.
     """
-    out = []
-    for name, bars in frame.groupby("ticker", sort=False):
-        bars = bars.reset_index(drop=True)
-        feats = compute_features(bars, feature_names, volatility_window, volume_window).to_numpy()  # (n, C)
-        tgt = compute_target(bars, target)[:, None]  # (n, 1)
-        finite = np.isfinite(feats).all(axis=1) & np.isfinite(tgt[:, 0])
-        first = int(np.argmax(finite)) if finite.any() else len(bars)
-        usable = len(bars) - first
-        if usable < context_len:
-            raise ValueError(
-                f"{source}: ticker {name!r} has {usable} usable bars ({len(bars)} bars, {first} warm-up rows for "
-                f"the features); a forecast needs context_len ({context_len})"
-            )
-        name = str(name)
-        if name in trained:
-            f_mean, f_std, t_mean, t_std = (np.asarray(v, dtype=np.float64) for v in trained[name])
-            scaled_by = f"training statistics of {name!r}"
-        else:
-            # never another ticker's scale: a series in other units (or another market) would be misread
-            f_mean, f_std = _own(feats[first:])
-            t_mean, t_std = _own(tgt[first:])
-            scaled_by = f"its own history ({usable} bars)"
-        x = (feats[-context_len:] - f_mean) / f_std  # (L, C)
-        out.append(
-            SeriesWindow(
-                name=name,
-                x=x,
-                raw_target=tgt[-context_len:],
-                anchor=float(bars["close"].iloc[-1]),
-                target_mean=t_mean,
-                target_std=t_std,
-                scaled_by=scaled_by,
-                bars=bars,
-            )
+    return [
+        series_window(
+            str(name),
+            bars.reset_index(drop=True),
+            feature_names=feature_names,
+            target=target,
+            context_len=context_len,
+            volatility_window=volatility_window,
+            volume_window=volume_window,
+            trained=trained,
+            source=source,
         )
-    return out
+        for name, bars in frame.groupby("ticker", sort=False)
+    ]
+
+
+def series_window(
+    name: str,
+    bars: pd.DataFrame | Mapping[str, np.ndarray],
+    *,
+    feature_names: list[str],
+    target: str,
+    context_len: int,
+    volatility_window: int,
+    volume_window: int,
+    trained: Mapping[str, Statistics],
+    source: str,
+) -> SeriesWindow:
+    """The scaled last window of one series: :func:`series_windows` for one ticker's canonical bars, which may
+    also be given as their columns as arrays (a server's request, read without pandas)."""
+    feats = feature_matrix(bars, feature_names, volatility_window, volume_window)  # (n, C)
+    tgt = compute_target(bars, target)[:, None]  # (n, 1)
+    n = len(tgt)
+    finite = np.isfinite(feats).all(axis=1) & np.isfinite(tgt[:, 0])
+    first = int(np.argmax(finite)) if finite.any() else n
+    usable = n - first
+    if usable < context_len:
+        raise ValueError(
+            f"{source}: ticker {name!r} has {usable} usable bars ({n} bars, {first} warm-up rows for "
+            f"the features); a forecast needs context_len ({context_len})"
+        )
+    if name in trained:
+        f_mean, f_std, t_mean, t_std = (np.asarray(v, dtype=np.float64) for v in trained[name])
+        scaled_by = f"training statistics of {name!r}"
+    else:
+        # never another ticker's scale: a series in other units (or another market) would be misread
+        f_mean, f_std = _own(feats[first:])
+        t_mean, t_std = _own(tgt[first:])
+        scaled_by = f"its own history ({usable} bars)"
+    x = (feats[-context_len:] - f_mean) / f_std  # (L, C)
+    return SeriesWindow(
+        name=name,
+        x=x,
+        raw_target=tgt[-context_len:],
+        anchor=float(np.asarray(bars["close"], dtype=np.float64)[-1]),
+        target_mean=t_mean,
+        target_std=t_std,
+        scaled_by=scaled_by,
+        bars=bars,
+    )
 
 
 def last_windows(
