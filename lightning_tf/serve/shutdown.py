@@ -35,6 +35,7 @@ __all__ = ["drain", "exit_now", "install_signal_handlers"]
 
 log = logging.getLogger(__name__)
 
+
 def _say(message: str) -> None:
     print(f"lightning-tf serve: {message}", file=sys.stderr, flush=True)
 

@@ -112,7 +112,10 @@ def small(vision_ckpt: Path) -> TestClient:
         (b"[" * 100_000 + b"]" * 100_000, "the body is not a JSON value this server takes: it nests arrays or"),
         (b'{"image": "\xff\xfe\xfa"}', "the body is not UTF-8 text: 'utf-8' codec can't decode byte 0xff in position"),
         (b'{"image": ', "the body is not valid JSON: Expecting value: line 1 column 11 (char 10)"),
-        (b'{"top_k": ' + b"9" * 5000 + b"}", "the body is not a JSON value this server takes: Exceeds the limit (4300 digits)"),
+        (
+            b'{"top_k": ' + b"9" * 5000 + b"}",
+            "the body is not a JSON value this server takes: Exceeds the limit (4300 digits)",
+        ),
         (b"", "the body is not valid JSON: Expecting value: line 1 column 1 (char 0)"),
     ],
 )
