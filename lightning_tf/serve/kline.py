@@ -18,6 +18,7 @@ import math
 import re
 from collections.abc import Sequence
 from functools import lru_cache
+from operator import itemgetter
 from typing import Any, Literal, Union
 
 import numpy as np
@@ -131,22 +132,23 @@ def plain_columns(bars: list[dict[str, Any]], wanted: tuple[str, ...]) -> dict[s
     once (the bar reader's names); the timestamps are ISO 8601 local times in increasing order; the numbers are
     finite, the prices positive, the volume not negative, high and low around open and close. Else None: the bar
     reader reads them (and says what is wrong, or repairs it)."""
-    keys = tuple(bars[0])
+    first = bars[0].keys()
+    keys = tuple(first)
     names = _canonical_names(keys, wanted)
-    if names is None or any(len(b) != len(keys) or b.keys() != bars[0].keys() for b in bars):
+    if names is None or not all(b.keys() == first for b in bars):
         return None
     columns: dict[str, np.ndarray] = {}
-    for key, name in zip(keys, names, strict=True):
-        values = [b[key] for b in bars]
+    for key, name, values in zip(keys, names, zip(*map(itemgetter(*keys), bars)), strict=True):  # one pass
+        kinds = set(map(type, values))
         if name == "timestamp":
-            if not all(type(v) is str and _ISO.fullmatch(v) for v in values):
+            if kinds != {str} or not all(map(_ISO.fullmatch, values)):
                 return None
             stamps = np.array(values, dtype="datetime64[ns]")
             if len(stamps) > 1 and not (stamps[1:] > stamps[:-1]).all():
                 return None
             columns[name] = stamps
         else:
-            if not all(type(v) is float or type(v) is int for v in values):
+            if not kinds <= {float, int}:
                 return None
             column = np.array(values, dtype=np.float64)
             if not np.isfinite(column).all():
@@ -215,10 +217,10 @@ class KLineAPI(TaskAPI):
         from lightning_tf.kline.inference import series_window
 
         scale = self.model.data_scale
-        trained = {
-            t: (scale.feature_mean[k], scale.feature_std[k], scale.target_mean[k], scale.target_std[k])
-            for k, t in enumerate(scale.ticker_names)
-        }
+        if getattr(self, "_trained", (None,))[0] is not scale:  # the training statistics by ticker, once per model
+            stats = zip(scale.feature_mean, scale.feature_std, scale.target_mean, scale.target_std, strict=True)
+            self._trained = (scale, dict(zip(scale.ticker_names, stats, strict=True)))
+        trained = self._trained[1]
         return series_window(
             ticker or "series",
             columns,
