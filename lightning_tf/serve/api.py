@@ -243,7 +243,7 @@ class TaskAPI(ls.LitAPI):
         return Batch(list(inputs), [i for i, x in enumerate(inputs) if not isinstance(x, Rejected)])
 
     def predict(self, x: Any) -> Any:
-        """A :class:`Batch` (``max_batch_size`` > 1) or one decoded request (LitServe's unbatched loop)."""
+        """A :class:`Batch` (what the worker loop passes, batched or not) or one decoded request (a caller of its own)."""
         single = not isinstance(x, Batch)
         batch = self.batch([x]) if single else x
         outputs = list(batch.items)
