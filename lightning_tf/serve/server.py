@@ -109,7 +109,10 @@ def make_server(api: TaskAPI, info: dict[str, Any], deployment: Deployment) -> l
         devices=deployment.devices,
         workers_per_device=deployment.workers_per_device,
         timeout=deployment.timeout,
-        model_metadata=info,
+        model_metadata={
+            **info,
+            "max_payload_mb": deployment.max_payload_mb,
+        },  # LitServe's own says None: .http.BodyLimit
         # the body's size limit, checked before LitServe reads it (.http.BodyLimit)
         middlewares=[(BodyLimit, {"max_size": int(deployment.max_payload_mb * 2**20)})],
         # answers go back over ZeroMQ instead of a manager queue: a fifth less CPU per request on 2 cores
