@@ -22,7 +22,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from .features import compute_features, compute_target
+from .features import compute_features, compute_target, feature_matrix
 from .scale import DataScale, rebuild_prices
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "Statistics",
     "last_windows",
     "predict_outputs",
+    "series_window",
     "series_windows",
     "windows_table",
 ]
@@ -50,7 +51,7 @@ class SeriesWindow:
         target_mean: ``(K,)`` the target statistics the forecast is mapped back with.
         target_std: ``(K,)``.
         scaled_by: ``training statistics of '<ticker>'`` or ``its own history (<n> bars)``.
-        bars: the series' canonical bars.
+        bars: the series' canonical bars (a frame, or its columns as arrays).
         x_future: scaled known-future covariates of the ``horizon`` forecast bars ``(F, Cf)``, or None.
         static: static ids ``(S,)`` (0: a ticker or category not seen in training), or None.
         timestamps: the forecast bars' timestamps (the series' calendar, or the model's exchange calendar).
@@ -63,7 +64,7 @@ class SeriesWindow:
     target_mean: np.ndarray
     target_std: np.ndarray
     scaled_by: str
-    bars: pd.DataFrame
+    bars: pd.DataFrame | Mapping[str, np.ndarray]
     x_future: np.ndarray | None = None
     static: np.ndarray | None = None
     timestamps: pd.DatetimeIndex | None = None
@@ -225,6 +226,53 @@ def _static_window(cov: Mapping[str, Any], name: str, trained_tickers: list[str]
             table = read_static(path, [], list(vocab))
     ids = static_ids([name], list(trained_tickers or []), table, vocab, bool(cov.get("ticker_embedding")))
     return ids[0]
+
+
+def series_window(
+    name: str,
+    bars: pd.DataFrame | Mapping[str, np.ndarray],
+    *,
+    feature_names: list[str],
+    target: str,
+    context_len: int,
+    volatility_window: int,
+    volume_window: int,
+    trained: Mapping[str, Statistics],
+    source: str,
+) -> SeriesWindow:
+    """The scaled last window of one series of a model without known-future or static covariates:
+    :func:`series_windows` for one ticker's canonical bars, which may also be given as their columns as arrays (a
+    server's request, read without pandas). Past covariates are columns of ``bars`` named as the features."""
+    feats = feature_matrix(bars, feature_names, volatility_window, volume_window)  # (n, C)
+    tgt = compute_target(bars, target)[:, None]  # (n, 1)
+    n = len(tgt)
+    finite = np.isfinite(feats).all(axis=1) & np.isfinite(tgt[:, 0])
+    first = int(np.argmax(finite)) if finite.any() else n
+    usable = n - first
+    if usable < context_len:
+        raise ValueError(
+            f"{source}: ticker {name!r} has {usable} usable bars ({n} bars, {first} warm-up rows for "
+            f"the features); a forecast needs context_len ({context_len})"
+        )
+    if name in trained:
+        f_mean, f_std, t_mean, t_std = (np.asarray(v, dtype=np.float64) for v in trained[name])
+        scaled_by = f"training statistics of {name!r}"
+    else:
+        # never another ticker's scale: a series in other units (or another market) would be misread
+        f_mean, f_std = _own(feats[first:])
+        t_mean, t_std = _own(tgt[first:])
+        scaled_by = f"its own history ({usable} bars)"
+    x = (feats[-context_len:] - f_mean) / f_std  # (L, C)
+    return SeriesWindow(
+        name=name,
+        x=x,
+        raw_target=tgt[-context_len:],
+        anchor=float(np.asarray(bars["close"], dtype=np.float64)[-1]),
+        target_mean=t_mean,
+        target_std=t_std,
+        scaled_by=scaled_by,
+        bars=bars,
+    )
 
 
 def last_windows(

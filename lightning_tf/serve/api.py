@@ -149,11 +149,11 @@ class TaskAPI(ls.LitAPI):
 
     def __init__(self, checkpoint: str, serving: Serving) -> None:
         with warnings.catch_warnings():
-            # batch/unbatch with max_batch_size 1: intended (the unbatched server runs LitServe's single loop)
+            # batch/unbatch with max_batch_size 1: intended (an unbatched server runs batches of one)
             warnings.filterwarnings("ignore", message="The LitServer has both batch and unbatch methods")
             timeout = self.default_batch_timeout if serving.batch_timeout is None else serving.batch_timeout
-            # batched: LitServe's loop collecting from the first request on (.loop); unbatched: its single loop
-            loop = FirstRequestBatchLoop() if serving.max_batch_size > 1 else "auto"
+            # LitServe's batched loop collecting from the first request on (.loop), batched or not
+            loop = FirstRequestBatchLoop()
             super().__init__(max_batch_size=serving.max_batch_size, batch_timeout=timeout, loop=loop)
         self.checkpoint = str(checkpoint)
         self.serving = serving
@@ -243,7 +243,7 @@ class TaskAPI(ls.LitAPI):
         return Batch(list(inputs), [i for i, x in enumerate(inputs) if not isinstance(x, Rejected)])
 
     def predict(self, x: Any) -> Any:
-        """A :class:`Batch` (``max_batch_size`` > 1) or one decoded request (LitServe's unbatched loop)."""
+        """A :class:`Batch` (what the worker loop passes, batched or not) or one decoded request (a caller of its own)."""
         single = not isinstance(x, Batch)
         batch = self.batch([x]) if single else x
         outputs = list(batch.items)

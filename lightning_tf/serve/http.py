@@ -1,10 +1,14 @@
 """The HTTP side of a served checkpoint, added to LitServe's FastAPI app: every error as ``{"error": "<one
-line>"}`` with its status, and an OpenAPI page (``/docs``) that describes the task's requests and responses.
+line>"}`` with its status, a body's size limit, and an OpenAPI page (``/docs``) that describes the task's requests
+and responses.
 
-LitServe reads a request's body itself (``await request.json()``) and answers a body that is not JSON with a
-500 whose cause is the parse error; :func:`error_response` turns that into the 400 it is. Statuses: 400 (not
-JSON, not an object, a broken form), 401 (no or a wrong ``X-API-Key``), 413 (too large), 422 (a field is wrong),
-504 (the request waited longer than ``--timeout`` for a worker).
+:class:`BodyLimit` (a middleware, LitServe's public ``middlewares`` argument) reads every body first: one over
+the size limit is a 413 as soon as its ``Content-Length`` or its bytes so far say so (chunked uploads too). LitServe
+then parses the body itself (``await request.json()``) and answers a body it cannot parse with a 500 whose cause
+is the parser's error; :func:`error_response` turns that into a 400 saying why, whatever the reason (syntax,
+encoding, nesting depth, a number too long; :func:`parse_problem`). Statuses: 400 (not JSON, not an
+object, a broken form), 401 (no or a wrong ``X-API-Key``), 413 (too large), 422 (a field is wrong), 504 (the
+request waited longer than ``--timeout`` for a worker).
 """
 
 from __future__ import annotations
@@ -24,12 +28,14 @@ from .api import TaskAPI
 from .errors import one_line, validation_message
 
 __all__ = [
+    "BodyLimit",
     "ClientErrorFilter",
     "ErrorResponse",
     "error_response",
     "install_error_handlers",
     "install_openapi",
     "openapi_schema",
+    "parse_problem",
 ]
 
 log = logging.getLogger(__name__)
@@ -44,6 +50,65 @@ STATUSES = {
 }
 
 
+def parse_problem(cause: BaseException | None) -> str | None:
+    """Why LitServe could not turn a request's body into a JSON value (one line), when ``cause`` (what its 500
+    came from) is the JSON parser's error, whatever the reason; else None. (Between reading the body and queuing
+    it for a worker nothing else raises these: a body the parser takes but that nests too deeply to pickle for
+    the worker's queue raises RecursionError too.)"""
+    if isinstance(cause, UnicodeDecodeError):
+        return one_line(f"the body is not UTF-8 text: {cause}")
+    if isinstance(cause, RecursionError):
+        return "the body is not a JSON value this server takes: it nests arrays or objects too deeply"
+    if isinstance(cause, json.JSONDecodeError):
+        return one_line(f"the body is not valid JSON: {cause}")
+    if type(cause) is ValueError:  # the parser's own: a number of more than 4300 digits, ...
+        return one_line(f"the body is not a JSON value this server takes: {cause}")
+    return None
+
+
+class BodyLimit:
+    """An ASGI middleware that reads each request's body before the app: over ``max_size`` bytes it is a 413,
+    from ``Content-Length`` before reading, else (chunked uploads) as soon as the bytes received pass it. The app
+    then gets the body as it came."""
+
+    def __init__(self, app: Any, max_size: int) -> None:
+        self.app, self.max_size = app, max_size
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        too_large = f"the body is larger than the server's limit of {self.max_size / 2**20:.3g} MB (--max_payload_mb)"
+        length = headers.get("content-length", "")
+        if length.strip().isdigit() and int(length) > self.max_size:
+            await JSONResponse({"error": too_large}, status_code=413)(scope, receive, send)
+            return
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_size:
+                await JSONResponse({"error": too_large}, status_code=413)(scope, receive, send)
+                return
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        sent = False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal sent
+            if sent:  # the body was read: what comes next is the client leaving
+                return await receive()
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+
 class ErrorResponse(BaseModel):
     """A request that was not served."""
 
@@ -51,9 +116,11 @@ class ErrorResponse(BaseModel):
 
 
 def error_response(status: int, detail: Any, cause: BaseException | None = None) -> JSONResponse:
-    """``{"error": detail}`` with ``status``; a 500 caused by a body that does not parse is the client's 400."""
-    if status == 500 and isinstance(cause, (json.JSONDecodeError, UnicodeDecodeError)):
-        return JSONResponse({"error": one_line(f"the body is not valid JSON: {cause}")}, status_code=400)
+    """``{"error": detail}`` with ``status``; a 500 caused by a body that does not parse is the client's 400
+    (:func:`parse_problem`)."""
+    problem = parse_problem(cause) if status == 500 else None
+    if problem is not None:
+        return JSONResponse({"error": problem}, status_code=400)
     if status == 500 and isinstance(cause, StarletteHTTPException) and cause.status_code < 500:
         # starlette's own 4xx (a form that does not parse), which LitServe does not recognise as an HTTP error
         message = one_line(f"the form does not parse: {cause.detail}")
@@ -68,7 +135,7 @@ class ClientErrorFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         cause = record.exc_info[1] if record.exc_info else None
-        if isinstance(cause, (json.JSONDecodeError, UnicodeDecodeError, StarletteHTTPException)):
+        if isinstance(cause, StarletteHTTPException) or parse_problem(cause) is not None:
             return False
         message = record.getMessage()
         if "Monitoring worker crashed" in message and isinstance(cause, (OSError, EOFError)):

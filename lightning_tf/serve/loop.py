@@ -1,16 +1,33 @@
-"""The batched worker loop: LitServe's, with a batch collected the way ``--batch_timeout`` says.
+"""The worker loop: LitServe's batched loop with a batch collected the way ``--batch_timeout`` says. The ONE
+module that relies on how LitServe works inside (tests/serve/test_loop.py checks each of those points, so a
+LitServe release that changes one of them fails there, not in production).
 
-LitServe 0.2's batched loop (``litserve.loops.base.collate_requests``) starts the batch timeout when the
-worker starts waiting, not when the first request arrives, and polls its request queue every millisecond in
-the meantime. Its request queue is a multiprocessing manager's, so each poll is a round trip to the manager
-process: an idle worker keeps two processes busy, and under a closed loop of clients a batch is cut while
-its requests are still on their way (the answers of the last batch are being written), so it runs half full.
+Why: LitServe 0.2's batched loop (up to 0.2.19, the newest release) starts the batch timeout when the worker
+starts waiting, not when the first request arrives, and polls its request queue every millisecond in the
+meantime. Its request queue is a multiprocessing manager's, so each poll is a round trip to the manager process:
+an idle worker keeps two processes busy, and under a closed loop of clients a batch is cut while its requests
+are still on their way, so it runs half full. Its public API (``LitAPI(max_batch_size=, batch_timeout=)``) has
+no way to say "from the first request"; its documented extension point is a loop (``LitAPI(loop=...)``).
 
-:class:`FirstRequestBatchLoop` (passed to LitServe as the LitAPI's ``loop``, its documented extension point)
-keeps LitServe's loop and changes only the collection: it blocks until a first request is there (no polling),
-then takes requests until the batch holds ``max_batch_size`` or ``batch_timeout`` has passed since that first
-request, and then still takes, without waiting, those already queued (up to ``max_batch_size``). A request that
-waited longer than ``--timeout`` gets 504, as in LitServe's loop; the stop value ends the loop.
+:class:`FirstRequestBatchLoop` is the public ``litserve.loops.BatchedLoop`` with its public
+``get_batch_requests`` hook overridden by :func:`collect_batch`: block until a first request is there (no
+polling), take requests until the batch holds ``max_batch_size`` or ``batch_timeout`` has passed since that
+first request, then still take, without waiting, those already queued (up to ``max_batch_size``). A request
+that waited longer than ``--timeout`` is set apart (LitServe's loop answers it 504). It serves unbatched servers
+too (``max_batch_size`` 1), so that every worker reads the same stop value, :data:`STOP`.
+
+What it relies on beyond LitServe's public names (``litserve.loops.BatchedLoop``, ``LitLoop.put_response``,
+``litserve.utils.LitAPIStatus`` and ``LoopResponseType``):
+
+* a request-queue item is ``(response_queue_id, uid, time.monotonic() when queued, request)`` (the item of
+  LitServe's own loop example, ``litserve.loops.base._BaseLoop``);
+* ``BatchedLoop.run_batched_loop`` gets its batches from ``self.get_batch_requests(lit_api, request_queue,
+  transport)`` as ``(payloads, timed_out)``: ``[(response_queue_id, uid, request)]``, ``[(response_queue_id, uid)]``;
+* a ``LitServer`` that runs holds its workers' processes in ``inference_workers`` and the request queue of each
+  API in ``litapi_request_queues`` (:func:`stop_workers`, for the shutdown that answers the requests in flight).
+
+A worker leaves its loop on :data:`STOP` (ours: no LitServe loop reads it) by ``SystemExit(0)``: the process
+ends as it does when LitServe's own loop returns.
 """
 
 from __future__ import annotations
@@ -20,15 +37,16 @@ from queue import Empty, Queue
 from typing import Any
 
 from litserve import LitAPI
-from litserve.loops.base import _SENTINEL_VALUE, _StopLoopError
-from litserve.loops.simple_loops import BatchedLoop
-from litserve.transport.base import MessageTransport
+from litserve.loops import BatchedLoop
 from litserve.utils import LitAPIStatus, LoopResponseType
 
-__all__ = ["FirstRequestBatchLoop", "collect_batch"]
+__all__ = ["STOP", "FirstRequestBatchLoop", "collect_batch", "stop_workers"]
 
 #: seconds a worker blocks on an empty queue before it looks again (LitServe's single loop waits as long)
 IDLE_WAIT = 1.0
+
+#: the stop value a worker leaves its loop on (put on its request queue by :func:`stop_workers`)
+STOP = "lightning-tf: stop"
 
 
 def collect_batch(
@@ -41,7 +59,8 @@ def collect_batch(
     """One batch from ``request_queue``: ``(payloads, timed_out)``, each payload ``(response_queue_id, uid,
     request)``, each timed-out request ``(response_queue_id, uid)``; both empty when no request came within
     :data:`IDLE_WAIT` seconds. ``started(response_queue_id, uid)`` is called for each request taken. Raises
-    ``_StopLoopError`` on LitServe's stop value."""
+    ``SystemExit(0)`` on :data:`STOP`; a batch that has requests when it comes is returned, and the stop value
+    is queued again for the next collection."""
     payloads: list[tuple[Any, str, Any]] = []
     timed_out: list[tuple[Any, str]] = []
     try:
@@ -51,8 +70,11 @@ def collect_batch(
     deadline = time.monotonic() + batch_timeout
     apply_timeout = request_timeout not in (None, -1, False)
     while True:
-        if item == _SENTINEL_VALUE:
-            raise _StopLoopError()
+        if isinstance(item, str) and item == STOP:
+            if payloads or timed_out:  # this batch is answered first; the next collection stops
+                request_queue.put(item)
+                return payloads, timed_out
+            raise SystemExit(0)
         response_queue_id, uid, timestamp, request = item
         if started is not None:
             started(response_queue_id, uid)
@@ -73,7 +95,7 @@ class FirstRequestBatchLoop(BatchedLoop):
     """LitServe's batched loop with :func:`collect_batch` as its batch collection (see the module)."""
 
     def get_batch_requests(
-        self, lit_api: LitAPI, request_queue: Queue, transport: MessageTransport
+        self, lit_api: LitAPI, request_queue: Queue, transport: Any
     ) -> tuple[list[tuple[Any, str, Any]], list[tuple[Any, str]]]:
         def started(response_queue_id: Any, uid: str) -> None:
             # what LitServe's collection sends for each request it takes (nothing unless workers restart)
@@ -82,3 +104,19 @@ class FirstRequestBatchLoop(BatchedLoop):
         return collect_batch(
             request_queue, lit_api.max_batch_size, lit_api.batch_timeout, lit_api.request_timeout, started
         )
+
+
+def stop_workers(server: Any, grace: float = 2.0) -> None:
+    """Stop the inference workers of a running ``litserve.LitServer`` after the requests already queued: each
+    gets :data:`STOP` behind them. A worker still alive ``grace`` seconds after it is killed (what it spends
+    that long on is the interpreter's teardown). The server's monitor is told first that it has no workers left,
+    so that it does not take their exit for a crash and start new ones."""
+    workers, server.inference_workers = list(server.inference_workers), []
+    for queue in server.litapi_request_queues.values():
+        for _ in workers:
+            queue.put(STOP)
+    for w in workers:
+        w.join(grace)
+        if w.is_alive():
+            w.kill()
+            w.join()

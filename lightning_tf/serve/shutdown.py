@@ -6,9 +6,11 @@ workers behind). Here the server process handles both signals and drains in orde
 
 1. each HTTP server process gets SIGTERM: uvicorn stops accepting connections and waits for the requests it
    holds to be answered (the workers are still running, so they are);
-2. each inference worker gets LitServe's stop value on its request queue and leaves its loop;
-3. LitServe's shutdown event: it closes what is left (the queues' manager) and ``LitServer.run`` returns; the
-   command then exits at once (:func:`exit_now`: the interpreter's teardown of torch would take seconds, and
+2. each inference worker gets the stop value behind the requests queued for it and leaves its loop
+   (:func:`.loop.stop_workers`);
+3. a last SIGINT in the server process (its handler raises KeyboardInterrupt in the main thread): LitServe's
+   ``LitServer.run`` takes it for Ctrl+C, closes what is left (the queues' manager) and returns; the command
+   then exits at once (:func:`exit_now`: the interpreter's teardown of torch would take seconds, and
    nothing is left to release).
 
 The workers ignore SIGTERM and SIGINT while the server process lives (:meth:`TaskAPI.setup
@@ -27,12 +29,11 @@ import threading
 from types import FrameType
 from typing import Any
 
+from .loop import stop_workers
+
 __all__ = ["drain", "exit_now", "install_signal_handlers"]
 
 log = logging.getLogger(__name__)
-
-#: LitServe's stop value on a request queue (litserve.loops.base._SENTINEL_VALUE)
-STOP = (None, None, None, None)
 
 
 def _say(message: str) -> None:
@@ -49,17 +50,10 @@ def drain(server: Any, grace: float = 2.0) -> None:
             os.kill(p.pid, signal.SIGTERM)
     for p in http:
         p.join()
-    # the workers leave on LitServe's stop value; the monitor must not take their exit for a crash
-    workers, server.inference_workers = list(server.inference_workers), []
-    for queue in server.litapi_request_queues.values():
-        for _ in workers:
-            queue.put(STOP)
-    for w in workers:
-        w.join(grace)
-        if w.is_alive():
-            w.kill()
-            w.join()
-    server._shutdown_event.set()
+    stop_workers(server, grace)
+    # LitServer.run waits for its shutdown event in the main thread: a SIGINT sent to that thread interrupts the
+    # wait, and the KeyboardInterrupt its handler raises runs LitServe's own shutdown
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
 
 
 def install_signal_handlers(server: Any) -> None:
@@ -73,7 +67,7 @@ def install_signal_handlers(server: Any) -> None:
         if os.getpid() != main:
             return
         if started.is_set():
-            if signum == signal.SIGINT:
+            if signum == signal.SIGINT:  # a second Ctrl+C, or drain() done
                 raise KeyboardInterrupt
             return
         started.set()

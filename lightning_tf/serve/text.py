@@ -74,6 +74,13 @@ class TextAPI(TaskAPI):
         text = self.validate(body).text
         if not text.strip():
             raise BadRequest("text is empty")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as err:  # a lone surrogate, sent as a JSON escape (\ud800)
+            raise BadRequest(
+                f"text holds {text[err.start]!r} at character {err.start}, half of a UTF-16 surrogate pair; "
+                "send the whole character"
+            ) from None
         # the model's own tokenisation and its positional limit; beyond max_len tokens a request is refused
         # (not cut) whatever the encoding, so that no request can hold a worker for an unbounded time
         limit = self.model.hparams.max_len

@@ -118,9 +118,11 @@ class VisionAPI(TaskAPI):
                 x = self.model.prepare([img])[0]  # (C, S, S)
         except BadRequest:
             raise
+        except Image.DecompressionBombError as err:  # PIL's own limit, checked as the file opens
+            raise BadRequest(f"image: more than {MAX_PIXELS:,} pixels ({err})", status=413) from None
         except UnidentifiedImageError:
             raise BadRequest("image: not an image file (PNG, JPEG, ... any format PIL reads)") from None
-        except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
+        except (OSError, SyntaxError, ValueError) as err:
             raise BadRequest(f"image: the file does not decode ({type(err).__name__}: {err})") from None
         return x, self.top_k if top_k is None else top_k
 

@@ -9,9 +9,11 @@ import io
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,7 @@ __all__ = [
     "ServerProcess",
     "bars_records",
     "free_port",
+    "png_bomb",
     "png_bytes",
     "save_checkpoint",
     "tiny_kline",
@@ -126,6 +129,21 @@ def png_bytes(seed: int, size: tuple[int, int] = (20, 24), mode: str = "RGB") ->
     buf = io.BytesIO()
     Image.fromarray(rng.integers(0, 256, shape, dtype=np.uint8), mode=mode).save(buf, format="PNG")
     return buf.getvalue()
+
+
+def png_bomb(width: int = 30_000, height: int = 30_000) -> bytes:
+    """A PNG whose header says ``width`` x ``height`` pixels, with one row of data (a few hundred bytes)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)  # 8-bit greyscale
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(b"\x00" * (width + 1)))
+        + chunk(b"IEND", b"")
+    )
 
 
 def b64(data: bytes) -> str:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 import torch
 from torch.utils.data import RandomSampler
 
@@ -108,3 +109,24 @@ def test_intraday_forecast_timestamps_follow_the_trading_session() -> None:
     assert next_timestamps(hourly, 3).tolist() == list(pd.date_range(hourly[-1], periods=4, freq="h")[1:])
     one_day = pd.DatetimeIndex(stamps[:10])
     assert next_timestamps(one_day, 2)[0] == one_day[-1] + pd.Timedelta("5min")
+
+
+def test_next_business_days_of_daily_bars_are_pandas_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The numpy path of daily bars gives what the pandas path gives (values and unit), on bars with gaps, a
+    time of day and any unit; other series (weekend bars) are left to the pandas path."""
+    import lightning_tf.kline.windows as module
+
+    rng = np.random.default_rng(0)
+    cases = []
+    for i in range(60):
+        start = pd.Timestamp("1995-01-02") + pd.Timedelta(days=int(rng.integers(0, 9000)))
+        ts = pd.bdate_range(start, periods=int(rng.integers(12, 120))) + pd.Timedelta(hours=16 * (i % 2))
+        ts = ts.delete(rng.integers(1, len(ts) - 1, size=i % 3))
+        cases.append(pd.DatetimeIndex(ts).as_unit(("s", "ms", "us", "ns")[i % 4]))
+    fast = [module._next_business_days(ts, 7) for ts in cases]
+    assert all(f is not None for f in fast)
+    assert module._next_business_days(pd.date_range("2024-01-01", periods=30, freq="D"), 3) is None
+    monkeypatch.setattr(module, "_next_business_days", lambda ts, n: None)
+    for ts, got in zip(cases, fast, strict=True):
+        want = next_timestamps(ts, 7)
+        assert got.equals(want) and got.dtype == want.dtype, (ts, got, want)

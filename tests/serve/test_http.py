@@ -59,6 +59,7 @@ def test_info_needs_the_key_and_says_what_is_served(client: TestClient, vision_c
     assert info["model"]["task"] == "vision" and info["model"]["checkpoint"] == str(vision_ckpt.resolve())
     assert info["model"]["class_names"] == ["cat", "dog", "bird"]
     assert info["model"]["batching"] == {"max_batch_size": 32, "batch_timeout": 0.005}
+    assert info["model"]["max_payload_mb"] == 32.0
     assert info["server"]["devices"] == ["cpu"]
 
 
@@ -96,3 +97,44 @@ def test_the_log_keeps_out_tracebacks_of_bodies_that_do_not_parse() -> None:
     assert not keep.filter(record("Unhandled exception", json.JSONDecodeError("Expecting value", "{", 1)))
     assert not keep.filter(record("LitServer-0 (PID: 1): Already not alive.", None))
     assert keep.filter(record("Unhandled exception", RuntimeError("a real problem")))
+
+
+@pytest.fixture(scope="module")
+def small(vision_ckpt: Path) -> TestClient:
+    """A server whose body limit is 0.01 MB (10485 bytes)."""
+    api, info = make_api(str(vision_ckpt), Serving(), TaskOptions())
+    server = make_server(api, info, Deployment(accelerator="cpu", max_payload_mb=0.01))
+    return TestClient(server.app, raise_server_exceptions=False)
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "the body is not a JSON value this server takes: it nests arrays or"),
+        (b'{"image": "\xff\xfe\xfa"}', "the body is not UTF-8 text: 'utf-8' codec can't decode byte 0xff in position"),
+        (b'{"image": ', "the body is not valid JSON: Expecting value: line 1 column 11 (char 10)"),
+        (
+            b'{"top_k": ' + b"9" * 5000 + b"}",
+            "the body is not a JSON value this server takes: Exceeds the limit (4300 digits)",
+        ),
+        (b"", "the body is not valid JSON: Expecting value: line 1 column 1 (char 0)"),
+    ],
+)
+def test_a_body_that_does_not_parse_is_400_saying_why(client: TestClient, body: bytes, error: str) -> None:
+    response = client.post("/predict", content=body, headers={"X-API-Key": "k3y", "Content-Type": "application/json"})
+    assert response.status_code == 400 and response.json()["error"].startswith(error), response.text
+
+
+def test_a_body_over_the_limit_is_413_before_it_is_read(small: TestClient) -> None:
+    big = json.dumps({"image": "x" * 20_000}).encode()
+    too_large = {"error": "the body is larger than the server's limit of 0.01 MB (--max_payload_mb)"}
+    response = small.post("/predict", content=big, headers={"Content-Type": "application/json"})
+    assert (response.status_code, response.json()) == (413, too_large)
+
+    def chunks():  # no Content-Length: sent chunked
+        for i in range(0, len(big), 1000):
+            yield big[i : i + 1000]
+
+    response = small.post("/predict", content=chunks(), headers={"Content-Type": "application/json"})
+    assert "content-length" not in response.request.headers
+    assert (response.status_code, response.json()) == (413, too_large)

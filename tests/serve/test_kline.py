@@ -8,13 +8,14 @@ import json
 import sys
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 
 pytest.importorskip("litserve")
 
 from lightning_tf.serve.api import Serving
-from lightning_tf.serve.kline import KLineAPI
+from lightning_tf.serve.kline import KLineAPI, model_columns, plain_columns
 from tests.helpers.serve import bars_records, tiny_kline
 
 BARS = bars_records(80, seed=0)
@@ -167,3 +168,39 @@ def test_info(api: KLineAPI) -> None:
     info = api.describe()
     assert (info["context_len"], info["horizon"], info["trained_tickers"]) == (32, 4, ["TRAINED"])
     assert info["targets"] == ["log_return"] and "log_volume_change" in info["features"]
+
+
+def test_plain_bars_are_read_with_numpy_into_the_window_the_bar_reader_gives(api: KLineAPI) -> None:
+    columns = model_columns(api.model.data_scale)
+    assert columns == ("open", "high", "low", "close", "volume")
+    for seed, ticker in [(0, None), (1, "TRAINED"), (2, "XYZ")]:
+        bars = bars_records(70 + seed, seed=seed)
+        assert plain_columns(bars, columns) is not None
+        request = api.validate({"bars": bars, **({"ticker": ticker} if ticker else {})})
+        fast, read = api.parse(request.model_dump(exclude_none=True)), api._read(request)
+        assert (fast.name, fast.scaled_by, fast.anchor) == (read.name, read.scaled_by, read.anchor)
+        assert np.array_equal(fast.x, read.x) and np.array_equal(fast.raw_target, read.raw_target)
+        assert np.array_equal(fast.target_mean, read.target_mean) and np.array_equal(fast.target_std, read.target_std)
+        assert api.model.forecast_windows([fast]).equals(api.model.forecast_windows([read]))
+    timed = [{**b, "Date": b["Date"] + "T09:30:00"} for b in BARS]  # intraday ISO stamps read alike
+    assert np.array_equal(api.parse({"bars": timed}).x, api._read(api.validate({"bars": timed})).x)
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        (lambda bars: bars[::-1], "not in time order"),
+        (lambda bars: [bars[0], *bars], "a duplicate timestamp"),
+        (lambda bars: [{**b, "Date": b["Date"].replace("-", "/")} for b in bars], "not ISO"),
+        (lambda bars: [{**bars[0], "Close": "12.5"}, *bars[1:]], "a number as a string"),
+        (lambda bars: [{**bars[0], "Close": float("nan")}, *bars[1:]], "NaN"),
+        (lambda bars: [{**bars[0], "High": bars[0]["Low"] / 2}, *bars[1:]], "high below low"),
+        (lambda bars: [{**bars[0], "Volume": -1}, *bars[1:]], "negative volume"),
+        (lambda bars: [{k: v for k, v in b.items() if k != "Volume"} for b in bars], "no volume"),
+        (lambda bars: [{**b, "Adj Close": b["Close"]} for b in bars], "a column the model does not read"),
+        (lambda bars: [{**b, "ticker": "A"} for b in bars], "a ticker column"),
+        (lambda bars: [bars[0], {k: v for k, v in bars[1].items() if k != "Open"}, *bars[2:]], "a bar without open"),
+    ],
+)
+def test_other_bars_go_to_the_bar_reader(change: Any, why: str) -> None:
+    assert plain_columns(change(list(BARS)), ("open", "high", "low", "close", "volume")) is None, why

@@ -1,21 +1,27 @@
-"""The batched worker loop's collection: the batch timeout runs from the first request, a full batch is cut at
-once, requests already queued after the timeout still join, timed-out requests are set apart, and the stop
-value ends the loop."""
+"""The worker loop's collection: the batch timeout runs from the first request, a full batch is cut at once,
+requests already queued after the timeout still join, timed-out requests are set apart, and the stop value ends
+the loop. Then the guard of what the loop relies on inside LitServe (lightning_tf/serve/loop.py lists it): a
+LitServe release that changes one of those points fails here."""
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 from queue import Queue
+from typing import Any
 
 import pytest
 
 pytest.importorskip("litserve")
 
-from litserve.loops.base import _SENTINEL_VALUE, _StopLoopError
+import litserve as ls  # noqa: E402
+from litserve.callbacks import CallbackRunner  # noqa: E402
+from litserve.loops import BatchedLoop, LitLoop  # noqa: E402
+from litserve.utils import LitAPIStatus, LoopResponseType  # noqa: E402
 
-from lightning_tf.serve import loop as loop_module
-from lightning_tf.serve.loop import collect_batch
+from lightning_tf.serve import loop as loop_module  # noqa: E402
+from lightning_tf.serve.loop import STOP, FirstRequestBatchLoop, collect_batch, stop_workers  # noqa: E402
 
 
 def _item(uid: str, age: float = 0.0) -> tuple[int, str, float, dict]:
@@ -73,6 +79,101 @@ def test_an_idle_wait_returns_empty_and_the_stop_value_ends_the_loop(monkeypatch
     queue: Queue = Queue()
     assert collect_batch(queue, 8, 0.01, None) == ([], [])
     queue.put(_item("a"))
-    queue.put(_SENTINEL_VALUE)
-    with pytest.raises(_StopLoopError):
+    queue.put(STOP)  # behind a request: the request's batch first, then the stop
+    payloads, _ = collect_batch(queue, 8, 1.0, None)
+    assert [p[1] for p in payloads] == ["a"]
+    with pytest.raises(SystemExit) as stop:
         collect_batch(queue, 8, 1.0, None)
+    assert stop.value.code == 0
+
+
+# ---------------------------------------------------------------------------------- the guard of LitServe's inside
+class Echo(ls.LitAPI):
+    """A LitAPI without a model: a request's ``x`` doubled, batched by the project's loop."""
+
+    def setup(self, device: str) -> None:
+        pass
+
+    def decode_request(self, request):  # noqa: ANN001, ANN201 (no annotation: LitServe passes the JSON body)
+        return int(request["x"])
+
+    def batch(self, inputs: list[int]) -> list[int]:
+        return list(inputs)
+
+    def predict(self, x: list[int]) -> list[int]:
+        return [2 * v for v in x]
+
+    def unbatch(self, output: list[int]) -> list[int]:
+        return output
+
+    def encode_response(self, output: int) -> dict[str, int]:
+        return {"y": output}
+
+
+class Transport:
+    """LitServe's MessageTransport interface, recording what a loop sends."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[Any, int]] = []
+
+    def send(self, item: Any, consumer_id: int) -> None:
+        self.sent.append((item, consumer_id))
+
+    async def areceive(self, consumer_id: int, timeout: float | None = None) -> Any:  # pragma: no cover
+        raise NotImplementedError
+
+
+def test_litserve_s_batched_loop_takes_its_batches_from_the_hook_the_project_overrides() -> None:
+    """``BatchedLoop.run_batched_loop`` collects with ``self.get_batch_requests(lit_api, request_queue, transport)``,
+    reads ``(response_queue_id, uid, request)`` payloads and ``(response_queue_id, uid)`` timed-out requests, and
+    the stop value leaves it (SystemExit(0)); an item of LitServe's queue format is what the hook reads."""
+    assert list(inspect.signature(BatchedLoop.get_batch_requests).parameters) == [
+        "self",
+        "lit_api",
+        "request_queue",
+        "transport",
+    ]
+    assert list(inspect.signature(LitLoop.put_response).parameters) == [
+        "self",
+        "transport",
+        "response_queue_id",
+        "uid",
+        "response_data",
+        "status",
+        "response_type",
+    ]
+    api = Echo(max_batch_size=4, batch_timeout=0.01, loop=FirstRequestBatchLoop())
+    api.request_timeout = 5.0
+    queue: Queue = Queue()
+    queue.put((3, "old", time.monotonic() - 10.0, {"x": 0}))
+    queue.put((1, "a", time.monotonic(), {"x": 2}))
+    queue.put((2, "b", time.monotonic(), {"x": 5}))
+    queue.put(STOP)
+    transport = Transport()
+    with pytest.raises(SystemExit) as stop:
+        api.loop.run_batched_loop(api, queue, transport, CallbackRunner())
+    assert stop.value.code == 0
+    answers = {item[0]: (consumer, item[1][:3]) for item, consumer in transport.sent}
+    assert answers["a"] == (1, ({"y": 4}, LitAPIStatus.OK, LoopResponseType.REGULAR))
+    assert answers["b"] == (2, ({"y": 10}, LitAPIStatus.OK, LoopResponseType.REGULAR))
+    consumer, (error, status, kind) = answers["old"]
+    assert (consumer, status, kind, error.status_code) == (3, LitAPIStatus.ERROR, LoopResponseType.REGULAR, 504)
+
+
+@pytest.mark.integration
+def test_a_running_litserver_queues_requests_as_the_loop_reads_them_and_its_workers_stop_on_the_stop_value() -> None:
+    """A real LitServer (in this process, its worker spawned): a request reaches the project's loop in LitServe's
+    queue format and is answered; ``inference_workers`` and ``litapi_request_queues`` are what
+    :func:`~lightning_tf.serve.loop.stop_workers` stops, each worker leaving with status 0."""
+    from fastapi.testclient import TestClient
+    from litserve.utils import wrap_litserve_start
+
+    server = ls.LitServer(
+        Echo(max_batch_size=4, batch_timeout=0.01, loop=FirstRequestBatchLoop()), accelerator="cpu", timeout=10
+    )
+    with wrap_litserve_start(server) as running, TestClient(running.app) as client:
+        assert client.post("/predict", json={"x": 21}).json() == {"y": 42}
+        workers = list(running.inference_workers)
+        assert workers and set(running.litapi_request_queues) == {"/predict"}
+        stop_workers(running, grace=30.0)
+        assert running.inference_workers == [] and [w.exitcode for w in workers] == [0] * len(workers)

@@ -61,6 +61,11 @@ def test_the_server_beam_size_is_used(api: TextAPI) -> None:
         ({"text": " \n\t "}, 422, "text is empty"),
         ({"text": "a cat.", "beam": 2}, 422, "beam: unknown field"),
         (
+            json.loads('{"text": "a cat \\ud800"}'),
+            422,
+            "text holds '\\ud800' at character 6, half of a UTF-16 surrogate pair; send the whole character",
+        ),
+        (
             {"text": "dog " * 30},
             422,
             "text has {n} tokens (EOS included), more than max_len (24) of the sinusoidal positional encoding",

@@ -85,7 +85,7 @@ def test_concurrent_requests_are_batched_and_each_is_translate_alone(
         (
             {"data": b'{"text": "\xff"}', "headers": {"Content-Type": "application/json"}},
             400,
-            "the body is not valid JSON",
+            "the body is not UTF-8 text: 'utf-8' codec can't decode byte 0xff in position 10",
         ),
         ({"json": {"text": 3}}, 422, "text: input should be a valid string"),
         ({"json": {"text": "dog " * 40}}, 422, "text has "),

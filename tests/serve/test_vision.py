@@ -18,7 +18,7 @@ from starlette.datastructures import FormData, Headers, UploadFile
 import lightning_tf.serve.vision as served_vision
 from lightning_tf.serve.api import Serving
 from lightning_tf.serve.vision import VisionAPI
-from tests.helpers.serve import b64, png_bytes, tiny_vit
+from tests.helpers.serve import b64, png_bomb, png_bytes, tiny_vit
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +88,12 @@ PNG = png_bytes(4)
         ({"image": b64(PNG), "topk": 3}, 422, "topk: unknown field"),
         ({"image": "not base64!"}, 422, "image: not base64 (Only base64 data is allowed)"),
         ({"image": ""}, 422, "image: empty"),
+        ({"image": b64(png_bomb(8000, 8000))}, 413, "image: 8000x8000 pixels, more than 50,000,000"),
+        (
+            {"image": b64(png_bomb(30000, 30000))},
+            413,
+            "image: more than 50,000,000 pixels (Image size (900000000 pixels)",
+        ),
         ({"image": b64(b"hello, this is text")}, 422, "image: not an image file (PNG, JPEG, ... any format PIL reads)"),
         (
             {"image": b64(PNG[: len(PNG) // 2])},
