@@ -213,7 +213,7 @@ def next_timestamps(
     on by business days, or calendar days where the series has weekend bars. Holidays are not
     known. Other spacings, and intraday data of a single day, continue at the median spacing.
     """
-    daily = _next_business_days(ts, n)
+    daily = _next_business_days(ts, n) if calendar is None else None
     if daily is not None:
         return daily
     step = pd.Series(ts).diff().median()
