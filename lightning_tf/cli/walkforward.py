@@ -216,6 +216,8 @@ def _run_fold(
         if not need.exists():
             raise ValueError(f"--refit {refit}: fold {fold.number} needs {need}; run the earlier fold(s) first")
         warm_from = None if test_only else need
+    if folder.exists():  # what a killed run of this fold left: it runs again from the start
+        shutil.rmtree(folder)
     t0 = time.perf_counter()
     recorder = FoldRecorder(folder, warm_from=warm_from, lightgbm=lightgbm)
     kwargs = {"parser_kwargs": {"exit_on_error": False, "fit": {"exit_on_error": False}, "test": {"exit_on_error": False}}}
