@@ -124,6 +124,16 @@ def _etth1(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return ["--data.init_args.path", str(write_etth1(tmp))]
 
 
+def _universe(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    import pandas as pd
+
+    from tests.helpers.kline import make_bars
+
+    bars = pd.concat([make_bars(200, seed=i).assign(Ticker=f"T{i}") for i in range(4)])
+    bars.to_csv(tmp / "universe.csv", index=False)
+    return ["--data.init_args.path", str(tmp / "universe.csv")]
+
+
 USER_DATA: dict[str, Callable[[Path, pytest.MonkeyPatch], list[str]]] = {
     "text/transformer_base.yaml": _aligned_corpus,
     "text/tatoeba_de_en.yaml": _tatoeba,
@@ -133,6 +143,7 @@ USER_DATA: dict[str, Callable[[Path, pytest.MonkeyPatch], list[str]]] = {
     "vision/fashion_mnist.yaml": _fashion_mnist,
     "kline/patchtst_etth1.yaml": _etth1,
     "kline/patchtst_etth1_paper.yaml": _etth1,
+    "kline/us_universe.yaml": _universe,
 }
 
 
