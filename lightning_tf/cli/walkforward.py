@@ -107,6 +107,7 @@ class FoldRecorder(Callback):
         self.lightgbm = lightgbm
         self.notes: list[str] = []
         self.test_summary: dict[str, Any] = {}
+        self.residual_kept = False
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self.warm_from is None:
@@ -156,13 +157,16 @@ class FoldRecorder(Callback):
         if best and Path(best).exists() and Path(best).resolve() != (self.folder / "model.ckpt").resolve():
             shutil.copyfile(best, self.folder / "model.ckpt")
         self.test_summary = dict(getattr(pl_module, "test_summary", {}) or {})
+        self.residual_kept = bool(getattr(pl_module, "residual_kept", False))
 
 
 def _day(t: Any) -> str:
     return pd.Timestamp(t).strftime("%Y-%m-%d")
 
 
-def _plan(dm: Any, n_folds: int, test_span: int, val_span: int, embargo: int | None, window: str, train_span: int | None) -> tuple[list[Any], int]:
+def _plan(
+    dm: Any, n_folds: int, test_span: int, val_span: int, embargo: int | None, window: str, train_span: int | None
+) -> tuple[list[Any], int]:
     from lightning_tf.kline.walkforward import folds as make_folds
 
     horizon = int(dm.horizon)
@@ -220,7 +224,9 @@ def _run_fold(
         shutil.rmtree(folder)
     t0 = time.perf_counter()
     recorder = FoldRecorder(folder, warm_from=warm_from, lightgbm=lightgbm)
-    kwargs = {"parser_kwargs": {"exit_on_error": False, "fit": {"exit_on_error": False}, "test": {"exit_on_error": False}}}
+    kwargs = {
+        "parser_kwargs": {"exit_on_error": False, "fit": {"exit_on_error": False}, "test": {"exit_on_error": False}}
+    }
     if test_only:
         args = ["test", *forwarded, *_overrides(fold, embargo, folder), f"--ckpt_path={first}"]
     else:
@@ -233,6 +239,7 @@ def _run_fold(
     done = {
         **fold.row(),
         "seconds": round(time.perf_counter() - t0, 1),
+        "residual_kept": recorder.residual_kept,
         "checkpoint": str(first if test_only else folder / "model.ckpt"),
         "test": {scale: metrics for scale, metrics in model.items() if isinstance(metrics, dict)},
         "notes": recorder.notes,
@@ -246,7 +253,14 @@ def _finish_wandb() -> None:
         wandb.finish()
 
 
-def _gather(out: Path, plan: dict[str, Any], top_k: int | None, n_drop: int | None, cost_bps: float, wandb_args: dict[str, Any] | None) -> dict[str, Path]:
+def _gather(
+    out: Path,
+    plan: dict[str, Any],
+    top_k: int | None,
+    n_drop: int | None,
+    cost_bps: float,
+    wandb_args: dict[str, Any] | None,
+) -> dict[str, Path]:
     from lightning_tf.kline.evaluation.walkforward_report import (
         default_top_k,
         evaluate_forecasters,
@@ -265,7 +279,14 @@ def _gather(out: Path, plan: dict[str, Any], top_k: int | None, n_drop: int | No
         frame.insert(0, "fold", k)
         parts.append(frame)
         done = json.loads((out / f"fold_{k}" / DONE).read_text(encoding="utf-8"))
-        rows.append({"fold": k, **{key: fold[key] for key in fold if key != "number"}, "seconds": done["seconds"]})
+        rows.append(
+            {
+                "fold": k,
+                **{key: fold[key] for key in fold if key != "number"},
+                "seconds": done["seconds"],
+                "residual_kept": done.get("residual_kept", False),
+            }
+        )
         notes += [f"* fold {k}: {n}" for n in done.get("notes", [])]
     predictions = pd.concat(parts, ignore_index=True)
     predictions.to_parquet(out / PREDICTIONS, index=False)

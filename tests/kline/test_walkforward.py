@@ -44,7 +44,9 @@ def test_expanding_starts_at_the_first_date_and_rolling_keeps_its_length() -> No
     assert roll[0] == grow[0] and roll[1].train_start == DATES[100]
     assert {_index(f.train_end) - _index(f.train_start) + 1 for f in fixed} == {200}
     # validation and test dates do not depend on the training window
-    assert [(f.val_start, f.test_start, f.test_end) for f in grow] == [(f.val_start, f.test_start, f.test_end) for f in fixed]
+    assert [(f.val_start, f.test_start, f.test_end) for f in grow] == [
+        (f.val_start, f.test_start, f.test_end) for f in fixed
+    ]
 
 
 def test_dates_are_sorted_and_deduplicated_first() -> None:

@@ -72,7 +72,13 @@ def evaluate_forecasters(
 def _fmt(value: float, kind: str) -> str:
     if value is None or not math.isfinite(value):
         return "n/a"
-    return {"plain": f"{value:.2f}", "ic": f"{value:+.4f}", "ratio": f"{value:+.2f}", "pct": f"{value:+.2%}", "dd": f"{value:.2%}"}[kind]
+    return {
+        "plain": f"{value:.2f}",
+        "ic": f"{value:+.4f}",
+        "ratio": f"{value:+.2f}",
+        "pct": f"{value:+.2%}",
+        "dd": f"{value:.2%}",
+    }[kind]
 
 
 #: (summary key, column title, format) of the report's tables
@@ -207,6 +213,13 @@ def write_report(
     any_eval = next(iter(result.pooled.values()))
     settings = any_eval.settings
     lines = ["# Walk-forward report", "", *about, ""]
+    if "residual_kept" in folds:
+        kept = int(folds["residual_kept"].astype(bool).sum())
+        lines += [
+            f"The tested model kept its Transformer residual on validation in {kept} of {len(folds)} folds; in the "
+            "others it is its linear path alone (the same forecast as the `linear path` row).",
+            "",
+        ]
     lines += [
         f"Portfolios: top {settings['top_k']} long (and bottom {settings['top_k']} short for long-short), at most "
         f"{settings['n_drop']} names replaced a date, {settings['cost_bps']:g} bp per unit of turnover, traded on "
