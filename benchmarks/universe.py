@@ -56,11 +56,11 @@ COLUMNS = (
 )
 
 
-def quick_data(workdir: Path) -> Path:
-    """30 tickers of the shared file from 2010 on, or a generated panel of 30 random walks when it is absent."""
+def quick_data(workdir: Path, source: Path) -> Path:
+    """30 tickers of ``source`` from 2010 on, or a generated panel of 30 random walks when it is absent."""
     path = workdir / "quick_universe.csv"
-    if DATA.exists():
-        bars = pd.read_csv(DATA, parse_dates=["date"])
+    if source.exists():
+        bars = pd.read_csv(source, parse_dates=["date"])
         keep = sorted(bars["ticker"].unique())[:30]
         bars = bars[bars["ticker"].isin(keep) & (bars["date"] >= "2010-01-01")]
     else:
@@ -117,7 +117,7 @@ def _peak_mb() -> float:
 
 def run(args: argparse.Namespace) -> dict:
     args.workdir.mkdir(parents=True, exist_ok=True)
-    data = quick_data(args.workdir) if args.quick and args.data is None else (args.data or DATA)
+    data = quick_data(args.workdir, args.data or DATA) if args.quick else (args.data or DATA)
     if not Path(data).exists():
         raise SystemExit(f"{data} not found: the universe file is in the shared data (see its README)")
     folds = (

@@ -109,8 +109,7 @@ def folds(
         span = f"train_span {train_span}" if train_span else f"at least {min_train} training dates"
         raise ValueError(
             f"{n_folds} folds of test_span {test_span} with val_span {val_span}, embargo {embargo} and {span} "
-            f"need {need} trading dates; the data has {n}"
-            + (f" ({days[0].date()} .. {days[-1].date()})" if n else "")
+            f"need {need} trading dates; the data has {n}" + (f" ({days[0].date()} .. {days[-1].date()})" if n else "")
         )
     span = train_span if train_span is not None else (n - behind if window == "rolling" else None)
     out = []
