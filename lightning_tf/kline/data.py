@@ -299,10 +299,8 @@ class KLineDataModule(LightningDataModule):
             if split == "train":
                 need = f"a training window needs context_len + horizon = {L} + {F} = {L + F} bars"
             else:
-                need = (
-                    f"a {names[split]} window needs horizon + embargo = {F} + {h.embargo} bars in the split "
-                    "(its context may come before)"
-                )
+                bars = f"horizon ({F})" if not h.embargo else f"horizon + embargo = {F} + {h.embargo} = {F + h.embargo}"
+                need = f"a {names[split]} window needs {bars} bars in the split (its context may come before)"
             warm_up = " (after the warm-up)" if split == "train" else ""
             raise ValueError(
                 f"{h.path}: the {names[split]} split has {n} usable bars{warm_up}, too few: {need}; lower horizon or "

@@ -218,3 +218,9 @@ def test_train_start_moves_the_scaler_statistics(tmp_path: Path) -> None:
 def test_bad_date_ranges_are_refused(kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         KLineDataModule("x.csv", **kwargs)
+
+
+def test_an_embargo_longer_than_the_validation_split_is_refused_naming_it(tmp_path: Path) -> None:
+    dates = {"val_start": "2000-11-01", "test_start": "2000-11-20"}  # 13 validation bars
+    with pytest.raises(ValueError, match=r"validation split has 13 usable bars.*horizon \+ embargo = 5 \+ 10 = 15"):
+        _module(_panel(tmp_path), embargo=10, **dates)
