@@ -150,3 +150,20 @@ def test_one_fold_alone_then_gather_equals_the_full_run(universe: dict[str, Path
     )
     done = json.loads((alone / "fold_1" / "done.json").read_text())
     assert done["test_start"] == pd.read_csv(full / "folds.csv")["test_start"].iloc[0]
+
+
+def test_the_charts_go_to_an_offline_wandb_run(universe: dict[str, Path], tmp_path: Path, monkeypatch) -> None:
+    from lightning_tf.cli.walkforward import _log_wandb
+    from lightning_tf.kline.evaluation.walkforward_report import evaluate_forecasters
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    out = universe["out"]
+    result = evaluate_forecasters(pd.read_parquet(out / "predictions.parquet"), top_k=2, n_drop=1, cost_bps=10.0)
+    files = {name: out / f"{name}.png" for name in ("cumulative_return", "ic_per_month")}
+    files["report"] = out / "report.md"
+    _log_wandb(files, {"project": "wf-test", "save_dir": str(tmp_path), "offline": True}, result)
+    runs = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+    media = sorted(p.name for p in runs[0].rglob("*.png"))
+    assert any(n.startswith("walkforward_cumulative_return") or "cumulative_return" in n for n in media), media
+    assert any("ic_per_month" in n for n in media), media
