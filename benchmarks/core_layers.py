@@ -45,7 +45,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from lightning_tf.core import DecoderLayer, EncoderLayer
+from lightning_tf.core import DecoderLayer, EncoderLayer, TransformerSpec
 
 LayerName = Literal["encoder", "decoder"]
 Mode = Literal["train", "eval"]
@@ -161,10 +161,10 @@ def build_pair(layer: LayerName, D: int, H: int) -> tuple[nn.Module, nn.Module]:
     ours: nn.Module
     if layer == "encoder":
         ref = nn.TransformerEncoderLayer(D, H, **common)
-        ours = EncoderLayer(D, H, 4 * D, dropout=0.0, activation="relu", norm_first=True)
+        ours = EncoderLayer(TransformerSpec(D, H, 1, 4 * D, dropout=0.0, activation="relu", norm_first=True))
     else:
         ref = nn.TransformerDecoderLayer(D, H, **common)
-        ours = DecoderLayer(D, H, 4 * D, dropout=0.0, activation="relu", norm_first=True)
+        ours = DecoderLayer(TransformerSpec(D, H, 1, 4 * D, dropout=0.0, activation="relu", norm_first=True))
     ours.load_state_dict(map_state_dict(ref.state_dict(), D), strict=True)
     return ours, ref
 

@@ -19,7 +19,7 @@
 
 Run (about 3 minutes on a 2-core CPU; ``--quick`` is a < 60 s smoke run)::
 
-    python benchmarks/kline.py [--epochs N] [--threads N] [--repeats N] [--quick] [--json PATH]
+    python benchmarks/kline.py [--epochs N] [--device cpu|cuda] [--threads N] [--repeats N] [--quick] [--json PATH]
         [--out docs/results/kline_msft] [--skip-accuracy] [--skip-speed] [--model NAME=VALUE ...]
 """
 
@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from core_layers import machine_info
+from core_layers import machine_info, sync
 from ett import load_config, parse_overrides
 
 from lightning_tf.kline import KLineDataModule, KLineForecaster
@@ -183,6 +183,8 @@ def speed(args: argparse.Namespace) -> list[dict]:
     ours.eval(), ref.eval()
     with torch.no_grad():
         torch.testing.assert_close(ours(x), ref(x), rtol=1e-4, atol=1e-5)  # same function before timing
+    device = torch.device(args.device)  # checked on the CPU in float32, timed on the device
+    ours, ref, x, y = ours.to(device), ref.to(device), x.to(device), y.to(device)
     rows = []
     for mode in ("train", "eval"):
         fns = {name: step_fn(m, x, y, mode) for name, m in (("ours", ours), ("torch", ref))}
@@ -192,8 +194,10 @@ def speed(args: argparse.Namespace) -> list[dict]:
         times: dict[str, list[float]] = {"ours": [], "torch": []}
         for r in range(args.repeats):
             for name in ("ours", "torch") if r % 2 == 0 else ("torch", "ours"):
+                sync(device)
                 t0 = time.perf_counter()
                 fns[name]()
+                sync(device)
                 times[name].append(time.perf_counter() - t0)
         B = x.shape[0]
         med = {k: statistics.median(v) for k, v in times.items()}
@@ -236,6 +240,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--epochs", type=int, default=None, help="default: the config's max_epochs")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the speed part runs")
     p.add_argument("--batch-size", type=int, default=128, help="windows per batch in the speed test")
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
@@ -300,7 +305,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
     warnings.filterwarnings("ignore", ".*LeafSpec.*")
-    info = machine_info(torch.device("cpu"))
+    info = machine_info(torch.device(args.device))
     print(f"machine: {info}")
     out: dict = {"machine": info}
     if not args.skip_accuracy:

@@ -18,7 +18,7 @@ Three parts, each printed as a markdown table with the machine it ran on:
 
 Run (``--quick`` is a < 60 s smoke run)::
 
-    python benchmarks/seq2seq.py [--quick] [--threads N] [--repeats N] [--json PATH]
+    python benchmarks/seq2seq.py [--quick] [--device cpu|cuda] [--threads N] [--repeats N] [--json PATH]
         [--parts train decode] [--quality] [--budget-min M] [--tatoeba PATH]
 """
 
@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from core_layers import machine_info  # noqa: E402
+from core_layers import machine_info, sync  # noqa: E402
 
 from lightning_tf.core import DecoderCache, sinusoidal_table  # noqa: E402
 from lightning_tf.text import Seq2SeqTransformer, beam_search, greedy_search  # noqa: E402
@@ -112,17 +112,27 @@ class TrainRow:
 
 
 def bench_train(
-    name: str, size: dict, B: int, S: int, T: int, V: int, repeats: int, warmup: int, steps: int
+    name: str,
+    size: dict,
+    B: int,
+    S: int,
+    T: int,
+    V: int,
+    repeats: int,
+    warmup: int,
+    steps: int,
+    device: torch.device = torch.device("cpu"),
 ) -> TrainRow:
     torch.manual_seed(0)
     ours = Seq2SeqTransformer(vocab_size=V, **size, dropout=0.0, norm_first=True, max_len=512, label_smoothing=0.1)
     peer = TorchSeq2Seq(V, size["d_model"], size["n_heads"], size["n_layers"], size["d_ff"])
+    ours, peer = ours.to(device), peer.to(device)
     n_ours = sum(p.numel() for p in ours.parameters())
     n_peer = sum(p.numel() for p in peer.parameters())
     if n_ours != n_peer:
         raise SystemExit(f"{name}: parameter counts differ: ours {n_ours}, torch {n_peer}")
     g = torch.Generator().manual_seed(0)
-    batches = [make_batch(B, S, T, V, g) for _ in range(steps)]
+    batches = [tuple(t.to(device) for t in make_batch(B, S, T, V, g)) for _ in range(steps)]
     n_tokens = sum(int((tgt[:, 1:] != PAD_ID).sum()) for _, tgt in batches)
 
     def runner(model: nn.Module, fwd) -> callable:
@@ -148,8 +158,10 @@ def bench_train(
     for r in range(repeats):
         pair = [(run_ours, t_ours), (run_peer, t_peer)]
         for fn, acc in pair if r % 2 == 0 else pair[::-1]:
+            sync(device)
             start = time.perf_counter()
             fn()
+            sync(device)
             acc.append(time.perf_counter() - start)
     ours_tps, peer_tps = n_tokens / statistics.median(t_ours), n_tokens / statistics.median(t_peer)
     return TrainRow(name, B, S, T, n_ours, ours_tps, peer_tps, ours_tps / peer_tps, min(t_peer) / min(t_ours))
@@ -184,10 +196,12 @@ class DecodeRow:
     speedup: float
 
 
-def bench_decode(size: dict, B: int, S: int, lengths: list[int], V: int, repeats: int) -> list[DecodeRow]:
+def bench_decode(
+    size: dict, B: int, S: int, lengths: list[int], V: int, repeats: int, device: torch.device = torch.device("cpu")
+) -> list[DecodeRow]:
     torch.manual_seed(0)
-    model = NoEarlyEos(Seq2SeqTransformer(vocab_size=V, **size, dropout=0.0, max_len=512).eval())
-    src, _ = make_batch(B, S, 4, V, torch.Generator().manual_seed(1))
+    model = NoEarlyEos(Seq2SeqTransformer(vocab_size=V, **size, dropout=0.0, max_len=512).eval().to(device))
+    src = make_batch(B, S, 4, V, torch.Generator().manual_seed(1))[0].to(device)
     rows = []
     for search in ("greedy", "beam4"):
         for L in lengths:
@@ -203,8 +217,10 @@ def bench_decode(size: dict, B: int, S: int, lengths: list[int], V: int, repeats
             times: dict[bool, list[float]] = {True: [], False: []}
             for r in range(repeats):
                 for cache in (True, False) if r % 2 == 0 else (False, True):
+                    sync(device)
                     start = time.perf_counter()
                     run(cache)
+                    sync(device)
                     times[cache].append(time.perf_counter() - start)
             c, u = statistics.median(times[True]), statistics.median(times[False])
             rows.append(DecodeRow(search, B, L, c, u, u / c))
@@ -291,6 +307,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where training and decoding run")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument(
@@ -304,7 +321,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     os.environ.setdefault("WANDB_MODE", "offline")
 
-    info = machine_info(torch.device("cpu"))
+    device = torch.device(args.device)
+    info = machine_info(device)
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
     print(f"machine: {info}; load average at start: {load}")
     out: dict = {"machine": info, "load_start": load}
@@ -322,7 +340,10 @@ def main() -> None:
         dec_size, dec_B, dec_S, lengths = dict(d_model=256, n_heads=4, n_layers=3, d_ff=1024), 8, 32, [32, 64, 128]
 
     if "train" in args.parts:
-        rows = [bench_train(n, s, B, S, T, V, args.repeats, args.warmup, steps) for n, s, B, S, T, steps in train_cfg]
+        rows = [
+            bench_train(n, s, B, S, T, V, args.repeats, args.warmup, steps, device)
+            for n, s, B, S, T, steps in train_cfg
+        ]
         print("\n#### Training throughput: Seq2SeqTransformer vs torch.nn.Transformer (same size, Pre-LN, fp32)\n")
         print("| model | batch (B x S x T) | params | ours tok/s | torch tok/s | ours/torch | ours/torch (fastest) |")
         print("|---|---|---|---|---|---|---|")
@@ -334,7 +355,7 @@ def main() -> None:
         out["train"] = [asdict(r) for r in rows]
 
     if "decode" in args.parts:
-        rows = bench_decode(dec_size, dec_B, dec_S, lengths, V, max(1, args.repeats // 2))
+        rows = bench_decode(dec_size, dec_B, dec_S, lengths, V, max(1, args.repeats // 2), device)
         d = dec_size
         print(
             f"\n#### Decoding {dec_B} sentences (d_model {d['d_model']}, {d['n_layers']}+{d['n_layers']} layers): "

@@ -21,7 +21,7 @@ tries ``apt-get download dataset-fashion-mnist`` + ``dpkg -x`` into a temporary 
 
 Run::
 
-    python benchmarks/vit.py [--quick] [--threads N] [--repeats N] [--sizes digits cifar tiny] [--json PATH]
+    python benchmarks/vit.py [--quick] [--device cpu|cuda] [--batch N] [--threads N] [--repeats N] [--sizes digits cifar tiny] [--json PATH]
     python benchmarks/vit.py --fashion-mnist [--epochs 10] [--threads 2] [--root DIR]
 """
 
@@ -46,7 +46,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core_layers import machine_info
+from core_layers import machine_info, sync
 
 from lightning_tf.vision.timm_interop import timm_to_ours
 
@@ -78,8 +78,8 @@ class Row:
     ratio_fastest: float
 
 
-def build_pair(size: str) -> tuple[nn.Module, nn.Module, torch.Tensor]:
-    """(ours, timm) with the same weights, and a batch of images."""
+def build_pair(size: str, device: torch.device) -> tuple[nn.Module, nn.Module, torch.Tensor]:
+    """(ours, timm) with the same weights (checked on the CPU), and a batch of images, on ``device``."""
     from timm.models.vision_transformer import VisionTransformer as TimmViT
 
     image, patch, chans, classes, d, depth, heads, mlp, batch = SIZES[size]
@@ -100,14 +100,14 @@ def build_pair(size: str) -> tuple[nn.Module, nn.Module, torch.Tensor]:
         diff = (ours(x[:2]) - theirs(x[:2])).abs().max().item()
     if diff > 1e-5:
         raise SystemExit(f"{size}: our logits differ from timm's by {diff:.2e}; not timing different functions")
-    return ours, theirs, x
+    return ours.to(device), theirs.to(device), x.to(device)
 
 
 def time_pair(
     ours: nn.Module, theirs: nn.Module, x: torch.Tensor, mode: str, repeats: int, warmup: int
 ) -> tuple[list[float], list[float]]:
     """Seconds per step of each side, alternating (and swapping order) every repeat."""
-    y = torch.randint(0, 10, (x.shape[0],))
+    y = torch.randint(0, 10, (x.shape[0],), device=x.device)
     steps = {}
     for name, model in (("ours", ours), ("timm", theirs)):
         if mode == "train":
@@ -131,8 +131,10 @@ def time_pair(
     times: dict[str, list[float]] = {"ours": [], "timm": []}
     for r in range(repeats):
         for name in ("ours", "timm") if r % 2 == 0 else ("timm", "ours"):
+            sync(x.device)
             t = time.perf_counter()
             steps[name]()
+            sync(x.device)
             times[name].append(time.perf_counter() - t)
     return times["ours"], times["timm"]
 
@@ -142,7 +144,9 @@ def speed(args: argparse.Namespace) -> list[Row]:
     for size in args.sizes:
         if args.quick:
             SIZES[size] = SIZES[size][:-1] + (QUICK_BATCH[size],)
-        ours, theirs, x = build_pair(size)
+        if args.batch:
+            SIZES[size] = SIZES[size][:-1] + (args.batch,)
+        ours, theirs, x = build_pair(size, torch.device(args.device))
         image, patch, _, _, d, depth, *_ = SIZES[size]
         for mode in args.modes:
             t_ours, t_timm = time_pair(ours, theirs, x, mode, args.repeats, args.warmup)
@@ -248,6 +252,8 @@ def fashion_mnist(args: argparse.Namespace) -> dict[str, float] | None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--quick", action="store_true", help="small batches, 2 sizes, few repeats: a < 60 s smoke test")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the speed mode runs")
+    p.add_argument("--batch", type=int, default=None, help="images per step of every size (default: the size's)")
     p.add_argument("--sizes", nargs="+", choices=list(SIZES), default=None, help="default: digits cifar tiny")
     p.add_argument("--modes", nargs="+", choices=["train", "eval"], default=["train", "eval"])
     p.add_argument("--repeats", type=int, default=None, help="timed steps per side and cell (default 20; --quick 3)")
@@ -269,7 +275,7 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("WANDB_MODE", "offline")
     if args.threads:
         torch.set_num_threads(args.threads)
-    info = machine_info(torch.device("cpu"))
+    info = machine_info(torch.device(args.device))
     print("machine:", ", ".join(f"{k}={v}" for k, v in info.items() if v is not None))
     result: dict = {"machine": info}
     if args.fashion_mnist:

@@ -125,13 +125,11 @@ def _etth1(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def _universe(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    import pandas as pd
+    from tests.helpers.universe import write_universe
 
-    from tests.helpers.kline import make_bars
-
-    bars = pd.concat([make_bars(200, seed=i).assign(Ticker=f"T{i}") for i in range(4)])
-    bars.to_csv(tmp / "universe.csv", index=False)
-    return ["--data.init_args.path", str(tmp / "universe.csv")]
+    path = tmp / "universe.csv"
+    write_universe(path, n_tickers=4, n_days=1040, start="2008-06-02")  # to 2012-06: every split has bars
+    return ["--data.init_args.path", str(path)]
 
 
 USER_DATA: dict[str, Callable[[Path, pytest.MonkeyPatch], list[str]]] = {
@@ -144,6 +142,7 @@ USER_DATA: dict[str, Callable[[Path, pytest.MonkeyPatch], list[str]]] = {
     "kline/patchtst_etth1.yaml": _etth1,
     "kline/patchtst_etth1_paper.yaml": _etth1,
     "kline/us_universe.yaml": _universe,
+    "kline/universe_daily.yaml": _universe,
 }
 
 

@@ -19,11 +19,12 @@ L     context length
 F     forecast horizon
 ====  ==========================================
 
-Masks are bool and True means "may attend", broadcastable to ``(B, H, T, S)``.
+Masks are bool and True means "may attend", broadcastable to ``(B, H, T, S)``. A stack's settings are one
+:class:`TransformerSpec` (``Encoder(spec)``, ``Decoder(spec)``), built once by the task from its flat arguments.
 """
 
 from .attention import KVCache, MultiHeadAttention
-from .blocks import DecoderLayer, DropPath, EncoderLayer, LayerScale, NormName, TokenBatchNorm, make_norm
+from .blocks import DecoderLayer, DropPath, EncoderLayer, LayerScale, TokenBatchNorm, make_norm
 from .feedforward import Activation, FeedForward
 from .masks import causal_mask, combine_masks, padding_mask
 from .positional import (
@@ -39,6 +40,7 @@ from .positional import (
     sincos_2d,
     sinusoidal_table,
 )
+from .spec import NormName, TransformerSpec
 from .transformer import Decoder, DecoderCache, Encoder
 
 __all__ = [
@@ -62,6 +64,7 @@ __all__ = [
     "SinusoidalLayout",
     "SinusoidalPositionalEncoding",
     "TokenBatchNorm",
+    "TransformerSpec",
     "alibi_slopes",
     "apply_rotary",
     "causal_mask",

@@ -9,13 +9,12 @@ without a long warmup; a Pre-LN stack ends with a final norm. Submodule names ma
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 from torch import Tensor, nn
 
 from .attention import KVCache, MultiHeadAttention
-from .feedforward import Activation, FeedForward
+from .feedforward import FeedForward
+from .spec import NormName, TransformerSpec
 
 __all__ = ["DropPath", "EncoderLayer", "DecoderLayer", "LayerScale"]
 
@@ -61,9 +60,6 @@ class LayerScale(nn.Module):
         return x * self.gamma  # (..., D) * (D,)
 
 
-NormName = Literal["layer", "batch"]
-
-
 class TokenBatchNorm(nn.Module):
     """BatchNorm over the feature axis of ``(B, T, D)`` tokens: statistics over every token of the
     batch (``B * T`` values per feature), as PatchTST normalises patch tokens (Zerveas et al. 2021).
@@ -96,54 +92,24 @@ class EncoderLayer(nn.Module):
     """Self-attention then feed-forward, each in a residual branch.
 
     Args:
-        d_model: model width D.
-        n_heads: number of heads H.
-        d_ff: feed-forward hidden width; defaults to ``4 * d_model``.
-        dropout: dropout on each sublayer output (before the residual add), and on the feed-forward
-            hidden units unless ``ffn_dropout`` is given.
-        attn_dropout: dropout on the attention weights.
-        ffn_dropout: dropout on the feed-forward hidden units; None: ``dropout`` (``torch.nn``'s
-            convention; Marian's ``activation_dropout`` is another rate).
-        activation: feed-forward activation, ``relu``, ``gelu``, ``silu`` or ``swiglu``.
-        norm_first: Pre-LN (True) or Post-LN (False).
-        bias: whether linear layers have biases.
-        layer_norm_eps: epsilon of the norms.
-        drop_path: stochastic-depth rate of both residual branches (0 = off).
-        layer_scale: initial value of a per-channel scale on both branches (``ls1``, ``ls2``);
-            None = no layer scale.
-        norm: ``layer`` (LayerNorm) or ``batch`` (:class:`TokenBatchNorm`, PatchTST's choice for
-            time series; unpadded inputs only).
+        spec: the sizes and options (:class:`~.spec.TransformerSpec`; ``n_layers``, ``final_norm``,
+            ``pos_encoding`` and ``max_len`` are the stack's).
+        drop_path: this layer's stochastic-depth rate of both residual branches; None: ``spec.drop_path``.
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        d_ff: int | None = None,
-        *,
-        dropout: float = 0.1,
-        attn_dropout: float = 0.0,
-        ffn_dropout: float | None = None,
-        activation: Activation = "relu",
-        norm_first: bool = True,
-        bias: bool = True,
-        layer_norm_eps: float = 1e-5,
-        drop_path: float = 0.0,
-        layer_scale: float | None = None,
-        norm: NormName = "layer",
-    ) -> None:
+    def __init__(self, spec: TransformerSpec, drop_path: float | None = None) -> None:
         super().__init__()
-        if (drop_path > 0 or layer_scale is not None) and not norm_first:
-            raise ValueError("drop_path and layer_scale need a Pre-LN layer (norm_first=True)")
-        self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=attn_dropout, bias=bias)
-        self.ff = FeedForward(d_model, d_ff, activation, dropout if ffn_dropout is None else ffn_dropout, bias)
-        self.norm1 = make_norm(norm, d_model, layer_norm_eps)
-        self.norm2 = make_norm(norm, d_model, layer_norm_eps)
-        self.dropout1 = nn.Dropout(dropout)
-        self.dropout2 = nn.Dropout(dropout)
-        self.ls1, self.drop_path1 = _branch_regularizers(d_model, drop_path, layer_scale)
-        self.ls2, self.drop_path2 = _branch_regularizers(d_model, drop_path, layer_scale)
+        D = spec.d_model
+        self.norm_first = spec.norm_first
+        self.self_attn = MultiHeadAttention(D, spec.n_heads, dropout=spec.attn_dropout, bias=spec.bias)
+        self.ff = FeedForward(D, spec.d_ff, spec.activation, spec.ffn_rate, spec.bias)
+        self.norm1 = make_norm(spec.norm, D, spec.layer_norm_eps)
+        self.norm2 = make_norm(spec.norm, D, spec.layer_norm_eps)
+        self.dropout1 = nn.Dropout(spec.dropout)
+        self.dropout2 = nn.Dropout(spec.dropout)
+        rate = spec.drop_path if drop_path is None else drop_path
+        self.ls1, self.drop_path1 = _branch_regularizers(D, rate, spec.layer_scale)
+        self.ls2, self.drop_path2 = _branch_regularizers(D, rate, spec.layer_scale)
 
     def forward(
         self,
@@ -175,44 +141,25 @@ class DecoderLayer(nn.Module):
     """Masked self-attention, cross-attention to the encoder memory, then feed-forward.
 
     Args:
-        d_model: model width D.
-        n_heads: number of heads H.
-        d_ff: feed-forward hidden width; defaults to ``4 * d_model``.
-        dropout: dropout on each sublayer output, and on the feed-forward hidden units unless
-            ``ffn_dropout`` is given.
-        attn_dropout: dropout on the attention weights.
-        ffn_dropout: dropout on the feed-forward hidden units; None: ``dropout``.
-        activation: feed-forward activation, ``relu``, ``gelu``, ``silu`` or ``swiglu``.
-        norm_first: Pre-LN (True) or Post-LN (False).
-        bias: whether linear layers have biases.
-        layer_norm_eps: epsilon of the layer norms.
+        spec: the sizes and options (:class:`~.spec.TransformerSpec`); LayerNorm only, without
+            ``drop_path`` or ``layer_scale``.
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        d_ff: int | None = None,
-        *,
-        dropout: float = 0.1,
-        attn_dropout: float = 0.0,
-        ffn_dropout: float | None = None,
-        activation: Activation = "relu",
-        norm_first: bool = True,
-        bias: bool = True,
-        layer_norm_eps: float = 1e-5,
-    ) -> None:
+    def __init__(self, spec: TransformerSpec) -> None:
         super().__init__()
-        self.norm_first = norm_first
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=attn_dropout, bias=bias)
-        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=attn_dropout, bias=bias, cross_attention=True)
-        self.ff = FeedForward(d_model, d_ff, activation, dropout if ffn_dropout is None else ffn_dropout, bias)
-        self.norm1 = nn.LayerNorm(d_model, eps=layer_norm_eps)
-        self.norm2 = nn.LayerNorm(d_model, eps=layer_norm_eps)
-        self.norm3 = nn.LayerNorm(d_model, eps=layer_norm_eps)
-        self.dropout1 = nn.Dropout(dropout)
-        self.dropout2 = nn.Dropout(dropout)
-        self.dropout3 = nn.Dropout(dropout)
+        if spec.norm != "layer" or spec.drop_path > 0 or spec.layer_scale is not None:
+            raise ValueError("a decoder layer takes norm 'layer' and neither drop_path nor layer_scale")
+        D, H = spec.d_model, spec.n_heads
+        self.norm_first = spec.norm_first
+        self.self_attn = MultiHeadAttention(D, H, dropout=spec.attn_dropout, bias=spec.bias)
+        self.cross_attn = MultiHeadAttention(D, H, dropout=spec.attn_dropout, bias=spec.bias, cross_attention=True)
+        self.ff = FeedForward(D, spec.d_ff, spec.activation, spec.ffn_rate, spec.bias)
+        self.norm1 = nn.LayerNorm(D, eps=spec.layer_norm_eps)
+        self.norm2 = nn.LayerNorm(D, eps=spec.layer_norm_eps)
+        self.norm3 = nn.LayerNorm(D, eps=spec.layer_norm_eps)
+        self.dropout1 = nn.Dropout(spec.dropout)
+        self.dropout2 = nn.Dropout(spec.dropout)
+        self.dropout3 = nn.Dropout(spec.dropout)
 
     def forward(
         self,

@@ -14,19 +14,12 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from .attention import KVCache
-from .blocks import DecoderLayer, EncoderLayer, NormName, make_norm
-from .feedforward import Activation
+from .blocks import DecoderLayer, EncoderLayer, make_norm
 from .masks import causal_mask, combine_masks
-from .positional import PositionalEncoding, PositionalName
+from .positional import PositionalEncoding
+from .spec import TransformerSpec
 
 __all__ = ["Encoder", "Decoder", "DecoderCache"]
-
-
-def _check_sizes(d_model: int, n_heads: int, n_layers: int) -> None:
-    if n_heads <= 0 or d_model % n_heads:
-        raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
-    if n_layers < 1:
-        raise ValueError(f"n_layers must be at least 1, got {n_layers}")
 
 
 def _init_linear(module: nn.Module) -> None:
@@ -62,81 +55,23 @@ class DecoderCache:
 
 class Encoder(nn.Module):
     """A stack of :class:`EncoderLayer` with positional encoding, input dropout and (for Pre-LN)
-    a final layer norm.
+    a final norm.
 
     Args:
-        d_model: model width D.
-        n_heads: number of heads H; must divide ``d_model``.
-        n_layers: number of layers.
-        d_ff: feed-forward hidden width; defaults to ``4 * d_model``.
-        dropout: dropout on the input (embeddings + positions), on every sublayer output and (unless
-            ``ffn_dropout`` is given) on the feed-forward hidden units.
-        attn_dropout: dropout on the attention weights.
-        ffn_dropout: dropout on the feed-forward hidden units; None: ``dropout``.
-        activation: feed-forward activation, ``relu``, ``gelu``, ``silu`` or ``swiglu``.
-        norm_first: Pre-LN (True) or Post-LN (False).
-        final_norm: layer norm after the last layer; defaults to ``norm_first``.
-        pos_encoding: ``sinusoidal``, ``sinusoidal_halves``, ``learned``, ``rope``, ``alibi`` or ``none``.
-        max_len: positions of the absolute encodings (``sinusoidal``/``learned``).
-        bias: whether linear layers have biases.
-        layer_norm_eps: epsilon of the layer norms.
-        drop_path: stochastic-depth rate of the last layer; layer ``i`` of ``n`` uses
-            ``drop_path * i / (n - 1)`` (0 for the first). Pre-LN only.
-        layer_scale: initial value of LayerScale on every residual branch; None = off. Pre-LN only.
-        norm: ``layer`` (LayerNorm) or ``batch`` (BatchNorm over all tokens of the batch, PatchTST's
-            choice for time series; refuses a padding mask, since padded tokens would enter its
-            statistics).
+        spec: the sizes and options (:class:`~.spec.TransformerSpec`). ``drop_path`` is the last
+            layer's rate; layer ``i`` of ``n`` uses ``drop_path * i / (n - 1)``. ``norm: batch``
+            refuses a padding mask, since padded tokens would enter its statistics.
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        n_layers: int,
-        d_ff: int | None = None,
-        *,
-        dropout: float = 0.1,
-        attn_dropout: float = 0.0,
-        ffn_dropout: float | None = None,
-        activation: Activation = "relu",
-        norm_first: bool = True,
-        final_norm: bool | None = None,
-        pos_encoding: PositionalName = "sinusoidal",
-        max_len: int = 512,
-        bias: bool = True,
-        layer_norm_eps: float = 1e-5,
-        drop_path: float = 0.0,
-        layer_scale: float | None = None,
-        norm: NormName = "layer",
-    ) -> None:
+    def __init__(self, spec: TransformerSpec) -> None:
         super().__init__()
-        _check_sizes(d_model, n_heads, n_layers)
-        self.norm_kind = norm
-        if not 0.0 <= drop_path < 1.0:
-            raise ValueError(f"drop_path must be in [0, 1), got {drop_path}")
-        self.pos = PositionalEncoding(pos_encoding, d_model, n_heads, max_len)
-        self.dropout = nn.Dropout(dropout)
-        rates = [drop_path * i / max(n_layers - 1, 1) for i in range(n_layers)]
-        self.layers = nn.ModuleList(
-            EncoderLayer(
-                d_model,
-                n_heads,
-                d_ff,
-                dropout=dropout,
-                attn_dropout=attn_dropout,
-                ffn_dropout=ffn_dropout,
-                activation=activation,
-                norm_first=norm_first,
-                bias=bias,
-                layer_norm_eps=layer_norm_eps,
-                drop_path=rate,
-                layer_scale=layer_scale,
-                norm=norm,
-            )
-            for rate in rates
-        )
-        use_final_norm = norm_first if final_norm is None else final_norm
-        self.norm = make_norm(norm, d_model, layer_norm_eps) if use_final_norm else None
+        self.spec = spec
+        self.norm_kind = spec.norm
+        self.pos = PositionalEncoding(spec.pos_encoding, spec.d_model, spec.n_heads, spec.max_len)
+        self.dropout = nn.Dropout(spec.dropout)
+        n = spec.n_layers
+        self.layers = nn.ModuleList(EncoderLayer(spec, drop_path=spec.drop_path * i / max(n - 1, 1)) for i in range(n))
+        self.norm = make_norm(spec.norm, spec.d_model, spec.layer_norm_eps) if spec.use_final_norm else None
         _init_linear(self.layers)
 
     def forward(
@@ -174,48 +109,18 @@ class Decoder(nn.Module):
     Incremental decoding passes a :class:`DecoderCache` (from :meth:`init_cache`) and the new
     target positions only.
 
-    Args: as :class:`Encoder`.
+    Args:
+        spec: the sizes and options (:class:`~.spec.TransformerSpec`; LayerNorm only, without
+            ``drop_path`` or ``layer_scale``).
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        n_layers: int,
-        d_ff: int | None = None,
-        *,
-        dropout: float = 0.1,
-        attn_dropout: float = 0.0,
-        ffn_dropout: float | None = None,
-        activation: Activation = "relu",
-        norm_first: bool = True,
-        final_norm: bool | None = None,
-        pos_encoding: PositionalName = "sinusoidal",
-        max_len: int = 512,
-        bias: bool = True,
-        layer_norm_eps: float = 1e-5,
-    ) -> None:
+    def __init__(self, spec: TransformerSpec) -> None:
         super().__init__()
-        _check_sizes(d_model, n_heads, n_layers)
-        self.pos = PositionalEncoding(pos_encoding, d_model, n_heads, max_len)
-        self.dropout = nn.Dropout(dropout)
-        self.layers = nn.ModuleList(
-            DecoderLayer(
-                d_model,
-                n_heads,
-                d_ff,
-                dropout=dropout,
-                attn_dropout=attn_dropout,
-                ffn_dropout=ffn_dropout,
-                activation=activation,
-                norm_first=norm_first,
-                bias=bias,
-                layer_norm_eps=layer_norm_eps,
-            )
-            for _ in range(n_layers)
-        )
-        use_final_norm = norm_first if final_norm is None else final_norm
-        self.norm = nn.LayerNorm(d_model, eps=layer_norm_eps) if use_final_norm else None
+        self.spec = spec
+        self.pos = PositionalEncoding(spec.pos_encoding, spec.d_model, spec.n_heads, spec.max_len)
+        self.dropout = nn.Dropout(spec.dropout)
+        self.layers = nn.ModuleList(DecoderLayer(spec) for _ in range(spec.n_layers))
+        self.norm = nn.LayerNorm(spec.d_model, eps=spec.layer_norm_eps) if spec.use_final_norm else None
         _init_linear(self.layers)
 
     def init_cache(self, capacity: int = 0) -> DecoderCache:

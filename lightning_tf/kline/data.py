@@ -20,6 +20,17 @@ from lightning.pytorch.utilities import rank_zero_only
 from torch import Tensor
 from torch.utils.data import DataLoader
 
+from .covariates import (
+    LABELS,
+    MISSING_POLICIES,
+    CovariateMissing,
+    Label,
+    apply_missing,
+    check_calendar,
+    check_covariate_names,
+    read_static,
+    static_ids,
+)
 from .features import DEFAULT_FEATURES, Target, check_feature_names
 from .panel import PanelSettings, build_panel, load_panel, panel_spec, prepare_panel, ticker_spans
 from .reader.formats import check_number_options
@@ -94,6 +105,28 @@ class KLineDataModule(LightningDataModule):
             statistics and windows as flat arrays, keyed by the bar files' content and these settings),
             which every later run, DDP rank and loader worker memory-maps instead of reading the bars
             (:mod:`lightning_tf.kline.panel`); None: every process reads and builds it in memory.
+        covariates: past-observed covariates: numeric columns of the bar files beyond OHLCV (factors,
+            turnover, fundamentals; English or Chinese names, see ``read_bars(extra_columns=...)``), known at
+            the close of their row; extra input channels after ``features``, scaled on training rows.
+        future_covariates: columns known in advance for the forecast bars (a planned event, an index
+            rebalance date): fed for the horizon steps as ``x_future``, never as past inputs.
+        covariate_missing: a missing covariate value is forward-filled (``ffill``, at most ``ffill_limit``
+            rows in a row), its row dropped (``drop``) or refused (``error``).
+        ffill_limit: the longest run of missing values ``ffill`` fills (None: any).
+        calendar: an exchange calendar (``XNYS``, ``XSHG``, ``XSHE``, ... of ``exchange_calendars``, or
+            ``business``: Monday-Friday): adds its calendar features of the forecast bars to ``x_future``
+            (day of week, month, days since the previous session, holiday-adjacent flags), and forecast
+            timestamps of daily bars follow its sessions. None: no calendar features.
+        static_file: a ticker -> category table (CSV or Parquet: a ticker column and columns such as sector,
+            industry, board), each category a learned embedding; every ticker must have a row.
+        static_columns: the category columns of ``static_file`` to use (None: all).
+        ticker_embedding: a learned embedding per training ticker, with a slot for tickers never seen in
+            training (which still forecast).
+        label: the target as it is (``raw``) or cross-sectionally per date across the tickers, as qlib's
+            processors: ``cs_zscore`` (z-score) or ``cs_rank`` (centred rank, unit variance), each split's
+            from its own rows.
+        batch_by_date: training batches of one date's universe each (for rank-aware losses; ``batch_size``
+            is then unused in training).
     """
 
     def __init__(
@@ -125,10 +158,29 @@ class KLineDataModule(LightningDataModule):
         seed: int = 0,
         read_workers: int | None = None,
         cache_dir: str | None = None,
+        covariates: list[str] | None = None,
+        future_covariates: list[str] | None = None,
+        covariate_missing: CovariateMissing = "error",
+        ffill_limit: int | None = None,
+        calendar: str | None = None,
+        static_file: str | None = None,
+        static_columns: list[str] | None = None,
+        ticker_embedding: bool = False,
+        label: Label = "raw",
+        batch_by_date: bool = False,
     ) -> None:
         super().__init__()
         features = list(DEFAULT_FEATURES if features is None else features)
         check_feature_names(features)
+        covariates, future_covariates = list(covariates or []), list(future_covariates or [])
+        check_covariate_names(covariates, future_covariates, features)
+        if covariate_missing not in MISSING_POLICIES:
+            raise ValueError(f"covariate_missing must be one of {MISSING_POLICIES}, got {covariate_missing!r}")
+        if ffill_limit is not None and ffill_limit < 1:
+            raise ValueError(f"ffill_limit ({ffill_limit}) must be >= 1 (or None: any run of missing values)")
+        if label not in LABELS:
+            raise ValueError(f"label must be one of {LABELS}, got {label!r}")
+        check_calendar(calendar)
         if context_len < 1 or horizon < 1:
             raise ValueError(f"context_len ({context_len}) and horizon ({horizon}) must be >= 1")
         if target not in ("log_return", "close"):
@@ -170,13 +222,21 @@ class KLineDataModule(LightningDataModule):
         check_timezone(timezone)
         self.save_hyperparameters()
         self.context_len, self.horizon = context_len, horizon
-        self.feature_names: list[str] = features
-        self.target_names: list[str] = [target]
+        self.builtin_features: list[str] = features
+        self.feature_names: list[str] = features + covariates  # past covariates: channels after the features
+        self.target_names: list[str] = [target if label == "raw" else f"{label}_{target}"]
         # Returns are forecast against a zero return and rebuilt into prices; levels against the last value.
-        self.target_kind: TargetKind = "return" if target == "log_return" else "level"
-        self.n_features, self.n_targets = len(features), 1
+        self.target_kind: TargetKind = "return" if target == "log_return" or label != "raw" else "level"
+        self.n_features, self.n_targets = len(self.feature_names), 1
         # Where the target is itself an input channel, the model may read its scaled history there.
-        self.target_channels: list[int] | None = [features.index(target)] if target in features else None
+        self.target_channels: list[int] | None = (
+            [features.index(target)] if target in features and label == "raw" else None
+        )
+        self.covariate_names, self.future_covariate_names = covariates, future_covariates
+        self.future_names: list[str] = self._settings().future_names  # the columns of x_future
+        self.n_future: int = len(self.future_names)
+        self.static_sizes: list[int] = []  # the static ids' vocabulary sizes (slot 0 unknown), after setup
+        self.static_vocab: dict[str, list[str]] = {}
         self.ticker_names: list[str] = []
         self.datasets: dict[str, WindowDataset] = {}
         self.data_scale: DataScale | None = None  # the training statistics, after setup
@@ -189,7 +249,8 @@ class KLineDataModule(LightningDataModule):
     # ------------------------------------------------------------------ building
     def _read(self, path: str) -> pd.DataFrame:
         h = self.hparams
-        return read_bars(
+        names = [*self.covariate_names, *self.future_covariate_names]
+        frame = read_bars(
             resolve_path(path),
             columns=h.columns,
             ticker_column=h.ticker_column,
@@ -200,13 +261,15 @@ class KLineDataModule(LightningDataModule):
             timezone=h.timezone,
             read_workers=h.read_workers,
             progress=rank_zero_only.rank == 0,
+            extra_columns=names,
         )
+        return apply_missing(frame, names, h.covariate_missing, h.ffill_limit, str(path))
 
     def _settings(self) -> PanelSettings:
         h = self.hparams
         return PanelSettings(
             path=str(h.path),
-            features=tuple(self.feature_names),
+            features=tuple(self.builtin_features),
             target=h.target,
             context_len=self.context_len,
             horizon=self.horizon,
@@ -220,6 +283,10 @@ class KLineDataModule(LightningDataModule):
             train_start=h.train_start,
             test_end=h.test_end,
             embargo=h.embargo,
+            covariates=tuple(h.covariates or ()),
+            future_covariates=tuple(h.future_covariates or ()),
+            calendar=h.calendar,
+            label=h.label,
         )
 
     def _prepared(self) -> Path:
@@ -227,7 +294,8 @@ class KLineDataModule(LightningDataModule):
         if self._panel_folder is not None:  # prepared by this process: the folder is finished and checked
             return self._panel_folder
         h = self.hparams
-        reader = {k: h[k] for k in ("columns", "ticker_column", "on_error", "decimal", "thousands", "timezone")}
+        keys = ("columns", "ticker_column", "on_error", "decimal", "thousands", "timezone")
+        reader = {k: h[k] for k in (*keys, "covariate_missing", "ffill_limit")}
         spec = panel_spec(self._settings(), resolve_path(h.path), reader)
         self._panel_folder = prepare_panel(spec, h.cache_dir, lambda: self._read(h.path))
         return self._panel_folder
@@ -255,6 +323,8 @@ class KLineDataModule(LightningDataModule):
         stats = panel.statistics
         self.feature_mean, self.feature_std = stats["feature_mean"], stats["feature_std"]  # (n_tickers, C)
         self.target_mean, self.target_std = stats["target_mean"], stats["target_std"]  # (n_tickers, K)
+        self.future_mean, self.future_std = stats["future_mean"], stats["future_std"]  # (n_tickers, Cf)
+        static = self._static_table(self.ticker_names)  # (n_tickers, S)
         self.data_scale = DataScale(
             feature_names=self.feature_names,
             target_names=self.target_names,
@@ -267,8 +337,12 @@ class KLineDataModule(LightningDataModule):
             has_prices=True,
             volatility_window=h.volatility_window,
             volume_window=h.volume_window,
+            label=h.label,
+            covariates=self.covariate_spec(),
         )
-        self._rows = panel.rows
+        self._rows = dict(panel.rows)
+        if static is not None:
+            self._rows["static"] = static[self._rows["ticker"]]  # (N, S)
         for split, ends in panel.ends.items():
             self.datasets[split] = WindowDataset(
                 ends=ends, context_len=self.context_len, horizon=self.horizon, **self._rows
@@ -280,6 +354,43 @@ class KLineDataModule(LightningDataModule):
             len(self.ticker_names),
             *(len(self.datasets[s]) for s in ("train", "val", "test")),
         )
+
+    def _static_table(self, tickers: list[str]) -> torch.Tensor | None:
+        """The static ids of the training ``tickers`` ``(n, S)`` (None without static covariates), setting the
+        vocabulary (each category's values among the training tickers) and ``static_sizes``."""
+        h = self.hparams
+        if h.static_file is None and not h.ticker_embedding:
+            return None
+        table = None
+        if h.static_file is not None:
+            table = read_static(resolve_path(h.static_file), tickers, h.static_columns)
+            self.static_vocab = {c: sorted(set(table[c])) for c in table.columns}
+        self.static_sizes = [len(tickers) + 1] * bool(h.ticker_embedding) + [
+            len(v) + 1 for v in self.static_vocab.values()
+        ]
+        return torch.from_numpy(static_ids(tickers, tickers, table, self.static_vocab, h.ticker_embedding))
+
+    def covariate_spec(self) -> dict:
+        """The covariate specification a checkpoint carries (plain data): past and known-future names, the
+        calendar, the known-future training statistics, the missing-value policy and the static vocabulary."""
+        h = self.hparams
+        spec: dict = {
+            "past": list(self.covariate_names),
+            "future": list(self.future_covariate_names),
+            "future_names": list(self.future_names),
+            "horizon": self.horizon,
+            "calendar": h.calendar,
+            "missing": h.covariate_missing,
+            "ffill_limit": h.ffill_limit,
+            "ticker_embedding": bool(h.ticker_embedding),
+            "static_file": h.static_file,
+            "static_vocab": {k: list(v) for k, v in self.static_vocab.items()},
+            "static_sizes": list(self.static_sizes),
+        }
+        if getattr(self, "future_mean", None) is not None:
+            spec["future_mean"] = self.future_mean.tolist()
+            spec["future_std"] = self.future_std.tolist()
+        return spec
 
     def _check_splits(self) -> None:
         """One line naming the split, its length and what a window needs, for a training or validation split
@@ -363,6 +474,11 @@ class KLineDataModule(LightningDataModule):
 
         h = self.hparams
         trained = self._trained_statistics()
+        if "train" in self.datasets:
+            cov, tickers = self.covariate_spec(), list(self.ticker_names)
+        else:
+            state = self._checkpoint_state
+            cov, tickers = state.get("covariates") or self.covariate_spec(), list(state.get("ticker_names", []))
         if not trained:
             log.warning(
                 "%s: no training statistics (predict without --ckpt_path and without training in this process): "
@@ -378,25 +494,41 @@ class KLineDataModule(LightningDataModule):
             volume_window=h.volume_window,
             trained=trained,
             source=self._predict_source,
+            covariates=cov,
+            horizon=self.horizon,
+            trained_tickers=tickers,
         )
         self.predict_scaling = {w.name: w.scaled_by for w in windows}
         for w in windows:
             log.info("%s: ticker %r scaled by %s", self._predict_source, w.name, w.scaled_by)
         L, n = self.context_len, len(windows)
+        # each series' L context rows, then (with known-future covariates) its F forecast rows
+        R = L + (self.horizon if windows[0].x_future is not None else 0)
+
+        def rows(a: np.ndarray) -> np.ndarray:  # (L, ...) -> (R, ...), the forecast rows zero
+            return np.concatenate([a, np.zeros((R - L, *a.shape[1:]), a.dtype)]) if R > L else a
+
         ids = [self.predict_ticker_names.index(w.name) for w in windows]
         times = [self._predict_times[k][-1].value for k in ids]
+        extra = {}
+        if windows[0].x_future is not None:
+            future = [np.concatenate([np.zeros((L, w.x_future.shape[1])), w.x_future]) for w in windows]
+            extra["x_future"] = torch.tensor(np.concatenate(future), dtype=torch.float32)  # (n R, Cf)
+        if windows[0].static is not None:
+            extra["static"] = torch.tensor(np.repeat(np.stack([w.static for w in windows]), R, axis=0))  # (n R, S)
         self.datasets["predict"] = WindowDataset(
-            x=torch.tensor(np.concatenate([w.x for w in windows]), dtype=torch.float32),  # (n L, C)
-            ends=torch.arange(1, n + 1) * L - 1,  # (n,): each series' last row
+            x=torch.tensor(np.concatenate([rows(w.x) for w in windows]), dtype=torch.float32),  # (n R, C)
+            ends=torch.arange(n) * R + L - 1,  # (n,): each series' last context row
             context_len=L,
             horizon=self.horizon,
             y=None,
-            raw_target=torch.tensor(np.concatenate([w.raw_target for w in windows]), dtype=torch.float32),  # (n L, K)
-            anchor=torch.tensor(np.repeat([w.anchor for w in windows], L), dtype=torch.float64),  # (n L,)
-            ticker=torch.tensor(np.repeat(ids, L)),  # (n L,)
-            time=torch.tensor(np.repeat(times, L)),  # (n L,)
-            scale_mean=torch.tensor(np.repeat(np.stack([w.target_mean for w in windows]), L, axis=0)),  # (n L, K)
-            scale_std=torch.tensor(np.repeat(np.stack([w.target_std for w in windows]), L, axis=0)),  # (n L, K)
+            raw_target=torch.tensor(np.concatenate([rows(w.raw_target) for w in windows]), dtype=torch.float32),
+            anchor=torch.tensor(np.repeat([w.anchor for w in windows], R), dtype=torch.float64),  # (n R,)
+            ticker=torch.tensor(np.repeat(ids, R)),  # (n R,)
+            time=torch.tensor(np.repeat(times, R)),  # (n R,)
+            scale_mean=torch.tensor(np.repeat(np.stack([w.target_mean for w in windows]), R, axis=0)),  # (n R, K)
+            scale_std=torch.tensor(np.repeat(np.stack([w.target_std for w in windows]), R, axis=0)),  # (n R, K)
+            **extra,
         )
 
     def __str__(self) -> str:
@@ -426,6 +558,7 @@ class KLineDataModule(LightningDataModule):
             seed=h.seed,
             source=h.path,
             horizon=self.horizon,
+            by_date=h.batch_by_date,
         )
 
     def train_dataloader(self) -> DataLoader:
@@ -479,6 +612,7 @@ class KLineDataModule(LightningDataModule):
             "feature_std": self.feature_std.clone(),
             "target_mean": self.target_mean.clone(),
             "target_std": self.target_std.clone(),
+            "covariates": self.covariate_spec(),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -489,7 +623,7 @@ class KLineDataModule(LightningDataModule):
             return
         self._checkpoint_state = {
             k: state[k]
-            for k in ("ticker_names", "feature_mean", "feature_std", "target_mean", "target_std")
+            for k in ("ticker_names", "feature_mean", "feature_std", "target_mean", "target_std", "covariates")
             if k in state
         }
         self.datasets.pop("predict", None)  # scale the predict windows with these
@@ -533,7 +667,8 @@ class KLineDataModule(LightningDataModule):
         id ``ticker``, on the series' own calendar (see :func:`~lightning_tf.kline.windows.next_timestamps`)."""
         if not self.predict_ticker_names:
             self.setup("predict")
-        return next_timestamps(self._predict_times[ticker], self.horizon if n is None else n)
+        n = self.horizon if n is None else n
+        return next_timestamps(self._predict_times[ticker], n, calendar=self.hparams.calendar)
 
     def split_frame(self, split: Literal["train", "val", "test"]) -> pd.DataFrame:
         """The canonical bars whose rows the windows of ``split`` forecast (for reports and plots)."""

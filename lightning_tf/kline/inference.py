@@ -51,6 +51,9 @@ class SeriesWindow:
         target_std: ``(K,)``.
         scaled_by: ``training statistics of '<ticker>'`` or ``its own history (<n> bars)``.
         bars: the series' canonical bars.
+        x_future: scaled known-future covariates of the ``horizon`` forecast bars ``(F, Cf)``, or None.
+        static: static ids ``(S,)`` (0: a ticker or category not seen in training), or None.
+        timestamps: the forecast bars' timestamps (the series' calendar, or the model's exchange calendar).
     """
 
     name: str
@@ -61,6 +64,9 @@ class SeriesWindow:
     target_std: np.ndarray
     scaled_by: str
     bars: pd.DataFrame
+    x_future: np.ndarray | None = None
+    static: np.ndarray | None = None
+    timestamps: pd.DatetimeIndex | None = None
 
 
 def _own(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -81,6 +87,10 @@ def series_windows(
     volume_window: int,
     trained: Mapping[str, Statistics],
     source: str,
+    covariates: Mapping[str, Any] | None = None,
+    horizon: int | None = None,
+    future: pd.DataFrame | None = None,
+    trained_tickers: list[str] | None = None,
 ) -> list[SeriesWindow]:
     """The scaled last window of every ticker of ``frame`` (canonical bars, see :func:`~.io.read_bars`).
 
@@ -93,11 +103,24 @@ def series_windows(
         volume_window: bars of the rolling volume z-score feature.
         trained: the training statistics of each ticker the model was trained on.
         source: the file (or name) the bars came from, for the errors.
+        covariates: the model's covariate specification (:meth:`~.data.KLineDataModule.covariate_spec`);
+            None or empty: none. ``feature_names`` then ends with the past covariates (columns of ``frame``).
+        horizon: bars forecast F (for the known-future covariates).
+        future: the user's known-future covariates of the forecast bars: ``ticker`` (optional), ``timestamp``
+            and one column per name; needed when the model reads some.
+        trained_tickers: the model's training tickers, in id order (the ticker embedding's vocabulary).
     """
+    from .windows import next_timestamps
+
+    cov = dict(covariates or {})
+    past = list(cov.get("past", []))
+    builtin = feature_names[: len(feature_names) - len(past)]
     out = []
     for name, bars in frame.groupby("ticker", sort=False):
         bars = bars.reset_index(drop=True)
-        feats = compute_features(bars, feature_names, volatility_window, volume_window).to_numpy()  # (n, C)
+        feats = compute_features(bars, builtin, volatility_window, volume_window).to_numpy()  # (n, C0)
+        if past:
+            feats = np.concatenate([feats, bars[past].to_numpy(np.float64)], axis=1)  # (n, C)
         tgt = compute_target(bars, target)[:, None]  # (n, 1)
         finite = np.isfinite(feats).all(axis=1) & np.isfinite(tgt[:, 0])
         first = int(np.argmax(finite)) if finite.any() else len(bars)
@@ -117,6 +140,11 @@ def series_windows(
             t_mean, t_std = _own(tgt[first:])
             scaled_by = f"its own history ({usable} bars)"
         x = (feats[-context_len:] - f_mean) / f_std  # (L, C)
+        stamps = None
+        if horizon is not None:
+            stamps = next_timestamps(pd.DatetimeIndex(bars["timestamp"]), horizon, calendar=cov.get("calendar"))
+        x_future = _future_window(cov, str(name), bars, stamps, future, trained_tickers, source) if cov else None
+        static = _static_window(cov, str(name), trained_tickers) if cov.get("static_sizes") else None
         out.append(
             SeriesWindow(
                 name=name,
@@ -127,9 +155,76 @@ def series_windows(
                 target_std=t_std,
                 scaled_by=scaled_by,
                 bars=bars,
+                x_future=x_future,
+                static=static,
+                timestamps=stamps,
             )
         )
     return out
+
+
+def _future_window(
+    cov: Mapping[str, Any],
+    name: str,
+    bars: pd.DataFrame,
+    stamps: pd.DatetimeIndex | None,
+    future: pd.DataFrame | None,
+    trained_tickers: list[str] | None,
+    source: str,
+) -> np.ndarray | None:
+    """The scaled known-future covariates ``(F, Cf)`` of one series' forecast bars ``stamps`` (None without any)."""
+    from .panel import PanelSettings, future_matrix
+
+    names, user = list(cov.get("future_names", [])), list(cov.get("future", []))
+    if not names or stamps is None:
+        return None
+    values = {"timestamp": stamps.to_numpy()}
+    if user:
+        if future is None:
+            raise ValueError(
+                f"{source}: the model reads known-future covariate(s) {user} of the forecast bars; pass them "
+                "(forecast(..., future=frame with timestamp, ticker and those columns))"
+            )
+        rows = future if "ticker" not in future.columns else future[future["ticker"].astype(str) == name]
+        rows = rows.assign(timestamp=pd.to_datetime(rows["timestamp"])).set_index("timestamp")
+        lacking = [c for c in user if c not in rows.columns]
+        if lacking:
+            raise ValueError(f"{source}: the known-future covariates lack column(s) {lacking}")
+        absent = [str(t) for t in stamps if t not in rows.index]
+        if absent:
+            raise ValueError(f"{source}: no known-future covariates {user} for ticker {name!r} at {absent}")
+        for c in user:
+            values[c] = rows.loc[stamps, c].to_numpy(np.float64)
+    settings = PanelSettings(
+        source, (), "log_return", 1, 1, 0.5, 0.1, None, None, None, 2, 2, (), tuple(user), cov.get("calendar")
+    )
+    raw = future_matrix(values, settings)  # (F, Cf)
+    if not np.isfinite(raw).all():
+        raise ValueError(f"{source}: known-future covariates {user} of ticker {name!r} are missing or not finite")
+    k = trained_tickers.index(name) if trained_tickers and name in trained_tickers else None
+    if k is not None and "future_mean" in cov:
+        mean, std = np.asarray(cov["future_mean"][k]), np.asarray(cov["future_std"][k])
+    else:  # a series not trained on: its own history's calendar, or no scaling at all
+        own = future_matrix(
+            {"timestamp": bars["timestamp"].to_numpy(), **{c: bars[c].to_numpy() for c in user}}, settings
+        )
+        mean, std = _own(own[np.isfinite(own).all(axis=1)] if np.isfinite(own).any() else raw)
+    return (raw - mean) / std  # (F, Cf)
+
+
+def _static_window(cov: Mapping[str, Any], name: str, trained_tickers: list[str] | None) -> np.ndarray:
+    """The static ids ``(S,)`` of ticker ``name``: 0 for a ticker (or category) not seen in training."""
+    from .covariates import read_static, static_ids
+    from .windows import resolve_path
+
+    vocab = {k: list(v) for k, v in cov.get("static_vocab", {}).items()}
+    table = None
+    if vocab and cov.get("static_file"):
+        path = resolve_path(str(cov["static_file"]))
+        if path.exists():
+            table = read_static(path, [], list(vocab))
+    ids = static_ids([name], list(trained_tickers or []), table, vocab, bool(cov.get("ticker_embedding")))
+    return ids[0]
 
 
 def last_windows(
@@ -142,6 +237,8 @@ def last_windows(
     on_error: str = "error",
     timezone: str | None = None,
     name: str | None = None,
+    horizon: int | None = None,
+    future: pd.DataFrame | None = None,
 ) -> list[SeriesWindow]:
     """The scaled last window of every series of ``bars`` (read with :func:`~.reader.read_bars`, see
     :meth:`KLineForecaster.forecast <lightning_tf.kline.KLineForecaster.forecast>` for the arguments), for a
@@ -156,6 +253,8 @@ def last_windows(
         )
     source = name or (str(bars) if not isinstance(bars, pd.DataFrame) else "the bars")
     data = bars if isinstance(bars, pd.DataFrame) else resolve_path(str(bars))
+    cov = scale.covariates
+    names = [*cov.get("past", []), *cov.get("future", [])]
     frame = read_bars(
         data,
         columns=columns,
@@ -163,7 +262,12 @@ def last_windows(
         on_error=on_error,  # type: ignore[arg-type]
         timezone=timezone,
         name=name,
+        extra_columns=names,
     )
+    if names:
+        from .covariates import apply_missing
+
+        frame = apply_missing(frame, names, cov.get("missing", "error"), cov.get("ffill_limit"), source)
     trained = {
         t: (scale.feature_mean[k], scale.feature_std[k], scale.target_mean[k], scale.target_std[k])
         for k, t in enumerate(scale.ticker_names)
@@ -177,6 +281,10 @@ def last_windows(
         volume_window=scale.volume_window,
         trained=trained,
         source=source,
+        covariates=cov,
+        horizon=horizon if horizon is not None else cov.get("horizon"),
+        future=future,
+        trained_tickers=list(scale.ticker_names),
     )
 
 
@@ -184,7 +292,7 @@ def windows_table(
     windows: list[SeriesWindow],
     *,
     net: torch.nn.Module,
-    forward: Callable[[Tensor], Tensor],
+    forward: Callable[..., Tensor],
     scale: DataScale,
     quantiles: list[float] | None,
     device: torch.device | str = "cpu",
@@ -197,11 +305,16 @@ def windows_table(
     from .windows import next_timestamps
 
     x = torch.tensor(np.stack([w.x for w in windows]), dtype=torch.float32, device=device)  # (n, L, C)
+    extra: dict[str, Tensor] = {}
+    if windows[0].x_future is not None:
+        extra["x_future"] = torch.tensor(np.stack([w.x_future for w in windows]), dtype=torch.float32, device=device)
+    if windows[0].static is not None:
+        extra["static"] = torch.tensor(np.stack([w.static for w in windows]), dtype=torch.long, device=device)
     was_training = net.training
     net.eval()
     try:
         with torch.no_grad():
-            out = forward(x).double().cpu()  # (n, F, K[, Q])
+            out = forward(x, **extra).double().cpu()  # (n, F, K[, Q])
     finally:
         net.train(was_training)
     mean = torch.tensor(np.stack([w.target_mean for w in windows]))[:, None, :]  # (n, 1, K)
@@ -210,7 +323,13 @@ def windows_table(
     values = point * std + mean  # (n, F, K)
     n, horizon = point.shape[:2]
     # one frame for all windows, column by column (one small frame per window costs more than the forward pass)
-    stamps = [next_timestamps(pd.DatetimeIndex(w.bars["timestamp"]), horizon) for w in windows]
+    calendar = scale.covariates.get("calendar")
+    stamps = [
+        w.timestamps
+        if w.timestamps is not None and len(w.timestamps) == horizon
+        else next_timestamps(pd.DatetimeIndex(w.bars["timestamp"]), horizon, calendar=calendar)
+        for w in windows
+    ]
     columns: dict[str, Any] = {
         "ticker": np.repeat(np.array([w.name for w in windows], dtype=object), horizon),
         "timestamp": stamps[0].append(stamps[1:]) if n > 1 else stamps[0],
@@ -222,7 +341,7 @@ def windows_table(
             for j, level in enumerate(quantiles):
                 level_values = out[:, :, k, j] * std[:, :, k] + mean[:, :, k]  # (n, F)
                 columns[f"pred_{target}_q{level:g}"] = level_values.reshape(-1).numpy()
-    if scale.returns:
+    if scale.returns and scale.rebuilds_prices:
         anchors = torch.tensor([w.anchor for w in windows], dtype=torch.float64)  # (n,)
         columns["close"] = rebuild_prices(values[:, :, 0], anchors).reshape(-1).numpy()  # (n F,)
     columns["scaled_by"] = np.repeat(np.array([w.scaled_by for w in windows], dtype=object), horizon)
@@ -258,7 +377,7 @@ def predict_outputs(
     if quantiles is not None:
         levels = [inverse(quantiles[..., q]) for q in range(quantiles.shape[-1])]  # Q x (B, F, K)
         result["quantiles_orig"] = torch.stack(levels, dim=-1)  # (B, F, K, Q)
-    if scale is not None and scale.has_prices and "anchor" in batch:
+    if scale is not None and scale.rebuilds_prices and "anchor" in batch:
         if scale.returns:
             returns = result["pred_orig"][..., 0].double()  # (B, F)
             result["price"] = rebuild_prices(returns, batch["anchor"].double())  # (B, F)

@@ -22,10 +22,11 @@ import torch
 import torch.nn.functional as F
 from lightning.pytorch import Callback, LightningModule
 from lightning.pytorch.callbacks import BasePredictionWriter
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 from torchmetrics import MeanMetric
 
-from lightning_tf.core import Activation, NormName, PositionalName
+from lightning_tf.core import Activation, NormName, PositionalName, TransformerSpec
 from lightning_tf.training import (
     CheckedLoading,
     SchedulerName,
@@ -191,6 +192,18 @@ class KLineForecaster(CheckedLoading, LightningModule):
         if backtest_cost_bps < 0:
             raise ValueError(f"backtest_cost_bps must be >= 0, got {backtest_cost_bps}")
         self.save_hyperparameters()
+        spec = TransformerSpec(
+            d_model,
+            n_heads,
+            n_layers,
+            d_ff,
+            dropout=dropout,
+            attn_dropout=attn_dropout,
+            activation=activation,
+            norm_first=norm_first,
+            norm=norm,
+            pos_encoding=pos_encoding,
+        )
         self.net = ForecastNet(
             n_features,
             n_targets,
@@ -208,17 +221,8 @@ class KLineForecaster(CheckedLoading, LightningModule):
             patch_len=patch_len,
             stride=stride,
             pad_end=pad_end,
-            d_model=d_model,
-            n_heads=n_heads,
-            n_layers=n_layers,
-            d_ff=d_ff,
-            dropout=dropout,
-            attn_dropout=attn_dropout,
+            spec=spec,
             head_dropout=head_dropout,
-            activation=activation,
-            norm_first=norm_first,
-            norm=norm,
-            pos_encoding=pos_encoding,
             causal=causal,
             revin=revin,
             revin_affine=revin_affine,
@@ -260,10 +264,18 @@ class KLineForecaster(CheckedLoading, LightningModule):
         return self.net.quantiles
 
     @property
-    def example_input_array(self) -> Tensor:
-        """One context window ``(1, L, C)`` of zeros on the CPU: the input that ONNX export traces and the
+    def example_input_array(self) -> Tensor | tuple[Tensor | None, ...]:
+        """One context window ``(1, L, C)`` of zeros on the CPU (with covariates, the tuple of forward's three
+        inputs): the input that ONNX export traces and the
         model summary runs."""
-        return torch.zeros(1, self.hparams.context_len, self.hparams.n_features)  # (1, L, C)
+        x = torch.zeros(1, self.hparams.context_len, self.hparams.n_features)  # (1, L, C)
+        n_future, static_sizes = self.net.covariate_sizes
+        if not n_future and not static_sizes:
+            return x
+        # with covariates: (x, x_future (1, F, Cf) or None, static (1, S) or None), forward's arguments
+        x_future = torch.zeros(1, self.hparams.horizon, n_future) if n_future else None
+        static = torch.zeros(1, len(static_sizes), dtype=torch.long) if static_sizes else None
+        return x, x_future, static
 
     def no_weight_decay(self) -> list[str]:
         """The linear path is regularised by its ridge penalty, not pulled towards zero by weight decay."""
@@ -277,24 +289,31 @@ class KLineForecaster(CheckedLoading, LightningModule):
         if self.hparams.compile and self._compiled is None:
             self._compiled = torch.compile(self.net.parts)
 
-    def _parts(self, x: Tensor) -> ForecastParts:
+    def _parts(self, x: Tensor, batch: dict[str, Tensor] | None = None, **covariates: Tensor | None) -> ForecastParts:
+        """The network's parts of context ``x``, with the known-future and static covariates of ``batch`` (or
+        given as ``x_future``, ``static``)."""
         fn = self._compiled if self._compiled is not None else self.net.parts
-        return fn(x)[0]
+        if batch is not None:
+            covariates = {k: batch.get(k) for k in ("x_future", "static")}
+        if self.net.covariate_sizes == (0, []):
+            return fn(x)[0]
+        return fn(x, x_future=covariates.get("x_future"), static=covariates.get("static"))[0]
 
     def _point(self, y: Tensor) -> Tensor:
         """The point forecast ``(B, F, K)`` of a forecast that may carry quantiles ``(B, F, K, Q)``."""
         return y if self.quantiles is None else y[..., self.quantiles.index(0.5)]
 
-    def forward(self, x: Tensor) -> Tensor:
-        """Point forecast ``(B, F, K)`` on the model scale from the context ``x`` (B, L, C) (the median
+    def forward(self, x: Tensor, x_future: Tensor | None = None, static: Tensor | None = None) -> Tensor:
+        """Point forecast ``(B, F, K)`` on the model scale from the context ``x`` (B, L, C) (and, for a model
+        with covariates, the known-future ``x_future`` (B, F, Cf) and static ids ``static`` (B, S)) (the median
         with quantiles), as the model was selected (``residual_gate``)."""
-        return self._point(self.net.combine(self._parts(x)))
+        return self._point(self.net.combine(self._parts(x, x_future=x_future, static=static)))
 
-    def forward_quantiles(self, x: Tensor) -> Tensor:
+    def forward_quantiles(self, x: Tensor, x_future: Tensor | None = None, static: Tensor | None = None) -> Tensor:
         """Quantile forecasts ``(B, F, K, Q)`` on the model scale from the context ``x`` (B, L, C)."""
         if self.quantiles is None:
             raise ValueError("this model forecasts no quantiles: train it with loss: quantile")
-        return self.net.combine(self._parts(x))
+        return self.net.combine(self._parts(x, x_future=x_future, static=static))
 
     def forecast(
         self,
@@ -305,6 +324,7 @@ class KLineForecaster(CheckedLoading, LightningModule):
         on_error: OnError = "error",
         timezone: str | None = None,
         name: str | None = None,
+        future: pd.DataFrame | None = None,
     ) -> pd.DataFrame:
         """Forecast the ``horizon`` bars after the end of each series of ``bars``, with the features, target
         and scaling this model was trained with (its checkpoint's :class:`~.scale.DataScale`), never its
@@ -319,6 +339,8 @@ class KLineForecaster(CheckedLoading, LightningModule):
             on_error: bad rows raise (``error``), are dropped (``drop``) or forward-filled (``ffill``).
             timezone: the exchange's time zone for Unix epoch timestamps.
             name: the ticker of bars without a ticker column (default: the file name; ``series`` for a DataFrame).
+            future: for a model with known-future user covariates, their values for the forecast bars: a
+                frame with ``timestamp``, ``ticker`` (several tickers) and one column per covariate.
 
         Returns:
             One row per future bar and series: ``ticker``, ``timestamp`` (continuing the series' own
@@ -337,6 +359,8 @@ class KLineForecaster(CheckedLoading, LightningModule):
                 on_error=on_error,
                 timezone=timezone,
                 name=name,
+                horizon=self.hparams.horizon,
+                future=future,
             )
         )
 
@@ -346,7 +370,7 @@ class KLineForecaster(CheckedLoading, LightningModule):
         return windows_table(
             windows,
             net=self.net,
-            forward=lambda x: self.net.combine(self._parts(x)),
+            forward=lambda x, **cov: self.net.combine(self._parts(x, **cov)),
             scale=self.data_scale,
             quantiles=self.quantiles,
             device=self.device,
@@ -388,6 +412,14 @@ class KLineForecaster(CheckedLoading, LightningModule):
                 # at predict, a trained model keeps its own scale (the checkpoint's); the data's is only
                 # the unseen series' own (see KLineDataModule.setup("predict"))
                 self.data_scale = scale
+        if getattr(dm, "covariate_names", None) and hp.backbone == "patches" and not hp.channel_mixing:
+            rank_zero_warn(
+                f"past covariates {dm.covariate_names} are input channels, but the channel-independent patches "
+                "model forecasts each target from its own channel only: set model channel_mixing: true (or "
+                "backbone: variates / bars) for the covariates to reach the forecast"
+            )
+        if hasattr(dm, "n_future") and (dm.n_future or getattr(dm, "static_sizes", None)):
+            self._set_covariates(int(dm.n_future), list(getattr(dm, "static_sizes", []) or []))
         if not hasattr(dm, "target_channels"):
             return
         theirs = None if dm.target_channels is None else [int(c) for c in dm.target_channels]
@@ -401,6 +433,19 @@ class KLineForecaster(CheckedLoading, LightningModule):
         else:
             check_agreement("target_channels", list(hp.target_channels), theirs)
 
+    def _set_covariates(self, n_future: int, static_sizes: list[int]) -> None:
+        """Give the network the data's known-future and static covariates (sized by the data, kept in checkpoints)."""
+        if self.net.set_covariates(n_future, static_sizes) and self._compiled is not None:
+            self._compiled = torch.compile(self.net.parts)
+
+    @property
+    def required_columns(self) -> list[str]:
+        """The columns new bars must have for this model to forecast them (beside the timestamp and, for a
+        long table, the ticker): OHLC, volume and every covariate it reads (from its checkpoint's data scale)."""
+        if self.data_scale is None:
+            return ["open", "high", "low", "close", "volume"]
+        return self.data_scale.required_columns
+
     @property
     def returns_target(self) -> bool:
         """Whether the targets are returns (persistence = zero return) rather than levels
@@ -413,12 +458,18 @@ class KLineForecaster(CheckedLoading, LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         stamp(checkpoint)  # the package version and format; plain data (weights_only=True, JSON for export)
         checkpoint["target_channels"] = self.target_channels
+        n_future, static_sizes = self.net.covariate_sizes
+        if n_future or static_sizes:
+            checkpoint["covariate_sizes"] = {"n_future": n_future, "static_sizes": static_sizes}
         if self.data_scale is not None:
             checkpoint["data_scale"] = self.data_scale.to_dict()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if "target_channels" in checkpoint:
             self.target_channels = checkpoint["target_channels"]
+        sizes = checkpoint.get("covariate_sizes")
+        if sizes:  # before the weights load: the covariates' head is built to their sizes
+            self._set_covariates(int(sizes["n_future"]), [int(v) for v in sizes["static_sizes"]])
         if checkpoint.get("data_scale") is not None:
             self.data_scale = DataScale.from_dict(checkpoint["data_scale"])
 
@@ -452,7 +503,7 @@ class KLineForecaster(CheckedLoading, LightningModule):
     def _shared_step(self, batch: dict[str, Tensor], stage: str) -> Tensor:
         x, y = batch["x"], batch["y"]
         check_batch(x, y, self.hparams)
-        parts = self._parts(x)
+        parts = self._parts(x, batch)
         B = float(x.shape[0])
         # training and validation score the model with its residual; test scores it as selected
         out = self.net.combine(parts) if stage == "test" else self.net.combine(parts, gate=1.0)  # (B, F, K[, Q])
@@ -614,7 +665,7 @@ class KLineForecaster(CheckedLoading, LightningModule):
         trained on, scaled by its own history). Written by :class:`~.writer.ForecastWriter`."""
         x = batch["x"]
         check_batch(x, None, self.hparams)
-        out = self.net.combine(self._parts(x))  # (B, F, K[, Q])
+        out = self.net.combine(self._parts(x, batch))  # (B, F, K[, Q])
         pred = self._point(out)  # (B, F, K)
         return predict_outputs(batch, pred, out if self.quantiles is not None else None, self.data_scale)
 

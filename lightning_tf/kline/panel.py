@@ -29,6 +29,8 @@ from torch import Tensor
 
 from lightning_tf.training import file_identity, prepare_folder, sha256, write_manifest
 
+from .covariates import CALENDAR_FEATURES, cross_sectional
+from .covariates import calendar_features as calendar_matrix
 from .features import Target, compute_target, feature_matrix
 from .reader.io import list_bar_files
 from .reader.pool import RecordKeeper
@@ -43,6 +45,7 @@ log = logging.getLogger(__name__)
 PANEL_VERSION = 1
 ROWS = ("x", "y", "raw_target", "anchor", "ticker", "time")
 STATISTICS = ("feature_mean", "feature_std", "target_mean", "target_std")
+FUTURE_STATISTICS = ("future_mean", "future_std")  # (n_tickers, Cf) of the known-future values
 SPLITS = ("train", "val", "test")
 
 
@@ -78,6 +81,24 @@ class PanelSettings:
     train_start: str | None = None
     test_end: str | None = None
     embargo: int = 0
+    covariates: tuple[str, ...] = ()
+    future_covariates: tuple[str, ...] = ()
+    calendar: str | None = None
+    label: str = "raw"
+
+    @property
+    def future_names(self) -> list[str]:
+        """The known-future columns of ``x_future``: the calendar's features, then the user's."""
+        return [*(CALENDAR_FEATURES if self.calendar else ()), *self.future_covariates]
+
+
+def future_matrix(bars: dict[str, np.ndarray] | pd.DataFrame, s: PanelSettings) -> np.ndarray:
+    """The known-future values of every bar ``(n, Cf)`` float64: calendar features of its timestamp, then the
+    ``future_covariates`` columns."""
+    n = len(bars["timestamp"])
+    parts = [calendar_matrix(np.asarray(bars["timestamp"]), s.calendar)] if s.calendar else []
+    parts += [np.asarray(bars[c], dtype=np.float64)[:, None] for c in s.future_covariates]
+    return np.concatenate(parts, axis=1) if parts else np.zeros((n, 0))
 
 
 @dataclass
@@ -104,19 +125,28 @@ class Panel:
     statistics: dict[str, Tensor]
 
 
-def _series(name: str, bars: dict[str, np.ndarray], s: PanelSettings) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
-    """Features ``(n, C)``, target ``(n,)``, the first row where both are finite, and segment ids
-    ``(n,)`` (a new segment after every gap longer than ``max_gap``) of ticker ``name``'s bars (its
-    canonical columns as arrays)."""
+def _series(
+    name: str, bars: dict[str, np.ndarray], s: PanelSettings
+) -> tuple[np.ndarray, np.ndarray, int, np.ndarray, np.ndarray]:
+    """Features ``(n, C)`` (the built-in ones, then the past covariates), target ``(n,)``, the first row
+    where they and the known-future values are finite, segment ids ``(n,)`` (a new segment after every gap
+    longer than ``max_gap``) and known-future values ``(n, Cf)`` of ticker ``name``'s bars (its canonical
+    columns as arrays)."""
     feats = feature_matrix(bars, list(s.features), s.volatility_window, s.volume_window)
+    if s.covariates:
+        feats = np.concatenate([feats, np.stack([np.asarray(bars[c], np.float64) for c in s.covariates], 1)], 1)
+    future = future_matrix(bars, s)
     target = compute_target(bars, s.target)
     n = len(target)
-    finite = np.isfinite(feats).all(axis=1) & np.isfinite(target)
+    finite = np.isfinite(feats).all(axis=1) & np.isfinite(target) & np.isfinite(future).all(axis=1)
     first = int(np.argmax(finite)) if finite.any() else n
     bad = np.flatnonzero(~finite[first:])
     if len(bad):
         i = first + int(bad[0])
-        col = [f for f, ok in zip(s.features, np.isfinite(feats[i]), strict=True) if not ok] or [s.target]
+        names = [*s.features, *s.covariates]
+        col = [f for f, ok in zip(names, np.isfinite(feats[i]), strict=True) if not ok]
+        col += [f for f, ok in zip(s.future_names, np.isfinite(future[i]), strict=True) if not ok]
+        col = col or [s.target]
         raise ValueError(
             f"{s.path}: ticker {name!r} at {pd.Timestamp(bars['timestamp'][i])}: feature(s) {col} "
             "are not finite after the warm-up rows"
@@ -125,7 +155,7 @@ def _series(name: str, bars: dict[str, np.ndarray], s: PanelSettings) -> tuple[n
     if s.max_gap is not None:
         gaps = np.diff(bars["timestamp"]) > np.timedelta64(pd.Timedelta(s.max_gap))
         segment[1:] = np.cumsum(gaps)
-    return feats, target, first, segment
+    return feats, target, first, segment, future
 
 
 def _borders(ts: np.ndarray, s: PanelSettings) -> tuple[int, int]:
@@ -152,7 +182,7 @@ def build_panel(frame: pd.DataFrame, s: PanelSettings) -> Panel:
     chronologically and scaled with the statistics of its own training rows only; a ticker of a panel
     without two training rows is left out with a warning (a single one is refused)."""
     L, F = s.context_len, s.horizon
-    n_rows, C = len(frame), len(s.features)
+    n_rows, C, Cf = len(frame), len(s.features) + len(s.covariates), len(s.future_names)
     # Every row's arrays, allocated once and filled ticker by ticker in the dtypes the batches use
     # (rows of a ticker left out of the panel are cut off the end).
     x = np.empty((n_rows, C), dtype=np.float32)
@@ -161,9 +191,15 @@ def build_panel(frame: pd.DataFrame, s: PanelSettings) -> Panel:
     anchor = np.empty(n_rows, dtype=np.float64)
     ids = np.empty(n_rows, dtype=np.int64)
     times = np.empty(n_rows, dtype=np.int64)
-    columns = {c: frame[c].to_numpy() for c in ("timestamp", "open", "high", "low", "close", "volume")}
+    fut = np.empty((n_rows, Cf), dtype=np.float32)
+    extra = [c for c in (*s.covariates, *s.future_covariates) if c not in frame.columns]
+    if extra:
+        raise ValueError(f"{s.path}: covariate column(s) {extra} not found among the bars' columns")
+    names_read = ("timestamp", "open", "high", "low", "close", "volume", *s.covariates, *s.future_covariates)
+    columns = {c: frame[c].to_numpy() for c in dict.fromkeys(names_read)}
     close, stamps = columns["close"], columns["timestamp"].view(np.int64)
     spans = ticker_spans(frame["ticker"].to_numpy())
+    labels = _labels(frame, spans, s) if s.label != "raw" else None
     names: list[str] = []
     ends: dict[str, list[np.ndarray]] = {split: [] for split in SPLITS}
     stats: list[tuple[np.ndarray, ...]] = []  # per ticker: feature mean, std, target mean, std
@@ -171,12 +207,14 @@ def build_panel(frame: pd.DataFrame, s: PanelSettings) -> Panel:
     offset = 0
     for name, start, stop in spans:
         bars = {c: v[start:stop] for c, v in columns.items()}  # views
-        feats, target, first, segment = _series(name, bars, s)
+        feats, target, first, segment, future = _series(name, bars, s)
         n = stop - start
         train_end, val_end = _borders(bars["timestamp"], s)
         # rows before train_start are only the features' warm-up; rows after test_end belong to no split
         lo, end = _date_range(bars["timestamp"], s)
         first = max(first, lo)
+        if labels is not None:
+            target = labels[start:stop]
         if train_end - first < 2:
             problem = (
                 f"{s.path}: ticker {name!r} has {max(train_end - first, 0)} usable training rows "
@@ -192,7 +230,10 @@ def build_panel(frame: pd.DataFrame, s: PanelSettings) -> Panel:
         # Statistics from the training rows only: validation and test rows never shape the scale.
         f_mean, f_std = standard_scaler_fit(feats[first:train_end])
         t_mean, t_std = standard_scaler_fit(target[first:train_end, None])
-        stats.append((f_mean, f_std, t_mean, t_std))
+        if labels is not None:  # a cross-sectional label is already on a common scale: never per ticker
+            t_mean, t_std = np.zeros(1), np.ones(1)
+        u_mean, u_std = standard_scaler_fit(future[first:train_end]) if Cf else (np.zeros(0), np.ones(0))
+        stats.append((f_mean, f_std, t_mean, t_std, u_mean, u_std))
         borders[name] = {
             "first": first,
             "train_end": train_end,
@@ -214,19 +255,38 @@ def build_panel(frame: pd.DataFrame, s: PanelSettings) -> Panel:
         anchor[rows] = close[start:stop]
         ids[rows] = k
         times[rows] = stamps[start:stop]
+        fut[rows] = np.where(np.isfinite(future), (future - u_mean) / u_std, 0.0)
         offset += n
     if not names:
         raise ValueError(f"{s.path}: no ticker has training rows before the validation border")
     arrays = (x, y, raw, anchor, ids, times)
+    rows = {key: torch.from_numpy(a[:offset]) for key, a in zip(ROWS, arrays, strict=True)}
+    if Cf:
+        rows["x_future"] = torch.from_numpy(fut[:offset])
+    keys = STATISTICS + FUTURE_STATISTICS
     return Panel(
         ticker_names=names,
         borders=borders,
-        rows={key: torch.from_numpy(a[:offset]) for key, a in zip(ROWS, arrays, strict=True)},
+        rows=rows,
         ends={split: torch.from_numpy(np.concatenate(parts)) for split, parts in ends.items()},
-        statistics={
-            key: torch.tensor(np.stack(v)) for key, v in zip(STATISTICS, zip(*stats, strict=True), strict=True)
-        },
+        statistics={key: torch.tensor(np.stack(v)) for key, v in zip(keys, zip(*stats, strict=True), strict=True)},
     )
+
+
+def _labels(frame: pd.DataFrame, spans: list[tuple[str, int, int]], s: PanelSettings) -> np.ndarray:
+    """The cross-sectional label of every row (:func:`~.covariates.cross_sectional`), grouped by the split
+    each row's target belongs to (from its ticker's borders) and its date: each split's labels come from its
+    own rows alone."""
+    target = np.full(len(frame), np.nan)
+    split = np.zeros(len(frame), dtype=np.int64)
+    stamps = frame["timestamp"].to_numpy()
+    for _, start, stop in spans:
+        bars = {"close": frame["close"].to_numpy()[start:stop]}
+        target[start:stop] = compute_target(bars, s.target)
+        train_end, val_end = _borders(stamps[start:stop], s)
+        split[start + train_end : stop] = 1
+        split[start + val_end : stop] = 2
+    return cross_sectional(target, stamps, split, s.label)  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------------------------------- prepared
@@ -286,11 +346,11 @@ def _kept_warnings() -> Iterator[list[list[Any]]]:
 
 
 def _write(panel: Panel, spec: PanelSpec, out: Path, warnings: list[list[Any]], times: dict[str, float]) -> dict:
-    for key in ROWS:
+    for key in panel.rows:
         np.save(out / f"{key}.npy", panel.rows[key].numpy())
     for split in SPLITS:
         np.save(out / f"ends_{split}.npy", panel.ends[split].numpy())
-    for key in STATISTICS:
+    for key in panel.statistics:
         np.save(out / f"{key}.npy", panel.statistics[key].numpy())
     stamp = lambda t: None if t is None else t.isoformat()  # noqa: E731
     borders = {
@@ -348,8 +408,12 @@ def load_panel(folder: str | Path) -> tuple[Panel, list[list[Any]]]:
     panel = Panel(
         ticker_names=list(manifest["ticker_names"]),
         borders=borders,
-        rows={key: torch.from_numpy(np.load(folder / f"{key}.npy", mmap_mode="c")) for key in ROWS},
+        rows={
+            key: torch.from_numpy(np.load(folder / f"{key}.npy", mmap_mode="c"))
+            for key in (*ROWS, "x_future")
+            if (folder / f"{key}.npy").exists()
+        },
         ends={split: torch.from_numpy(np.load(folder / f"ends_{split}.npy")) for split in SPLITS},
-        statistics={key: torch.from_numpy(np.load(folder / f"{key}.npy")) for key in STATISTICS},
+        statistics={key: torch.from_numpy(np.load(folder / f"{key}.npy")) for key in STATISTICS + FUTURE_STATISTICS},
     )
     return panel, manifest["warnings"]

@@ -83,6 +83,13 @@ class DataScale:
             can be rebuilt from return targets (K-line bars; not a generic CSV).
         volatility_window: bars in the rolling volatility feature (K-line bars; how features are built).
         volume_window: bars in the rolling volume z-score feature.
+        label: ``raw`` (the target itself, scaled per ticker) or a cross-sectional label (``cs_zscore``,
+            ``cs_rank``: a per-date score across the tickers, not scaled further; no prices are rebuilt
+            from it).
+        covariates: the covariate specification (plain data, see
+            :meth:`lightning_tf.kline.KLineDataModule.covariate_spec`): past covariate names (the last
+            channels of ``feature_names``), known-future names and their training statistics, the calendar,
+            the missing-value policy and the static vocabulary; empty without covariates.
     """
 
     feature_names: tuple[str, ...]
@@ -96,6 +103,8 @@ class DataScale:
     has_prices: bool = False
     volatility_window: int = 20
     volume_window: int = 20
+    label: str = "raw"
+    covariates: dict[str, Any] = field(default_factory=dict, repr=False, compare=True)
 
     def __post_init__(self) -> None:
         def put(name: str, value: Any) -> None:
@@ -113,6 +122,8 @@ class DataScale:
         put("has_prices", bool(self.has_prices))
         put("volatility_window", int(self.volatility_window))
         put("volume_window", int(self.volume_window))
+        put("label", str(self.label))
+        put("covariates", dict(self.covariates or {}))
         n, C, K = len(self.ticker_names), len(self.feature_names), len(self.target_names)
         for name, cols in zip(_STATISTICS, (C, C, K, K), strict=True):
             put(name, _rows(name, getattr(self, name), n, cols))
@@ -129,6 +140,8 @@ class DataScale:
             "has_prices": self.has_prices,
             "volatility_window": self.volatility_window,
             "volume_window": self.volume_window,
+            "label": self.label,
+            "covariates": self.covariates,
         }
 
     @classmethod
@@ -143,6 +156,8 @@ class DataScale:
             has_prices=bool(data.get("has_prices", False)),
             volatility_window=int(data.get("volatility_window", 20)),
             volume_window=int(data.get("volume_window", 20)),
+            label=str(data.get("label", "raw")),
+            covariates=dict(data.get("covariates") or {}),
         )
 
     # ------------------------------------------------------------------------------ units
@@ -150,6 +165,18 @@ class DataScale:
     def returns(self) -> bool:
         """Whether the targets are returns (rather than levels)."""
         return self.target_kind == "return"
+
+    @property
+    def rebuilds_prices(self) -> bool:
+        """Whether closes can be rebuilt from the forecast: price data with a raw (not cross-sectional) target."""
+        return self.has_prices and self.label == "raw"
+
+    @property
+    def required_columns(self) -> list[str]:
+        """The columns new bars must have beside the timestamp (and ticker): OHLC, volume, and every past
+        and known-future covariate the model reads."""
+        cov = self.covariates
+        return ["open", "high", "low", "close", "volume", *cov.get("past", []), *cov.get("future", [])]
 
     @cached_property
     def _target_stats(self) -> tuple[Tensor, Tensor]:

@@ -18,7 +18,16 @@ Batches are dicts:
 ``time``            (B,)           int64 timestamp (ns since epoch) of the last context bar
 ``scale_mean``      (B, K)         float64 predict only: the target statistics the window's series
 ``scale_std``       (B, K)         was scaled with (a trained ticker's, or the series' own)
+``x_future``        (B, F, Cf)     float32 known-future covariates of the F forecast bars (calendar
+                                   features, then the user's ``future_covariates``), scaled;
+                                   only with known-future covariates
+``static``          (B, S)         int64 static ids: the ticker's (0: not seen in training), then
+                                   each static category's (0: unknown); only with static covariates
 ==================  =============  ===========================================================
+
+Past-observed covariates are channels of ``x`` after the built-in features. A window ending at ``t``
+reads ``x`` at rows ``t-L+1 .. t`` and ``x_future`` at rows ``t+1 .. t+F`` only: known-future values
+are the one input that comes from after ``t``, and only for the columns declared known in advance.
 """
 
 from __future__ import annotations
@@ -33,11 +42,19 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from lightning_tf.training import IgnoreStopSignals, ResumableDataLoader, ShuffledBatchSampler, eval_sampler, find
+from lightning_tf.training import (
+    EpochBatchSampler,
+    IgnoreStopSignals,
+    ResumableDataLoader,
+    ShuffledBatchSampler,
+    eval_sampler,
+    find,
+)
 
 __all__ = [
     "check_batch",
     "WindowDataset",
+    "DateBatchSampler",
     "chronological_borders",
     "ett_borders",
     "in_order",
@@ -84,6 +101,9 @@ class WindowDataset(Dataset):
         time: timestamp per row ``(N,)`` int64 nanoseconds.
         scale_mean: the target mean each row's series was scaled with ``(N, K)`` float64 (predict), or None.
         scale_std: the target standard deviation likewise, or None.
+        x_future: known-future covariates ``(N, Cf)`` float32 of every row (read for a window's target rows),
+            or None.
+        static: static ids ``(N, S)`` int64 of every row (read at the window's last row), or None.
     """
 
     def __init__(
@@ -99,8 +119,11 @@ class WindowDataset(Dataset):
         time: Tensor,
         scale_mean: Tensor | None = None,
         scale_std: Tensor | None = None,
+        x_future: Tensor | None = None,
+        static: Tensor | None = None,
     ) -> None:
         self.x, self.y, self.raw_target = x, y, raw_target
+        self.x_future, self.static = x_future, static
         self.scale_mean, self.scale_std = scale_mean, scale_std
         self.anchor, self.ticker, self.time = anchor, ticker, time
         self.ends = ends
@@ -124,6 +147,10 @@ class WindowDataset(Dataset):
             batch["y"] = self.y[t[:, None] + self.target_offsets]  # (B, F, K)
         if self.scale_mean is not None and self.scale_std is not None:
             batch["scale_mean"], batch["scale_std"] = self.scale_mean[t], self.scale_std[t]  # (B, K) each
+        if self.x_future is not None:
+            batch["x_future"] = self.x_future[t[:, None] + self.target_offsets]  # (B, F, Cf)
+        if self.static is not None:
+            batch["static"] = self.static[t]  # (B, S)
         return batch
 
     def __getitem__(self, i: int) -> dict[str, Tensor]:
@@ -172,8 +199,14 @@ def split_ends(
     return {k: np.arange(a, b + 1, dtype=np.int64) for k, (a, b) in spans.items()}
 
 
-def next_timestamps(ts: pd.DatetimeIndex, n: int, session_days: int = 20) -> pd.DatetimeIndex:
+def next_timestamps(
+    ts: pd.DatetimeIndex, n: int, session_days: int = 20, calendar: str | None = None
+) -> pd.DatetimeIndex:
     """Timestamps of the ``n`` bars after ``ts`` (ascending), following the series' own calendar.
+
+    With an exchange ``calendar`` (``XNYS``, ``XSHG``, ... or ``business``), bars a day or more apart
+    continue on that calendar's sessions (an A-share forecast skips the Spring Festival and the
+    National Day week).
 
     Daily bars without weekend rows continue on business days. Intraday bars continue on the
     trading session seen in the data: the times of day that bars had on the last ``session_days``
@@ -184,6 +217,10 @@ def next_timestamps(ts: pd.DatetimeIndex, n: int, session_days: int = 20) -> pd.
     """
     step = pd.Series(ts).diff().median()
     last = ts[-1]
+    if calendar is not None and (len(ts) < 2 or step >= pd.Timedelta(days=1)):
+        from .covariates import next_sessions
+
+        return next_sessions(calendar, last, n)
     weekends = bool((ts.day_of_week >= 5).any())
     if step == pd.Timedelta(days=1) and not weekends:
         return pd.bdate_range(last + pd.offsets.BDay(1), periods=n, freq="B") + (last - last.normalize())
@@ -202,6 +239,35 @@ def next_timestamps(ts: pd.DatetimeIndex, n: int, session_days: int = 20) -> pd.
     return pd.DatetimeIndex([last + step * (i + 1) for i in range(n)])
 
 
+class DateBatchSampler(EpochBatchSampler):
+    """One batch per date: the windows whose last context bar has that timestamp (one date's universe),
+    the dates in an order drawn from ``seed`` and the epoch (``shuffle``) or in time order; resumable inside an
+    epoch as every training loader (:class:`~lightning_tf.training.loaders.EpochBatchSampler`). Under DDP
+    each rank takes every R-th date.
+
+    Args:
+        times: the timestamp of each window ``(W,)``.
+        shuffle: a new order of the dates each epoch, or time order.
+        seed: base seed of the order.
+    """
+
+    def __init__(self, times: Tensor, shuffle: bool = True, seed: int = 0) -> None:
+        super().__init__(seed)
+        order = torch.argsort(times, stable=True)
+        _, counts = torch.unique_consecutive(times[order], return_counts=True)
+        self.groups = list(torch.split(order, counts.tolist()))
+        self.shuffle = shuffle
+
+    def _build(self, epoch: int) -> list[Tensor]:
+        if self.shuffle:
+            generator = torch.Generator()
+            generator.manual_seed(int(np.random.SeedSequence([self.seed, epoch]).generate_state(1)[0]))
+            dates = torch.randperm(len(self.groups), generator=generator).tolist()
+        else:
+            dates = list(range(len(self.groups)))
+        return [self.groups[k] for k in dates[self.rank :: self.num_replicas]]
+
+
 def _batched(batch: dict[str, Tensor]) -> dict[str, Tensor]:
     """Collate for :class:`WindowDataset`, whose ``__getitems__`` already returns a batch."""
     return batch
@@ -216,6 +282,7 @@ def window_loader(
     seed: int,
     source: object,
     horizon: int,
+    by_date: bool = False,
 ) -> DataLoader:
     """The loader of one split: training windows in an order set by ``seed`` and the epoch alone, resumable
     inside an epoch (:class:`~lightning_tf.training.loaders.ResumableDataLoader`; under DDP each rank takes its
@@ -230,6 +297,7 @@ def window_loader(
         seed: seed of the training order.
         source: the data's file, named in the errors.
         horizon: forecast horizon F, named in the errors.
+        by_date: training batches of one date's windows each (:class:`DateBatchSampler`).
     """
     if split not in datasets:
         raise RuntimeError(f"no {split} windows: call setup() first")
@@ -242,7 +310,11 @@ def window_loader(
         )
     if split == "train":
         # the order depends on (seed, epoch) alone and the position inside the epoch is checkpointed
-        sampler = ShuffledBatchSampler(len(dataset), batch_size, seed=seed)
+        sampler = (
+            DateBatchSampler(dataset.time[dataset.ends], seed=seed)
+            if by_date
+            else ShuffledBatchSampler(len(dataset), batch_size, seed=seed)
+        )
         return ResumableDataLoader(
             dataset, sampler, collate_fn=_batched, num_workers=num_workers, persistent_workers=num_workers > 0
         )

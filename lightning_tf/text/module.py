@@ -26,7 +26,7 @@ from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.text import Perplexity
 
-from lightning_tf.core import Activation, Decoder, DecoderCache, Encoder, PositionalName, padding_mask
+from lightning_tf.core import Activation, Decoder, DecoderCache, Encoder, PositionalName, TransformerSpec, padding_mask
 from lightning_tf.training import CheckedLoading, SchedulerName, check_agreement, configure_adamw, gather_objects, stamp
 
 from .decoding import beam_search, decode_by_length, greedy_search
@@ -195,7 +195,8 @@ class Seq2SeqTransformer(CheckedLoading, LightningModule):
         #: the resolved sizes (preset plus overrides)
         n_dec = hp.n_decoder_layers
         self.size = size | {"n_decoder_layers": size["n_layers"] if n_dec is None else n_dec}
-        stack = {k: size[k] for k in ("d_model", "n_heads", "d_ff", "dropout", "norm_first")} | dict(
+        spec = TransformerSpec(
+            **size,
             attn_dropout=hp.attn_dropout,
             ffn_dropout=hp.ffn_dropout,
             activation=hp.activation,
@@ -205,8 +206,8 @@ class Seq2SeqTransformer(CheckedLoading, LightningModule):
         D, pad = size["d_model"], hp.pad_id
         self.tgt_embed = TokenEmbedding(vocab_size, D, pad, hp.scale_embedding)
         self.src_embed = None if hp.share_embeddings else TokenEmbedding(vocab_size, D, pad, hp.scale_embedding)
-        self.encoder = Encoder(n_layers=size["n_layers"], **stack)
-        self.decoder = Decoder(n_layers=self.size["n_decoder_layers"], **stack)
+        self.encoder = Encoder(spec)
+        self.decoder = Decoder(spec.replace(n_layers=self.size["n_decoder_layers"]))
         self.head = OutputProjection(D, vocab_size, hp.output_bias, tie_to=self.tgt_embed if hp.tie_output else None)
 
         self.tokenizer: TextTokenizer | None = tokenizer  # a pretrained model's, else the data's in the first fit

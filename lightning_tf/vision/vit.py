@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lightning_tf.core import Encoder, sincos_2d
+from lightning_tf.core import Encoder, TransformerSpec, sincos_2d
 
 __all__ = [
     "PRESETS",
@@ -189,7 +189,7 @@ class VisionTransformer(nn.Module):
             self.register_buffer("pos_embed", self._sincos(self.grid, d_model), persistent=False)
         else:
             self.pos_embed = None
-        self.encoder = Encoder(
+        spec = TransformerSpec(
             d_model,
             n_heads,
             n_layers,
@@ -204,6 +204,7 @@ class VisionTransformer(nn.Module):
             drop_path=drop_path,
             layer_scale=layer_scale,
         )
+        self.encoder = Encoder(spec)
         # mean pooling normalises the pooled vector instead of every token (timm's fc_norm)
         self.fc_norm = nn.LayerNorm(d_model, eps=layer_norm_eps) if pool == "mean" else None
         self.head_dropout = nn.Dropout(head_dropout)

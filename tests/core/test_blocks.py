@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lightning_tf.core import DecoderLayer, EncoderLayer, FeedForward, padding_mask
+from lightning_tf.core import DecoderLayer, EncoderLayer, FeedForward, TransformerSpec, padding_mask
 from tests.helpers.core import copy_decoder_layer, copy_encoder_layer
 
 D, H, D_FF = 16, 4, 32
@@ -66,7 +66,9 @@ def test_encoder_layer_matches_torch(norm_first: bool, activation: str, padded: 
     ).eval()
     _randomize_norms(ref)
     _randomize_biases(ref)
-    ours = EncoderLayer(D, H, D_FF, dropout=0.0, activation=activation, norm_first=norm_first).eval()
+    ours = EncoderLayer(
+        TransformerSpec(D, H, 1, D_FF, dropout=0.0, activation=activation, norm_first=norm_first)
+    ).eval()
     copy_encoder_layer(ref, ours)
 
     x = torch.randn(B, T, D)
@@ -99,7 +101,7 @@ def test_encoder_layer_matches_torch(norm_first: bool, activation: str, padded: 
 def test_encoder_layer_copy_is_not_vacuous() -> None:
     """The comparison above can fail: one perturbed weight breaks the match."""
     ref = nn.TransformerEncoderLayer(D, H, D_FF, dropout=0.0, batch_first=True, norm_first=True).eval()
-    ours = EncoderLayer(D, H, D_FF, dropout=0.0, norm_first=True).eval()
+    ours = EncoderLayer(TransformerSpec(D, H, 1, D_FF, dropout=0.0, norm_first=True)).eval()
     copy_encoder_layer(ref, ours)
     x = torch.randn(B, T, D)
     with torch.no_grad():
@@ -110,7 +112,7 @@ def test_encoder_layer_copy_is_not_vacuous() -> None:
 
 def test_encoder_layer_padding_mask_hides_keys() -> None:
     """Changing a padded position's input leaves the real positions' outputs unchanged."""
-    layer = EncoderLayer(D, H, D_FF, dropout=0.0).eval()
+    layer = EncoderLayer(TransformerSpec(D, H, 1, D_FF, dropout=0.0)).eval()
     x = torch.randn(B, T, D)
     lengths = torch.tensor([T, 4, 2])
     keep = padding_mask(lengths=lengths, max_len=T)
@@ -143,7 +145,9 @@ def test_decoder_layer_matches_torch(
     ).eval()
     _randomize_norms(ref)
     _randomize_biases(ref)
-    ours = DecoderLayer(D, H, D_FF, dropout=0.0, activation=activation, norm_first=norm_first).eval()
+    ours = DecoderLayer(
+        TransformerSpec(D, H, 1, D_FF, dropout=0.0, activation=activation, norm_first=norm_first)
+    ).eval()
     copy_decoder_layer(ref, ours)
 
     x, memory = torch.randn(B, T, D), torch.randn(B, S, D)
@@ -181,7 +185,7 @@ def test_decoder_layer_matches_torch(
 
 def test_decoder_layer_causal_flag_matters() -> None:
     """is_causal=True and False give different outputs, so the causal comparison tests something."""
-    layer = DecoderLayer(D, H, D_FF, dropout=0.0).eval()
+    layer = DecoderLayer(TransformerSpec(D, H, 1, D_FF, dropout=0.0)).eval()
     x, memory = torch.randn(B, T, D), torch.randn(B, S, D)
     with torch.no_grad():
         causal, _, _ = layer(x, memory, is_causal=True)
@@ -263,7 +267,7 @@ def test_token_batch_norm_is_batch_norm_over_every_token() -> None:
 def test_encoder_with_batch_norm_uses_it_everywhere_and_refuses_a_padding_mask() -> None:
     from lightning_tf.core import Encoder, TokenBatchNorm
 
-    enc = Encoder(16, 4, 2, norm="batch", norm_first=False)
+    enc = Encoder(TransformerSpec(16, 4, 2, norm="batch", norm_first=False))
     norms = [m for m in enc.modules() if isinstance(m, (TokenBatchNorm, torch.nn.LayerNorm))]
     assert len(norms) == 4 and all(isinstance(m, TokenBatchNorm) for m in norms)
     x = torch.randn(3, 5, 16)
@@ -271,4 +275,4 @@ def test_encoder_with_batch_norm_uses_it_everywhere_and_refuses_a_padding_mask()
     with pytest.raises(ValueError, match=r"Encoder\(norm='batch'\) cannot take a padding mask"):
         enc(x, torch.ones(3, 1, 1, 5, dtype=torch.bool))
     with pytest.raises(ValueError, match="norm must be 'layer' or 'batch', got 'group'"):
-        Encoder(16, 4, 1, norm="group")  # type: ignore[arg-type]
+        Encoder(TransformerSpec(16, 4, 1, norm="group"))  # type: ignore[arg-type]

@@ -29,7 +29,15 @@ import torch
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from lightning_tf.core import Decoder, Encoder, MultiHeadAttention, RotaryEmbedding, causal_mask, padding_mask
+from lightning_tf.core import (
+    Decoder,
+    Encoder,
+    MultiHeadAttention,
+    RotaryEmbedding,
+    TransformerSpec,
+    causal_mask,
+    padding_mask,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -45,7 +53,7 @@ TGT_LENGTHS = [17, 9, 1]  # a target of one real token: its padded queries see o
 
 def _pair(pos_encoding: str) -> tuple[Encoder, Decoder]:
     kw = dict(d_model=D, n_heads=H, n_layers=2, dropout=0.0, pos_encoding=pos_encoding)
-    return Encoder(**kw).eval(), Decoder(**kw).eval()
+    return Encoder(TransformerSpec(**kw)).eval(), Decoder(TransformerSpec(**kw)).eval()
 
 
 def _kernels(backends: list[SDPBackend] | None) -> contextlib.AbstractContextManager:
@@ -150,8 +158,8 @@ def test_flash_decoder_causal_without_masks(pos_encoding: str) -> None:
 
 
 def test_flash_runs_attention_dropout_in_training() -> None:
-    enc = Encoder(D, H, 2, dropout=0.0, attn_dropout=0.1, pos_encoding="rope").to(DEVICE).train()
-    dec = Decoder(D, H, 2, dropout=0.0, attn_dropout=0.1).to(DEVICE).train()
+    enc = Encoder(TransformerSpec(D, H, 2, dropout=0.0, attn_dropout=0.1, pos_encoding="rope")).to(DEVICE).train()
+    dec = Decoder(TransformerSpec(D, H, 2, dropout=0.0, attn_dropout=0.1)).to(DEVICE).train()
     x = torch.randn(B, S, D, device=DEVICE, requires_grad=True)
     y = torch.randn(B, T, D, device=DEVICE, requires_grad=True)
     with _kernels(FLASH):
@@ -222,7 +230,7 @@ def test_efficient_decoder_with_target_and_source_padding(pos_encoding: str) -> 
 
 
 def test_efficient_runs_attention_dropout_with_a_mask() -> None:
-    enc = Encoder(D, H, 2, dropout=0.0, attn_dropout=0.1).to(DEVICE).train()
+    enc = Encoder(TransformerSpec(D, H, 2, dropout=0.0, attn_dropout=0.1)).to(DEVICE).train()
     x = torch.randn(B, S, D, device=DEVICE, requires_grad=True)
     with _kernels(EFFICIENT):
         with _autocast():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lightning_tf.core import DropPath, Encoder, EncoderLayer, LayerScale
+from lightning_tf.core import DropPath, Encoder, EncoderLayer, LayerScale, TransformerSpec
 
 D, H = 16, 4
 
@@ -46,15 +46,15 @@ def test_layer_scale_multiplies_channels() -> None:
 
 
 def test_layer_scale_zero_makes_the_layer_an_identity() -> None:
-    layer = EncoderLayer(D, H, dropout=0.0, layer_scale=0.0).eval()
+    layer = EncoderLayer(TransformerSpec(D, H, 1, dropout=0.0, layer_scale=0.0)).eval()
     x = torch.randn(2, 5, D)
     assert torch.equal(layer(x)[0], x)
 
 
 def test_layer_scale_one_and_eval_drop_path_change_nothing() -> None:
     torch.manual_seed(0)
-    plain = EncoderLayer(D, H, dropout=0.0).eval()
-    regular = EncoderLayer(D, H, dropout=0.0, layer_scale=1.0, drop_path=0.3).eval()
+    plain = EncoderLayer(TransformerSpec(D, H, 1, dropout=0.0)).eval()
+    regular = EncoderLayer(TransformerSpec(D, H, 1, dropout=0.0, layer_scale=1.0, drop_path=0.3)).eval()
     missing, unexpected = regular.load_state_dict(plain.state_dict(), strict=False)
     assert sorted(missing) == ["ls1.gamma", "ls2.gamma"] and not unexpected
     x = torch.randn(2, 5, D)
@@ -63,14 +63,14 @@ def test_layer_scale_one_and_eval_drop_path_change_nothing() -> None:
 
 def test_drop_path_in_training_drops_branches_per_sample() -> None:
     """With rate close to 1 nearly every branch is dropped, so most samples pass through unchanged."""
-    layer = EncoderLayer(D, H, dropout=0.0, drop_path=0.99).train()
+    layer = EncoderLayer(TransformerSpec(D, H, 1, dropout=0.0, drop_path=0.99)).train()
     x = torch.randn(64, 5, D)
     unchanged = (layer(x)[0] == x).flatten(1).all(1)
     assert unchanged.float().mean() > 0.9
 
 
 def test_encoder_drop_path_rises_linearly_over_depth() -> None:
-    enc = Encoder(D, H, 5, drop_path=0.2, layer_scale=1e-4)
+    enc = Encoder(TransformerSpec(D, H, 5, drop_path=0.2, layer_scale=1e-4))
     rates = [getattr(layer.drop_path1, "p", 0.0) for layer in enc.layers]
     assert rates == pytest.approx([0.0, 0.05, 0.1, 0.15, 0.2])
     assert all(torch.allclose(layer.ls2.gamma, torch.full((D,), 1e-4)) for layer in enc.layers)
@@ -78,9 +78,9 @@ def test_encoder_drop_path_rises_linearly_over_depth() -> None:
 
 def test_regularizers_need_pre_ln() -> None:
     with pytest.raises(ValueError, match="need a Pre-LN layer"):
-        EncoderLayer(D, H, norm_first=False, drop_path=0.1)
+        EncoderLayer(TransformerSpec(D, H, 1, norm_first=False, drop_path=0.1))
     with pytest.raises(ValueError, match=r"drop_path must be in \[0, 1\), got 1.5"):
-        Encoder(D, H, 2, drop_path=1.5)
+        Encoder(TransformerSpec(D, H, 2, drop_path=1.5))
 
 
 @pytest.mark.parametrize(("ffn_dropout", "expected"), [(None, 0.3), (0.0, 0.0), (0.6, 0.6)])
@@ -92,7 +92,7 @@ def test_ffn_dropout_is_the_hidden_units_rate_in_both_stacks(ffn_dropout: float 
 
     torch.manual_seed(0)
     kw = dict(dropout=0.3, ffn_dropout=ffn_dropout, activation="gelu")
-    enc, dec = Encoder(D, H, 2, 64, **kw), Decoder(D, H, 2, 64, **kw)
+    enc, dec = Encoder(TransformerSpec(D, H, 2, 64, **kw)), Decoder(TransformerSpec(D, H, 2, 64, **kw))
     x = torch.randn(8, 24, D)
     rates = hidden_dropout_rates(enc, lambda: enc(x)) + hidden_dropout_rates(dec, lambda: dec(x, x))
     assert len(rates) == 4  # 12,288 hidden units per layer: a standard error of 0.005 at most

@@ -16,6 +16,7 @@ from lightning_tf.core import (
     Decoder,
     Encoder,
     MultiHeadAttention,
+    TransformerSpec,
     padding_mask,
 )
 from tests.helpers.core import copy_decoder_layer, copy_encoder_layer
@@ -29,12 +30,12 @@ PE_ON = ["sinusoidal", "learned", "rope", "alibi"]
 
 def make_encoder(pos_encoding: str = "none", **kwargs) -> Encoder:
     kwargs = {"dropout": 0.0, "pos_encoding": pos_encoding, **kwargs}
-    return Encoder(D, H, N_LAYERS, D_FF, **kwargs).eval()
+    return Encoder(TransformerSpec(D, H, N_LAYERS, D_FF, **kwargs)).eval()
 
 
 def make_decoder(pos_encoding: str = "none", **kwargs) -> Decoder:
     kwargs = {"dropout": 0.0, "pos_encoding": pos_encoding, **kwargs}
-    return Decoder(D, H, N_LAYERS, D_FF, **kwargs).eval()
+    return Decoder(TransformerSpec(D, H, N_LAYERS, D_FF, **kwargs)).eval()
 
 
 def _randomize_affine(module: nn.Module) -> None:
@@ -413,10 +414,14 @@ class _Seq2Seq(nn.Module):
         super().__init__()
         self.embed = nn.Embedding(vocab, D)
         self.encoder = Encoder(
-            D, H, N_LAYERS, D_FF, dropout=0.0, pos_encoding=pos_encoding, norm_first=norm_first, max_len=max_len
+            TransformerSpec(
+                D, H, N_LAYERS, D_FF, dropout=0.0, pos_encoding=pos_encoding, norm_first=norm_first, max_len=max_len
+            )
         )
         self.decoder = Decoder(
-            D, H, N_LAYERS, D_FF, dropout=0.0, pos_encoding=pos_encoding, norm_first=norm_first, max_len=max_len
+            TransformerSpec(
+                D, H, N_LAYERS, D_FF, dropout=0.0, pos_encoding=pos_encoding, norm_first=norm_first, max_len=max_len
+            )
         )
         self.head = nn.Linear(D, vocab, bias=False)
         self.head.weight = self.embed.weight  # tied
@@ -476,9 +481,9 @@ def test_overfits_one_batch() -> None:
 @pytest.mark.parametrize("cls", [Encoder, Decoder])
 def test_d_model_not_divisible_by_n_heads(cls: type[nn.Module]) -> None:
     with pytest.raises(ValueError, match=r"d_model \(30\) must be divisible by n_heads \(4\)"):
-        cls(30, 4, 1)
+        cls(TransformerSpec(30, 4, 1))
     with pytest.raises(ValueError, match=r"d_model \(32\) must be divisible by n_heads \(0\)"):
-        cls(32, 0, 1)
+        cls(TransformerSpec(32, 0, 1))
 
 
 def test_attention_d_model_not_divisible_by_n_heads() -> None:
@@ -491,20 +496,20 @@ def test_attention_d_model_not_divisible_by_n_heads() -> None:
 @pytest.mark.parametrize("cls", [Encoder, Decoder])
 def test_unknown_pos_encoding(cls: type[nn.Module]) -> None:
     with pytest.raises(ValueError, match=r"unknown pos_encoding 'rotary'; expected one of"):
-        cls(D, H, 1, pos_encoding="rotary")
+        cls(TransformerSpec(D, H, 1, pos_encoding="rotary"))
 
 
 @pytest.mark.parametrize("cls", [Encoder, Decoder])
 def test_rope_needs_even_head_dim(cls: type[nn.Module]) -> None:
     with pytest.raises(ValueError, match=r"'rope' needs an even head dimension; d_model \(12\) / n_heads \(4\) = 3"):
-        cls(12, 4, 1, pos_encoding="rope")
-    cls(12, 4, 1, pos_encoding="alibi")  # odd head dims are fine elsewhere
+        cls(TransformerSpec(12, 4, 1, pos_encoding="rope"))
+    cls(TransformerSpec(12, 4, 1, pos_encoding="alibi"))  # odd head dims are fine elsewhere
 
 
 @pytest.mark.parametrize("cls", [Encoder, Decoder])
 def test_n_layers_at_least_one(cls: type[nn.Module]) -> None:
     with pytest.raises(ValueError, match=r"n_layers must be at least 1, got 0"):
-        cls(D, H, 0)
+        cls(TransformerSpec(D, H, 0))
 
 
 @pytest.mark.parametrize("pos_encoding", ["sinusoidal", "learned"])

@@ -3,8 +3,10 @@ DataModule of noisy sinusoids with the batch dict, the sizes and the data scale 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -13,12 +15,24 @@ from lightning.pytorch import LightningDataModule
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from lightning_tf.core import TransformerSpec
 from lightning_tf.kline import DataScale
+from lightning_tf.kline.networks import DEFAULT_SPEC
 
-__all__ = ["SCALE", "SHIFT", "TINY", "SineDataModule", "make_bars", "write_bars", "write_etth1"]
+__all__ = ["SCALE", "SHIFT", "TINY", "SineDataModule", "make_bars", "net_args", "write_bars", "write_etth1"]
 
 # a small forecaster: patches of 8 with stride 4, two layers of width 16
 TINY = {"patch_len": 8, "stride": 4, "d_model": 16, "n_heads": 2, "n_layers": 2, "d_ff": 32}
+
+SPEC_FIELDS = {f.name for f in dataclasses.fields(TransformerSpec)}
+
+
+def net_args(**flat: Any) -> dict[str, Any]:
+    """The network's arguments from flat ones as the LightningModule takes them (``TINY``, ``dropout=0.0``):
+    the encoder's settings gathered into one ``spec`` (the network's default one, changed), the rest as given."""
+    changes = {k: flat.pop(k) for k in list(flat) if k in SPEC_FIELDS}
+    return flat | {"spec": DEFAULT_SPEC.replace(**changes)}
+
 
 SCALE, SHIFT = 2.0, 1.0  # SineDataModule's fixed affine "scaler": original = model * SCALE + SHIFT
 

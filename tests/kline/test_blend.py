@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from lightning_tf.kline import KLineForecaster, PatchTST
-from tests.helpers.kline import TINY, SineDataModule
+from tests.helpers.kline import TINY, SineDataModule, net_args
 
 NET = {
     "patch_len": 8,
@@ -35,9 +35,11 @@ def _batches(n: int, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
 @pytest.mark.parametrize("linear_input", ["revin", "raw"])
 def test_a_weight_mixes_the_linear_path_and_the_transformer_alone_exactly(linear_input: str) -> None:
     torch.manual_seed(0)
-    blend = PatchTST(2, 2, 32, 6, residual="blend", linear_input=linear_input, revin_affine=True, **NET).double()
+    blend = PatchTST(
+        2, 2, 32, 6, residual="blend", linear_input=linear_input, revin_affine=True, **net_args(**NET)
+    ).double()
     torch.manual_seed(0)
-    only = PatchTST(2, 2, 32, 6, residual="only", revin_affine=True, **NET).double()
+    only = PatchTST(2, 2, 32, 6, residual="only", revin_affine=True, **net_args(**NET)).double()
     only.load_state_dict({k: v for k, v in blend.state_dict().items() if k in only.state_dict()})
     with torch.no_grad():  # a learnt RevIN affine map, undone on the Transformer's output in both
         blend.revin.weight.uniform_(0.5, 2.0)
@@ -121,7 +123,7 @@ def test_the_blend_refuses_a_tuned_linear_path_and_carries_quantiles() -> None:
         KLineForecaster(n_features=2, n_targets=2, context_len=32, horizon=6, residual="blend", linear="tuned")
     with pytest.raises(ValueError, match=r"residual must be 'on', 'off', 'only' or 'blend', got 'mix'"):
         PatchTST(2, 2, 32, 6, residual="mix")  # type: ignore[arg-type]
-    net = PatchTST(2, 2, 32, 6, residual="blend", quantiles=[0.1, 0.5, 0.9], **NET)
+    net = PatchTST(2, 2, 32, 6, residual="blend", quantiles=[0.1, 0.5, 0.9], **net_args(**NET))
     net.fit_linear(lambda: _batches(200, 4), lambda: _batches(80, 5))
     net.residual_gate.fill_(0.5)
     q = net.eval().forward_quantiles(_batches(5, 6)[0][0])  # (5, 6, 2, 3)

@@ -11,7 +11,7 @@ import torch
 
 from lightning_tf.kline import KLineDataModule, KLineForecaster, PatchTST
 from lightning_tf.kline.evaluation.metrics import IntervalMetrics, central_intervals, pinball_loss
-from tests.helpers.kline import TINY, SineDataModule, write_bars
+from tests.helpers.kline import TINY, SineDataModule, net_args, write_bars
 
 LEVELS = [0.05, 0.1, 0.5, 0.9, 0.95]
 
@@ -19,7 +19,7 @@ LEVELS = [0.05, 0.1, 0.5, 0.9, 0.95]
 @pytest.mark.parametrize("residual", ["on", "off", "only"])
 def test_quantiles_never_cross(residual: str) -> None:
     torch.manual_seed(0)
-    net = PatchTST(3, 3, 32, 6, [0, 1, 2], residual=residual, quantiles=LEVELS, **TINY).eval()
+    net = PatchTST(3, 3, 32, 6, [0, 1, 2], residual=residual, **net_args(quantiles=LEVELS, **TINY)).eval()
     with torch.no_grad():  # any weights at all: large random heads and offsets
         for p in net.parameters():
             p.normal_(0.0, 3.0)
@@ -78,7 +78,9 @@ def test_the_gaps_start_as_a_gaussian_of_the_linear_fit_error() -> None:
             torch.stack([dm.train_set[i]["y"] for i in range(len(dm.train_set))]),
         )
     ]
-    net = PatchTST(2, 2, 32, 4, [0, 1], residual="on", linear_input="revin", quantiles=[0.1, 0.5, 0.9], **TINY).eval()
+    net = PatchTST(
+        2, 2, 32, 4, [0, 1], residual="on", linear_input="revin", **net_args(quantiles=[0.1, 0.5, 0.9], **TINY)
+    ).eval()
     fit = net.fit_linear(lambda: pairs, ridges=(1e-3,))
     x = pairs[0][0][:3]
     q = net.forward_quantiles(x)  # (B, F, K, 3)

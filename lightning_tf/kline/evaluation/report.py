@@ -132,7 +132,7 @@ def backtest_row(
     """For every window of a test batch, the realised and forecast return of the next bar (first target,
     original units) of the model (``pred`` (B, F, K), model scale) and of the mean and linear baselines
     (``forecasts``: name -> (forecast, on the model scale?)); None without prices."""
-    if scale is None or not scale.has_prices or "anchor" not in batch:
+    if scale is None or not scale.rebuilds_prices or "anchor" not in batch:
         return None
     ticker, anchor = batch.get("ticker"), batch["anchor"].double()  # (B,), (B,)
 

@@ -132,7 +132,7 @@ def score(
     orig = scale.inverse_targets(forecast, ticker) if model_scale else forecast  # (B, F, K)
     orig = orig.to(y_orig.dtype)
     metrics[f"{key}orig"].update(orig, y_orig, _naive_original(batch, y_orig, naive, scale, returns, horizon))
-    if returns and scale.has_prices and "anchor" in batch:
+    if returns and scale.rebuilds_prices and "anchor" in batch:
         anchor = batch["anchor"].double()  # (B,)
         true_p = rebuild_prices(y_orig[..., 0].double(), anchor)  # (B, F)
         pred_p = rebuild_prices(orig[..., 0].double(), anchor)  # (B, F)

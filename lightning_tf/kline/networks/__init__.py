@@ -14,6 +14,7 @@ from .closed_form import RIDGES
 from .layers import RevIN, RevINStats, n_patches, patchify
 from .linear import LinearFit, LinearInput, LinearPath, Pooling
 from .network import (
+    DEFAULT_SPEC,
     Backbone,
     BackboneName,
     ForecastNet,
@@ -28,6 +29,7 @@ from .patches import PatchBackbone, check_patching
 from .variates import VariateBackbone
 
 __all__ = [
+    "DEFAULT_SPEC",
     "RIDGES",
     "Backbone",
     "BackboneName",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from lightning_tf.core import Activation, Encoder, NormName, PositionalName, causal_mask
+from lightning_tf.core import Encoder, TransformerSpec, causal_mask
 
 __all__ = ["BarBackbone"]
 
@@ -26,60 +26,23 @@ class BarBackbone(nn.Module):
     Args:
         n_features: input channels C (the features of a bar).
         context_len: context length L (bars): the number of tokens.
-        d_model: model width D.
-        n_heads: attention heads H.
-        n_layers: encoder layers.
-        d_ff: feed-forward width; defaults to ``4 * d_model``.
-        dropout: dropout in the encoder (input, sublayers, feed-forward).
-        attn_dropout: dropout on the attention weights.
-        activation: the feed-forward activation.
-        norm_first: Pre-LN (True) or Post-LN (False).
-        norm: ``layer`` or ``batch``.
-        pos_encoding: positional encoding of the bars.
+        spec: the encoder's settings; its ``max_len`` is set to ``context_len``.
         causal: bar t attends to bars 0..t only (a causal mask); else to the whole window.
     """
 
     per_channel = False  # one representation of the whole window
 
-    def __init__(
-        self,
-        n_features: int,
-        context_len: int,
-        d_model: int,
-        n_heads: int,
-        n_layers: int,
-        d_ff: int | None,
-        *,
-        dropout: float,
-        attn_dropout: float,
-        activation: Activation,
-        norm_first: bool,
-        norm: NormName,
-        pos_encoding: PositionalName,
-        causal: bool = False,
-    ) -> None:
+    def __init__(self, n_features: int, context_len: int, spec: TransformerSpec, causal: bool = False) -> None:
         super().__init__()
-        if causal and norm == "batch":
+        if causal and spec.norm == "batch":
             raise ValueError(
                 "causal: true needs norm: layer; BatchNorm's training statistics mix every bar of the "
                 "window, the later ones included"
             )
         self.context_len, self.causal = context_len, causal
-        self.width = context_len * d_model  # R = L * D
-        self.embed = nn.Linear(n_features, d_model)  # a bar's features -> its token
-        self.encoder = Encoder(
-            d_model,
-            n_heads,
-            n_layers,
-            d_ff,
-            dropout=dropout,
-            attn_dropout=attn_dropout,
-            activation=activation,
-            norm_first=norm_first,
-            norm=norm,
-            pos_encoding=pos_encoding,
-            max_len=context_len,
-        )
+        self.width = context_len * spec.d_model  # R = L * D
+        self.embed = nn.Linear(n_features, spec.d_model)  # a bar's features -> its token
+        self.encoder = Encoder(spec.replace(max_len=context_len))
 
     def encode(self, x: Tensor, need_weights: bool = False) -> tuple[Tensor, list[Tensor]]:
         """The encoded bars ``(B, L, D)`` of the normalised window ``x`` (B, L, C) and, with ``need_weights``,

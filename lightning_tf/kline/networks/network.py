@@ -53,22 +53,24 @@ gap, set from the linear fit's training error as a Gaussian's quantiles.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lightning_tf.core import Activation, NormName, PositionalName
+from lightning_tf.core import TransformerSpec
 
 from .bars import BarBackbone
 from .closed_form import RIDGES, choose_candidate
+from .covariates import CovariateHead
 from .layers import RevIN
 from .linear import LinearFit, LinearInput, LinearPath, Pooling
 from .patches import PatchBackbone
 from .variates import VariateBackbone
 
 __all__ = [
+    "DEFAULT_SPEC",
     "Backbone",
     "BackboneName",
     "ForecastNet",
@@ -83,6 +85,9 @@ __all__ = [
 ResidualMode = Literal["on", "off", "only", "blend"]
 BackboneName = Literal["patches", "variates", "bars"]
 Backbone = PatchBackbone | VariateBackbone | BarBackbone
+
+#: the forecaster's Transformer unless told otherwise: two layers of width 32, learned positions
+DEFAULT_SPEC = TransformerSpec(32, 4, 2, 64, dropout=0.2, pos_encoding="learned")
 
 
 def check_quantiles(quantiles: Sequence[float] | None) -> list[float] | None:
@@ -137,54 +142,21 @@ def build_backbone(
     backbone: BackboneName,
     n_features: int,
     context_len: int,
+    spec: TransformerSpec,
     *,
     patch_len: int,
     stride: int,
     pad_end: bool,
-    d_model: int,
-    n_heads: int,
-    n_layers: int,
-    d_ff: int | None,
-    dropout: float,
-    attn_dropout: float,
-    activation: Activation,
-    norm_first: bool,
-    norm: NormName,
-    pos_encoding: PositionalName,
     causal: bool,
 ) -> Backbone:
-    """The backbone that turns a window into tokens and encodes them, by name: the one place the three are
-    built. Each reads only its own arguments (see :class:`ForecastNet`)."""
-    encoder: dict[str, Any] = dict(
-        dropout=dropout, attn_dropout=attn_dropout, activation=activation, norm_first=norm_first, norm=norm
-    )
+    """The backbone that turns a window into tokens and encodes them with ``spec``'s encoder, by name: the one
+    place the three are built. Each reads only its own arguments (see :class:`ForecastNet`)."""
     if backbone == "patches":
-        return PatchBackbone(
-            context_len,
-            patch_len,
-            stride,
-            pad_end,
-            d_model,
-            n_heads,
-            n_layers,
-            d_ff,
-            pos_encoding=pos_encoding,
-            **encoder,
-        )
+        return PatchBackbone(context_len, patch_len, stride, pad_end, spec)
     if backbone == "variates":
-        return VariateBackbone(context_len, d_model, n_heads, n_layers, d_ff, **encoder)
+        return VariateBackbone(context_len, spec)
     if backbone == "bars":
-        return BarBackbone(
-            n_features,
-            context_len,
-            d_model,
-            n_heads,
-            n_layers,
-            d_ff,
-            pos_encoding=pos_encoding,
-            causal=causal,
-            **encoder,
-        )
+        return BarBackbone(n_features, context_len, spec, causal=causal)
     raise ValueError(f"backbone must be 'patches', 'variates' or 'bars', got {backbone!r}")
 
 
@@ -198,6 +170,8 @@ class ForecastParts(NamedTuple):
         gaps: raw quantile gaps ``(B, F, K, Q - 1)`` of the Transformer (None without quantiles or encoder).
         mean: the targets' window means ``(B, 1, K)`` (zeros without RevIN).
         std: the targets' window scales ``(B, 1, K)`` (ones without RevIN).
+        covariate: the known-future and static covariates' term ``(B, F, K)`` on the model scale
+            (:class:`~.covariates.CovariateHead`), or None without covariates.
     """
 
     linear: Tensor | None
@@ -205,6 +179,7 @@ class ForecastParts(NamedTuple):
     gaps: Tensor | None
     mean: Tensor
     std: Tensor
+    covariate: Tensor | None = None
 
 
 class ForecastNet(nn.Module):
@@ -238,19 +213,11 @@ class ForecastNet(nn.Module):
         patch_len: patches: patch length P.
         stride: patches: stride between patch starts.
         pad_end: patches: extend the context by ``stride`` copies of its last bar before patching (PatchTST).
-        d_model: all backbones: model width D.
-        n_heads: all backbones: attention heads H.
-        n_layers: all backbones: encoder layers.
-        d_ff: all backbones: feed-forward width; defaults to ``4 * d_model``.
-        dropout: all backbones: dropout in the encoder (input, sublayers, feed-forward).
-        attn_dropout: all backbones: dropout on the attention weights.
+        spec: all backbones: the encoder's settings (:class:`~lightning_tf.core.TransformerSpec`: width, heads,
+            layers, feed-forward width, dropout, activation, Pre-/Post-LN, ``norm`` ``layer`` or ``batch``
+            (BatchNorm over the tokens of the batch, PatchTST's choice), the positional encoding of ``patches``
+            and ``bars``; ``variates`` has none: the channels have no order).
         head_dropout: all backbones: dropout before the flat head.
-        activation: all backbones: the encoder's feed-forward activation (``relu``, ``gelu``, ``swiglu``).
-        norm_first: all backbones: Pre-LN (True) or Post-LN (False).
-        norm: all backbones: normalisation in the encoder: ``layer`` (LayerNorm) or ``batch`` (BatchNorm over
-            the tokens of the batch, PatchTST's choice).
-        pos_encoding: patches and bars: positional encoding of the tokens (``variates`` has none: the
-            channels have no order).
         causal: bars: each bar attends only to itself and older bars.
         revin: normalise each window per channel and map the forecast back (RevIN).
         revin_affine: learn RevIN's per-channel scale and shift (on the Transformer's input).
@@ -277,17 +244,8 @@ class ForecastNet(nn.Module):
         patch_len: int = 8,
         stride: int = 4,
         pad_end: bool = True,
-        d_model: int = 32,
-        n_heads: int = 4,
-        n_layers: int = 2,
-        d_ff: int | None = 64,
-        dropout: float = 0.2,
-        attn_dropout: float = 0.0,
+        spec: TransformerSpec = DEFAULT_SPEC,
         head_dropout: float = 0.2,
-        activation: Activation = "relu",
-        norm_first: bool = True,
-        norm: NormName = "layer",
-        pos_encoding: PositionalName = "learned",
         causal: bool = False,
         revin: bool = True,
         revin_affine: bool = True,
@@ -323,19 +281,10 @@ class ForecastNet(nn.Module):
                 backbone,
                 n_features,
                 context_len,
+                spec,
                 patch_len=patch_len,
                 stride=stride,
                 pad_end=pad_end,
-                d_model=d_model,
-                n_heads=n_heads,
-                n_layers=n_layers,
-                d_ff=d_ff,
-                dropout=dropout,
-                attn_dropout=attn_dropout,
-                activation=activation,
-                norm_first=norm_first,
-                norm=norm,
-                pos_encoding=pos_encoding,
                 causal=causal,
             )
             self.head_dropout = nn.Dropout(head_dropout)
@@ -374,6 +323,28 @@ class ForecastNet(nn.Module):
                 nn.init.zeros_(self.quantile_head.weight)
                 nn.init.zeros_(self.quantile_head.bias)
         self.register_buffer("residual_gate", torch.ones(n_targets))  # (K,)
+
+    def set_covariates(self, n_future: int, static_sizes: Sequence[int]) -> bool:
+        """Give the network known-future (``n_future`` per bar) and static (``static_sizes``: each id's
+        vocabulary) covariates: a :class:`~.covariates.CovariateHead` starting at zero, on the network's device,
+        added to every forecast. Without either, none (the network is what it was, bit for bit). Returns
+        whether the head changed (a new one was built, or one was removed)."""
+        sizes = [int(s) for s in static_sizes]
+        old = getattr(self, "covariates", None)
+        if old is not None and (old.n_future, old.static_sizes) == (int(n_future), sizes):
+            return False
+        if not n_future and not sizes:
+            self.covariates = None
+            return old is not None
+        device = next(self.parameters()).device if any(True for _ in self.parameters()) else None
+        self.covariates = CovariateHead(self.horizon, self.n_targets, int(n_future), sizes).to(device)
+        return True
+
+    @property
+    def covariate_sizes(self) -> tuple[int, list[int]]:
+        """``(n_future, static_sizes)`` of the network's covariates (``(0, [])``: none)."""
+        head = getattr(self, "covariates", None)
+        return (0, []) if head is None else (head.n_future, list(head.static_sizes))
 
     def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: object, **kwargs: object) -> None:
         # checkpoints written before the backbones kept the patch Transformer's embedding and encoder at the top
@@ -461,8 +432,11 @@ class ForecastNet(nn.Module):
             y = (y - bias) / (weight + self.revin.eps * self.revin.eps)  # (B, F, K)
         return y, gaps, weights
 
-    def parts(self, x: Tensor, need_weights: bool = False) -> tuple[ForecastParts, list[Tensor]]:
-        """The forecast's parts (:class:`ForecastParts`) from the context ``x`` (B, L, C) and, with
+    def parts(
+        self, x: Tensor, need_weights: bool = False, x_future: Tensor | None = None, static: Tensor | None = None
+    ) -> tuple[ForecastParts, list[Tensor]]:
+        """The forecast's parts (:class:`ForecastParts`) from the context ``x`` (B, L, C) (and the covariates
+        ``x_future`` (B, F, Cf), ``static`` (B, S) of a network given some, :meth:`set_covariates`) and, with
         ``need_weights``, each encoder layer's attention (see :meth:`_transformer`)."""
         plain, mean, std = self._target_scale(x)
         linear = None
@@ -476,13 +450,15 @@ class ForecastNet(nn.Module):
             # the Transformer's forecast less the linear path's, both on the normalised scale
             assert self.linear is not None
             residual = residual - (linear if self.linear.reads_normalized else (linear - mean) / std)  # (B, F, K)
-        return ForecastParts(linear, residual, gaps, mean, std), weights
+        head = getattr(self, "covariates", None)
+        covariate = None if head is None else head(x_future, static)  # (B, F, K)
+        return ForecastParts(linear, residual, gaps, mean, std, covariate), weights
 
     def combine(self, parts: ForecastParts, gate: float | None = None) -> Tensor:
         """The forecast on the model scale: ``(B, F, K)``, or ``(B, F, K, Q)`` with quantiles. The
         Transformer's part is weighted by ``gate`` (1: added, 0: the linear path alone; None: the
         ``residual_gate`` buffer, one weight per target, what the model was selected as)."""
-        linear, res, gaps, mean, std = parts
+        linear, res, gaps, mean, std, covariate = parts
         gate_t = self.residual_gate if gate is None else torch.full_like(self.residual_gate, gate)
         if linear is None:
             assert res is not None
@@ -492,6 +468,8 @@ class ForecastNet(nn.Module):
             base = linear * std + mean if self.linear.reads_normalized else linear  # (B, F, K), model scale
             # the residual is on the normalised scale; a gate of 1 adds it bit for bit, a zero residual adds nothing
             point = base if res is None else base + res * gate_t.to(res.dtype) * std  # (B, F, K)
+        if covariate is not None:
+            point = point + covariate.to(point.dtype)  # (B, F, K): the covariates' term, on the model scale
         if self.quantiles is None:
             return point  # (B, F, K)
         raw = self.quantile_offset.to(point.dtype).expand(point.shape[0], -1, -1, -1).transpose(1, 2)  # (B, F, K, Q-1)

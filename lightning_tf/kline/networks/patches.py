@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from lightning_tf.core import Activation, Encoder, NormName, PositionalName
+from lightning_tf.core import Encoder, TransformerSpec
 
 from .layers import n_patches, patchify
 
@@ -49,57 +49,20 @@ class PatchBackbone(nn.Module):
         patch_len: patch length P.
         stride: stride between patch starts.
         pad_end: extend the context by ``stride`` copies of its last bar before patching (PatchTST).
-        d_model: model width D.
-        n_heads: attention heads H.
-        n_layers: encoder layers.
-        d_ff: feed-forward width; defaults to ``4 * d_model``.
-        dropout: dropout in the encoder (input, sublayers, feed-forward).
-        attn_dropout: dropout on the attention weights.
-        activation: the feed-forward activation.
-        norm_first: Pre-LN (True) or Post-LN (False).
-        norm: ``layer`` or ``batch`` (BatchNorm over the patch tokens of the batch, PatchTST's choice).
-        pos_encoding: positional encoding of the patches.
+        spec: the encoder's settings (``norm: batch`` is BatchNorm over the patch tokens of the batch,
+            PatchTST's choice); its ``max_len`` is set to the number of patches.
     """
 
     per_channel = True  # one representation per input channel
 
-    def __init__(
-        self,
-        context_len: int,
-        patch_len: int,
-        stride: int,
-        pad_end: bool,
-        d_model: int,
-        n_heads: int,
-        n_layers: int,
-        d_ff: int | None,
-        *,
-        dropout: float,
-        attn_dropout: float,
-        activation: Activation,
-        norm_first: bool,
-        norm: NormName,
-        pos_encoding: PositionalName,
-    ) -> None:
+    def __init__(self, context_len: int, patch_len: int, stride: int, pad_end: bool, spec: TransformerSpec) -> None:
         super().__init__()
         check_patching(context_len, patch_len, stride, pad_end)
         self.patch_len, self.stride, self.pad_end = patch_len, stride, pad_end
         self.n_patches = n_patches(context_len, patch_len, stride, pad_end)  # N
-        self.width = self.n_patches * d_model  # R = N * D
-        self.patch_embed = nn.Linear(patch_len, d_model)  # PatchTST's W_P
-        self.encoder = Encoder(
-            d_model,
-            n_heads,
-            n_layers,
-            d_ff,
-            dropout=dropout,
-            attn_dropout=attn_dropout,
-            activation=activation,
-            norm_first=norm_first,
-            norm=norm,
-            pos_encoding=pos_encoding,
-            max_len=self.n_patches,
-        )
+        self.width = self.n_patches * spec.d_model  # R = N * D
+        self.patch_embed = nn.Linear(patch_len, spec.d_model)  # PatchTST's W_P
+        self.encoder = Encoder(spec.replace(max_len=self.n_patches))
 
     def forward(self, x: Tensor, need_weights: bool = False) -> tuple[Tensor, list[Tensor]]:
         """Each channel's representation ``(B, C, N*D)`` of the normalised window ``x`` (B, L, C) and, with

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from lightning_tf.core import Activation, Encoder, NormName
+from lightning_tf.core import Encoder, TransformerSpec
 
 __all__ = ["VariateBackbone"]
 
@@ -26,51 +26,20 @@ class VariateBackbone(nn.Module):
 
     Args:
         context_len: context length L (bars): the width of each channel's embedding.
-        d_model: model width D.
-        n_heads: attention heads H.
-        n_layers: encoder layers.
-        d_ff: feed-forward width; defaults to ``4 * d_model``.
-        dropout: dropout on the embedded tokens, the sublayers and in the feed-forward network.
-        attn_dropout: dropout on the attention weights.
-        activation: the feed-forward activation (iTransformer's is ``gelu``).
-        norm_first: Pre-LN (True) or Post-LN (False, iTransformer's); either ends with a norm.
-        norm: ``layer`` (iTransformer's) or ``batch``.
+        spec: the encoder's settings (iTransformer's: ``activation: gelu``, ``norm_first: false``,
+            ``norm: layer``); ``dropout`` is also the embedded tokens'. The encoder has no positional
+            encoding and, Post-LN included, a final norm.
     """
 
     per_channel = True  # one representation per input channel
 
-    def __init__(
-        self,
-        context_len: int,
-        d_model: int,
-        n_heads: int,
-        n_layers: int,
-        d_ff: int | None,
-        *,
-        dropout: float,
-        attn_dropout: float,
-        activation: Activation,
-        norm_first: bool,
-        norm: NormName,
-    ) -> None:
+    def __init__(self, context_len: int, spec: TransformerSpec) -> None:
         super().__init__()
-        self.width = d_model  # R = D
-        self.embed = nn.Linear(context_len, d_model)  # iTransformer's value_embedding
+        self.width = spec.d_model  # R = D
+        self.embed = nn.Linear(context_len, spec.d_model)  # iTransformer's value_embedding
         # no positional encoding (channels are a set); a final norm as iTransformer's, Post-LN included;
         # the encoder's input dropout is the embedding's dropout
-        self.encoder = Encoder(
-            d_model,
-            n_heads,
-            n_layers,
-            d_ff,
-            dropout=dropout,
-            attn_dropout=attn_dropout,
-            activation=activation,
-            norm_first=norm_first,
-            final_norm=True,
-            norm=norm,
-            pos_encoding="none",
-        )
+        self.encoder = Encoder(spec.replace(final_norm=True, pos_encoding="none"))
 
     def forward(self, x: Tensor, need_weights: bool = False) -> tuple[Tensor, list[Tensor]]:
         """Each channel's representation ``(B, C, D)`` of the normalised window ``x`` (B, L, C) and, with

@@ -34,7 +34,7 @@ NUMERIC_COLUMNS = ("open", "high", "low", "close", "volume", "amount", "adj_clos
 # barchart ("Time", "Last"), MetaTrader ("<DATE>"), Binance ("open_time"), QMT ("stime") and
 # tushare (trade_date, vol, ts_code) exports; the Chinese names are akshare's and TongDaXin's
 # (日期/时间, 开盘, 收盘, 最高, 最低, 成交量, 成交额). Columns not listed here (振幅, 涨跌幅, 换手率,
-# OpenInt, ...) are ignored.
+# OpenInt, ...) are ignored unless read_bars is asked to keep them (extra_columns: covariates).
 ALIASES: dict[str, tuple[str, ...]] = {
     "timestamp": (
         "timestamp",

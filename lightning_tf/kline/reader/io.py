@@ -10,6 +10,7 @@ The canonical frame has one row per bar and the columns
 ``close volume``      float64
 ``amount``            float64, only when the file has it (turnover in money)
 ``adj_close``         float64, only when the file has it
+``<extra>``           float64, each column named in ``extra_columns`` (covariates), under the name asked for
 ====================  ===========================================================
 
 Column names are recognised without configuration (English names in any case and order, the
@@ -55,7 +56,7 @@ from .formats import (
 )
 from .parsing import check_timezone, parse_numbers, parse_timestamps, parse_timestamps_described, time_of_day
 from .pool import map_in_order, pool_workers
-from .validation import OnError, check_on_error, validate_bars, validate_columns
+from .validation import OnError, check_on_error, clean_order, validate_bars, validate_columns
 
 __all__ = [
     "CANONICAL_COLUMNS",
@@ -296,6 +297,7 @@ def read_bars(
     name: str | None = None,
     read_workers: int | None = None,
     progress: bool = True,
+    extra_columns: tuple[str, ...] | list[str] = (),
 ) -> pd.DataFrame:
     """Read bars into the canonical frame (see the module docstring), validated.
 
@@ -322,6 +324,12 @@ def read_bars(
             CPU core (by the load average) for folders of 8 MB per worker or more, else 0. The frame,
             the errors and the log lines are the same for any number.
         progress: show a bar of the files read once a folder's reading has taken two seconds.
+        extra_columns: more numeric columns to keep (covariates: factors, turnover, fundamentals), by
+            their name in the file (exact, else compared as the column detection compares names, so
+            ``换手率`` or ``Turnover Rate`` are found), or a canonical column the file has (``amount``).
+            Each is kept under the name asked for, as float64; an empty cell is NaN (the covariate's
+            missing-value policy applies later). A name no column has, or a column holding text, is
+            refused in one line naming the file and the column.
 
     Returns:
         The canonical frame, sorted by ticker then timestamp, with a fresh RangeIndex.
@@ -329,7 +337,8 @@ def read_bars(
     check_number_options(decimal, thousands)
     check_timezone(timezone)
     check_on_error(on_error)
-    options = _Options(dict(columns or {}), ticker_column, on_error, max_gap, decimal, thousands, timezone)
+    extra = tuple(str(c) for c in extra_columns)
+    options = _Options(dict(columns or {}), ticker_column, on_error, max_gap, decimal, thousands, timezone, extra)
     if isinstance(path, pd.DataFrame):
         table = path.reset_index() if not isinstance(path.index, pd.RangeIndex) else path.reset_index(drop=True)
         table.attrs = {"kind": "frame", "header_lines": 0}
@@ -355,7 +364,7 @@ def read_bars(
                     raise part from None
                 names.append(ticker)
                 parts.append(part)
-    frame = _stack(names, parts)
+    frame = _stack(names, parts, extra)
     del parts
     release_freed_memory()
     return frame
@@ -372,6 +381,37 @@ class _Options:
     decimal: str | None
     thousands: str | None
     timezone: str | None
+    extra_columns: tuple[str, ...] = ()
+
+
+def _extra_columns(
+    df: pd.DataFrame,
+    found: dict[str, str],
+    names: tuple[str, ...],
+    number_format: tuple[str, str],
+    source: str,
+    where: tuple[str, np.ndarray],
+) -> dict[str, np.ndarray]:
+    """The ``extra_columns`` of :func:`read_bars` as float64 arrays (NaN where a cell is empty), or a
+    ValueError naming the file and the column (not found, or holding text)."""
+    out: dict[str, np.ndarray] = {}
+    by_norm: dict[str, str] = {}
+    for col in df.columns:
+        by_norm.setdefault(normalise(col), str(col))
+    for name in names:
+        col = name if name in df.columns else by_norm.get(normalise(name)) or found.get(name)
+        if col is None or col not in df.columns:
+            raise ValueError(f"{source}: covariate column {name!r} not found; columns are {list(map(str, df.columns))}")
+        values = df[col]
+        numbers, bad = parse_numbers(values, *number_format)
+        if bad.any():
+            i = int(np.argmax(bad.to_numpy()))
+            raise ValueError(
+                f"{source}: covariate column {name!r} holds text ({str(values.iloc[i])!r} at {where[0]} {where[1][i]}); "
+                "covariates must be numeric"
+            )
+        out[name] = numbers.to_numpy(np.float64)
+    return out
 
 
 def _read_source(source: tuple[Any, pd.DataFrame | None], options: _Options) -> list[tuple[str, Any]]:
@@ -406,6 +446,7 @@ def _read_source(source: tuple[Any, pd.DataFrame | None], options: _Options) -> 
         canonical["volume"] = np.zeros(len(df))
     # Report what a user finds in an editor: file line numbers of text files, 1-based Parquet rows.
     rows = np.asarray(df.index) + 1 + (attrs["header_lines"] if csv else 0)
+    extra = _extra_columns(df, found, o.extra_columns, number_format, str(file), ("line" if csv else "row", rows))
     checks = {"source": str(file), "on_error": o.on_error, "max_gap": o.max_gap, "row_label": "line" if csv else "row"}
     if "ticker" not in found:
         default = file if given is not None else _split_name(file)[0]
@@ -413,32 +454,38 @@ def _read_source(source: tuple[Any, pd.DataFrame | None], options: _Options) -> 
         # A clean file is checked on its arrays; a file with a problem goes through validate_bars, which names it.
         part = None if raw is not None else validate_columns(canonical, rows, **checks)
         if part is not None:
+            if extra:  # sorted as the bars were (validate_columns checked the canonical columns only)
+                order = clean_order(canonical, rows)
+                part.update({k: v[order] for k, v in extra.items()})
             return [(ticker, part)]
         groups = [(ticker, None)]
     else:
         tickers = df[found["ticker"]].astype(str).str.strip()
         groups = [(str(n), idx) for n, idx in tickers.groupby(tickers, sort=True).groups.items()]
-    frame = pd.DataFrame({**canonical, "_row": rows}, index=df.index)
+    frame = pd.DataFrame({**canonical, **{f"_extra_{k}": v for k, v in extra.items()}, "_row": rows}, index=df.index)
     out: list[tuple[str, Any]] = []
     for ticker, idx in groups:
         try:
             bars = validate_bars(
                 frame if idx is None else frame.loc[idx], raw if idx is None or raw is None else raw.loc[idx], **checks
             )
-            out.append((ticker, {c: bars[c].to_numpy() for c in bars.columns}))
+            part = {c: bars[c].to_numpy() for c in bars.columns}
+            for k in extra:
+                part[k] = part.pop(f"_extra_{k}")
+            out.append((ticker, part))
         except ValueError as e:
             out.append((ticker, e))
             break  # nothing after it is read: the caller raises it
     return out
 
 
-def _stack(names: list[str], parts: list[dict[str, np.ndarray]]) -> pd.DataFrame:
+def _stack(names: list[str], parts: list[dict[str, np.ndarray]], extra: tuple[str, ...] = ()) -> pd.DataFrame:
     """The tickers' bars one after another in ticker order, with a ``ticker`` column, copied part by
     part into columns allocated once (each part is released once copied, so the panel is held about
     once, not twice)."""
     order = sorted(range(len(names)), key=names.__getitem__)
     present = {c for p in parts for c in p}
-    numeric = [c for c in NUMERIC_COLUMNS if c in present]
+    numeric = [c for c in NUMERIC_COLUMNS if c in present] + [c for c in extra if c not in NUMERIC_COLUMNS]
     lengths = np.array([len(p["timestamp"]) for p in parts], dtype=np.int64)
     n = int(lengths.sum())
     stamps = np.empty(n, dtype="datetime64[ns]")

@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from lightning_tf.core import TransformerSpec
 from lightning_tf.kline import BarBackbone, ForecastNet, KLineForecaster, VariateBackbone
-from tests.helpers.kline import TINY
+from tests.helpers.kline import TINY, net_args
 
 BACKBONES = ["patches", "variates", "bars"]
 L, C, F = 32, 3, 6
@@ -19,13 +20,11 @@ def net(backbone: str, **kw) -> ForecastNet:
         n_features=C, n_targets=C, context_len=L, horizon=F, backbone=backbone, dropout=0.0, head_dropout=0.0, **TINY
     )
     args.update(kw)
-    return ForecastNet(**args)
+    return ForecastNet(**net_args(**args))
 
 
 def bars(**kw) -> BarBackbone:
     args = dict(
-        n_features=C,
-        context_len=L,
         d_model=16,
         n_heads=2,
         n_layers=2,
@@ -38,7 +37,8 @@ def bars(**kw) -> BarBackbone:
         pos_encoding="learned",
     )
     args.update(kw)
-    return BarBackbone(**args).eval()
+    causal = args.pop("causal", False)
+    return BarBackbone(C, L, TransformerSpec(**args), causal=causal).eval()
 
 
 @pytest.mark.parametrize("pos_encoding", ["sinusoidal", "learned", "rope", "alibi"])

@@ -9,13 +9,13 @@ import torch
 from lightning_tf.core import TokenBatchNorm
 from lightning_tf.kline import PatchTST
 from lightning_tf.kline.networks.layers import n_patches
-from tests.helpers.kline import TINY
+from tests.helpers.kline import TINY, net_args
 
 
 def net(**kw) -> PatchTST:
     args = dict(n_features=3, n_targets=3, context_len=32, horizon=6, **TINY)
     args.update(kw)
-    return PatchTST(**args)
+    return PatchTST(**net_args(**args))
 
 
 @pytest.mark.parametrize("channel_mixing", [False, True])

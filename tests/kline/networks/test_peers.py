@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
+from lightning_tf.core import TransformerSpec
 from lightning_tf.kline import ForecastNet
 
 B, L, C, F = 3, 40, 4, 6
@@ -97,16 +98,18 @@ def _patchtst_pair(nf_models: ModuleType, activation: str, revin_affine: bool) -
         patch_len=8,
         stride=4,
         pad_end=True,
-        d_model=D,
-        n_heads=H,
-        n_layers=N_LAYERS,
-        d_ff=D_FF,
-        dropout=0.0,
+        spec=TransformerSpec(
+            D,
+            H,
+            N_LAYERS,
+            D_FF,
+            dropout=0.0,
+            activation=activation,
+            norm_first=False,
+            norm="batch",
+            pos_encoding="learned",
+        ),
         head_dropout=0.0,
-        activation=activation,
-        norm_first=False,
-        norm="batch",
-        pos_encoding="learned",
         revin=True,
         revin_affine=revin_affine,
     )
@@ -178,15 +181,8 @@ def _itransformer_pair(nf_models: ModuleType) -> tuple[nn.Module, ForecastNet]:
         F,
         backbone="variates",
         residual="only",
-        d_model=D,
-        n_heads=H,
-        n_layers=N_LAYERS,
-        d_ff=D_FF,
-        dropout=0.0,
+        spec=TransformerSpec(D, H, N_LAYERS, D_FF, dropout=0.0, activation="gelu", norm_first=False, norm="layer"),
         head_dropout=0.0,
-        activation="gelu",
-        norm_first=False,
-        norm="layer",
         revin=True,
         revin_affine=False,
     )
