@@ -123,14 +123,20 @@ class FoldRecorder(Callback):
     def on_test_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not trainer.is_global_zero:
             return
-        from lightning_tf.kline.evaluation.fold_forecasts import lightgbm_column, momentum_column, window_forecasts
+        from lightning_tf.kline.evaluation.fold_forecasts import (
+            lightgbm_column,
+            momentum_column,
+            realised_column,
+            window_forecasts,
+        )
 
         dm = trainer.datamodule
         net, levels = pl_module.net, pl_module.quantiles
         middle = None if levels is None else levels.index(0.5)
 
-        def forecast(x: Any) -> tuple[Any, Any, Any]:
-            parts = net.parts(x)[0]
+        def forecast(batch: dict[str, Any]) -> tuple[Any, Any, Any]:
+            covariates = {k: batch[k] for k in ("x_future", "static") if k in batch}
+            parts = net.parts(batch["x"], **covariates)[0]
             out = net.combine(parts)  # (B, F, K[, Q])
             point = out if middle is None else out[..., middle]  # (B, F, K)
             linear = None
@@ -143,6 +149,11 @@ class FoldRecorder(Callback):
         pl_module.eval()
         frame = window_forecasts(forecast, dm.datasets["test"], dm.data_scale, levels, device=pl_module.device)
         pl_module.train(was_training)
+        if getattr(dm.hparams, "label", "raw") != "raw" or getattr(dm.hparams, "target", "log_return") != "log_return":
+            # the model's target is not the step's log return (a cross-sectional label, a close): keep it as
+            # `target`, and judge the forecasts by the returns of the bars
+            frame.insert(frame.columns.get_loc("realised") + 1, "target", frame["realised"])
+            frame["realised"] = realised_column(frame, dm.bars)
         if self.lightgbm:
             try:
                 frame["lightgbm"] = lightgbm_column(

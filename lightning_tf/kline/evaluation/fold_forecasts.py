@@ -18,12 +18,13 @@ from torch import Tensor
 
 from ..scale import DataScale
 from ..windows import WindowDataset
-from .universe_baselines import LightGBMBaseline, flatten_windows, momentum_predictions
+from .universe_baselines import LightGBMBaseline, flatten_windows, momentum_predictions, realised_log_returns
 
-__all__ = ["lightgbm_column", "momentum_column", "window_forecasts"]
+__all__ = ["lightgbm_column", "momentum_column", "realised_column", "window_forecasts"]
 
-#: forecast(x) -> point (B, F, K), quantiles (B, F, K, Q) or None, linear path alone (B, F, K) or None; model scale
-Forecast = Callable[[Tensor], tuple[Tensor, Tensor | None, Tensor | None]]
+#: forecast(batch) -> point (B, F, K), quantiles (B, F, K, Q) or None, linear path alone (B, F, K) or None, on the
+#: model scale, from a batch of windows (``x`` and, where the data has them, ``x_future`` and ``static``)
+Forecast = Callable[[dict[str, Tensor]], tuple[Tensor, Tensor | None, Tensor | None]]
 
 
 @torch.no_grad()
@@ -51,7 +52,8 @@ def window_forecasts(
     for lo in range(0, len(dataset), batch_size):
         batch = dataset.__getitems__(list(range(lo, min(lo + batch_size, len(dataset)))))
         ticker = batch["ticker"]
-        point, quant, linear = forecast(batch["x"].to(device))
+        inputs = {k: batch[k].to(device) for k in ("x", "x_future", "static") if k in batch}
+        point, quant, linear = forecast(inputs)
         inverse = lambda y: scale.inverse_targets(y.double().cpu(), ticker)[..., 0].numpy()  # noqa: E731 (B, F)
         f = point.shape[1]
         rows["prediction"].append(inverse(point))
@@ -131,3 +133,13 @@ def momentum_column(frame: pd.DataFrame, bars: pd.DataFrame, window: int = 20) -
     scores = scores[["date", "ticker", "prediction"]].rename(columns={"prediction": "momentum"})
     merged = frame[["date", "ticker"]].merge(scores, on=["date", "ticker"], how="left")
     return pd.Series(merged["momentum"].to_numpy(), index=frame.index, name="momentum")
+
+
+def realised_column(frame: pd.DataFrame, bars: pd.DataFrame) -> pd.Series:
+    """The log return of bar ``t + step`` of each row's ticker, ``t`` its origin, from the bars themselves (for
+    a model whose target is not that return: a cross-sectional label, a close)."""
+    table = bars[["timestamp", "ticker", "close"]].rename(columns={"timestamp": "date"})
+    horizon = int(frame["step"].max()) if len(frame) else 1
+    realised = realised_log_returns(table, frame["date"].unique(), horizon=horizon)
+    merged = frame[["date", "ticker", "step"]].merge(realised, on=["date", "ticker", "step"], how="left")
+    return pd.Series(merged["realised"].to_numpy(), index=frame.index, name="realised")

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import torch
 
-from lightning_tf.kline.evaluation.fold_forecasts import momentum_column, window_forecasts
+from lightning_tf.kline.evaluation.fold_forecasts import momentum_column, realised_column, window_forecasts
 from lightning_tf.kline.scale import DataScale
 from lightning_tf.kline.windows import WindowDataset
 
@@ -46,7 +46,8 @@ def _dataset_and_scale() -> tuple[WindowDataset, DataScale]:
     return ds, scale
 
 
-def _forecast(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _forecast(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    x = batch["x"]
     last = x[:, -1, 0]  # (B,) the window's last input: identifies it
     point = last[:, None, None] + torch.arange(F, dtype=x.dtype)[None, :, None]  # (B, F, 1)
     quantiles = torch.stack([point - 1, point, point + 1], dim=-1)  # (B, F, 1, 3)
@@ -82,3 +83,13 @@ def test_momentum_lines_up_with_the_rows() -> None:
     column = momentum_column(frame, bars, window=20)
     np.testing.assert_allclose(column.iloc[:2], [np.log(close["BBB"][25] / close["BBB"][5]), 20 / 29], rtol=1e-9)
     assert np.isnan(column.iloc[2])  # 5 bars of history: no 20-bar momentum
+
+
+def test_realised_returns_come_from_the_bars() -> None:
+    days = pd.bdate_range("2020-01-01", periods=10)
+    close = np.exp(np.cumsum(np.arange(1, 11) / 100))  # log return of bar i: (i + 1) / 100
+    bars = pd.DataFrame({"timestamp": days, "ticker": "AAA", "close": close})
+    frame = pd.DataFrame({"date": [days[2], days[2], days[8]], "ticker": "AAA", "step": [1, 2, 2]})
+    column = realised_column(frame, bars)
+    np.testing.assert_allclose(column.iloc[:2], [0.04, 0.05], rtol=1e-9)
+    assert np.isnan(column.iloc[2])  # bar 10 does not exist
