@@ -82,9 +82,13 @@ def window_forecasts(
 
 
 def _windows(dataset: WindowDataset, last_bars: int, rows: np.ndarray) -> np.ndarray:
-    """The last ``last_bars`` bars of the windows ``rows`` of ``dataset``, flattened ``(n, last_bars * C)``."""
-    x = dataset.__getitems__(rows.tolist())["x"][:, -last_bars:]  # (n, l, C)
-    return flatten_windows(x.numpy())
+    """The last ``last_bars`` bars of the windows ``rows`` of ``dataset``, flattened ``(n, last_bars * C)``, and
+    the windows' known-future and static covariates where the data has them."""
+    batch = dataset.__getitems__(rows.tolist())
+    x = batch["x"][:, -last_bars:]  # (n, l, C)
+    extra = [batch[k].reshape(len(rows), -1).double() for k in ("x_future", "static") if k in batch]
+    covariates = torch.cat(extra, dim=1).numpy() if extra else None  # (n, F * Cf + S): known future, static
+    return flatten_windows(x.numpy(), covariates)
 
 
 def lightgbm_column(
@@ -100,7 +104,8 @@ def lightgbm_column(
     num_threads: int = 1,
 ) -> pd.Series:
     """LightGBM (:class:`~.universe_baselines.LightGBMBaseline`, early stopping on the validation windows) on the
-    model's own inputs: the last ``last_bars`` bars of each window's scaled features, flattened, to the next bar's
+    model's own inputs: the last ``last_bars`` bars of each window's scaled features, flattened, with its
+    known-future and static covariates (:func:`~.universe_baselines.flatten_windows`), to the next bar's
     scaled target; at most ``max_rows`` training windows (a seeded sample). Returned as the column of ``frame``
     (the test windows' frame, window-major, ``F`` rows a window): the forecast at step 1, NaN at later steps
     (the portfolios trade step 1)."""
