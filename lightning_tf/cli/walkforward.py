@@ -27,6 +27,7 @@ import pandas as pd
 from jsonargparse import Namespace
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.cli import LightningArgumentParser
+from lightning.pytorch.utilities import rank_zero_only
 
 from .argument_errors import one_line_error
 from .lightning_cli import LightningTFCLI, make_cli
@@ -231,7 +232,8 @@ def _run_fold(
         if not need.exists():
             raise ValueError(f"--refit {refit}: fold {fold.number} needs {need}; run the earlier fold(s) first")
         warm_from = None if test_only else need
-    if folder.exists():  # what a killed run of this fold left: it runs again from the start
+    zero = rank_zero_only.rank == 0  # under DDP every rank runs this command; one writes the files
+    if folder.exists() and zero:  # what a killed run of this fold left: it runs again from the start
         shutil.rmtree(folder)
     t0 = time.perf_counter()
     recorder = FoldRecorder(folder, warm_from=warm_from, lightgbm=lightgbm)
@@ -244,6 +246,8 @@ def _run_fold(
         args = ["fit", *forwarded, *_overrides(fold, embargo, folder), "--test_after_fit=true"]
     make_cli(args, trainer_defaults={"callbacks": [recorder]}, **kwargs)
     _finish_wandb()
+    if not zero:
+        return
     if not (folder / PREDICTIONS).exists():
         raise RuntimeError(f"fold {fold.number}: the run ended without testing (no {folder / PREDICTIONS})")
     model = recorder.test_summary.get("model", {}) if recorder.test_summary else {}
@@ -406,7 +410,8 @@ def walkforward(
         "window": window,
         "embargo": embargo,
     }
-    _check_plan(out, plan)
+    if rank_zero_only.rank == 0:
+        _check_plan(out, plan)
     if fold is not None and not 1 <= fold <= len(fold_list):
         raise ValueError(f"--fold {fold}: the walk-forward has folds 1..{len(fold_list)}")
     if not gather:
@@ -417,6 +422,6 @@ def walkforward(
                 print(f"walk-forward fold {f.number}/{len(fold_list)}: finished earlier, kept", flush=True)
                 continue
             _run_fold(f, len(fold_list), embargo, out, refit, forwarded, not no_lightgbm, started)
-        if fold is not None:
+        if fold is not None or rank_zero_only.rank != 0:
             return None
     return _gather(out, plan, top_k, n_drop, cost_bps, _uses_wandb(config))
