@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -167,3 +168,20 @@ def test_the_charts_go_to_an_offline_wandb_run(universe: dict[str, Path], tmp_pa
     media = sorted(p.name for p in runs[0].rglob("*.png"))
     assert any(n.startswith("walkforward_cumulative_return") or "cumulative_return" in n for n in media), media
     assert any("ic_per_month" in n for n in media), media
+
+
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        (["--fold", "3"], "--fold 3: the walk-forward has folds 1..2"),
+        (["--embargo", "1"], r"--embargo \(1\) must be at least the data's horizon \(2\) bars"),
+        (["--folds", "9"], r"9 folds of test_span 60 .* need 621 trading dates; the data has 500"),
+        (["--refit", "warm"], "holds a walk-forward with other folds or refit"),
+    ],
+)
+def test_bad_walkforward_options_are_one_line(universe: dict[str, Path], extra: list[str], match: str, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["walkforward", *_args(universe["root"], universe["out"]), *extra])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and re.search(match, err), err
