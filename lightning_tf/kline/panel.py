@@ -78,13 +78,14 @@ class PanelSettings:
     max_gap: str | None
     volatility_window: int
     volume_window: int
-    train_start: str | None = None
-    test_end: str | None = None
-    embargo: int = 0
     covariates: tuple[str, ...] = ()
     future_covariates: tuple[str, ...] = ()
     calendar: str | None = None
     label: str = "raw"
+    # the date range and embargo of a walk-forward fold (after the fields some callers give by position)
+    train_start: str | None = None
+    test_end: str | None = None
+    embargo: int = 0
 
     @property
     def future_names(self) -> list[str]:
