@@ -154,6 +154,7 @@ USER_DATA: dict[str, Callable[[Path, pytest.MonkeyPatch], list[str]]] = {
     "vision/finetune.yaml": _timm_weights,
     "kline/patchtst_etth1.yaml": _etth1,
     "kline/patchtst_etth1_paper.yaml": _etth1,
+    "kline/us_universe.yaml": _universe,
     "kline/universe_daily.yaml": _universe,
 }
 

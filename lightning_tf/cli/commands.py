@@ -10,7 +10,7 @@ Options keep the shapes users type: a ``bool`` that defaults to False is a switc
 ``list`` takes several values (``--tasks vision kline``), a ``Literal`` lists its choices, and a parameter
 without a default is positional (``lightning-tf serve CKPT``), or a required option when it is keyword-only
 (``lightning-tf export --ckpt_path CKPT``); ``--output`` is also ``-o``. A command that forwards arguments to each
-LightningCLI run it starts (``tour``, ``tune``) receives them in its ``forwarded`` parameter: what follows
+LightningCLI run it starts (``tour``, ``tune``, ``walkforward``) receives them in its ``forwarded`` parameter: what follows
 ``--`` (and, for ``tune``, every option that is not its own).
 """
 
@@ -82,6 +82,11 @@ COMMANDS: dict[str, Command] = {
     "tune": Command(
         "lightning_tf.tune.command:tune",
         "search a config's hyperparameters with Optuna (--search configs/search/<task>.yaml; docs/tune.md)",
+        forward="unknown",
+    ),
+    "walkforward": Command(
+        "lightning_tf.cli.walkforward:walkforward",
+        "train and test a K-line config fold by fold over its dates, baselines beside it, one report (docs/kline.md)",
         forward="unknown",
     ),
 }

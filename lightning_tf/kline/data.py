@@ -75,6 +75,13 @@ class KLineDataModule(LightningDataModule):
         val_fraction: share for validation; the test split takes the rest.
         val_start: first date of the validation split (with ``test_start``; overrides fractions).
         test_start: first date of the test split.
+        train_start: first date of the training split (with ``val_start``); earlier bars serve only as the
+            features' warm-up (a rolling walk-forward window). None: each ticker's first usable bar.
+        test_end: last date of the test split (with ``test_start``); later bars belong to no split. None: the
+            last bar.
+        embargo: bars before each border (validation, test) whose targets are dropped from the split before
+            it, so the last training target lies ``embargo`` bars before the first validation target (purged
+            and embargoed splits, de Prado 2018).
         batch_size: windows per batch.
         num_workers: DataLoader worker processes.
         on_error: bad rows raise (``error``), are dropped (``drop``) or forward-filled (``ffill``).
@@ -135,6 +142,9 @@ class KLineDataModule(LightningDataModule):
         val_fraction: float = 0.1,
         val_start: str | None = None,
         test_start: str | None = None,
+        train_start: str | None = None,
+        test_end: str | None = None,
+        embargo: int = 0,
         batch_size: int = 64,
         num_workers: int = 0,
         on_error: OnError = "error",
@@ -187,6 +197,17 @@ class KLineDataModule(LightningDataModule):
             raise ValueError(f"give both val_start ({val_start!r}) and test_start ({test_start!r}) or neither")
         if val_start is not None and _parse_date("val_start", val_start) >= _parse_date("test_start", test_start):
             raise ValueError(f"val_start ({val_start}) must come before test_start ({test_start})")
+        if (train_start is not None or test_end is not None) and val_start is None:
+            raise ValueError(
+                f"train_start ({train_start!r}) and test_end ({test_end!r}) need the date split: give val_start "
+                "and test_start too"
+            )
+        if train_start is not None and _parse_date("train_start", train_start) >= _parse_date("val_start", val_start):
+            raise ValueError(f"train_start ({train_start}) must come before val_start ({val_start})")
+        if test_end is not None and _parse_date("test_end", test_end) < _parse_date("test_start", test_start):
+            raise ValueError(f"test_end ({test_end}) must not come before test_start ({test_start})")
+        if embargo < 0:
+            raise ValueError(f"embargo ({embargo}) must be >= 0 bars")
         if on_error not in ON_ERROR_CHOICES:
             raise ValueError(f"on_error must be one of {ON_ERROR_CHOICES}, got {on_error!r}")
         if max_gap is not None:
@@ -262,6 +283,9 @@ class KLineDataModule(LightningDataModule):
             max_gap=h.max_gap,
             volatility_window=h.volatility_window,
             volume_window=h.volume_window,
+            train_start=h.train_start,
+            test_end=h.test_end,
+            embargo=h.embargo,
             covariates=tuple(h.covariates or ()),
             future_covariates=tuple(h.future_covariates or ()),
             calendar=h.calendar,
@@ -379,7 +403,7 @@ class KLineDataModule(LightningDataModule):
         lengths = {
             "train": max(b["train_end"] - b["first"] for b in self.borders.values()),
             "val": max(b["val_end"] - b["train_end"] for b in self.borders.values()),
-            "test": max(b["n"] - b["val_end"] for b in self.borders.values()),
+            "test": max(b.get("end", b["n"]) - b["val_end"] for b in self.borders.values()),
         }
         names = {"train": "training", "val": "validation", "test": "test"}
         for split in ("train", "val"):
@@ -389,7 +413,8 @@ class KLineDataModule(LightningDataModule):
             if split == "train":
                 need = f"a training window needs context_len + horizon = {L} + {F} = {L + F} bars"
             else:
-                need = f"a {names[split]} window needs horizon ({F}) bars in the split (its context may come before)"
+                bars = f"horizon ({F})" if not h.embargo else f"horizon + embargo = {F} + {h.embargo} = {F + h.embargo}"
+                need = f"a {names[split]} window needs {bars} bars in the split (its context may come before)"
             warm_up = " (after the warm-up)" if split == "train" else ""
             raise ValueError(
                 f"{h.path}: the {names[split]} split has {n} usable bars{warm_up}, too few: {need}; lower horizon or "
@@ -643,6 +668,13 @@ class KLineDataModule(LightningDataModule):
             self._frame = self._read(self.hparams.path)
         return self._frame
 
+    def trading_dates(self) -> pd.DatetimeIndex:
+        """Every timestamp any ticker of ``path`` has, ascending: the panel's calendar, on which walk-forward
+        folds are laid (:func:`lightning_tf.kline.walkforward.folds`). Reads the bars, builds no panel."""
+        if self._frame is None:
+            self._frame = self._read(self.hparams.path)
+        return pd.DatetimeIndex(np.unique(self._frame["timestamp"].to_numpy()))
+
     def recent_bars(self, n: int, ticker: int = 0) -> pd.DataFrame:
         """The last ``n`` canonical bars of the predict data of ticker id ``ticker`` (for charts)."""
         if not self.predict_ticker_names:
@@ -667,7 +699,7 @@ class KLineDataModule(LightningDataModule):
             lo, hi = {
                 "train": (b["first"], b["train_end"]),
                 "val": (b["train_end"], b["val_end"]),
-                "test": (b["val_end"], b["n"]),
+                "test": (b["val_end"], b.get("end", b["n"])),
             }[split]
             parts.append(frame.iloc[rows[name][0] : rows[name][1]].iloc[lo:hi])
         return pd.concat(parts, ignore_index=True)

@@ -82,6 +82,10 @@ class PanelSettings:
     future_covariates: tuple[str, ...] = ()
     calendar: str | None = None
     label: str = "raw"
+    # the date range and embargo of a walk-forward fold (after the fields some callers give by position)
+    train_start: str | None = None
+    test_end: str | None = None
+    embargo: int = 0
 
     @property
     def future_names(self) -> list[str]:
@@ -104,8 +108,10 @@ class Panel:
 
     Attributes:
         ticker_names: the tickers kept, in row order (id ``k`` is ``ticker_names[k]``).
-        borders: per ticker: ``first`` (first row with finite features), ``train_end``, ``val_end``, ``n``,
-            and the first timestamps of validation and test (``val_start``, ``test_start``, or None).
+        borders: per ticker: ``first`` (first row with finite features, and not before ``train_start``),
+            ``train_end``, ``val_end``, ``end`` (the row after the last test bar: ``n``, or the row after
+            ``test_end``), ``n``, and the first timestamps of validation and test (``val_start``, ``test_start``,
+            or None).
         rows: ``x (N, C)``, ``y (N, 1)``, ``raw_target (N, 1)`` float32, ``anchor (N,)`` float64, ``ticker (N,)``
             and ``time (N,)`` int64 of every row of every kept ticker.
         ends: per split, the row of the last context bar of each window ``(W,)`` int64.
@@ -162,6 +168,16 @@ def _borders(ts: np.ndarray, s: PanelSettings) -> tuple[int, int]:
     return chronological_borders(len(ts), s.train_fraction, s.val_fraction)
 
 
+def _date_range(ts: np.ndarray, s: PanelSettings) -> tuple[int, int]:
+    """The first row at or after ``train_start`` (0 without one) and the row after the last one on or before
+    ``test_end`` (``len(ts)`` without one)."""
+    lo = 0 if s.train_start is None else int(np.searchsorted(ts, np.datetime64(pd.Timestamp(s.train_start))))
+    hi = len(ts)
+    if s.test_end is not None:
+        hi = int(np.searchsorted(ts, np.datetime64(pd.Timestamp(s.test_end)), side="right"))
+    return lo, hi
+
+
 def build_panel(frame: pd.DataFrame, s: PanelSettings) -> Panel:
     """The panel of the canonical bars ``frame`` (sorted by ticker, then time). Every ticker is split
     chronologically and scaled with the statistics of its own training rows only; a ticker of a panel
@@ -195,6 +211,9 @@ def build_panel(frame: pd.DataFrame, s: PanelSettings) -> Panel:
         feats, target, first, segment, future = _series(name, bars, s)
         n = stop - start
         train_end, val_end = _borders(bars["timestamp"], s)
+        # rows before train_start are only the features' warm-up; rows after test_end belong to no split
+        lo, end = _date_range(bars["timestamp"], s)
+        first = max(first, lo)
         if labels is not None:
             target = labels[start:stop]
         if train_end - first < 2:
@@ -220,11 +239,12 @@ def build_panel(frame: pd.DataFrame, s: PanelSettings) -> Panel:
             "first": first,
             "train_end": train_end,
             "val_end": val_end,
+            "end": max(end, val_end),
             "n": n,
             "val_start": pd.Timestamp(bars["timestamp"][train_end]) if train_end < n else None,
             "test_start": pd.Timestamp(bars["timestamp"][val_end]) if val_end < n else None,
         }
-        for split, e in split_ends(train_end, val_end, n, first, L, F).items():
+        for split, e in split_ends(train_end, val_end, end, first, L, F, embargo=s.embargo).items():
             e = e[segment[e - L + 1] == segment[np.minimum(e + F, n - 1)]]  # no window across a long gap
             ends[split].append(e + offset)
             if len(e) == 0:
@@ -291,6 +311,9 @@ class PanelSpec:
     def _fingerprint(self) -> dict[str, Any]:  # the files are read once per spec
         settings = asdict(self.settings)
         settings.pop("path")  # a moved folder of the same files is the same panel
+        for name, unset in (("train_start", None), ("test_end", None), ("embargo", 0)):
+            if settings[name] == unset:  # panels prepared before these settings existed keep their keys
+                settings.pop(name)
         return {
             "settings": settings,
             "reader": {k: v for k, v in self.reader},

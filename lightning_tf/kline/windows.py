@@ -183,15 +183,17 @@ def ett_borders(kind: Literal["ett_hour", "ett_minute"]) -> tuple[int, int, int]
 
 
 def split_ends(
-    train_end: int, val_end: int, n: int, first: int, context_len: int, horizon: int
+    train_end: int, val_end: int, n: int, first: int, context_len: int, horizon: int, embargo: int = 0
 ) -> dict[str, np.ndarray]:
     """Window ends ``t`` for each split of one series of ``n`` rows whose features are valid from
     row ``first`` on. A window's targets are rows ``t+1 .. t+F``; it belongs to the split that holds
-    all of them."""
+    all of them. ``embargo`` rows before each border hold no target of the split before it (purged
+    and embargoed, de Prado 2018, ch. 7): the last training target is ``embargo`` rows before the first
+    validation target, and likewise between validation and test."""
     lo = first + context_len - 1
     spans = {
-        "train": (lo, train_end - horizon - 1),
-        "val": (max(lo, train_end - 1), val_end - horizon - 1),
+        "train": (lo, train_end - horizon - 1 - embargo),
+        "val": (max(lo, train_end - 1), val_end - horizon - 1 - embargo),
         "test": (max(lo, val_end - 1), n - horizon - 1),
     }
     return {k: np.arange(a, b + 1, dtype=np.int64) for k, (a, b) in spans.items()}

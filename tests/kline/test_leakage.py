@@ -149,3 +149,78 @@ def test_etth1_scaler_fits_training_rows_only(tmp_path: Path) -> None:
     moved = MultivariateDataModule(str(tmp_path / "ETTh1.csv"), context_len=96, horizon=24)
     moved.setup("fit")
     assert not torch.equal(base.feature_mean, moved.feature_mean)
+
+
+@pytest.mark.parametrize("embargo", [0, 5, 12])
+def test_embargo_and_date_range_keep_every_target_inside_its_split(tmp_path: Path, embargo: int) -> None:
+    """A walk-forward fold's data: training from train_start, test until test_end, and ``embargo`` bars between
+    the last target of one split and the first target of the next, for every ticker of a panel."""
+    kwargs = {
+        "train_start": "2000-03-01",
+        "val_start": "2000-11-01",
+        "test_start": "2001-01-02",
+        "test_end": "2001-03-30",
+        "embargo": embargo,
+    }
+    dm = _module(_panel(tmp_path), **kwargs)
+    time, ticker = dm._rows["time"], dm._rows["ticker"]
+    stamp = {k: pd.Timestamp(v).value for k, v in kwargs.items() if k != "embargo"}
+    rows = {}
+    for split in ("train", "val", "test"):
+        ds = dm.datasets[split]
+        assert len(ds) > 0
+        targets, context = ds.target_rows(), ds.context_rows()  # (W, F), (W, L)
+        rows[split] = targets
+        if split == "train":  # context and targets from train_start on, every target before val_start
+            assert (time[context] >= stamp["train_start"]).all() and (time[targets] < stamp["val_start"]).all()
+        elif split == "val":
+            assert (time[targets] >= stamp["val_start"]).all() and (time[targets] < stamp["test_start"]).all()
+        else:
+            assert (time[targets] >= stamp["test_start"]).all() and (time[targets] <= stamp["test_end"]).all()
+    for k, name in enumerate(dm.ticker_names):
+        b = dm.borders[name]
+        offset = torch.nonzero(ticker == k)[0, 0].item()  # the ticker's first row in the panel
+        for before, after, border in (("train", "val", b["train_end"]), ("val", "test", b["val_end"])):
+            last = rows[before][ticker[dm.datasets[before].ends] == k].max().item()
+            first = rows[after][ticker[dm.datasets[after].ends] == k].min().item()
+            assert first == offset + border  # the next split's first target is its border bar
+            assert first - last - 1 == embargo  # exactly `embargo` bars in between hold no target
+        # the last test target is the last bar on or before test_end
+        last_test = rows["test"][ticker[dm.datasets["test"].ends] == k].max().item()
+        assert time[last_test] <= stamp["test_end"] < time[last_test + 1]
+    # the test split's bars end at test_end too
+    assert pd.Timestamp(dm.split_frame("test")["timestamp"].max()) <= pd.Timestamp(kwargs["test_end"])
+
+
+def test_train_start_moves_the_scaler_statistics(tmp_path: Path) -> None:
+    path = _panel(tmp_path)
+    dates = {"val_start": "2000-11-01", "test_start": "2001-01-02"}
+    full = _module(path, **dates)
+    late = _module(path, train_start="2000-06-01", **dates)
+    assert not torch.equal(full.feature_mean, late.feature_mean)
+    k = late.ticker_names.index("A")
+    b = late.borders["A"]
+    rows = torch.nonzero(late._rows["ticker"] == k)[:, 0][b["first"] : b["train_end"]]
+    assert pd.Timestamp(late._rows["time"][rows[0]].item()) >= pd.Timestamp("2000-06-01")
+    x = late._rows["x"][rows].double()
+    torch.testing.assert_close(x.mean(0), torch.zeros(len(ALL_FEATURES), dtype=torch.float64), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"train_start": "2000-03-01"}, "need the date split"),
+        ({"val_start": "2000-11-01", "test_start": "2001-01-02", "train_start": "2000-12-01"}, "before val_start"),
+        ({"val_start": "2000-11-01", "test_start": "2001-01-02", "test_end": "2000-12-01"}, "must not come before"),
+        ({"embargo": -1}, "embargo"),
+    ],
+)
+def test_bad_date_ranges_are_refused(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        KLineDataModule("x.csv", **kwargs)
+
+
+def test_an_embargo_longer_than_the_validation_split_is_refused_naming_it(tmp_path: Path) -> None:
+    dates = {"val_start": "2000-11-01", "test_start": "2000-11-20"}  # 13 validation bars
+    with pytest.raises(ValueError, match=r"validation split has 13 usable bars.*horizon \+ embargo = 5 \+ 10 = 15"):
+        _module(_panel(tmp_path), embargo=10, **dates)

@@ -1,0 +1,427 @@
+"""``lightning-tf walkforward``: the K-line model trained and tested fold by fold on a universe's dates, with the
+baselines on the same folds, and one report.
+
+Each fold (:func:`lightning_tf.kline.walkforward.folds`) is an ordinary ``fit`` and test of the given config
+through :func:`~lightning_tf.cli.lightning_cli.make_cli` with the fold's dates as data overrides
+(``train_start``, ``val_start``, ``test_start``, ``test_end``, ``embargo``). A fold writes into
+``<out>/fold_<k>/``: ``model.ckpt`` (the tested checkpoint), ``predictions.parquet`` (its test windows, the
+model beside the baselines) and then ``done.json``; a fold with both is finished, so the same command run again
+after a kill goes on from the first unfinished fold. ``--fold k`` runs fold ``k`` alone (one job of a SLURM
+array, each on its own GPUs); ``--gather`` writes the report from the finished folds. The report
+(:mod:`lightning_tf.kline.evaluation.walkforward_report`): ``folds.csv``, ``predictions.parquet`` (every test
+date), ``report.md`` with its charts, and the charts to wandb (offline) when the config logs to wandb.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import sys
+import time
+from importlib import import_module
+from pathlib import Path
+from typing import Any, Literal
+
+import pandas as pd
+from jsonargparse import Namespace
+from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.cli import LightningArgumentParser
+from lightning.pytorch.utilities import rank_zero_only
+
+from .argument_errors import one_line_error
+from .lightning_cli import LightningTFCLI, make_cli
+
+__all__ = ["FoldRecorder", "walkforward"]
+
+PLAN = "walkforward.json"
+DONE = "done.json"
+PREDICTIONS = "predictions.parquet"
+
+
+class _ParseOnly(LightningTFCLI):
+    """Parses the configs and overrides as ``fit`` does and builds nothing."""
+
+    def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        try:
+            super().parse_arguments(parser, args)
+        except Exception as err:  # jsonargparse's ArgumentError (exit_on_error=False): one line
+            options = [o for action in parser._actions for o in action.option_strings]
+            raise ValueError(one_line_error(str(err), options)) from None
+
+    def _set_seed(self) -> None:
+        pass
+
+    def before_instantiate_classes(self) -> None:
+        pass
+
+    def instantiate_classes(self) -> None:
+        pass
+
+    def after_instantiate_classes(self) -> None:
+        pass
+
+
+def _config(forwarded: list[str]) -> Namespace:
+    cli = make_cli(list(forwarded), cli_class=_ParseOnly, run=False, parser_kwargs={"exit_on_error": False})
+    return cli.config
+
+
+def _datamodule(config: Namespace) -> Any:
+    """The config's DataModule, built from its class path and arguments (to read the dates and sizes)."""
+    data = config.get("data")
+    if not isinstance(data, Namespace) or "class_path" not in data:
+        raise ValueError("walkforward needs a data config: --config a K-line config (data: KLineDataModule)")
+    module, _, name = str(data.class_path).rpartition(".")
+    cls = getattr(import_module(module), name)
+    init = data.get("init_args") or Namespace()
+    dm = cls(**init.as_dict())
+    if not hasattr(dm, "trading_dates"):
+        raise ValueError(f"walkforward needs a K-line DataModule with dates; {data.class_path} has none")
+    return dm
+
+
+def _uses_wandb(config: Namespace) -> dict[str, Any] | None:
+    logger = config.get("trainer.logger")
+    loggers = logger if isinstance(logger, list) else [logger]
+    for one in loggers:
+        if isinstance(one, Namespace) and str(one.get("class_path", "")).endswith("WandbLogger"):
+            return (one.get("init_args") or Namespace()).as_dict()
+    return None
+
+
+class FoldRecorder(Callback):
+    """What one fold keeps: warm-starts the model from the previous fold's checkpoint when training starts
+    (``warm_from``), and when the test on the tested checkpoint ends, writes the test windows' forecasts of the
+    model, its linear path, LightGBM on the same inputs and momentum (:mod:`lightning_tf.kline.evaluation.fold_forecasts`)
+    to ``folder/predictions.parquet`` and the tested checkpoint to ``folder/model.ckpt``.
+
+    Args:
+        folder: the fold's folder.
+        warm_from: a checkpoint whose weights start training (the linear path is fit again), or None.
+        lightgbm: also fit LightGBM on the fold's windows.
+    """
+
+    def __init__(self, folder: Path, warm_from: Path | None = None, lightgbm: bool = True) -> None:
+        self.folder = folder
+        self.warm_from = warm_from
+        self.lightgbm = lightgbm
+        self.notes: list[str] = []
+        self.test_summary: dict[str, Any] = {}
+        self.residual_kept = False
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self.warm_from is None:
+            return
+        import torch
+
+        state = torch.load(self.warm_from, map_location=pl_module.device, weights_only=True)["state_dict"]
+        pl_module.load_state_dict(state)
+        linear = getattr(getattr(pl_module, "net", None), "linear", None)
+        if linear is not None:
+            linear.fitted.fill_(False)  # the closed form is fit again on this fold's training windows
+
+    def on_test_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if not trainer.is_global_zero:
+            return
+        from lightning_tf.kline.evaluation.fold_forecasts import (
+            lightgbm_column,
+            momentum_column,
+            realised_column,
+            window_forecasts,
+        )
+
+        dm = trainer.datamodule
+        net, levels = pl_module.net, pl_module.quantiles
+        middle = None if levels is None else levels.index(0.5)
+
+        def forecast(batch: dict[str, Any]) -> tuple[Any, Any, Any]:
+            covariates = {k: batch[k] for k in ("x_future", "static") if k in batch}
+            parts = net.parts(batch["x"], **covariates)[0]
+            out = net.combine(parts)  # (B, F, K[, Q])
+            point = out if middle is None else out[..., middle]  # (B, F, K)
+            linear = None
+            if net.linear is not None:
+                alone = net.combine(parts, gate=0.0)
+                linear = alone if middle is None else alone[..., middle]  # (B, F, K)
+            return point, (out if middle is not None else None), linear
+
+        was_training = pl_module.training
+        pl_module.eval()
+        frame = window_forecasts(forecast, dm.datasets["test"], dm.data_scale, levels, device=pl_module.device)
+        pl_module.train(was_training)
+        if getattr(dm.hparams, "label", "raw") != "raw" or getattr(dm.hparams, "target", "log_return") != "log_return":
+            # the model's target is not the step's log return (a cross-sectional label, a close): keep it as
+            # `target`, and judge the forecasts by the returns of the bars
+            frame.insert(frame.columns.get_loc("realised") + 1, "target", frame["realised"])
+            frame["realised"] = realised_column(frame, dm.bars)
+        if self.lightgbm:
+            try:
+                frame["lightgbm"] = lightgbm_column(
+                    frame, dm.datasets["train"], dm.datasets["val"], dm.datasets["test"], dm.data_scale
+                )
+            except ImportError as err:
+                self.notes.append(f"LightGBM left out: {err}")
+        frame["momentum"] = momentum_column(frame, dm.bars)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        frame.to_parquet(self.folder / PREDICTIONS, index=False)
+        best = getattr(trainer.checkpoint_callback, "best_model_path", "") if trainer.checkpoint_callback else ""
+        if best and Path(best).exists() and Path(best).resolve() != (self.folder / "model.ckpt").resolve():
+            shutil.copyfile(best, self.folder / "model.ckpt")
+        self.test_summary = dict(getattr(pl_module, "test_summary", {}) or {})
+        self.residual_kept = bool(getattr(pl_module, "residual_kept", False))
+
+
+def _day(t: Any) -> str:
+    return pd.Timestamp(t).strftime("%Y-%m-%d")
+
+
+def _plan(
+    dm: Any, n_folds: int, test_span: int, val_span: int, embargo: int | None, window: str, train_span: int | None
+) -> tuple[list[Any], int]:
+    from lightning_tf.kline.walkforward import folds as make_folds
+
+    horizon = int(dm.horizon)
+    embargo = horizon if embargo is None else embargo
+    if embargo < horizon:
+        raise ValueError(f"--embargo ({embargo}) must be at least the data's horizon ({horizon}) bars")
+    dates = dm.trading_dates()
+    min_train = int(dm.context_len) + horizon + embargo + 1
+    return make_folds(dates, n_folds, test_span, val_span, embargo, window, train_span, min_train=min_train), embargo
+
+
+def _check_plan(out: Path, plan: dict[str, Any]) -> None:
+    """The folder's plan must be this one: a folder of other folds would mix two walk-forwards."""
+    path = out / PLAN
+    if path.exists():
+        before = json.loads(path.read_text(encoding="utf-8"))
+        if before.get("folds") != plan["folds"] or before.get("refit") != plan["refit"]:
+            raise ValueError(
+                f"{out}: holds a walk-forward with other folds or refit ({PLAN}); use another --out or remove it"
+            )
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(plan, indent=1), encoding="utf-8")
+
+
+def _finished(folder: Path) -> bool:
+    return (folder / PREDICTIONS).exists() and (folder / DONE).exists()
+
+
+def _overrides(fold: Any, embargo: int, folder: Path) -> list[str]:
+    args = [f"--data.init_args.{k}={v}" for k, v in fold.data_overrides(embargo).items()]
+    return [*args, f"--trainer.default_root_dir={folder}"]
+
+
+def _run_fold(
+    fold: Any, n_folds: int, embargo: int, out: Path, refit: str, forwarded: list[str], lightgbm: bool, started: float
+) -> None:
+    folder = out / f"fold_{fold.number}"
+    previous = out / f"fold_{fold.number - 1}" / "model.ckpt"
+    first = out / "fold_1" / "model.ckpt"
+    print(
+        f"walk-forward fold {fold.number}/{n_folds}: train {_day(fold.train_start)} .. {_day(fold.train_end)}, "
+        f"validate {_day(fold.val_start)} .. {_day(fold.val_end)}, test {_day(fold.test_start)} .. "
+        f"{_day(fold.test_end)} (elapsed {time.perf_counter() - started:.0f} s)",
+        flush=True,
+    )
+    warm_from = None
+    test_only = refit == "once" and fold.number > 1
+    if fold.number > 1 and refit in ("warm", "once"):
+        need = first if refit == "once" else previous
+        if not need.exists():
+            raise ValueError(f"--refit {refit}: fold {fold.number} needs {need}; run the earlier fold(s) first")
+        warm_from = None if test_only else need
+    zero = rank_zero_only.rank == 0  # under DDP every rank runs this command; one writes the files
+    if folder.exists() and zero:  # what a killed run of this fold left: it runs again from the start
+        shutil.rmtree(folder)
+    t0 = time.perf_counter()
+    recorder = FoldRecorder(folder, warm_from=warm_from, lightgbm=lightgbm)
+    kwargs = {
+        "parser_kwargs": {"exit_on_error": False, "fit": {"exit_on_error": False}, "test": {"exit_on_error": False}}
+    }
+    if test_only:
+        args = ["test", *forwarded, *_overrides(fold, embargo, folder), f"--ckpt_path={first}"]
+    else:
+        args = ["fit", *forwarded, *_overrides(fold, embargo, folder), "--test_after_fit=true"]
+    make_cli(args, trainer_defaults={"callbacks": [recorder]}, **kwargs)
+    _finish_wandb()
+    if not zero:
+        return
+    if not (folder / PREDICTIONS).exists():
+        raise RuntimeError(f"fold {fold.number}: the run ended without testing (no {folder / PREDICTIONS})")
+    model = recorder.test_summary.get("model", {}) if recorder.test_summary else {}
+    done = {
+        **fold.row(),
+        "seconds": round(time.perf_counter() - t0, 1),
+        "residual_kept": recorder.residual_kept,
+        "checkpoint": str(first if test_only else folder / "model.ckpt"),
+        "test": {scale: metrics for scale, metrics in model.items() if isinstance(metrics, dict)},
+        "notes": recorder.notes,
+    }
+    (folder / DONE).write_text(json.dumps(done, indent=1, default=float), encoding="utf-8")
+
+
+def _finish_wandb() -> None:
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and getattr(wandb, "run", None) is not None:
+        wandb.finish()
+
+
+def _gather(
+    out: Path,
+    plan: dict[str, Any],
+    top_k: int | None,
+    n_drop: int | None,
+    cost_bps: float,
+    wandb_args: dict[str, Any] | None,
+) -> dict[str, Path]:
+    from lightning_tf.kline.evaluation.walkforward_report import (
+        default_top_k,
+        evaluate_forecasters,
+        fold_metrics,
+        write_report,
+    )
+
+    numbers = [f["number"] for f in plan["folds"]]
+    missing = [k for k in numbers if not _finished(out / f"fold_{k}")]
+    if missing:
+        raise ValueError(f"{out}: fold(s) {missing} are not finished; run them (--fold k) before --gather")
+    parts, rows, notes = [], [], []
+    for fold in plan["folds"]:
+        k = fold["number"]
+        frame = pd.read_parquet(out / f"fold_{k}" / PREDICTIONS)
+        frame.insert(0, "fold", k)
+        parts.append(frame)
+        done = json.loads((out / f"fold_{k}" / DONE).read_text(encoding="utf-8"))
+        rows.append(
+            {
+                "fold": k,
+                **{key: fold[key] for key in fold if key != "number"},
+                "seconds": done["seconds"],
+                "residual_kept": done.get("residual_kept", False),
+            }
+        )
+        notes += [f"* fold {k}: {n}" for n in done.get("notes", [])]
+    predictions = pd.concat(parts, ignore_index=True)
+    predictions.to_parquet(out / PREDICTIONS, index=False)
+    top_k = default_top_k(predictions) if top_k is None else top_k
+    n_drop = max(1, top_k // 5) if n_drop is None else n_drop
+    result = evaluate_forecasters(predictions, top_k=top_k, n_drop=n_drop, cost_bps=cost_bps)
+    table = pd.DataFrame([{**row, **fold_metrics(result, row["fold"])} for row in rows])
+    table.to_csv(out / "folds.csv", index=False)
+    about = [
+        f"`lightning-tf walkforward {' '.join(plan['command'])}`",
+        "",
+        f"{len(numbers)} folds ({plan['window']} training window, refit {plan['refit']}, embargo {plan['embargo']} "
+        f"bars); {predictions['ticker'].nunique()} tickers, {predictions['date'].nunique()} test dates "
+        f"{_day(predictions['date'].min())} .. {_day(predictions['date'].max())}; forecasters: "
+        + ", ".join(result.pooled),
+    ]
+    files = write_report(result, table.rename(columns={"number": "fold"}), out, about=about, notes=notes)
+    files.update(folds=out / "folds.csv", predictions=out / PREDICTIONS)
+    if wandb_args is not None:
+        _log_wandb(files, wandb_args, result)
+    print(f"walk-forward report: {files['report']}", flush=True)
+    for line in (files["report"]).read_text(encoding="utf-8").splitlines():
+        if line.startswith("* the model"):
+            print(line, flush=True)
+    return files
+
+
+def _log_wandb(files: dict[str, Path], init_args: dict[str, Any], result: Any) -> None:
+    """The report's charts and pooled numbers as one wandb run (offline unless the config says otherwise)."""
+    import wandb
+
+    offline = init_args.get("offline", True)
+    run = wandb.init(
+        project=init_args.get("project") or "lightning-tf",
+        dir=init_args.get("save_dir") or "runs",
+        name=f"walkforward-{files['report'].parent.name}",
+        job_type="walkforward",
+        mode="offline" if offline else "online",
+        reinit=True,
+    )
+    run.log(
+        {
+            "walkforward/cumulative_return": wandb.Image(str(files["cumulative_return"])),
+            "walkforward/ic_per_month": wandb.Image(str(files["ic_per_month"])),
+            **{
+                f"walkforward/{name}/{k}": v
+                for name, e in result.pooled.items()
+                for k, v in e.summary.items()
+                if isinstance(v, float) and math.isfinite(v)
+            },
+        }
+    )
+    run.finish()
+
+
+def walkforward(
+    folds: int = 4,
+    test_span: int = 252,
+    val_span: int = 126,
+    embargo: int | None = None,
+    refit: Literal["every", "warm", "once"] = "every",
+    window: Literal["expanding", "rolling"] = "expanding",
+    train_span: int | None = None,
+    fold: int | None = None,
+    gather: bool = False,
+    out: Path = Path("runs/walkforward"),
+    top_k: int | None = None,
+    n_drop: int | None = None,
+    cost_bps: float = 10.0,
+    no_lightgbm: bool = False,
+    forwarded: list[str] | None = None,
+) -> dict[str, Path] | None:
+    """Train and test a K-line config fold by fold over its dates (walk-forward), the baselines on the same
+    folds, and write one report (every option not listed here goes to each fold's fit, e.g. --config).
+
+    Args:
+        folds: folds; their test spans are consecutive and end on the data's last date.
+        test_span: test dates per fold (252: a year of daily bars).
+        val_span: validation dates per fold, before its test dates.
+        embargo: dates (and bars) between training and validation and between validation and test; at least the
+            horizon (default: the horizon).
+        refit: every fold trained from scratch (every), from the previous fold's weights (warm), or fold 1 only
+            and tested on every fold (once).
+        window: training from the first date (expanding) or the last train_span dates (rolling).
+        train_span: training dates of a rolling window (default: as many as the first fold has).
+        fold: run this fold alone (1..folds), e.g. one job of a SLURM array; then --gather.
+        gather: write the report from the finished folds (no training).
+        out: the walk-forward's folder (per-fold checkpoints and predictions, folds.csv, report.md).
+        top_k: names in the long (and short) book (default: a tenth of the universe).
+        n_drop: most names replaced a date (default: top_k / 5).
+        cost_bps: cost in basis points per unit of turnover.
+        no_lightgbm: leave the LightGBM baseline out.
+    """
+    forwarded = list(forwarded or [])
+    from lightning_tf.training.resources import bundled_configs
+
+    forwarded = bundled_configs(forwarded)
+    config = _config(forwarded)
+    dm = _datamodule(config)
+    fold_list, embargo = _plan(dm, folds, test_span, val_span, embargo, window, train_span)
+    out = Path(out)
+    plan = {
+        "command": [*sys.argv[2:]] if sys.argv[1:2] == ["walkforward"] else forwarded,
+        "folds": [f.row() for f in fold_list],
+        "refit": refit,
+        "window": window,
+        "embargo": embargo,
+    }
+    if rank_zero_only.rank == 0:
+        _check_plan(out, plan)
+    if fold is not None and not 1 <= fold <= len(fold_list):
+        raise ValueError(f"--fold {fold}: the walk-forward has folds 1..{len(fold_list)}")
+    if not gather:
+        started = time.perf_counter()
+        chosen = [f for f in fold_list if fold is None or f.number == fold]
+        for f in chosen:
+            if _finished(out / f"fold_{f.number}"):
+                print(f"walk-forward fold {f.number}/{len(fold_list)}: finished earlier, kept", flush=True)
+                continue
+            _run_fold(f, len(fold_list), embargo, out, refit, forwarded, not no_lightgbm, started)
+        if fold is not None or rank_zero_only.rank != 0:
+            return None
+    return _gather(out, plan, top_k, n_drop, cost_bps, _uses_wandb(config))
