@@ -96,7 +96,7 @@ def one_class_folder(tmp_path: Path) -> Path:
         pytest.param(["fitt"], "unknown command 'fitt'; did you mean fit?", id="unknown-command"),
         pytest.param(
             ["train"],
-            "unknown command 'train'; commands are fit, validate, test, predict, export, average, compare, serve, tour, tune",
+            "unknown command 'train'; commands are fit, validate, test, predict, export, average, compare, serve, tour, tune, walkforward",
             id="unknown-command-unlike-any",
         ),
     ],
