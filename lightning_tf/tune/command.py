@@ -189,9 +189,11 @@ def _check_continuation(study: Any, attrs: dict[str, Any]) -> None:
         print(f"note: the search file differs from the one study {study.study_name!r} started with", flush=True)
 
 
-def _alive(pid: int) -> bool:
+def _alive(pid: int | None) -> bool:
+    if pid is None:
+        return True  # not yet recorded: its worker is starting it
     try:
-        os.kill(pid, 0)
+        os.kill(int(pid), 0)
     except ProcessLookupError:
         return False
     except PermissionError:
@@ -202,14 +204,17 @@ def _alive(pid: int) -> bool:
 def fail_orphans(study: Any) -> list[int]:
     """A journal has no heartbeat: fail the running trials of this machine whose worker is gone, and queue them
     again (Optuna's retry callback); their numbers."""
+    from optuna.storages import RetryHeartbeatStaleTrialCallback
     from optuna.trial import TrialState
 
     from .worker import retry
 
-    gone = []
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        pid = t.user_attrs.get("pid")
-        if t.user_attrs.get("host") == socket.gethostname() and pid is not None and not _alive(int(pid)):
+    gone, trials = [], study.get_trials(deepcopy=False)
+    for t in trials:
+        pid, origin = t.user_attrs.get("pid"), RetryHeartbeatStaleTrialCallback.retry_history(t)[-1:]
+        if origin and trials[origin[0]].user_attrs.get("pid") == pid:
+            continue  # a retry that has not yet recorded its own worker (its attributes are the original's)
+        if t.state == TrialState.RUNNING and t.user_attrs.get("host") == socket.gethostname() and not _alive(pid):
             study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
             retry(study, t)
             print(f"trial {t.number} was left running by a worker that is gone: failed, queued again", flush=True)
@@ -230,8 +235,9 @@ def _run(options: dict[str, Any], rest: list[str]) -> None:
     if options["study_name"] is not None:
         trial_overrides(options["study_name"], 0, "", False, [])  # a name that can name folders and runs
     args = absolute_configs(bundled_configs(rest))
-    search = os.path.abspath(bundled_configs(["--config", options["search"]])[1])
-    space = load_space(search)
+    search = bundled_configs(["--config", options["search"]])[1]
+    space = load_space(search)  # the search file's own errors before the config is read
+    search = os.path.abspath(search)
     config = resolved_config(args, probe(space), search)
     configs = [Path(a.partition("=")[2] or b).stem for a, b in zip(args, [*args[1:], ""]) if a.split("=")[0] == "--config"]
     task = str(config.get("model", {}).get("class_path", "model")).split(".")
