@@ -26,15 +26,10 @@ import yaml
 
 __all__ = ["tune"]
 
+#: the environment variable that makes this command a worker (:mod:`.worker`)
+WORKER = "LIGHTNING_TF_TUNE_WORKER"
 _DEFAULTS = {"trials": 20, "metric": "val/loss", "sampler": "tpe", "seed": 0, "pruner": "median"}
 _DEFAULTS |= {"pruner_startup": 3, "jobs": 1, "heartbeat": 60}
-#: metrics a higher value of which is better, by the last part of their name (``val/acc``, ``val/top5``)
-_HIGHER_IS_BETTER = ("acc", "top", "bleu", "chrf", "f1", "auc", "precision", "recall", "r2", "sharpe", "ap")
-
-
-def infer_direction(metric: str) -> str:
-    """``maximize`` for a metric whose name says higher is better (``val/acc``, ``val/bleu``), else ``minimize``."""
-    return "maximize" if metric.rsplit("/", 1)[-1].lower().startswith(_HIGHER_IS_BETTER) else "minimize"
 
 
 def tune(
@@ -88,14 +83,14 @@ def tune(
             raise ValueError(f"--{name} must be >= {low}, got {options[name]}")
     if timeout is not None and timeout <= 0:
         raise ValueError(f"--timeout must be > 0 seconds, got {timeout}")
-    if os.environ.get("LIGHTNING_TF_TUNE_WORKER"):
-        from .worker import ENV, Worker
+    if os.environ.get(WORKER):
+        from .worker import Worker
 
-        raise SystemExit(Worker(json.loads(os.environ[ENV]), options).run())
+        raise SystemExit(Worker(json.loads(os.environ[WORKER]), options).run())
     if report:
         if rest:
             raise ValueError(f"--report takes only --study_name and --storage, not {' '.join(rest)}")
-        return _print_report(_write_report(_open(options)))
+        return _report(_open(options))
     if not search:
         raise ValueError("--search is required: a search file such as configs/search/vision.yaml")
     _run(options, rest)
@@ -105,24 +100,17 @@ def _study_dir(name: str) -> Path:
     return Path("runs") / "tune" / name
 
 
-def _describe(storage: str) -> str:
-    return storage if "://" in storage else os.path.relpath(storage)
-
-
-def _command_line(options: dict[str, Any], rest: list[str]) -> list[str]:
-    """The arguments that repeat this command."""
-    argv: list[str] = []
-    for name, value in options.items():
-        if value is None or value is False or _DEFAULTS.get(name) == value:
-            continue
-        argv += [f"--{name}"] if value is True else [f"--{name}", str(value)]
-    return argv + rest
+def _shown(path: str | Path) -> str:
+    """``path`` relative to the working directory when below it (a storage URL as it is)."""
+    if "://" in str(path):
+        return str(path)
+    return os.path.relpath(path) if Path(path).absolute().is_relative_to(Path.cwd()) else str(Path(path).absolute())
 
 
 def _open(options: dict[str, Any]) -> Any:
     import optuna
 
-    from .worker import open_storage
+    from .study import open_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if options["study_name"] is None:
@@ -133,27 +121,24 @@ def _open(options: dict[str, Any]) -> Any:
     try:
         return optuna.load_study(study_name=options["study_name"], storage=open_storage(storage, options["heartbeat"]))
     except KeyError:
-        raise ValueError(f"no study {options['study_name']!r} in {_describe(storage)}") from None
+        raise ValueError(f"no study {options['study_name']!r} in {_shown(storage)}") from None
 
 
-def _write_report(study: Any) -> dict[str, Path]:
-    """The report in the folder the study recorded when it exists here, else ``runs/tune/<study>``."""
+def _report(study: Any) -> None:
+    """Write the report (into the folder the study recorded when it exists here, else ``runs/tune/<study>``)
+    and say where it is."""
     from .report import write_report
 
     recorded = study.user_attrs.get("study_dir")
-    return write_report(study, Path(recorded) if recorded and Path(recorded).is_dir() else _study_dir(study.study_name))
-
-
-def _print_report(written: dict[str, Path]) -> None:
-    def shown(path: Path) -> str:
-        return os.path.relpath(path) if path.absolute().is_relative_to(Path.cwd()) else str(path.absolute())
-
-    print(f"report: {shown(written['summary'])}, {shown(written['trials'])}", flush=True)
+    folder = Path(recorded) if recorded and Path(recorded).is_dir() else _study_dir(study.study_name)
+    written = write_report(study, folder)
+    print(f"report: {_shown(written['summary'])}, {_shown(written['trials'])}", flush=True)
     figures = [p.name for k, p in written.items() if k.endswith(".png")]
-    if figures:
-        print(f"figures: {', '.join(figures)}", flush=True)
+    print(f"figures: {', '.join(figures)}" if figures else "figures: none yet", flush=True)
     if "best" in written:
-        print(f"best config: {shown(written['best'])}\n  train it: lightning-tf fit --config {shown(written['best'])}")
+        print(
+            f"best config: {_shown(written['best'])}\n  train it: lightning-tf fit --config {_shown(written['best'])}"
+        )
     else:
         print("no trial has completed: no best.yaml", flush=True)
 
@@ -163,63 +148,13 @@ def resolved_config(args: list[str], values: dict[str, Any], source: str) -> dic
     writes it; what the config rejects is one ValueError line naming ``source`` (the search file)."""
     from .overrides import to_overrides
 
-    env = {k: v for k, v in os.environ.items() if k not in ("LIGHTNING_TF_DEBUG", "LIGHTNING_TF_TUNE_WORKER")}
+    env = {k: v for k, v in os.environ.items() if k not in ("LIGHTNING_TF_DEBUG", WORKER)}
     cmd = [sys.executable, "-m", "lightning_tf", "fit", *args, *to_overrides(values), "--print_config"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if proc.returncode != 0:
         line = ([x for x in proc.stderr.splitlines() if x.strip()] or ["fit --print_config failed"])[-1]
         raise ValueError(f"{source} with these configs: {line.removeprefix('lightning-tf: error: ')}")
     return yaml.safe_load(proc.stdout)
-
-
-def _check_continuation(study: Any, attrs: dict[str, Any]) -> None:
-    """A re-run continues the study only with the same configs and metric; a changed search file is noted."""
-    old = study.user_attrs
-    if old.get("args_key") != attrs["args_key"]:
-        raise ValueError(
-            f"study {study.study_name!r} was started with other arguments or config files "
-            f"({shlex.join(old.get('args', []))}); give the same ones to continue it, or another --study_name"
-        )
-    if (old.get("metric"), old.get("direction")) != (attrs["metric"], attrs["direction"]):
-        raise ValueError(
-            f"study {study.study_name!r} optimises {old.get('metric')} ({old.get('direction')}); "
-            f"--metric {attrs['metric']} / --direction {attrs['direction']} would mix two objectives"
-        )
-    if old.get("search_text") != attrs["search_text"]:
-        print(f"note: the search file differs from the one study {study.study_name!r} started with", flush=True)
-
-
-def _alive(pid: int | None) -> bool:
-    if pid is None:
-        return True  # not yet recorded: its worker is starting it
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def fail_orphans(study: Any) -> list[int]:
-    """A journal has no heartbeat: fail the running trials of this machine whose worker is gone, and queue them
-    again (Optuna's retry callback); their numbers."""
-    from optuna.storages import RetryHeartbeatStaleTrialCallback
-    from optuna.trial import TrialState
-
-    from .worker import retry
-
-    gone, trials = [], study.get_trials(deepcopy=False)
-    for t in trials:
-        pid, origin = t.user_attrs.get("pid"), RetryHeartbeatStaleTrialCallback.retry_history(t)[-1:]
-        if origin and trials[origin[0]].user_attrs.get("pid") == pid:
-            continue  # a retry that has not yet recorded its own worker (its attributes are the original's)
-        if t.state == TrialState.RUNNING and t.user_attrs.get("host") == socket.gethostname() and not _alive(pid):
-            study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
-            retry(study, t)
-            print(f"trial {t.number} was left running by a worker that is gone: failed, queued again", flush=True)
-            gone.append(t.number)
-    return gone
 
 
 def _run(options: dict[str, Any], rest: list[str]) -> None:
@@ -229,19 +164,19 @@ def _run(options: dict[str, Any], rest: list[str]) -> None:
 
     from .overrides import absolute_configs, args_key, trial_overrides
     from .space import load_space, probe
-    from .worker import held, open_storage
+    from .study import check_continuation, fail_orphans, held, infer_direction, open_storage
 
     t0 = time.time()
     if options["study_name"] is not None:
         trial_overrides(options["study_name"], 0, "", False, [])  # a name that can name folders and runs
     args = absolute_configs(bundled_configs(rest))
     search = bundled_configs(["--config", options["search"]])[1]
-    space = load_space(search)  # the search file's own errors before the config is read
+    space = load_space(search)  # the search file's own errors before the configs are read
     search = os.path.abspath(search)
     config = resolved_config(args, probe(space), search)
-    configs = [Path(a.partition("=")[2] or b).stem for a, b in zip(args, [*args[1:], ""]) if a.split("=")[0] == "--config"]
-    task = str(config.get("model", {}).get("class_path", "model")).split(".")
-    name = options["study_name"] or "-".join([task[1] if task[0] == "lightning_tf" else task[-1].lower(), *configs[-1:]])
+    files = [Path(a.partition("=")[2] or b).stem for a, b in zip(args, [*args[1:], ""]) if a.startswith("--config")]
+    task = str((config.get("model") or {}).get("class_path", "model")).split(".")
+    name = options["study_name"] or "-".join([task[1] if task[0] == "lightning_tf" else task[-1].lower(), *files[-1:]])
     study_dir = _study_dir(name).absolute()
     storage = options["storage"] or str(study_dir / "journal.log")
     storage = storage if "://" in storage else os.path.abspath(storage)
@@ -251,57 +186,59 @@ def _run(options: dict[str, Any], rest: list[str]) -> None:
     max_epochs = max_epochs if max_epochs and max_epochs > 0 else None
     warmup = options["pruner_warmup"] if options["pruner_warmup"] is not None else max(1, (max_epochs or 10) // 10)
     logger = trainer.get("logger")
-    attrs = {
-        "args": args,
-        "args_key": args_key(args),
-        "search": search,
-        "search_text": Path(search).read_text(),
-        "metric": options["metric"],
-        "direction": direction,
-        "study_dir": str(study_dir),
-        "max_epochs": max_epochs,
-        "wandb": isinstance(logger, dict) and str(logger.get("class_path", "")).endswith("WandbLogger"),
-        "config": config,
-    }
+    attrs = {"args": args, "args_key": args_key(args), "search": search, "search_text": Path(search).read_text()}
+    attrs |= {"metric": options["metric"], "direction": direction, "study_dir": str(study_dir), "config": config}
+    attrs |= {"max_epochs": max_epochs, "wandb": str((logger or {}).get("class_path", "")).endswith("WandbLogger")}
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(
         study_name=name, storage=open_storage(storage, options["heartbeat"]), direction=direction, load_if_exists=True
     )
     if "args" in study.user_attrs:
-        _check_continuation(study, attrs)
+        check_continuation(study, attrs)
     for key, value in attrs.items():
         study.set_user_attr(key, value)
-    journal = "://" not in storage or storage.startswith("redis://")
+    journal = "://" not in storage or storage.startswith("redis://")  # no heartbeat: the command looks itself
     if journal:
         fail_orphans(study)
     left = options["trials"] - held([t for t in study.get_trials(deepcopy=False) if t.state.name != "RUNNING"])
+    pruner = options["pruner"]
+    if pruner == "median":
+        pruner += f" (after {options['pruner_startup']} trials, from epoch {warmup + 1})"
     print(
         f"study {name}: {options['trials'] - left} of {options['trials']} trials held; {options['jobs']} worker(s); "
-        f"{options['metric']} ({direction}); sampler {options['sampler']} (seed {options['seed']}); pruner "
-        f"{options['pruner']}" + (f" (after {options['pruner_startup']} trials, from epoch {warmup + 1})" if options["pruner"] == "median" else ""),
+        f"{options['metric']} ({direction}); sampler {options['sampler']} (seed {options['seed']}); pruner {pruner}\n"
+        f"  storage {_shown(storage)} (watch it: optuna-dashboard {_shown(storage)})\n"
+        f"  folder {_shown(study_dir)}/ (each trial's fit output: trials/<number>/fit.log)",
         flush=True,
     )
-    print(f"  storage {_describe(storage)} (watch it: optuna-dashboard {_describe(storage)})", flush=True)
-    print(f"  folder {os.path.relpath(study_dir)}/ (each trial's fit output: trials/<number>/fit.log)", flush=True)
     status = 0
     if left <= 0:
         print(f"the study holds {options['trials']} trials: --trials {2 * options['trials']} runs more", flush=True)
     else:
-        settings = {"parent": os.getpid(), "study": name, "storage": storage, "warmup": warmup, "max_epochs": max_epochs}
-        argv = _command_line(options, rest)
+        settings = {
+            "parent": os.getpid(),
+            "study": name,
+            "storage": storage,
+            "warmup": warmup,
+            "max_epochs": max_epochs,
+        }
+        given = {k: v for k, v in options.items() if v is not None and v is not False and v != _DEFAULTS.get(k)}
+        argv = [a for k, v in given.items() for a in (f"--{k}", str(v))] + rest  # the same command
         status = _supervise(settings, left, options["jobs"], argv, study if journal else None)
         run = {"wall_s": round(time.time() - t0, 1), "jobs": options["jobs"], "trials": options["trials"]}
         study.set_user_attr(f"run:{socket.gethostname()}:{os.getpid()}:{int(t0)}", run)
         if status == 130:
             print(f"stopped; continue the study with the same command: lightning-tf tune {shlex.join(argv)}")
-    _print_report(_write_report(study))
+    _report(study)
     if status:
         raise SystemExit(status)
 
 
 def _supervise(settings: dict[str, Any], left: int, jobs: int, argv: list[str], journal_study: Any) -> int:
-    """Start the workers (this command, as workers), forward Ctrl-C / SIGTERM, fail the trials of a worker that
-    dies (a journal: no heartbeat); the command's exit status."""
+    """Start the workers (this command again, with :data:`WORKER` set), forward Ctrl-C / SIGTERM, fail the trials
+    of a worker that died (a journal: no heartbeat); the command's exit status."""
+    from .study import fail_orphans
+
     gpus = 0
     if jobs > 1:
         import torch
@@ -310,37 +247,39 @@ def _supervise(settings: dict[str, Any], left: int, jobs: int, argv: list[str], 
     procs = []
     for i in range(jobs):
         share = left // jobs + (i < left % jobs)
-        if not share:
-            continue
-        env = {**os.environ, "LIGHTNING_TF_TUNE_WORKER": json.dumps({**settings, "index": i, "trials": share})}
+        env = {**os.environ, WORKER: json.dumps({**settings, "index": i, "trials": share})}
         if gpus > 1 and "CUDA_VISIBLE_DEVICES" not in env:
             env["CUDA_VISIBLE_DEVICES"] = str(i % gpus)
-        cmd = [sys.executable, "-m", "lightning_tf", "tune", *argv]
-        procs.append(subprocess.Popen(cmd, env=env, start_new_session=True))
-    stops = {"n": 0}
+        if share:
+            cmd = [sys.executable, "-m", "lightning_tf", "tune", *argv]
+            procs.append(subprocess.Popen(cmd, env=env, start_new_session=True))
+    stops = [0]
 
     def on_signal(signum: int, frame: Any) -> None:
-        stops["n"] += 1
-        if stops["n"] == 1:
-            print("\nstopping: the running trials end as interrupted and run again when the study continues "
-                  "(Ctrl-C again: kill them now)", flush=True)
+        stops[0] += 1
+        if stops[0] == 1:
+            print(
+                "\nstopping: the running trials end as interrupted and run again when the study continues "
+                "(Ctrl-C again: kill them now)",
+                flush=True,
+            )
         for proc in procs:
             if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM if stops["n"] == 1 else signal.SIGKILL)
+                proc.send_signal(signal.SIGTERM if stops[0] == 1 else signal.SIGKILL)
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    status, seen = 0, set()
+    status, ended = 0, set()
     try:
-        while len(seen) < len(procs):
+        while len(ended) < len(procs):
             time.sleep(0.5)
             for i, proc in enumerate(procs):
-                if i in seen or proc.poll() is None:
+                if i in ended or proc.poll() is None:
                     continue
-                seen.add(i)
-                if proc.returncode == 3:  # a study every trial of which would fail alike (a wrong --metric)
+                ended.add(i)
+                if proc.returncode == 3:  # every trial would fail alike (a wrong --metric): the study stops
                     status = 1
                     on_signal(signal.SIGTERM, None)
-                elif proc.returncode != 0 and not stops["n"]:
+                elif proc.returncode != 0 and not stops[0]:
                     print(f"worker {i} ended with status {proc.returncode}", flush=True)
                     status = 1
                     if journal_study is not None:
@@ -348,4 +287,4 @@ def _supervise(settings: dict[str, Any], left: int, jobs: int, argv: list[str], 
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-    return 130 if stops["n"] and not status else status
+    return 130 if stops[0] and not status else status

@@ -17,7 +17,7 @@ import optuna
 import yaml
 from optuna.trial import FrozenTrial, TrialState
 
-from .worker import retried, state_name, tally
+from .study import retried, state_name, tally
 
 __all__ = ["FIGURES", "best_config", "ranked_trials", "trial_rows", "write_report"]
 

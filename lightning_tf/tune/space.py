@@ -43,7 +43,9 @@ def _distribution(where: str, spec: Any) -> BaseDistribution:
             except ValueError:
                 pass
         value = fields.get(bound)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int if kind == "int" else float | int)):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int if kind == "int" else float | int)
+        ):
             raise ValueError(f"{where}: {bound} must be {'an integer' if kind == 'int' else 'a number'}, got {value!r}")
     if kind == "categorical":
         choices = fields.get("choices")

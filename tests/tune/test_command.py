@@ -50,9 +50,11 @@ ENV.pop("LIGHTNING_TF_TUNE_WORKER", None)
 
 
 def load(tmp: Path, name: str, storage: str | None = None) -> optuna.Study:
-    from lightning_tf.tune.worker import open_storage
+    from lightning_tf.tune.study import open_storage
 
-    return optuna.load_study(study_name=name, storage=open_storage(storage or str(tmp / f"runs/tune/{name}/journal.log")))
+    return optuna.load_study(
+        study_name=name, storage=open_storage(storage or str(tmp / f"runs/tune/{name}/journal.log"))
+    )
 
 
 def write_space(tmp: Path, text: str = SPACE) -> str:
@@ -82,7 +84,7 @@ def _training(study: optuna.Study) -> list:
 
 def _accounted(study: optuna.Study, trials: int) -> None:
     """``trials`` trials finished, nothing left running or queued, every failed trial run again with its values."""
-    from lightning_tf.tune.worker import retried
+    from lightning_tf.tune.study import retried
 
     states = [t.state.name for t in study.trials]
     assert states.count("COMPLETE") + states.count("PRUNED") == trials, states
@@ -162,7 +164,11 @@ def test_a_killed_worker_and_a_stopped_command_leave_a_study_the_same_command_fi
     out = tmp_path / "out.txt"
     with open(out, "w") as handle:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "lightning_tf", "tune", *options], cwd=tmp_path, env=ENV, stdout=handle, stderr=handle
+            [sys.executable, "-m", "lightning_tf", "tune", *options],
+            cwd=tmp_path,
+            env=ENV,
+            stdout=handle,
+            stderr=handle,
         )
     journal = tmp_path / "runs/tune/cont/journal.log"
     try:
@@ -180,7 +186,9 @@ def test_a_killed_worker_and_a_stopped_command_leave_a_study_the_same_command_fi
     text = out.read_text()
     assert proc.returncode == 130, text
     assert "ended with status -9" in text and f"trial {killed.number} was left running by a worker that is gone" in text
-    assert "stopping: the running trials" in text and "continue the study with the same command: lightning-tf tune" in text
+    assert (
+        "stopping: the running trials" in text and "continue the study with the same command: lightning-tf tune" in text
+    )
     study = load(tmp_path, "cont")
     stopped = study.trials[termed.number]
     assert stopped.state.name == "FAIL" and stopped.user_attrs["reason"] == "interrupted: the worker was stopped"
@@ -240,7 +248,9 @@ def test_two_commands_share_a_postgresql_study_and_the_heartbeat_retries_a_kille
     options = [*TINY, "--trainer.logger=false", "--trainer.max_epochs=6", "--search", write_space(tmp_path)]
     options += ["--trials", "2", "--study_name", "pg", "--storage", postgres, "--heartbeat", "1"]
     command = [sys.executable, "-m", "lightning_tf", "tune", *options]
-    first = subprocess.Popen(command, cwd=tmp_path / "..", env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = subprocess.Popen(
+        command, cwd=tmp_path / "..", env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         _wait(lambda: _has_study(postgres) and _training(load(tmp_path, "pg", postgres)), 300, "the first's trial")
         killed = _training(load(tmp_path, "pg", postgres))[0]

@@ -48,4 +48,3 @@ def test_wrong_options_are_one_line(
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert re.search(message, line), line
     assert "tune" in COMMANDS
-

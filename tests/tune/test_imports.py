@@ -16,7 +16,7 @@ from tests.helpers.cli import ROOT
 
 PACKAGE = ROOT / "lightning_tf"
 #: the modules that run studies or trials: the only ones that may import Optuna at module level
-OPTUNA_MODULES = {"space", "worker", "report", "reporter"}
+OPTUNA_MODULES = {"space", "study", "worker", "report", "reporter"}
 
 
 def _module_level_imports(path: Path) -> set[str]:

@@ -16,9 +16,16 @@ optuna = pytest.importorskip("optuna")
 
 from optuna.trial import TrialState  # noqa: E402
 
-from lightning_tf.tune.command import _check_continuation, fail_orphans, infer_direction  # noqa: E402
 from lightning_tf.tune.report import best_config, write_report  # noqa: E402
-from lightning_tf.tune.worker import held, open_storage, retried, tally  # noqa: E402
+from lightning_tf.tune.study import (
+    check_continuation,
+    fail_orphans,
+    held,
+    infer_direction,
+    open_storage,
+    retried,
+    tally,
+)  # noqa: E402
 
 DEAD_PID = 2**22 + 4321  # above Linux's largest pid: no such process
 CONFIG = {
@@ -118,13 +125,13 @@ def test_a_study_continues_only_with_its_own_configs_and_objective(capsys: pytes
     }
     for key, value in attrs.items():
         study.set_user_attr(key, value)
-    _check_continuation(study, {**attrs, "args": ["--config", "/b/d.yaml"]})  # another clone, the same file
+    check_continuation(study, {**attrs, "args": ["--config", "/b/d.yaml"]})  # another clone, the same file
     assert capsys.readouterr().out == ""
     with pytest.raises(ValueError, match=r"study 's' was started with other arguments or config files"):
-        _check_continuation(study, {**attrs, "args_key": ["--config", "sha256:2"]})
+        check_continuation(study, {**attrs, "args_key": ["--config", "sha256:2"]})
     with pytest.raises(ValueError, match=r"study 's' optimises val/loss \(minimize\); --metric val/acc"):
-        _check_continuation(study, {**attrs, "metric": "val/acc", "direction": "maximize"})
-    _check_continuation(study, {**attrs, "search_text": "x: 2"})
+        check_continuation(study, {**attrs, "metric": "val/acc", "direction": "maximize"})
+    check_continuation(study, {**attrs, "search_text": "x: 2"})
     assert "note: the search file differs from the one study 's' started with" in capsys.readouterr().out
 
 
