@@ -215,13 +215,9 @@ def _run(options: dict[str, Any], rest: list[str]) -> None:
     if left <= 0:
         print(f"the study holds {options['trials']} trials: --trials {2 * options['trials']} runs more", flush=True)
     else:
-        settings = {
-            "parent": os.getpid(),
-            "study": name,
-            "storage": storage,
-            "warmup": warmup,
-            "max_epochs": max_epochs,
-        }
+        deadline = None if options["timeout"] is None else t0 + options["timeout"]
+        settings = {"parent": os.getpid(), "study": name, "storage": storage, "deadline": deadline}
+        settings |= {"warmup": warmup, "max_epochs": max_epochs}
         given = {k: v for k, v in options.items() if v is not None and v is not False and v != _DEFAULTS.get(k)}
         argv = [a for k, v in given.items() for a in (f"--{k}", str(v))] + rest  # the same command
         status = _supervise(settings, left, options["jobs"], argv, study if journal else None)
@@ -268,7 +264,7 @@ def _supervise(settings: dict[str, Any], left: int, jobs: int, argv: list[str], 
                 proc.send_signal(signal.SIGTERM if stops[0] == 1 else signal.SIGKILL)
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    status, ended = 0, set()
+    wrong_metric, failed, ended = False, False, set()
     try:
         while len(ended) < len(procs):
             time.sleep(0.5)
@@ -277,14 +273,14 @@ def _supervise(settings: dict[str, Any], left: int, jobs: int, argv: list[str], 
                     continue
                 ended.add(i)
                 if proc.returncode == 3:  # every trial would fail alike (a wrong --metric): the study stops
-                    status = 1
+                    wrong_metric = True
                     on_signal(signal.SIGTERM, None)
                 elif proc.returncode != 0 and not stops[0]:
                     print(f"worker {i} ended with status {proc.returncode}", flush=True)
-                    status = 1
+                    failed = True
                     if journal_study is not None:
                         fail_orphans(journal_study)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-    return 130 if stops[0] and not status else status
+    return 1 if wrong_metric else 130 if stops[0] else 1 if failed else 0

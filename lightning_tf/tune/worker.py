@@ -71,7 +71,8 @@ class Worker:
 
     Args:
         settings: what the command gives its workers (:data:`ENV`): ``index``, ``trials`` (this worker's share),
-            ``parent`` (the command's pid), ``study``, ``storage``, ``warmup`` and ``max_epochs`` (the pruner's).
+            ``parent`` (the command's pid), ``study``, ``storage``, ``deadline`` (no trial starts after it: seconds
+            since the epoch, or None), ``warmup`` and ``max_epochs`` (the pruner's).
         options: the command's options.
     """
 
@@ -127,7 +128,7 @@ class Worker:
         study.optimize(
             self.objective,
             n_trials=self.settings["trials"],
-            timeout=self.options["timeout"],
+            timeout=None if self.settings["deadline"] is None else max(0.0, self.settings["deadline"] - time.time()),
             catch=(TrialFailed,),
             callbacks=[self.after_trial],
         )

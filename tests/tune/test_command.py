@@ -23,6 +23,8 @@ import yaml
 
 optuna = pytest.importorskip("optuna")
 
+from optuna.storages import RetryHeartbeatStaleTrialCallback as Retry  # noqa: E402
+
 from tests.helpers.cli import ROOT, cli  # noqa: E402
 from tests.test_wandb import OfflineRun  # noqa: E402
 
@@ -92,7 +94,7 @@ def _accounted(study: optuna.Study, trials: int) -> None:
     for t in study.trials:
         if t.state.name == "FAIL":
             assert t.number in retried(study.trials)
-            (again,) = [r for r in study.trials if r.system_attrs.get("failed_trial") == t.number]
+            (again,) = [r for r in study.trials if Retry.retry_history(r)[-1:] == [t.number]]
             assert again.params == t.params
 
 
@@ -264,7 +266,7 @@ def test_two_commands_share_a_postgresql_study_and_the_heartbeat_retries_a_kille
     study = load(tmp_path, "pg", postgres)
     _accounted(study, 2)
     assert study.trials[killed.number].state.name == "FAIL"
-    again = [t for t in study.trials if t.system_attrs.get("failed_trial") == killed.number]
+    again = [t for t in study.trials if Retry.retried_trial_number(t) == killed.number]
     assert again[0].state.name == "COMPLETE" and again[0].user_attrs["pid"] != killed.user_attrs["pid"]
     assert "report: " in second.stdout
 
