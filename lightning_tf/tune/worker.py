@@ -161,6 +161,8 @@ class Worker:
             self.proc = subprocess.Popen(
                 [*cmd, f"--trainer.callbacks+={callback}"], stdout=log, stderr=subprocess.STDOUT, env=env
             )
+        if self.stopping:  # a stop asked while the run was starting
+            self.proc.send_signal(signal.SIGTERM)
         values: dict[int, float] = {}
         metrics: dict[int, dict[str, float]] = {}
         pruned, offset, missing, done = False, 0, "", False
@@ -208,7 +210,7 @@ class Worker:
             retry(study, trial)
         trials = study.get_trials(deepcopy=False)
         counts, attrs = tally(trials), trial.user_attrs
-        what = f"{self.attrs['metric']} {trial.value:.5g}" if trial.value is not None else reason
+        what = f"{self.attrs['metric']} {trial.value:.5g}" if trial.state == TrialState.COMPLETE else reason
         shown = ", ".join(
             f"{k.rpartition('.')[2]}={v:.4g}" if isinstance(v, float) else f"{k.rpartition('.')[2]}={v}"
             for k, v in trial.params.items()

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 optuna = pytest.importorskip("optuna")
+pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 
 from optuna.trial import TrialState  # noqa: E402
 
