@@ -79,7 +79,8 @@ class TrialReporter(PyTorchLightningPruningCallback):
     """
 
     def __init__(self, channel: str, monitor: str, study: str = "", trial: int = 0, params: dict | None = None) -> None:
-        super().__init__(WorkerTrial(channel), monitor)  # type: ignore[arg-type]
+        self.worker_trial = WorkerTrial(channel)
+        super().__init__(self.worker_trial, monitor)  # type: ignore[arg-type]
         self.channel, self.tune = Path(channel), {"study": study, "trial": trial, "params": params or {}}
         threading.Thread(target=_watch, args=(os.getppid(),), daemon=True).start()
 
@@ -98,5 +99,5 @@ class TrialReporter(PyTorchLightningPruningCallback):
             message = f"--metric {self.monitor} is not logged by this run; it logs {logged}"
             append_line(self.channel / "reports.jsonl", {"missing": message})
             raise ValueError(message)
-        self._trial.metrics = {k: float(v) for k, v in metrics.items() if k.startswith("val") and v.numel() == 1}
+        self.worker_trial.metrics = {k: float(v) for k, v in metrics.items() if k.startswith("val") and v.numel() == 1}
         super().on_validation_end(trainer, pl_module)
