@@ -119,10 +119,9 @@ def _finished(workdir: Path, name: str) -> int:
 def study_row(workdir: Path, name: str, wall_s: float) -> dict[str, Any]:
     """What a study holds: trials by state, the best value and trial, the epochs all trials ran."""
     study = load(workdir, name)
-    states: dict[str, int] = {}
-    for t in study.trials:
-        key = "interrupted" if t.user_attrs.get("interrupted") else t.state.name.lower()
-        states[key] = states.get(key, 0) + 1
+    from lightning_tf.tune.study import tally
+
+    states = tally(study.trials)  # interrupted: failed and queued again
     complete = [t for t in study.trials if t.state.name == "COMPLETE"]
     best = study.best_trial if complete else None
     accuracies = [t.user_attrs.get("val_metrics", {}).get("val/acc") for t in complete]  # at each trial's best epoch
@@ -244,7 +243,9 @@ def parallel(workdir: Path, smoke: bool, n: int | None = None) -> dict[str, Any]
     left_running = [t.number for t in before if t.state.name == "RUNNING"]
     second = tune(workdir, args, workdir / "killed.log")
     study = load(workdir, "killed")
-    retried = {t.user_attrs["retry_of"]: t for t in study.trials if "retry_of" in t.user_attrs}
+    from optuna.storages import RetryHeartbeatStaleTrialCallback as Retry
+
+    retried = {Retry.retried_trial_number(t): t for t in study.trials if Retry.retried_trial_number(t) is not None}
     finished = [t for t in study.trials if t.state.name in ("COMPLETE", "PRUNED")]
     return {
         "trials": trials,

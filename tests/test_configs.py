@@ -185,14 +185,22 @@ def test_config_starts_with_a_comment_and_parses(path: Path) -> None:
 @pytest.mark.parametrize("path", SEARCH_SPACES, ids=_name)
 def test_each_search_space_fits_the_config_its_header_names(path: Path) -> None:
     pytest.importorskip("optuna")
-    from lightning_tf.tune.config import BaseConfig, check_space
-    from lightning_tf.tune.space import SearchSpace
+    from lightning_tf.tune.command import resolved_config
+    from lightning_tf.tune.space import load_space, probe
 
     configs = re.findall(r"--config (configs/\S+\.yaml)", path.read_text().split("\n\n")[0])
     assert configs[0] == "configs/trainer/default.yaml" and len(configs) == 2, configs
-    space = SearchSpace.load(path)
-    assert len(space.params) >= 4
-    check_space(space, BaseConfig([a for c in configs for a in ("--config", str(ROOT / c))]))  # raises when not
+    space = load_space(path)
+    assert len(space) >= 4
+    args = [a for c in configs for a in ("--config", str(ROOT / c))]
+    config = resolved_config(
+        args, probe(space), str(path)
+    )  # fit --print_config: raises when the config does not take it
+    for name, value in probe(space).items():  # each searched name is one the config has, set to the probe
+        node = config
+        for key in name.split("."):
+            node = node[key]
+        assert node == value, name
 
 
 @pytest.mark.parametrize("path", [p for p in EXPERIMENTS if _name(p) not in USER_DATA], ids=_name)

@@ -225,12 +225,8 @@ def layout_violations(sources: Sources) -> list[str]:
     return found
 
 
-#: tune/ still runs its trials through cli/'s LightningCLI in-process; to go when tune/ runs them as commands
-_PENDING = ("lightning_tf.tune.",)
-
-
 def test_the_layout_rules_hold() -> None:
-    assert [v for v in layout_violations(_sources()) if not v.startswith(_PENDING)] == []
+    assert layout_violations(_sources()) == []
 
 
 def test_the_layout_check_finds_each_kind_of_violation() -> None:

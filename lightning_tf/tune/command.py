@@ -1,16 +1,17 @@
 """``lightning-tf tune``: search a config's hyperparameters with Optuna.
 
 ``lightning-tf tune --config configs/trainer/default.yaml --config configs/vision/digits.yaml
---search configs/search/vision.yaml --trials 8 --jobs 2`` checks the search file against the config, creates
-(or continues) the study in its storage, starts ``--jobs`` worker processes (:mod:`.worker`) that run the
-trials, prints the study's log as it grows, and at the end writes the report (:mod:`.report`) into
-``runs/tune/<study>/``. Ctrl-C stops the workers cleanly (the running trials end as ``interrupted``); the
-same command continues the study. ``--report`` writes the report of a study without running trials.
+--search configs/search/vision.yaml --trials 8 --jobs 2`` checks the search file against the config
+(``fit --print_config``), creates (or continues) the study in its storage, starts ``--jobs`` workers (this same
+command with :data:`~.worker.ENV` set, :mod:`.worker`), which print a line per trial, and at the end writes the
+report (:mod:`.report`) into ``runs/tune/<study>/``. Ctrl-C or SIGTERM stops the workers (the running trials
+end as interrupted and run again when the study continues: the same command). ``--report`` writes the report
+of a study without running trials.
 """
 
 from __future__ import annotations
 
-import argparse
+import json
 import os
 import shlex
 import signal
@@ -21,19 +22,14 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
+
 __all__ = ["tune"]
 
-
-def _study_dir(name: str) -> Path:
-    return Path("runs") / "tune" / name
-
-
-def _default_storage(name: str) -> str:
-    return str(_study_dir(name) / "journal.log")
-
-
-def _describe_storage(storage: str) -> str:
-    return storage if "://" in storage else os.path.relpath(storage)
+#: the environment variable that makes this command a worker (:mod:`.worker`)
+WORKER = "LIGHTNING_TF_TUNE_WORKER"
+_DEFAULTS = {"trials": 20, "metric": "val/loss", "sampler": "tpe", "seed": 0, "pruner": "median"}
+_DEFAULTS |= {"pruner_startup": 3, "jobs": 1, "heartbeat": 60}
 
 
 def tune(
@@ -50,13 +46,14 @@ def tune(
     storage: str | None = None,
     study_name: str | None = None,
     jobs: int = 1,
+    heartbeat: int = 60,
     report: bool = False,
     forwarded: list[str] | None = None,
 ) -> None:
     """Search a config's hyperparameters with Optuna: parallel, pruned, resumable. Every other argument (--config
     files, --model.init_args.lr=..., --trainer.max_epochs=...) is given to each trial's lightning-tf fit, as
-    written. Outputs: runs/tune/<study>/ (the trials' runs, tune.log, best.yaml, trials.csv, summary.md,
-    figures). Docs: docs/tune.md.
+    written. Outputs: runs/tune/<study>/ (the trials' runs, best.yaml, trials.csv, summary.md, figures).
+    Docs: docs/tune.md.
 
     Args:
         search: the search file (configs/search/<task>.yaml): config names -> ranges
@@ -70,332 +67,220 @@ def tune(
         pruner_startup: median: trials that finish before any is pruned
         pruner_warmup: median: epochs every trial runs before it can be pruned (default: a tenth of
             trainer.max_epochs, at least 1)
-        storage: an Optuna storage URL (sqlite:///tune.db, postgresql://..., mysql://...) or a journal file;
-            default runs/tune/<study>/journal.log
-        study_name: the study (default: <task>-<size>-<dataset> of the config); re-running continues it
+        storage: an Optuna storage URL (sqlite:///tune.db, postgresql+psycopg://..., redis://...) or a journal
+            file; default runs/tune/<study>/journal.log
+        study_name: the study (default: <task>-<last config's name>); re-running continues it
         jobs: worker processes on this machine
+        heartbeat: database storages: seconds between a running trial's heartbeats; a trial silent for twice
+            as long (its worker died, on any machine) is failed and run again
         report: write the study's report and exit
         forwarded: the arguments each trial's fit gets
     """
-    options = argparse.Namespace(**{k: v for k, v in locals().items() if k != "forwarded"})
+    options = {k: v for k, v in locals().items() if k != "forwarded"}
     rest = list(forwarded or [])
-    argv = _command_line(options, rest)
-    for name, low in (("trials", 1), ("jobs", 1), ("pruner_startup", 0), ("pruner_warmup", 0)):
-        if getattr(options, name) is not None and getattr(options, name) < low:
-            raise ValueError(f"--{name} must be >= {low}, got {getattr(options, name)}")
-    if options.timeout is not None and options.timeout <= 0:
-        raise ValueError(f"--timeout must be > 0 seconds, got {options.timeout}")
-    if options.report:
-        return _report_only(options, rest)
-    if not options.search:
+    for name, low in (("trials", 1), ("jobs", 1), ("pruner_startup", 0), ("pruner_warmup", 0), ("heartbeat", 1)):
+        if options[name] is not None and options[name] < low:
+            raise ValueError(f"--{name} must be >= {low}, got {options[name]}")
+    if timeout is not None and timeout <= 0:
+        raise ValueError(f"--timeout must be > 0 seconds, got {timeout}")
+    if os.environ.get(WORKER):
+        from .worker import Worker
+
+        raise SystemExit(Worker(json.loads(os.environ[WORKER]), options).run())
+    if report:
+        if rest:
+            raise ValueError(f"--report takes only --study_name and --storage, not {' '.join(rest)}")
+        return _report(_open(options))
+    if not search:
         raise ValueError("--search is required: a search file such as configs/search/vision.yaml")
-    try:
-        _run(options, rest, argv)
-    except KeyboardInterrupt:  # before the workers started (they handle their own)
-        print("\nstopped before any trial started", file=sys.stderr, flush=True)
-        raise SystemExit(130) from None
+    _run(options, rest)
 
 
-def _command_line(options: argparse.Namespace, rest: list[str]) -> list[str]:
-    """The arguments that repeat this command (printed when it stops)."""
-    defaults = {
-        "trials": 20,
-        "metric": "val/loss",
-        "sampler": "tpe",
-        "seed": 0,
-        "pruner": "median",
-        "pruner_startup": 3,
-        "jobs": 1,
-    }
-    argv: list[str] = []
-    for name, value in vars(options).items():
-        if value is None or value is False or defaults.get(name) == value:
-            continue
-        argv += [f"--{name}"] if value is True else [f"--{name}", str(value)]
-    return argv + rest
+def _study_dir(name: str) -> Path:
+    return Path("runs") / "tune" / name
 
 
-def _open(options: argparse.Namespace) -> Any:
+def _shown(path: str | Path) -> str:
+    """``path`` relative to the working directory when below it (a storage URL as it is)."""
+    if "://" in str(path):
+        return str(path)
+    return os.path.relpath(path) if Path(path).absolute().is_relative_to(Path.cwd()) else str(Path(path).absolute())
+
+
+def _open(options: dict[str, Any]) -> Any:
     import optuna
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     from .study import open_storage
 
-    if options.study_name is None:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if options["study_name"] is None:
         raise ValueError("--report needs --study_name (the folder name under runs/tune/)")
-    storage = options.storage or _default_storage(options.study_name)
+    storage = options["storage"] or str(_study_dir(options["study_name"]) / "journal.log")
     if "://" not in storage and not Path(storage).is_file():
-        raise FileNotFoundError(f"no study {options.study_name!r}: {storage} not found (give --storage)")
+        raise FileNotFoundError(f"no study {options['study_name']!r}: {storage} not found (give --storage)")
     try:
-        return optuna.load_study(study_name=options.study_name, storage=open_storage(storage))
+        return optuna.load_study(study_name=options["study_name"], storage=open_storage(storage, options["heartbeat"]))
     except KeyError:
-        raise ValueError(f"no study {options.study_name!r} in {_describe_storage(storage)}") from None
+        raise ValueError(f"no study {options['study_name']!r} in {_shown(storage)}") from None
 
 
-def _write_report(study: Any, base: Any = None, folder: Path | None = None) -> dict[str, Path]:
-    """The report of ``study`` in ``folder`` (default: the folder the study recorded, when it exists here, else
-    ``runs/tune/<study>``), ``best.yaml`` from ``base`` (the study's configs parsed here; default: the
-    configs the study recorded)."""
-    from .config import BaseConfig
-    from .report import ranked_trials, write_report
+def _report(study: Any) -> None:
+    """Write the report (into the folder the study recorded when it exists here, else ``runs/tune/<study>``)
+    and say where it is."""
+    from .report import write_report
 
-    ranked = ranked_trials(study)
-    best = None
-    if ranked:
-        base = base if base is not None else BaseConfig(list(study.user_attrs.get("args", [])))
-        best = base.dump(ranked[0].params)
-    if folder is None:
-        recorded = study.user_attrs.get("study_dir")
-        folder = Path(recorded) if recorded and Path(recorded).is_dir() else _study_dir(study.study_name)
-    return write_report(study, folder, best)
-
-
-def _print_report(written: dict[str, Path]) -> None:
-    from lightning_tf.cli.runs import shown
-
-    print(f"report: {shown(written['summary'])}, {shown(written['trials'])}", flush=True)
+    recorded = study.user_attrs.get("study_dir")
+    folder = Path(recorded) if recorded and Path(recorded).is_dir() else _study_dir(study.study_name)
+    written = write_report(study, folder)
+    print(f"report: {_shown(written['summary'])}, {_shown(written['trials'])}", flush=True)
     figures = [p.name for k, p in written.items() if k.endswith(".png")]
-    if figures:
-        print(f"figures: {', '.join(figures)}", flush=True)
+    print(f"figures: {', '.join(figures)}" if figures else "figures: none yet", flush=True)
     if "best" in written:
         print(
-            f"best config: {shown(written['best'])}\n  train it: lightning-tf fit --config {shown(written['best'])}",
-            flush=True,
+            f"best config: {_shown(written['best'])}\n  train it: lightning-tf fit --config {_shown(written['best'])}"
         )
     else:
         print("no trial has completed: no best.yaml", flush=True)
 
 
-def _report_only(options: argparse.Namespace, rest: list[str]) -> None:
-    if rest:
-        raise ValueError(f"--report takes only --study_name and --storage, not {' '.join(rest)}")
-    _print_report(_write_report(_open(options)))
+def resolved_config(args: list[str], values: dict[str, Any], source: str) -> dict[str, Any]:
+    """The complete config ``lightning-tf fit <args> <values as overrides>`` would train, as ``fit --print_config``
+    writes it; what the config rejects is one ValueError line naming ``source`` (the search file)."""
+    from .overrides import to_overrides
+
+    env = {k: v for k, v in os.environ.items() if k not in ("LIGHTNING_TF_DEBUG", WORKER)}
+    cmd = [sys.executable, "-m", "lightning_tf", "fit", *args, *to_overrides(values), "--print_config"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if proc.returncode != 0:
+        line = ([x for x in proc.stderr.splitlines() if x.strip()] or ["fit --print_config failed"])[-1]
+        raise ValueError(f"{source} with these configs: {line.removeprefix('lightning-tf: error: ')}")
+    return yaml.safe_load(proc.stdout)
 
 
-def _check_continuation(study: Any, attrs: dict[str, Any]) -> None:
-    """A re-run continues the study only with the same configs and metric; a changed search file is noted."""
-    old = study.user_attrs
-    if old.get("args_key") != attrs["args_key"]:
-        raise ValueError(
-            f"study {study.study_name!r} was started with other arguments or config files "
-            f"({shlex.join(old.get('args', []))}); give the same ones to continue it, or another --study_name"
-        )
-    for key in ("metric", "direction"):
-        if old.get(key) != attrs[key]:
-            raise ValueError(
-                f"study {study.study_name!r} optimises {old.get('metric')} ({old.get('direction')}); "
-                f"--metric {attrs['metric']} / --direction {attrs['direction']} would mix two objectives"
-            )
-    if old.get("search_text") != attrs["search_text"]:
-        print(f"note: the search file differs from the one study {study.study_name!r} started with", flush=True)
+def _run(options: dict[str, Any], rest: list[str]) -> None:
+    import optuna
 
-
-def _run(options: argparse.Namespace, rest: list[str], argv: list[str]) -> None:
     from lightning_tf.training.resources import bundled_configs
 
     from .overrides import absolute_configs, args_key, trial_overrides
-    from .space import SearchSpace
+    from .space import load_space, probe
+    from .study import check_continuation, fail_orphans, held, infer_direction, open_storage
 
     t0 = time.time()
-    if options.study_name is not None:
-        trial_overrides(options.study_name, 0, "", False, [])  # a name that can name folders and runs
+    if options["study_name"] is not None:
+        trial_overrides(options["study_name"], 0, "", False, [])  # a name that can name folders and runs
     args = absolute_configs(bundled_configs(rest))
-    search = bundled_configs(["--config", options.search])[1]
-    space = SearchSpace.load(search)  # the search file's own errors before the config is parsed
-
-    import optuna
-
-    from .config import BaseConfig, check_space
-    from .study import StudySpec, counted, infer_direction, open_storage
-
+    search = bundled_configs(["--config", options["search"]])[1]
+    space = load_space(search)  # the search file's own errors before the configs are read
+    search = os.path.abspath(search)
+    config = resolved_config(args, probe(space), search)
+    files = [Path(a.partition("=")[2] or b).stem for a, b in zip(args, [*args[1:], ""]) if a.startswith("--config")]
+    task = str((config.get("model") or {}).get("class_path", "model")).split(".")
+    name = options["study_name"] or "-".join([task[1] if task[0] == "lightning_tf" else task[-1].lower(), *files[-1:]])
+    study_dir = _study_dir(name).absolute()
+    storage = options["storage"] or str(study_dir / "journal.log")
+    storage = storage if "://" in storage else os.path.abspath(storage)
+    direction = options["direction"] or infer_direction(options["metric"])
+    trainer = config.get("trainer") or {}
+    max_epochs = trainer.get("max_epochs") if isinstance(trainer.get("max_epochs"), int) else None
+    max_epochs = max_epochs if max_epochs and max_epochs > 0 else None
+    warmup = options["pruner_warmup"] if options["pruner_warmup"] is not None else max(1, (max_epochs or 10) // 10)
+    logger = trainer.get("logger")
+    attrs = {"args": args, "args_key": args_key(args), "search": search, "search_text": Path(search).read_text()}
+    attrs |= {"metric": options["metric"], "direction": direction, "study_dir": str(study_dir), "config": config}
+    attrs |= {"max_epochs": max_epochs, "wandb": str((logger or {}).get("class_path", "")).endswith("WandbLogger")}
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    base = BaseConfig(args)
-    fixed = check_space(space, base)
-    name = options.study_name or base.task_name()
-    study_dir = _study_dir(name)
-    storage = options.storage or _default_storage(name)
-    direction = options.direction or infer_direction(options.metric)
-    max_epochs = base.get("trainer.max_epochs")
-    max_epochs = max_epochs if isinstance(max_epochs, int) and max_epochs > 0 else None
-    warmup = options.pruner_warmup if options.pruner_warmup is not None else max(1, (max_epochs or 10) // 10)
-    attrs = {
-        "args": args,
-        "args_key": args_key(args),
-        "search": os.path.abspath(search),
-        "search_text": space.text,
-        "metric": options.metric,
-        "direction": direction,
-        "study_dir": str(study_dir.absolute()),
-        "max_epochs": max_epochs,
-    }
     study = optuna.create_study(
-        study_name=name, storage=open_storage(storage), direction=direction, load_if_exists=True
+        study_name=name, storage=open_storage(storage, options["heartbeat"]), direction=direction, load_if_exists=True
     )
     if "args" in study.user_attrs:
-        _check_continuation(study, attrs)
-    else:
-        for key, value in attrs.items():
-            study.set_user_attr(key, value)
-    import torch
-
-    cpus = os.cpu_count() or 1
-    spec = StudySpec(
-        study_name=name,
-        storage=storage if "://" in storage else os.path.abspath(storage),
-        study_dir=str(study_dir.absolute()),
-        args=args,
-        search=os.path.abspath(search),
-        trials=options.trials,
-        metric=options.metric,
-        direction=direction,
-        sampler=options.sampler,
-        seed=options.seed,
-        pruner=options.pruner,
-        pruner_startup=options.pruner_startup,
-        pruner_warmup=warmup,
-        max_epochs=max_epochs,
-        wandb=base.uses_wandb(),
-        fixed=fixed,
-        deadline=None if options.timeout is None else t0 + options.timeout,
-        threads=None if torch.cuda.is_available() else max(1, cpus // options.jobs),
-    )
-    _fail_stale(study, study_dir)
-    held = counted(study.get_trials(deepcopy=False))
+        check_continuation(study, attrs)
+    for key, value in attrs.items():
+        study.set_user_attr(key, value)
+    journal = "://" not in storage or storage.startswith("redis://")  # no heartbeat: the command looks itself
+    if journal:
+        fail_orphans(study)
+    left = options["trials"] - held([t for t in study.get_trials(deepcopy=False) if t.state.name != "RUNNING"])
+    pruner = options["pruner"]
+    if pruner == "median":
+        pruner += f" (after {options['pruner_startup']} trials, from epoch {warmup + 1})"
     print(
-        f"study {name}: {held} of {options.trials} trials held; {options.jobs} worker(s); {options.metric} "
-        f"({direction}); sampler {options.sampler} (seed {options.seed}); pruner {options.pruner}"
-        + (f" (after {options.pruner_startup} trials, from epoch {warmup + 1})" if options.pruner == "median" else ""),
+        f"study {name}: {options['trials'] - left} of {options['trials']} trials held; {options['jobs']} worker(s); "
+        f"{options['metric']} ({direction}); sampler {options['sampler']} (seed {options['seed']}); pruner {pruner}\n"
+        f"  storage {_shown(storage)} (watch it: optuna-dashboard {_shown(storage)})\n"
+        f"  folder {_shown(study_dir)}/ (each trial's fit output: trials/<number>/fit.log)",
         flush=True,
     )
-    print(
-        f"  storage {_describe_storage(storage)} (watch it: optuna-dashboard {_describe_storage(storage)})", flush=True
-    )
-    print(f"  folder {study_dir}/ (log: {study_dir}/tune.log; workers' output: {study_dir}/workers/)", flush=True)
     status = 0
-    if held >= options.trials:
-        print(
-            f"the study already holds {held} trials: --trials {held + options.trials} runs {options.trials} more",
-            flush=True,
-        )
+    if left <= 0:
+        print(f"the study holds {options['trials']} trials: --trials {2 * options['trials']} runs more", flush=True)
     else:
-        status = _supervise(spec, options.jobs, study_dir)
-        study.set_user_attr(
-            f"run:{socket.gethostname()}:{os.getpid()}:{int(t0)}",
-            {"wall_s": round(time.time() - t0, 1), "jobs": options.jobs, "trials": options.trials},
-        )
-    _print_report(_write_report(optuna.load_study(study_name=name, storage=open_storage(storage)), base, study_dir))
-    if status == 130:
-        print(f"stopped; continue the study with the same command: lightning-tf tune {shlex.join(argv)}", flush=True)
+        deadline = None if options["timeout"] is None else t0 + options["timeout"]
+        settings = {"parent": os.getpid(), "study": name, "storage": storage, "deadline": deadline}
+        settings |= {"warmup": warmup, "max_epochs": max_epochs}
+        given = {k: v for k, v in options.items() if v is not None and v is not False and v != _DEFAULTS.get(k)}
+        argv = [a for k, v in given.items() for a in (f"--{k}", str(v))] + rest  # the same command
+        status = _supervise(settings, left, options["jobs"], argv, study if journal else None)
+        run = {"wall_s": round(time.time() - t0, 1), "jobs": options["jobs"], "trials": options["trials"]}
+        study.set_user_attr(f"run:{socket.gethostname()}:{os.getpid()}:{int(t0)}", run)
+        if status == 130:
+            print(f"stopped; continue the study with the same command: lightning-tf tune {shlex.join(argv)}")
+    _report(study)
     if status:
         raise SystemExit(status)
 
 
-def _fail_stale(study: Any, study_dir: Path) -> None:
-    """Before counting what the study holds: fail the trials a dead worker left running (they do not count,
-    and their parameters run again), said in the study's log."""
-    from optuna.storages import fail_stale_trials
-    from optuna.storages._heartbeat import is_heartbeat_enabled
+def _supervise(settings: dict[str, Any], left: int, jobs: int, argv: list[str], journal_study: Any) -> int:
+    """Start the workers (this command again, with :data:`WORKER` set), forward Ctrl-C / SIGTERM, fail the trials
+    of a worker that died (a journal: no heartbeat); the command's exit status."""
+    from .study import fail_orphans
 
-    from .study import fail_stale, study_lock
-    from .worker import StudyLog
+    gpus = 0
+    if jobs > 1:
+        import torch
 
-    log = StudyLog(study_dir / "tune.log", "tune")
-    with study_lock(study_dir):
-        if is_heartbeat_enabled(study._storage):
-            fail_stale_trials(study)
-        for stale in fail_stale(study):
-            message = (
-                f"trial {stale.number} was left running by a worker that is gone: failed, its parameters queued again"
-            )
-            log.write(message)
-            print(message, flush=True)
-
-
-def _supervise(spec: Any, jobs: int, study_dir: Path) -> int:
-    """Start the workers, print the study's log as it grows, forward Ctrl-C; the command's exit status."""
-    from .worker import EXIT_STOP_STUDY
-
-    workers_dir = study_dir / "workers"
-    workers_dir.mkdir(parents=True, exist_ok=True)
-    spec_path = workers_dir / f"spec-{os.getpid()}.json"
-    spec.save(spec_path)
-    log_path = study_dir / "tune.log"
-    offset = log_path.stat().st_size if log_path.exists() else 0
-    gpus = _gpu_count()
-    procs: list[tuple[subprocess.Popen, Path]] = []
+        gpus = torch.cuda.device_count()
+    procs = []
     for i in range(jobs):
-        env = dict(os.environ)
+        share = left // jobs + (i < left % jobs)
+        env = {**os.environ, WORKER: json.dumps({**settings, "index": i, "trials": share})}
         if gpus > 1 and "CUDA_VISIBLE_DEVICES" not in env:
             env["CUDA_VISIBLE_DEVICES"] = str(i % gpus)
-        out = workers_dir / f"worker-{i}.log"
-        with open(out, "ab") as handle:
-            cmd = [sys.executable, "-m", "lightning_tf.tune.worker", str(spec_path), str(i), str(os.getpid())]
-            procs.append(
-                (subprocess.Popen(cmd, stdout=handle, stderr=subprocess.STDOUT, env=env, start_new_session=True), out)
-            )
-    stops = {"n": 0}
+        if share:
+            cmd = [sys.executable, "-m", "lightning_tf", "tune", *argv]
+            procs.append(subprocess.Popen(cmd, env=env, start_new_session=True))
+    stops = [0]
 
     def on_signal(signum: int, frame: Any) -> None:
-        stops["n"] += 1
-        if stops["n"] == 1:
+        stops[0] += 1
+        if stops[0] == 1:
             print(
                 "\nstopping: the running trials end as interrupted and run again when the study continues "
                 "(Ctrl-C again: kill them now)",
                 flush=True,
             )
-            sig = signal.SIGINT
-        else:
-            sig = signal.SIGKILL
-        for proc, _ in procs:
+        for proc in procs:
             if proc.poll() is None:
-                proc.send_signal(sig)
+                proc.send_signal(signal.SIGTERM if stops[0] == 1 else signal.SIGKILL)
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    wrong_metric, failed, ended = False, False, set()
     try:
-        while True:
-            offset = _echo(log_path, offset)
-            if all(proc.poll() is not None for proc, _ in procs):
-                break
-            stopped = [p for p, _ in procs if p.returncode == EXIT_STOP_STUDY]
-            if stopped and not stops["n"]:
-                stops["n"] = 1
-                for proc, _ in procs:
-                    if proc.poll() is None:
-                        proc.send_signal(signal.SIGINT)
+        while len(ended) < len(procs):
             time.sleep(0.5)
-        _echo(log_path, offset)
+            for i, proc in enumerate(procs):
+                if i in ended or proc.poll() is None:
+                    continue
+                ended.add(i)
+                if proc.returncode == 3:  # every trial would fail alike (a wrong --metric): the study stops
+                    wrong_metric = True
+                    on_signal(signal.SIGTERM, None)
+                elif proc.returncode != 0 and not stops[0]:
+                    print(f"worker {i} ended with status {proc.returncode}", flush=True)
+                    failed = True
+                    if journal_study is not None:
+                        fail_orphans(journal_study)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-    status = 0
-    for i, (proc, out) in enumerate(procs):
-        if proc.returncode == EXIT_STOP_STUDY:
-            status = 1
-        elif proc.returncode not in (0, None) and not stops["n"]:
-            print(f"worker {i} exited with status {proc.returncode}; its output: {out}", flush=True)
-            status = 1
-    spec_path.unlink(missing_ok=True)
-    return 130 if stops["n"] and status == 0 else status
-
-
-def _echo(path: Path, offset: int) -> int:
-    """Print what ``path`` gained since ``offset``; the new offset."""
-    if not path.exists():
-        return offset
-    with open(path, "rb") as handle:
-        handle.seek(offset)
-        data = handle.read()
-    end = data.rfind(b"\n") + 1  # whole lines only
-    if end:
-        sys.stdout.write(data[:end].decode(errors="replace"))
-        sys.stdout.flush()
-    return offset + end
-
-
-def _gpu_count() -> int:
-    try:
-        import torch
-
-        return torch.cuda.device_count()
-    except Exception:  # noqa: BLE001 - no CUDA: no devices to hand out
-        return 0
+    return 1 if wrong_metric else 130 if stops[0] else 1 if failed else 0

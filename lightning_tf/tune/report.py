@@ -1,25 +1,25 @@
 """What a study leaves in its folder: ``best.yaml`` (the best trial as one complete config that
-``lightning-tf fit --config best.yaml`` trains), ``trials.csv`` (one row per trial), ``summary.md`` (the
-best trial, the top 10, how many were pruned or failed, wall time) and figures drawn by Optuna's matplotlib
-visualisations (optimisation history, parameter importances, parallel coordinates, the validation curves).
+``lightning-tf fit --config best.yaml`` trains), ``trials.csv`` (one row per trial), ``summary.md`` (the best
+trial, the top 10, the trials that did not finish and why, wall time) and Optuna's matplotlib figures.
 """
 
 from __future__ import annotations
 
+import copy
 import csv
 import datetime
-import logging
 import os
 import warnings
 from pathlib import Path
 from typing import Any
 
 import optuna
+import yaml
 from optuna.trial import FrozenTrial, TrialState
 
-__all__ = ["FIGURES", "ranked_trials", "state_name", "study_wall_seconds", "trial_rows", "write_report"]
+from .study import retried, state_name, tally
 
-log = logging.getLogger(__name__)
+__all__ = ["FIGURES", "best_config", "ranked_trials", "trial_rows", "write_report"]
 
 #: figure file -> Optuna's matplotlib function that draws it
 FIGURES = {
@@ -30,88 +30,55 @@ FIGURES = {
 }
 
 
-def state_name(trial: FrozenTrial) -> str:
-    """``complete``, ``pruned``, ``failed``, ``refused``, ``interrupted``, ``running`` or ``waiting``."""
-    if trial.state == TrialState.FAIL:
-        if trial.user_attrs.get("interrupted"):
-            return "interrupted"
-        return "refused" if trial.user_attrs.get("refused") else "failed"
-    return trial.state.name.lower()
+def best_config(config: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """``config`` (a complete config, as ``fit --print_config`` writes it) with each dotted ``params`` name set."""
+    out = copy.deepcopy(config)
+    for name, value in params.items():
+        *path, last = name.split(".")
+        node = out
+        for key in path:
+            node = node.setdefault(key, {})
+            if not isinstance(node, dict):
+                raise ValueError(f"{name}: {key} is not a section of the config")
+        node[last] = value
+    return out
 
 
 def _shown(path: str | Path) -> str:
-    """``path`` relative to the working directory when it lies below it, else absolute."""
     full = Path(path).absolute()
-    try:
-        return str(full.relative_to(Path.cwd()))
-    except ValueError:
-        return str(full)
-
-
-def _inside(path: str | Path, folder: Path) -> str:
-    """``path`` relative to ``folder`` (the study folder, where summary.md is) when below it."""
-    try:
-        return os.path.relpath(path, folder) if Path(path).absolute().is_relative_to(folder.absolute()) else str(path)
-    except ValueError:
-        return str(path)
-
-
-def _short(name: str) -> str:
-    return name.rpartition(".")[2]
+    return str(full.relative_to(Path.cwd())) if full.is_relative_to(Path.cwd()) else str(full)
 
 
 def _value(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return "" if value is None else str(value)
-
-
-def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
-    """One row per trial: number, state, value, epochs, seconds, each parameter, the validation metrics of its best
-    epoch, why it ended, its folder."""
-    names = list(dict.fromkeys(name for t in study.trials for name in t.params))
-    metrics = sorted({k for t in study.trials for k in t.user_attrs.get("val_metrics", {})})
-    rows = []
-    for t in study.trials:
-        row: dict[str, Any] = {
-            "number": t.number,
-            "state": state_name(t),
-            "value": t.value,
-            "epochs": t.user_attrs.get("epochs", len(t.intermediate_values)),
-            "seconds": t.user_attrs.get("seconds"),
-        }
-        row.update({name: t.params.get(name) for name in names})
-        row.update({name: t.user_attrs.get("val_metrics", {}).get(name) for name in metrics})  # at its best epoch
-        row.update(
-            {
-                "reason": t.user_attrs.get("reason", ""),
-                "run_dir": t.user_attrs.get("run_dir", ""),
-                "worker": t.user_attrs.get("worker"),
-                "retry_of": t.user_attrs.get("retry_of"),
-                "started": t.datetime_start.isoformat(timespec="seconds") if t.datetime_start else "",
-                "finished": t.datetime_complete.isoformat(timespec="seconds") if t.datetime_complete else "",
-            }
-        )
-        rows.append(row)
-    return rows
-
-
-def study_wall_seconds(study: optuna.Study) -> float:
-    """Wall time the study's commands ran (each run of ``lightning-tf tune`` records its own), else the span
-    from the first trial's start to the last one's end."""
-    runs = [v for k, v in study.user_attrs.items() if k.startswith("run:") and isinstance(v, dict)]
-    if runs:
-        return float(sum(r.get("wall_s", 0.0) for r in runs))
-    starts = [t.datetime_start for t in study.trials if t.datetime_start]
-    ends = [t.datetime_complete for t in study.trials if t.datetime_complete]
-    return (max(ends) - min(starts)).total_seconds() if starts and ends else 0.0
+    return f"{value:.4g}" if isinstance(value, float) else "" if value is None else str(value)
 
 
 def ranked_trials(study: optuna.Study) -> list[FrozenTrial]:
     """The complete trials, best first (ties: the earlier trial)."""
+    sign = -1 if study.direction == optuna.study.StudyDirection.MAXIMIZE else 1
     complete = [t for t in study.trials if t.state == TrialState.COMPLETE and t.value is not None]
-    reverse = study.direction == optuna.study.StudyDirection.MAXIMIZE
-    return sorted(complete, key=lambda t: (t.value, t.number) if not reverse else (-t.value, t.number))
+    return sorted(complete, key=lambda t: (sign * t.value, t.number))
+
+
+def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
+    """One row per trial: number, state, value, epochs, seconds, each parameter, the validation metrics of its
+    best epoch, why it ended, its folder, its worker, the trial it runs again, start and end."""
+    trials, again = study.trials, retried(study.trials)
+    names = list(dict.fromkeys(name for t in trials for name in t.params))
+    metrics = sorted({k for t in trials for k in t.user_attrs.get("val_metrics", {})})
+    rows = []
+    for t in trials:
+        attrs = t.user_attrs
+        row = {"number": t.number, "state": state_name(t, again), "value": t.value}
+        row |= {"epochs": attrs.get("epochs", len(t.intermediate_values)), "seconds": attrs.get("seconds")}
+        row |= {name: t.params.get(name) for name in names}
+        row |= {name: attrs.get("val_metrics", {}).get(name) for name in metrics}
+        row |= {"reason": attrs.get("reason", ""), "run_dir": attrs.get("run_dir", ""), "worker": attrs.get("worker")}
+        row["retry_of"] = optuna.storages.RetryHeartbeatStaleTrialCallback.retried_trial_number(t)
+        row["started"] = t.datetime_start.isoformat(timespec="seconds") if t.datetime_start else ""
+        row["finished"] = t.datetime_complete.isoformat(timespec="seconds") if t.datetime_complete else ""
+        rows.append(row)
+    return rows
 
 
 def _figures(study: optuna.Study, folder: Path) -> dict[str, str]:
@@ -122,11 +89,9 @@ def _figures(study: optuna.Study, folder: Path) -> dict[str, str]:
     import matplotlib.pyplot as plt
     from optuna.visualization import matplotlib as ovm
 
-    done: dict[str, str] = {}
     if not ranked_trials(study):
         return {name: "no complete trial yet" for name in FIGURES}
-    verbosity = optuna.logging.get_verbosity()
-    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    done = {}
     for name, function in FIGURES.items():
         try:
             with warnings.catch_warnings():
@@ -134,59 +99,50 @@ def _figures(study: optuna.Study, folder: Path) -> dict[str, str]:
                 ax = getattr(ovm, function)(study)
             figure = (ax.flat[0] if hasattr(ax, "flat") else ax).figure
             figure.savefig(folder / name, dpi=110, bbox_inches="tight")
-            plt.close(figure)
             done[name] = ""
         except Exception as err:  # noqa: BLE001 - a figure that cannot be drawn yet is noted, not fatal
-            done[name] = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            plt.close("all")
-    optuna.logging.set_verbosity(verbosity)
+            done[name] = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        plt.close("all")
     return done
 
 
 def _table(rows: list[list[str]], header: list[str]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return lines
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
 
 
-def write_report(study: optuna.Study, folder: str | Path, best_config: str | None) -> dict[str, Path]:
-    """Write the study's report into ``folder``. ``best_config``: the best trial's complete config (YAML),
-    None when no trial has completed. Returns what was written, by kind."""
+def write_report(study: optuna.Study, folder: str | Path) -> dict[str, Path]:
+    """Write the study's report into ``folder``; what was written, by kind (``best`` only when a trial completed
+    and the study holds its config)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}
-    metric = study.user_attrs.get("metric", "value")
+    metric, config = study.user_attrs.get("metric", "value"), study.user_attrs.get("config")
     ranked = ranked_trials(study)
     best = ranked[0] if ranked else None
-
     best_path = folder / "best.yaml"
-    if best is not None and best_config is not None:
+    if best is not None and config:
         header = (
             f"# The best trial of study {study.study_name}: trial {best.number}, {metric} {best.value:.6g}"
             f" ({study.direction.name.lower()}).\n"
             f"# Its parameters: {', '.join(f'{k}={_value(v)}' for k, v in best.params.items())}\n"
             f"#   lightning-tf fit --config {_shown(best_path)}\n"
         )
-        best_path.write_text(header + best_config)
+        best_path.write_text(header + yaml.safe_dump(best_config(config, best.params), sort_keys=False))
         written["best"] = best_path
 
     rows = trial_rows(study)
-    csv_path = folder / "trials.csv"
-    with open(csv_path, "w", newline="") as handle:
-        fields = list(rows[0]) if rows else ["number", "state", "value"]
-        writer = csv.DictWriter(handle, fieldnames=fields, extrasaction="ignore")
+    with open(folder / "trials.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]) if rows else ["number", "state", "value"])
         writer.writeheader()
         writer.writerows(rows)
-    written["trials"] = csv_path
-
+    written["trials"] = folder / "trials.csv"
     figures = _figures(study, folder) if study.trials else {}
-    written.update({name: folder / name for name, why in figures.items() if not why})
+    written |= {name: folder / name for name, why in figures.items() if not why}
 
-    counts: dict[str, int] = {}
-    for t in study.trials:
-        counts[state_name(t)] = counts.get(state_name(t), 0) + 1
-    wall = study_wall_seconds(study)
+    runs = [v for k, v in study.user_attrs.items() if k.startswith("run:") and isinstance(v, dict)]
+    wall = sum(float(r.get("wall_s", 0.0)) for r in runs)
     trial_s = sum(float(t.user_attrs.get("seconds") or 0.0) for t in study.trials)
+    counts = tally(study.trials)
     lines = [
         f"# Study {study.study_name}",
         "",
@@ -196,54 +152,51 @@ def write_report(study: optuna.Study, folder: str | Path, best_config: str | Non
         f"{_shown(study.user_attrs['search']) if 'search' in study.user_attrs else '?'}.",
     ]
     max_epochs = study.user_attrs.get("max_epochs")
-    epochs = sum(int(t.user_attrs.get("epochs", 0)) for t in study.trials)
+    epochs = sum(int(t.user_attrs.get("epochs") or 0) for t in study.trials)
     full = sum(1 for t in study.trials if t.user_attrs.get("epochs")) * (max_epochs or 0)
-    if max_epochs and full:
+    if full:
         lines.append(
             f"Epochs run: {epochs} of the {full} that full runs of the trials that trained would take "
             f"({100 * (1 - epochs / full):.0f}% saved by pruning and early stopping)."
         )
     lines.append("")
     if best is not None:
+        run = best.user_attrs.get("run_dir", "")
         lines += [
             "## Best trial",
             "",
-            f"Trial {best.number}: {metric} **{best.value:.6g}** after {best.user_attrs.get('epochs', '?')} "
-            f"epochs ({float(best.user_attrs.get('seconds') or 0):.0f} s), run folder "
-            f"`{_inside(best.user_attrs.get('run_dir', ''), folder)}`.",
+            f"Trial {best.number}: {metric} **{best.value:.6g}** after {best.user_attrs.get('epochs', '?')} epochs "
+            f"({float(best.user_attrs.get('seconds') or 0):.0f} s), run folder `{os.path.relpath(run, folder) if run else ''}`.",
+            "",
+            *_table([[f"`{k}`", _value(v)] for k, v in best.params.items()], ["parameter", "value"]),
+            "",
+            f"Train it: `lightning-tf fit --config {_shown(best_path)}`",
+            "",
+            "## Top 10",
             "",
         ]
-        lines += _table([[f"`{k}`", _value(v)] for k, v in best.params.items()], ["parameter", "value"])
-        lines += ["", f"Train it: `lightning-tf fit --config {_shown(best_path)}`", ""]
-    else:
-        lines += ["No trial has completed yet.", ""]
-    if ranked:
         names = list(dict.fromkeys(k for t in ranked[:10] for k in t.params))
         table = [
-            [
-                str(i + 1),
-                str(t.number),
-                f"{t.value:.6g}",
-                str(t.user_attrs.get("epochs", "")),
-                *(_value(t.params.get(n)) for n in names),
-            ]
+            [str(i + 1), str(t.number), f"{t.value:.6g}", str(t.user_attrs.get("epochs", ""))]
+            + [_value(t.params.get(n)) for n in names]
             for i, t in enumerate(ranked[:10])
         ]
-        lines += ["## Top 10", ""]
-        lines += _table(table, ["rank", "trial", metric, "epochs", *(_short(n) for n in names)])
-        lines.append("")
-    ended = [t for t in study.trials if state_name(t) in ("failed", "refused", "interrupted")]
+        lines += [*_table(table, ["rank", "trial", metric, "epochs", *(n.rpartition(".")[2] for n in names)]), ""]
+    else:
+        lines += ["No trial has completed yet.", ""]
+    again = retried(study.trials)
+    ended = [t for t in study.trials if state_name(t, again) in ("failed", "refused", "interrupted")]
     if ended:
         lines += ["## Failed, refused and interrupted trials", ""]
-        lines += [f"- trial {t.number} ({state_name(t)}): {t.user_attrs.get('reason', '')}" for t in ended]
+        for t in ended:
+            why = t.user_attrs.get("reason") or "interrupted: its worker stopped (a kill, a lost machine)"
+            lines.append(f"- trial {t.number} ({state_name(t, again)}): {why}")
         lines.append("")
     if figures:
         lines += ["## Figures", ""]
-        for name, why in figures.items():
-            lines.append(f"![{name}]({name})" if not why else f"- {name}: not drawn ({why})")
+        lines += [f"![{name}]({name})" if not why else f"- {name}: not drawn ({why})" for name, why in figures.items()]
         lines.append("")
     lines.append(f"Written {datetime.datetime.now().isoformat(timespec='seconds')}; trials.csv holds every trial.")
-    summary = folder / "summary.md"
-    summary.write_text("\n".join(lines) + "\n")
-    written["summary"] = summary
+    (folder / "summary.md").write_text("\n".join(lines) + "\n")
+    written["summary"] = folder / "summary.md"
     return written

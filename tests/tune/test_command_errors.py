@@ -48,35 +48,3 @@ def test_wrong_options_are_one_line(
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert re.search(message, line), line
     assert "tune" in COMMANDS
-
-
-def test_a_study_continues_only_with_its_own_configs_and_objective(capsys: pytest.CaptureFixture[str]) -> None:
-    optuna = pytest.importorskip("optuna")
-    from lightning_tf.tune.command import _check_continuation
-
-    study = optuna.create_study(study_name="s")
-    attrs = {
-        "args": ["--config", "/a/d.yaml"],
-        "args_key": ["--config", "sha256:1"],
-        "metric": "val/loss",
-        "direction": "minimize",
-        "search_text": "x: 1",
-    }
-    for key, value in attrs.items():
-        study.set_user_attr(key, value)
-    _check_continuation(study, {**attrs, "args": ["--config", "/b/d.yaml"]})  # another clone, the same file
-    assert capsys.readouterr().out == ""
-    with pytest.raises(
-        ValueError,
-        match=r"study 's' was started with other arguments or config files "
-        r"\(--config /a/d\.yaml\); give the same ones to continue it",
-    ):
-        _check_continuation(study, {**attrs, "args_key": ["--config", "sha256:2"]})
-    with pytest.raises(
-        ValueError,
-        match=r"study 's' optimises val/loss \(minimize\); --metric val/acc / "
-        r"--direction maximize would mix two objectives",
-    ):
-        _check_continuation(study, {**attrs, "metric": "val/acc", "direction": "maximize"})
-    _check_continuation(study, {**attrs, "search_text": "x: 2"})
-    assert "note: the search file differs from the one study 's' started with" in capsys.readouterr().out

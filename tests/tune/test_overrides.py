@@ -14,7 +14,6 @@ from lightning_tf.tune.overrides import (
     format_value,
     given_names,
     to_overrides,
-    trial_id,
     trial_overrides,
 )
 
@@ -54,7 +53,6 @@ def test_overrides_keep_the_order_of_the_parameters() -> None:
 
 
 def test_a_trial_gets_its_own_folder_and_wandb_run_in_the_study_group() -> None:
-    assert trial_id("digits", 7) == "digits-0007"
     args = trial_overrides("digits", 7, "/s/digits", True, ["--config", "a.yaml", "--trainer.max_epochs=3"])
     assert args == [
         "--trainer.default_root_dir=/s/digits",

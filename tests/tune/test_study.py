@@ -1,111 +1,144 @@
-"""The study's bookkeeping without training: the direction a metric's name implies, the trials that count
-against ``--trials``, trials left running by a dead worker failed and queued again, the settings every
-worker reads, the seeded samplers and the pruners."""
+"""The study's bookkeeping without training: the direction a metric's name implies, the storages, trials left
+running by a dead worker failed and queued again with Optuna's retry callback (and not counted), the report
+and ``best.yaml`` (the complete config with the best trial's values)."""
 
 from __future__ import annotations
 
+import csv
 import os
+import socket
 from pathlib import Path
 
 import pytest
+import yaml
 
 optuna = pytest.importorskip("optuna")
+pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 
 from optuna.trial import TrialState  # noqa: E402
 
-from lightning_tf.tune.study import StudySpec, counted, fail_stale, infer_direction, make_pruner, make_sampler  # noqa: E402
+from lightning_tf.tune.report import best_config, write_report  # noqa: E402
+from lightning_tf.tune.study import (
+    check_continuation,
+    fail_orphans,
+    held,
+    infer_direction,
+    open_storage,
+    retried,
+    tally,
+)  # noqa: E402
 
 DEAD_PID = 2**22 + 4321  # above Linux's largest pid: no such process
+CONFIG = {
+    "seed_everything": 0,
+    "trainer": {"max_epochs": 3, "logger": {"class_path": "x.WandbLogger", "init_args": {"id": None}}},
+    "model": {"class_path": "lightning_tf.vision.ViTClassifier", "init_args": {"lr": 0.1, "d_model": None}},
+}
 
 
 @pytest.mark.parametrize(
     ("metric", "direction"),
-    [
-        ("val/loss", "minimize"),
-        ("val/acc", "maximize"),
-        ("val/top5", "maximize"),
-        ("val/bleu", "maximize"),
-        ("val/chrf", "maximize"),
-        ("val/mse", "minimize"),
-        ("val/loss_linear", "minimize"),
-    ],
+    [("val/loss", "minimize"), ("val/acc", "maximize"), ("val/top5", "maximize"), ("val/bleu", "maximize")]
+    + [("val/chrf", "maximize"), ("val/mse", "minimize"), ("val/loss_linear", "minimize")],
 )
 def test_the_direction_follows_the_metric(metric: str, direction: str) -> None:
     assert infer_direction(metric) == direction
 
 
-def spec(tmp_path: Path, **kwargs: object) -> StudySpec:
-    return StudySpec(
-        study_name="s",
-        storage=str(tmp_path / "j.log"),
-        study_dir=str(tmp_path),
-        args=[],
-        search="x.yaml",
-        trials=8,
-        **kwargs,
-    )  # type: ignore[arg-type]
+def test_best_config_sets_each_dotted_name_and_leaves_the_rest() -> None:
+    best = best_config(CONFIG, {"model.init_args.lr": 0.003, "model.init_args.d_model": 64, "trainer.max_epochs": 5})
+    assert best["model"]["init_args"] == {"lr": 0.003, "d_model": 64}
+    assert best["trainer"]["max_epochs"] == 5 and best["trainer"]["logger"] == CONFIG["trainer"]["logger"]
+    assert CONFIG["model"]["init_args"]["lr"] == 0.1  # the study's config is left as it was
+    with pytest.raises(ValueError, match=r"seed_everything\.x: seed_everything is not a section of the config"):
+        best_config(CONFIG, {"seed_everything.x": 1})
 
 
-def test_the_settings_round_trip_and_build_the_sampler_and_pruner(tmp_path: Path) -> None:
-    s = spec(tmp_path, pruner="hyperband", max_epochs=27, fixed={"trainer.max_epochs": 27}, deadline=12.5)
-    s.save(tmp_path / "spec.json")
-    assert StudySpec.read(tmp_path / "spec.json") == s
-    assert isinstance(make_pruner(s), optuna.pruners.HyperbandPruner)
-    assert isinstance(make_pruner(spec(tmp_path, pruner="none")), optuna.pruners.NopPruner)
-    median = make_pruner(spec(tmp_path, pruner_startup=2, pruner_warmup=3))
-    assert isinstance(median, optuna.pruners.MedianPruner)
-    assert (median._n_startup_trials, median._n_warmup_steps) == (2, 3)
-    tpe = make_sampler(s, worker=1, n_existing=0)
-    assert isinstance(tpe, optuna.samplers.TPESampler) and tpe._n_startup_trials == 4  # a quarter of 8, at least 4
-    assert isinstance(make_sampler(spec(tmp_path, sampler="random"), 0, 0), optuna.samplers.RandomSampler)
-
-    def draws(worker: int, n_existing: int) -> list[float]:
-        sampler = make_sampler(spec(tmp_path, sampler="random"), worker, n_existing)
-        study = optuna.create_study(sampler=sampler)
-        return [study.ask().suggest_float("x", 0, 1) for _ in range(3)]
-
-    assert draws(0, 0) == draws(0, 0)  # seeded
-    assert draws(0, 0) != draws(1, 0) and draws(0, 0) != draws(0, 5)  # workers and continued runs differ
+def _journal_study(tmp_path: Path) -> optuna.Study:
+    storage = open_storage(str(tmp_path / "new" / "journal.log"))
+    assert isinstance(storage, optuna.storages.JournalStorage) and (tmp_path / "new").is_dir()
+    return optuna.create_study(study_name="s", storage=storage)
 
 
-def test_stale_trials_are_failed_queued_again_and_not_counted() -> None:
-    study = optuna.create_study()
+def test_trials_of_a_dead_worker_are_failed_queued_again_and_not_counted(tmp_path: Path) -> None:
+    study = _journal_study(tmp_path)
     done = study.ask()
     done.suggest_float("x", 0, 1)
     study.tell(done, 1.0)
     dead, alive = study.ask(), study.ask()
     x_dead = dead.suggest_float("x", 0, 1)
     alive.suggest_float("x", 0, 1)
-    import socket
-
     for trial, pid in ((dead, DEAD_PID), (alive, os.getpid())):
         trial.set_user_attr("host", socket.gethostname())
         trial.set_user_attr("pid", pid)
-    assert counted(study.get_trials()) == 3  # finished and running
-    (stale,) = fail_stale(study)
-    assert stale.number == dead.number
+    assert held(study.get_trials()) == 3  # finished and running
+    assert fail_orphans(study) == [dead.number]
     trials = study.get_trials()
-    assert trials[dead.number].state == TrialState.FAIL
-    assert trials[dead.number].user_attrs["interrupted"] == "its worker process was gone"
-    assert trials[alive.number].state == TrialState.RUNNING  # its process lives
-    assert counted(trials) == 2  # the interrupted one does not count
-    retry = study.ask()  # its parameters come first
-    assert retry.suggest_float("x", 0, 1) == x_dead and retry.user_attrs["retry_of"] == dead.number
-    assert fail_stale(study) == []
+    assert trials[dead.number].state == TrialState.FAIL and trials[alive.number].state == TrialState.RUNNING
+    assert retried(trials) == {dead.number}
+    assert tally(trials) == {"complete": 1, "interrupted": 1, "running": 1, "waiting": 1}
+    assert held(trials) == 2  # the interrupted one does not count
+    again = study.ask()  # its parameters come first
+    assert again.suggest_float("x", 0, 1) == x_dead
+    assert fail_orphans(study) == []
 
 
-def test_a_path_is_a_journal_file(tmp_path: Path) -> None:
-    from lightning_tf.tune.study import open_storage
+def test_the_report_and_best_yaml(tmp_path: Path) -> None:
+    study = optuna.create_study(study_name="r2")
+    for key, value in {"metric": "val/loss", "config": CONFIG, "max_epochs": 3, "search": "s.yaml"}.items():
+        study.set_user_attr(key, value)
+    dist = {"model.init_args.lr": optuna.distributions.FloatDistribution(1e-3, 1.0, log=True)}
+    for lr, value, epochs, reason in ((0.01, 0.5, 3, ""), (0.002, 0.25, 3, ""), (0.2, None, 1, "failed: boom")):
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={"model.init_args.lr": lr},
+                distributions=dist,
+                value=value,
+                state=TrialState.COMPLETE if value is not None else TrialState.FAIL,
+                user_attrs={"epochs": epochs, "seconds": 2.0, "reason": reason},
+                intermediate_values={0: (value or 1.0) + 0.1, 1: value or 1.0},
+            )
+        )
+    written = write_report(study, tmp_path)
+    best = yaml.safe_load(written["best"].read_text())
+    assert best["model"]["init_args"]["lr"] == 0.002 and best["trainer"]["max_epochs"] == 3
+    assert written["best"].read_text().startswith("# The best trial of study r2: trial 1, val/loss 0.25")
+    rows = list(csv.DictReader(written["trials"].open()))
+    assert [(r["number"], r["state"], r["reason"]) for r in rows] == [
+        ("0", "complete", ""),
+        ("1", "complete", ""),
+        ("2", "failed", "failed: boom"),
+    ]
+    summary = written["summary"].read_text()
+    assert "3 trials: 2 complete, 1 failed." in summary and "Trial 1: val/loss **0.25**" in summary
+    assert "Epochs run: 7 of the 9" in summary and "- trial 2 (failed): failed: boom" in summary
+    assert (tmp_path / "history.png").stat().st_size > 5000
 
-    journal = open_storage(str(tmp_path / "new" / "journal.log"))
-    assert isinstance(journal, optuna.storages.JournalStorage) and (tmp_path / "new").is_dir()
+
+def test_a_study_continues_only_with_its_own_configs_and_objective(capsys: pytest.CaptureFixture[str]) -> None:
+    study = optuna.create_study(study_name="s")
+    attrs = {
+        "args": ["--config", "/a/d.yaml"],
+        "args_key": ["--config", "sha256:1"],
+        "metric": "val/loss",
+        "direction": "minimize",
+        "search_text": "x: 1",
+    }
+    for key, value in attrs.items():
+        study.set_user_attr(key, value)
+    check_continuation(study, {**attrs, "args": ["--config", "/b/d.yaml"]})  # another clone, the same file
+    assert capsys.readouterr().out == ""
+    with pytest.raises(ValueError, match=r"study 's' was started with other arguments or config files"):
+        check_continuation(study, {**attrs, "args_key": ["--config", "sha256:2"]})
+    with pytest.raises(ValueError, match=r"study 's' optimises val/loss \(minimize\); --metric val/acc"):
+        check_continuation(study, {**attrs, "metric": "val/acc", "direction": "maximize"})
+    check_continuation(study, {**attrs, "search_text": "x: 2"})
+    assert "note: the search file differs from the one study 's' started with" in capsys.readouterr().out
 
 
 @pytest.mark.integration  # sqlalchemy creates the database's tables: seconds
-def test_a_database_url_gets_a_heartbeat(tmp_path: Path) -> None:
-    from lightning_tf.tune.study import open_storage
-
-    database = open_storage(f"sqlite:///{tmp_path / 'tune.db'}")
+def test_a_database_url_gets_a_heartbeat_that_retries(tmp_path: Path) -> None:
+    database = open_storage(f"sqlite:///{tmp_path / 'tune.db'}", heartbeat=5)
     assert isinstance(database, optuna.storages.RDBStorage)
-    assert database.get_heartbeat_interval() == 60 and database.grace_period == 180
-    assert database.failed_trial_callback is not None  # a trial whose heartbeat stopped runs again once
+    assert database.get_heartbeat_interval() == 5 and database.grace_period == 10
+    assert isinstance(database.heartbeat_stale_trial_callback, optuna.storages.RetryHeartbeatStaleTrialCallback)
