@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import torch
+from lightning.pytorch import Callback
 
 from lightning_tf.training import AtomicCheckpointIO
 
@@ -287,3 +288,36 @@ class SlowCheckpointIO(AtomicCheckpointIO):
         Path(f"{f.name}.half").touch()  # the test's cue
         time.sleep(self.pause)
         f.write(data[len(data) // 2 :])
+
+
+class SignalAt(Callback):
+    """Sends ``signum`` to this process (a real signal, as a scheduler sends it) at a chosen point of the
+    run: after training batch ``batch`` of epoch ``epoch`` (``where="train"``), or during the validation that
+    follows it (``where="val"``, after its first batch). Once per process.
+
+    Args:
+        epoch: the epoch.
+        batch: the batch in the epoch (0-based).
+        where: ``train`` or ``val``.
+        signum: the signal (15: SIGTERM).
+    """
+
+    def __init__(self, epoch: int = 1, batch: int = 1, where: str = "train", signum: int = 15) -> None:
+        self.epoch, self.batch, self.where, self.signum = epoch, batch, where, signum
+        self._armed, self._sent = False, False
+
+    def _send(self) -> None:
+        if not self._sent:
+            self._sent = True
+            os.kill(os.getpid(), self.signum)
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if trainer.current_epoch == self.epoch and batch_idx == self.batch:
+            if self.where == "train":
+                self._send()
+            else:
+                self._armed = True
+
+    def on_validation_batch_end(self, trainer: Any, *args: Any, **kwargs: Any) -> None:
+        if self._armed and not trainer.sanity_checking:
+            self._send()
