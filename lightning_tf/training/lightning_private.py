@@ -3,7 +3,7 @@
 :class:`~lightning_tf.training.preemption.LastCheckpoint` stops a run on SIGTERM (or SLURM's requeue
 signal) at a point from which the resumed run goes on exactly. Lightning's public API cannot express
 five things that needs, so they are here, each in one small function, and
-``tests/test_preemption_unit.py`` fails as soon as a Lightning release moves or changes one of them:
+``tests/test_lightning_private.py`` fails as soon as a Lightning release moves or changes one of them:
 
 * :func:`validation_follows`: whether the trainer runs a validation right after the training batch
   that just ended. Lightning decides it in ``_TrainingEpochLoop._should_check_val_fx`` (``val_check_interval``
