@@ -325,3 +325,25 @@ def test_every_broken_checkpoint_is_one_line_naming_the_file(
         assert re.match(rf"lightning-tf( export)?: error: {message}", lines[0]), lines[0]
         if args[0] != "test":  # the newest other complete file of the folder is named
             assert "the newest complete checkpoint in" in lines[0] and "complete.ckpt (epoch 1, step 10)" in lines[0]
+
+
+def test_a_resume_that_cannot_go_on_is_one_line_naming_the_checkpoint(
+    reference: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A complete checkpoint that the command cannot resume (here: a wider model than the checkpoint's):
+    exit status 2 and one line naming the checkpoint and the cause; LIGHTNING_TF_DEBUG=1 keeps the traceback."""
+    good = reference("text")
+    monkeypatch.chdir(ROOT)
+    args = ["fit", *fit_args("text", tmp_path / "run")[1:], "--model.d_model", "32", "--ckpt_path", str(good)]
+    with pytest.raises(SystemExit) as stopped:
+        main(args)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert stopped.value.code == 2 and len(lines) == 1, lines[-20:]
+    assert re.match(
+        rf"lightning-tf: error: {good}: the run resumed from this checkpoint cannot go on \(at global step \d+, "
+        r"epoch \d+\): RuntimeError: Error\(s\) in loading state_dict",
+        lines[0],
+    ), lines[0]
+    monkeypatch.setenv("LIGHTNING_TF_DEBUG", "1")
+    with pytest.raises(RuntimeError, match="size mismatch"):
+        main(args)

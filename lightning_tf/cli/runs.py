@@ -365,8 +365,8 @@ def resume_failure(trainer: Trainer, path: str, err: BaseException) -> str:
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
     cause = f"{type(err).__name__}: {lines[0] if lines else repr(err)}"
     return (
-        f"{shown(path)}: the run resumed from this checkpoint stopped at global step {trainer.global_step} "
-        f"(epoch {trainer.current_epoch}): {cause} (LIGHTNING_TF_DEBUG=1 shows the traceback)"
+        f"{shown(path)}: the run resumed from this checkpoint cannot go on (at global step {trainer.global_step}, "
+        f"epoch {trainer.current_epoch}): {cause} (LIGHTNING_TF_DEBUG=1 shows the traceback)"
     )
 
 

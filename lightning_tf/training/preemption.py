@@ -22,7 +22,13 @@ they save SLURM's checkpoint inside the signal handler, wherever the step is (no
 not exactly resumable), and under DDP broadcast from inside the handler, which can meet another rank
 in a different collective. Here the handler only notes the signal; the ranks agree at the next step's
 end (one all-reduce of one flag per step, only under DDP), so every rank stops after the same step.
-A signal during validation stops the run when the validation ends.
+
+The stop is always at a point a resumed run goes on from exactly: the end of a training step that no
+validation follows and that does not end the epoch, or the end of an epoch. A signal during the
+epoch's last step or a step a validation follows, or during a validation, stops the run after that
+validation (Lightning resumes a checkpoint taken there without the validation, and one taken at an
+epoch's last step also without the epoch's end). The few Lightning internals this needs are in
+:mod:`.lightning_private`.
 """
 
 from __future__ import annotations
