@@ -342,7 +342,10 @@ def test_a_resumed_run_finds_the_last_validations_metrics(metrics: bool, tmp_pat
     early_stopped_fit(tmp_path / "cut", metrics, kill_at_step=10)
     ckpt = str(tmp_path / "cut" / "step=9.ckpt")
     if metrics:
-        assert set(torch.load(ckpt, weights_only=True)["callback_metrics"]["ranks"][0]) >= {"val/loss", "train/loss"}
+        assert set(torch.load(ckpt, weights_only=True)["callback_metrics"]["ranks"][0]["metrics"]) >= {
+            "val/loss",
+            "train/loss",
+        }
     resumed = early_stopped_fit(tmp_path / "cut", metrics, ckpt_path=ckpt)
     assert resumed[1].global_step == trainer.global_step == 16
     assert differences((model, trainer), resumed[:2]) == []
