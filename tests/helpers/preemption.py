@@ -253,7 +253,7 @@ def same_training(a: Path, b: Path) -> list[str]:
     for section in ("state_dict", "optimizer_states", "lr_schedulers", "callback_metrics"):
         tx, ty = _tensors(x.get(section, {})), _tensors(y.get(section, {}))
         if section == "callback_metrics":  # the metrics' values (a metric's internal sums may differ unused)
-            tx, ty = ({k: v for k, v in t.items() if ".metrics." in k} for t in (tx, ty))
+            tx, ty = ({k: v for k, v in t.items() if k.split(".", 2)[-1].startswith("metrics.")} for t in (tx, ty))
         for key in sorted(set(tx) | set(ty)):
             u, v = tx.get(key), ty.get(key)
             equal = torch.equal(u, v) if isinstance(u, torch.Tensor) and isinstance(v, torch.Tensor) else u == v
