@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -268,6 +269,12 @@ def same_training(a: Path, b: Path) -> list[str]:
     return out
 
 
+def _file(path: str) -> str:
+    """A checkpoint's file name without the version Lightning adds when the name is taken (``-v1``: a resumed
+    run writes again the files its first part wrote after the checkpoint it resumes from)."""
+    return re.sub(r"-v\d+(?=\.ckpt$)", "", Path(path).name)
+
+
 def _monitoring(state: dict[str, Any]) -> dict[str, Any]:
     """The decisions of a monitoring callback's state (checkpoint paths by file name: the runs' folders differ)."""
     keep = ("wait_count", "stopped_epoch", "best_score", "best_model_score", "best_model_path", "best_k_models")
@@ -279,9 +286,9 @@ def _monitoring(state: dict[str, Any]) -> dict[str, Any]:
         if isinstance(value, torch.Tensor):
             value = value.tolist()
         elif name == "best_model_path":
-            value = Path(value).name
+            value = _file(value)
         elif name == "best_k_models":
-            value = {Path(k).name: float(v) for k, v in value.items()}
+            value = {_file(k): float(v) for k, v in value.items()}
         out[name] = value
     return out
 
