@@ -288,7 +288,7 @@ class CallbackMetrics(Callback):
         ranks = [{"metrics": metrics, "states": states}]
         if trainer.world_size > 1 and dist.is_available() and dist.is_initialized():
             gathered: list[Any] = [None] * trainer.world_size
-            dist.all_gather_object(gathered, metrics)
+            dist.all_gather_object(gathered, ranks[0])
             ranks = gathered
         checkpoint[METRICS_KEY] = {"ranks": ranks}
 

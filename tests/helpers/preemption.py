@@ -258,8 +258,9 @@ def same_training(a: Path, b: Path) -> list[str]:
         for key in sorted(set(tx) | set(ty)):
             u, v = tx.get(key), ty.get(key)
             equal = torch.equal(u, v) if isinstance(u, torch.Tensor) and isinstance(v, torch.Tensor) else u == v
-            if not equal:
-                out.append(f"{section}.{key}: {u} != {v}")
+            if not equal:  # scalars with their values, larger tensors by name
+                small = all(not isinstance(t, torch.Tensor) or t.numel() == 1 for t in (u, v))
+                out.append(f"{section}.{key}" + (f": {u} != {v}" if small else ""))
     for key in sorted(k for k in x["callbacks"] if "'monitor': 'val/loss'" in str(k)):
         mine, theirs = _monitoring(x["callbacks"][key]), _monitoring(y["callbacks"].get(key, {}))
         if mine != theirs:
