@@ -136,18 +136,6 @@ def test_sigterm_at_a_random_step_inside_an_epoch_resumes_with_the_printed_comma
     assert same_training(reference(task), last(tmp_path)) == [], f"SIGTERM after batch {INSIDE} of epoch 1"
 
 
-@pytest.mark.parametrize(("task", "where"), [("kline", "train"), ("text", "val")])
-def test_sigterm_at_an_epochs_last_step_or_in_its_validation_stops_at_the_epochs_end(
-    task: str, where: str, reference: Callable[[str], Path], tmp_path: Path
-) -> None:
-    """A signal after an epoch's last batch, or during the validation that follows it, stops the run at the
-    epoch's end, after that validation (a checkpoint at the last batch's end would resume without it, and
-    one at the validation's end without the metrics EarlyStopping reads at the epoch's end)."""
-    step, _ = stop_and_resume_as_printed(task, tmp_path, signal_at(0, EPOCH - 1, where), workers=0)
-    assert step == EPOCH
-    assert same_training(reference(task), last(tmp_path)) == [], where
-
-
 @pytest.mark.parametrize("task", ["text", "vision", "kline"])
 def test_a_kill_during_a_checkpoint_save_leaves_the_previous_one_and_last_resumes_from_it(
     task: str, reference: Callable[[str], Path], tmp_path: Path

@@ -335,16 +335,22 @@ class SignalAt(Callback):
         batch: the batch in the epoch (0-based).
         where: ``train`` or ``val``.
         signum: the signal (15: SIGTERM).
+        group: to the whole process group (False: to this process alone, for a run inside the tests' process).
     """
 
-    def __init__(self, epoch: int = 1, batch: int = 1, where: str = "train", signum: int = 15) -> None:
-        self.epoch, self.batch, self.where, self.signum = epoch, batch, where, signum
+    def __init__(
+        self, epoch: int = 1, batch: int = 1, where: str = "train", signum: int = 15, group: bool = True
+    ) -> None:
+        self.epoch, self.batch, self.where, self.signum, self.group = epoch, batch, where, signum, group
         self._armed, self._sent = False, False
 
     def _send(self) -> None:
         if not self._sent:
             self._sent = True
-            os.killpg(os.getpgid(0), self.signum)
+            if self.group:
+                os.killpg(os.getpgid(0), self.signum)
+            else:
+                os.kill(os.getpid(), self.signum)
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         if trainer.current_epoch == self.epoch and batch_idx == self.batch:
