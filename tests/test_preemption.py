@@ -11,10 +11,10 @@ training is bitwise that of ``num_workers=0`` (augmentation is drawn per batch),
 
 from __future__ import annotations
 
+import random
 import re
 import shlex
 import signal
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,6 +29,7 @@ from tests.helpers.preemption import (
     free_port,
     log_of,
     same_training,
+    signal_at,
     start,
     stop,
     wait_for,
@@ -97,49 +98,62 @@ def test_a_run_killed_inside_an_epoch_resumes_bitwise(
     assert same_training(reference(task), resumed) == []
 
 
-def test_sigterm_stops_after_the_step_saves_it_and_the_printed_command_resumes_bitwise(
-    reference: Callable[[str], Path], tmp_path: Path
-) -> None:
-    """SIGTERM to every process of the run (as a scheduler sends it; the loader workers ignore it): the
-    step in progress finishes, last.ckpt is written at that step (step 6 or later), the run exits with
-    status 143 within seconds and prints the command that resumes it; that command ends bitwise where the
-    uninterrupted run ends."""
-    proc = start(fit_args("vision", tmp_path, workers=2))
-    wait_for(tmp_path / "checkpoints" / "step=6.ckpt", proc)
-    sent = time.monotonic()
-    stop(proc, signal.SIGTERM)
-    assert finish(proc) == 143
-    assert time.monotonic() - sent < 60
-    log = log_of(tmp_path)
-    stopped = re.search(r"lightning-tf: stopped by SIGTERM after global step (\d+) \(batch (\d+) of epoch (\d+)", log)
-    assert stopped, log[-3000:]
-    step, batch, epoch = map(int, stopped.groups())
-    state = torch.load(last(tmp_path), map_location="cpu", weights_only=True)
-    assert state["global_step"] == step == epoch * EPOCH + batch and step >= 6
+#: one random batch strictly inside epoch 1 (after epoch 0's validation), drawn once per session
+INSIDE = random.Random().randrange(EPOCH - 1)
+
+
+def stop_and_resume_as_printed(task: str, root: Path, extra: tuple[str, ...], workers: int = 2) -> tuple[int, str]:
+    """Run ``task`` with ``extra`` (a SIGTERM to the whole process group), check the exit status, the one
+    stop line and that no traceback was printed, run the printed resume command; return the stopped step
+    and the stop line."""
+    proc = start(fit_args(task, root, workers, extra=extra))
+    assert finish(proc) == 143, log_of(root)[-3000:]
+    log = log_of(root)
     assert "Traceback" not in log
+    line = re.search(r"^lightning-tf: stopped by SIGTERM after global step (\d+) .*$", log, re.M)
+    assert line, log[-3000:]
+    step = int(line[1])
+    assert torch.load(last(root), map_location="cpu", weights_only=True)["global_step"] == step
     command = shlex.split(re.search(r"^resume: (.*)$", log, re.M)[1])
-    assert command[0] == "lightning-tf" and command[-2:] == ["--ckpt_path", str(last(tmp_path))]
+    assert command[0] == "lightning-tf" and command[-2:] == ["--ckpt_path", str(last(root))]
     run([*command[1:]], log="resumed.log")
-    assert same_training(reference("vision"), last(tmp_path)) == []
+    assert "Traceback" not in (root / "resumed.log").read_text()
+    return step, line[0]
 
 
+@pytest.mark.parametrize("task", TASKS)
+def test_sigterm_at_a_random_step_inside_an_epoch_resumes_with_the_printed_command_bitwise(
+    task: str, reference: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """Each task's shipped config (tiny sizes) under configs/trainer/default.yaml, 2 loader workers: SIGTERM
+    to every process of the run (as a scheduler sends it; the workers ignore it) after a random batch strictly
+    inside epoch 1, so after epoch 0's validation and before epoch 1's: the step finishes, last.ckpt is
+    written there, exit status 143 and the resume command; that command ends bitwise where the uninterrupted
+    run ends, EarlyStopping's and the best checkpoint's decisions and the last metrics included."""
+    step, line = stop_and_resume_as_printed(task, tmp_path, signal_at(1, INSIDE))
+    assert step == EPOCH + INSIDE + 1, (INSIDE, line)
+    assert f"(batch {INSIDE + 1} of epoch 1;" in line
+    assert same_training(reference(task), last(tmp_path)) == [], f"SIGTERM after batch {INSIDE} of epoch 1"
+
+
+@pytest.mark.parametrize("task", ["text", "vision", "kline"])
 def test_a_kill_during_a_checkpoint_save_leaves_the_previous_one_and_last_resumes_from_it(
-    reference: Callable[[str], Path], tmp_path: Path
+    task: str, reference: Callable[[str], Path], tmp_path: Path
 ) -> None:
     """The second write of last.ckpt (end of epoch 1) is slowed half-way; SIGKILL there. last.ckpt is still
     the whole checkpoint of epoch 0, the half-written file is last.ckpt.partial, and ``--ckpt_path last``
     resumes from the former to the uninterrupted run's end."""
     slow = ("--trainer.plugins", "tests.helpers.preemption.SlowCheckpointIO")
-    proc = start(fit_args("kline", tmp_path, extra=slow))
+    proc = start(fit_args(task, tmp_path, extra=slow))
     wait_for(tmp_path / "checkpoints" / "last.ckpt.partial.half", proc)
     stop(proc, signal.SIGKILL)
     assert finish(proc) == -signal.SIGKILL
     partial = tmp_path / "checkpoints" / "last.ckpt.partial"
     assert 0 < partial.stat().st_size < last(tmp_path).stat().st_size * 0.6
     assert torch.load(last(tmp_path), map_location="cpu", weights_only=True)["global_step"] == EPOCH
-    run(fit_args("kline", tmp_path, extra=("--ckpt_path", "last")), log="resumed.log")
+    run(fit_args(task, tmp_path, extra=("--ckpt_path", "last")), log="resumed.log")
     assert f"Restoring states from the checkpoint path at {last(tmp_path)}" in (tmp_path / "resumed.log").read_text()
-    assert same_training(reference("kline"), last(tmp_path)) == []
+    assert same_training(reference(task), last(tmp_path)) == []
 
 
 def test_slurm_requeue_signal_saves_at_the_step_and_the_same_command_resumes_bitwise(
@@ -183,59 +197,73 @@ def test_slurm_requeue_signal_saves_at_the_step_and_the_same_command_resumes_bit
 
 
 @pytest.fixture(scope="module")
-def ddp_reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The final checkpoint of an uninterrupted vision run in 2 processes (Lightning's launcher, gloo)."""
-    return last(run(fit_args("vision", tmp_path_factory.mktemp("reference_ddp"), devices=2)))
+def ddp_reference(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """The final checkpoint of an uninterrupted run of a task in 2 processes (Lightning's launcher, gloo)."""
+    made: dict[str, Path] = {}
+
+    def get(task: str) -> Path:
+        if task not in made:
+            made[task] = last(run(fit_args(task, tmp_path_factory.mktemp(f"reference_ddp_{task}"), devices=2)))
+        return made[task]
+
+    return get
 
 
-def test_ddp_killed_inside_an_epoch_resumes_bitwise(ddp_reference: Path, tmp_path: Path) -> None:
-    assert same_training(ddp_reference, kill_and_resume("vision", tmp_path, devices=2)) == []
+@pytest.mark.parametrize("task", ["vision", "kline"])
+def test_ddp_killed_inside_an_epoch_resumes_bitwise(
+    task: str, ddp_reference: Callable[[str], Path], tmp_path: Path
+) -> None:
+    assert same_training(ddp_reference(task), kill_and_resume(task, tmp_path, devices=2)) == []
 
 
+@pytest.mark.parametrize("task", ["vision", "text"])
 def test_ddp_sigterm_to_rank_zero_alone_stops_both_ranks_after_the_same_step(
-    ddp_reference: Path, tmp_path: Path
+    task: str, ddp_reference: Callable[[str], Path], tmp_path: Path
 ) -> None:
     """Only the launching process (rank 0) gets SIGTERM: the ranks agree at the step's end, both stop after
     it, one checkpoint is written, and resuming from it ends bitwise where the uninterrupted DDP run ends."""
-    proc = start(fit_args("vision", tmp_path, devices=2))
+    proc = start(fit_args(task, tmp_path, devices=2))
     wait_for(tmp_path / "checkpoints" / "step=6.ckpt", proc)
     proc.send_signal(signal.SIGTERM)
     assert finish(proc) == 143
     log = log_of(tmp_path)
     step = int(re.search(r"stopped by SIGTERM after global step (\d+)", log)[1])
     assert torch.load(last(tmp_path), map_location="cpu", weights_only=True)["global_step"] == step
-    run(fit_args("vision", tmp_path, devices=2, extra=("--ckpt_path", str(last(tmp_path)))), log="resumed.log")
-    assert same_training(ddp_reference, last(tmp_path)) == []
+    run(fit_args(task, tmp_path, devices=2, extra=("--ckpt_path", str(last(tmp_path)))), log="resumed.log")
+    assert same_training(ddp_reference(task), last(tmp_path)) == []
 
 
-def two_nodes(root: Path, extra: tuple[str, ...] = ()) -> list:
+def two_nodes(task: str, root: Path, extra: tuple[str, ...] = ()) -> list:
     """Node 0 and node 1 of a 2-node run, one process each, meeting on 127.0.0.1."""
     port = free_port()
-    args = fit_args("vision", root, extra=("--trainer.num_nodes", "2", *extra))
+    args = fit_args(task, root, extra=("--trainer.num_nodes", "2", *extra))
     env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
     return [start(args, env | {"NODE_RANK": str(n)}, log=root / f"node{n}.log") for n in range(2)]
 
 
+@pytest.mark.parametrize("task", TASKS)
 def test_two_nodes_train_as_two_processes_of_one_node_and_a_kill_resumes_bitwise(
-    ddp_reference: Path, tmp_path: Path
+    task: str, ddp_reference: Callable[[str], Path], tmp_path: Path
 ) -> None:
-    """``--trainer.num_nodes 2``, one process per node: the same training as 2 processes on one node, bit
-    for bit; then both nodes SIGKILLed once step=6.ckpt is on disk and restarted from it end there too."""
-    nodes = two_nodes(tmp_path / "full")
-    assert [finish(p) for p in nodes] == [0, 0], (tmp_path / "full" / "node1.log").read_text()[-3000:]
-    assert "GLOBAL_RANK: 1, MEMBER: 2/2" in (tmp_path / "full" / "node1.log").read_text()
-    assert same_training(ddp_reference, last(tmp_path / "full")) == []
+    """``--trainer.num_nodes 2``, one process per node: both nodes SIGKILLed once step=6.ckpt is on disk and
+    restarted from it end bit for bit where 2 processes on one node end uninterrupted; for vision, the
+    uninterrupted 2-node run too (the same training as 2 processes on one node)."""
+    if task == "vision":
+        nodes = two_nodes(task, tmp_path / "full")
+        assert [finish(p) for p in nodes] == [0, 0], (tmp_path / "full" / "node1.log").read_text()[-3000:]
+        assert "GLOBAL_RANK: 1, MEMBER: 2/2" in (tmp_path / "full" / "node1.log").read_text()
+        assert same_training(ddp_reference(task), last(tmp_path / "full")) == []
 
     cut = tmp_path / "cut"
-    nodes = two_nodes(cut)
+    nodes = two_nodes(task, cut)
     wait_for(cut / "checkpoints" / "step=6.ckpt", nodes[0])
     for p in nodes:
         stop(p, signal.SIGKILL)
     assert [finish(p) for p in nodes] == [-signal.SIGKILL] * 2
     ckpt = newest_step_checkpoint(cut)
-    nodes = two_nodes(cut, ("--ckpt_path", str(ckpt)))
+    nodes = two_nodes(task, cut, ("--ckpt_path", str(ckpt)))
     assert [finish(p) for p in nodes] == [0, 0], (cut / "node0.log").read_text()[-3000:]
-    assert same_training(ddp_reference, last(cut)) == []
+    assert same_training(ddp_reference(task), last(cut)) == []
 
 
 # ------------------------------------------------------------------------------ broken checkpoints
@@ -285,3 +313,28 @@ def test_every_broken_checkpoint_is_one_line_naming_the_file(
         assert re.match(rf"lightning-tf( export)?: error: {message}", lines[0]), lines[0]
         if args[0] != "test":  # the newest other complete file of the folder is named
             assert "the newest complete checkpoint in" in lines[0] and "complete.ckpt (epoch 1, step 10)" in lines[0]
+
+
+def test_a_resume_that_cannot_go_on_is_one_line_naming_the_checkpoint(
+    reference: Callable[[str], Path], tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A complete checkpoint that cannot resume a run (here: weights only, as ``save_weights_only`` writes):
+    exit status 2 and one line naming the checkpoint and the cause; LIGHTNING_TF_DEBUG=1 keeps the traceback."""
+    state = torch.load(reference("text"), map_location="cpu", weights_only=True)
+    del state["optimizer_states"], state["lr_schedulers"]
+    weights = tmp_path / "weights.ckpt"
+    torch.save(state, weights)
+    monkeypatch.chdir(ROOT)
+    args = ["fit", *fit_args("text", tmp_path / "run")[1:], "--trainer.max_epochs", "3", "--ckpt_path", str(weights)]
+    with pytest.raises(SystemExit) as stopped:
+        main(args)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert stopped.value.code == 2 and len(lines) == 1, lines[-20:]
+    assert re.match(
+        rf"lightning-tf: error: {weights}: the run resumed from this checkpoint cannot go on \(at global step \d+, "
+        r"epoch \d+\): KeyError: .*contains only the model",
+        lines[0],
+    ), lines[0]
+    monkeypatch.setenv("LIGHTNING_TF_DEBUG", "1")
+    with pytest.raises(KeyError, match="contains only the model"):
+        main(args)

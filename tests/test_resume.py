@@ -17,15 +17,17 @@ import numpy as np
 import pytest
 import torch
 from lightning.pytorch import Callback, LightningDataModule, LightningModule, Trainer, seed_everything
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.utils.data import DataLoader
 
 from lightning_tf.kline import KLineDataModule, KLineForecaster
 from lightning_tf.text import BucketBatchSampler, ResumableDataLoader, Seq2SeqTransformer, TranslationDataModule
-from lightning_tf.training import RNGState, get_rng_states, set_rng_states
+from lightning_tf.training import CallbackMetrics, LastCheckpoint, RNGState, get_rng_states, set_rng_states
 from lightning_tf.vision import ImageDataModule, ViTClassifier
 from lightning_tf.vision import data as vision_data
 from tests.helpers.kline import make_bars
+from tests.helpers.preemption import SignalAt
 
 # subprocesses, process groups or whole training runs: the integration tier (make test-integration)
 pytestmark = pytest.mark.integration
@@ -127,7 +129,7 @@ def fit(
             ModelCheckpoint(dirpath=root, monitor="val/loss", save_top_k=1, filename="best-{epoch}-{step}"),
             ModelCheckpoint(dirpath=root, filename="last", save_top_k=1, enable_version_counter=False),
         ]
-    callbacks: list[Any] = [*checkpoints, *([RNGState(isolate_validation)] if rng else [])]
+    callbacks: list[Any] = [*checkpoints, *([RNGState(isolate_validation), CallbackMetrics()] if rng else [])]
     if kill_at_step is not None:
         callbacks.append(Kill(kill_at_step))
     model, dm = task()
@@ -293,6 +295,120 @@ class PlainLoaderImages(ImageDataModule):
 def plain_vision_task() -> tuple[LightningModule, LightningDataModule]:
     model, _ = vision_task()
     return model, PlainLoaderImages(dataset="digits", batch_size=16, augment="flip_crop")
+
+
+def early_stopped_fit(root: Path, metrics: bool, ckpt_path: str | None = None, kill_at_step: int | None = None) -> Any:
+    """K-lines validated every other epoch (after epochs 1 and 3) with EarlyStopping checking at every
+    training epoch's end (not strict: before the first validation there is nothing to check), and a
+    checkpoint every 3 steps; with or without :class:`CallbackMetrics`."""
+    seed_everything(0)
+    stopping = EarlyStopping(monitor="val/loss", patience=5, check_on_train_epoch_end=True, strict=False)
+    callbacks: list[Any] = [
+        ModelCheckpoint(dirpath=root, filename="{step}", every_n_train_steps=3, save_top_k=-1),
+        RNGState(),
+        stopping,
+        *([CallbackMetrics()] if metrics else []),
+        *([Kill(kill_at_step)] if kill_at_step is not None else []),
+    ]
+    model, dm = kline_task()
+    trainer = Trainer(
+        max_epochs=4,
+        limit_train_batches=4,
+        limit_val_batches=1,
+        check_val_every_n_epoch=2,
+        num_sanity_val_steps=0,
+        callbacks=callbacks,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        deterministic=True,
+        default_root_dir=root,
+        accelerator="cpu",
+    )
+    if kill_at_step is None:
+        trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
+    else:
+        with pytest.raises(Killed):
+            trainer.fit(model, datamodule=dm)
+    return model, trainer, stopping
+
+
+@pytest.mark.parametrize("metrics", [True, False])
+def test_a_resumed_run_finds_the_last_validations_metrics(metrics: bool, tmp_path: Path) -> None:
+    """Resumed from step 9 (inside epoch 2, after epoch 1's validation): at epoch 2's end EarlyStopping reads
+    val/loss of epoch 1's validation. With CallbackMetrics the checkpoint carries it, and the run ends
+    bitwise as the uninterrupted one (EarlyStopping's count and best score too); without, the restored
+    trainer has no val/loss until the next validation, and EarlyStopping skips epoch 2's check (a strict
+    one, its default, stops the run: "conditioned on metric `val/loss` which is not available")."""
+    model, trainer, stopping = early_stopped_fit(tmp_path / "full", metrics)
+    early_stopped_fit(tmp_path / "cut", metrics, kill_at_step=10)
+    ckpt = str(tmp_path / "cut" / "step=9.ckpt")
+    if metrics:
+        assert set(torch.load(ckpt, weights_only=True)["callback_metrics"]["ranks"][0]["metrics"]) >= {
+            "val/loss",
+            "train/loss",
+        }
+    resumed = early_stopped_fit(tmp_path / "cut", metrics, ckpt_path=ckpt)
+    assert resumed[1].global_step == trainer.global_step == 16
+    assert differences((model, trainer), resumed[:2]) == []
+    assert torch.equal(stopping.best_score, resumed[2].best_score)
+    # epochs 1, 2 (the stale val/loss of epoch 1) and 3 checked: no improvement after epoch 1 on this tiny run
+    assert (stopping.wait_count, resumed[2].wait_count) == ((2, 2) if metrics else (2, 1))
+
+
+def signalled_fit(
+    task: Task, root: Path, signal_at: tuple[int, int, str] | None = None, ckpt_path: str | None = None
+) -> Any:
+    """The checkpoints and monitoring callbacks of configs/trainer/default.yaml (the best by val/loss,
+    LastCheckpoint, RNGState, CallbackMetrics) and the K-line config's EarlyStopping; with ``signal_at``
+    (epoch, batch, where) a real SIGTERM to this process there, which LastCheckpoint turns into a stop."""
+    seed_everything(0)
+    stopping = EarlyStopping(monitor="val/loss", patience=5)
+    best = ModelCheckpoint(dirpath=root, monitor="val/loss", save_top_k=1, filename="best-{epoch}-{step}")
+    callbacks: list[Any] = [best, LastCheckpoint(dirpath=str(root)), RNGState(), CallbackMetrics(), stopping]
+    if signal_at is not None:
+        callbacks.append(SignalAt(*signal_at, group=False))
+    model, dm = task()
+    trainer = Trainer(
+        max_epochs=3,
+        limit_train_batches=4,
+        limit_val_batches=1,
+        num_sanity_val_steps=0,
+        callbacks=callbacks,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        deterministic=True,
+        default_root_dir=root,
+        accelerator="cpu",
+    )
+    if signal_at is None:
+        trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
+    else:
+        with pytest.raises(SIGTERMException):
+            trainer.fit(model, datamodule=dm)
+    return model, trainer, stopping, best
+
+
+@pytest.mark.parametrize(("name", "where"), [("kline", "train"), ("text", "val"), ("vision", "train")])
+def test_sigterm_at_an_epochs_last_step_or_in_its_validation_stops_at_the_epochs_end(
+    name: str, where: str, tmp_path: Path
+) -> None:
+    """A real SIGTERM after epoch 0's last batch, or during the validation that follows it, stops the run at
+    the epoch's end, after that validation (a checkpoint at the last batch's end would resume without the
+    validation and the epoch's end, and one at the validation's end without the metrics EarlyStopping
+    reads at the epoch's end): the resumed run ends bitwise as the uninterrupted one, EarlyStopping's count
+    and the best checkpoint included."""
+    task = TASKS[name]
+    full = signalled_fit(task, tmp_path / "full")
+    cut = signalled_fit(task, tmp_path / "cut", signal_at=(0, 3, where))
+    stopped = next(cb for cb in cut[1].callbacks if isinstance(cb, LastCheckpoint)).stopped
+    assert stopped is not None and (stopped["global_step"], stopped["epoch"]) == (4, 0)
+    resumed = signalled_fit(task, tmp_path / "cut", ckpt_path=str(tmp_path / "cut" / "last.ckpt"))
+    assert differences(full[:2], resumed[:2]) == []
+    assert (full[2].wait_count, float(full[2].best_score)) == (resumed[2].wait_count, float(resumed[2].best_score))
+    assert Path(full[3].best_model_path).name == Path(resumed[3].best_model_path).name
+    assert torch.equal(full[3].best_model_score, resumed[3].best_model_score)
 
 
 def test_plain_loader_mid_epoch_resume_is_not_exact(tmp_path: Path) -> None:

@@ -29,10 +29,12 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning_tf.cli.argument_errors import OneLineParser, debug_mode, instantiation_error, root_cause
 from lightning_tf.cli.console import metrics_table, quiet, quiet_eval
 from lightning_tf.cli.runs import (
+    ResumeError,
     RunConfigCallback,
     apply_wandb_run_defaults,
     fit_summary,
     quiet_wandb,
+    resume_failure,
     scalars,
     shown,
     stopped_summary,
@@ -43,7 +45,7 @@ from lightning_tf.cli.runs import (
 # name (`--model KLineForecaster`) and `fit --help` lists them (the task packages load their names lazily).
 from lightning_tf.kline import KLineDataModule, KLineForecaster, MultivariateDataModule  # noqa: F401
 from lightning_tf.text import Seq2SeqTransformer, TranslationDataModule  # noqa: F401
-from lightning_tf.training import CompactModelSummary, check_agreement, check_checkpoint, run_dir
+from lightning_tf.training import CheckpointError, CompactModelSummary, check_agreement, check_checkpoint, run_dir
 from lightning_tf.vision import ImageDataModule, ViTClassifier  # noqa: F401
 
 __all__ = ["DATA_LINKS", "LightningTFCLI", "make_cli", "run"]
@@ -104,6 +106,16 @@ class LightningTFCLI(LightningCLI):
             if self.trainer.is_global_zero:  # what was saved, and the command that goes on from there
                 print(stopped_summary(self.trainer, getattr(self, "given_args", [])), file=sys.stderr, flush=True)
             raise
+        except (CheckpointError, FloatingPointError):  # one line already (the CLI prints them)
+            raise
+        except Exception as err:
+            ckpt = self.config[subcommand].get("ckpt_path") if subcommand == "fit" else None
+            if not ckpt or debug_mode():
+                raise
+            # a resumed run that cannot go on: one line naming the checkpoint and the cause, printed by rank 0
+            if not self.trainer.is_global_zero:
+                raise SystemExit(2) from None
+            raise ResumeError(resume_failure(self.trainer, str(self.trainer.ckpt_path or ckpt), err)) from None
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument(

@@ -17,9 +17,10 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import WandbLogger
 
-from lightning_tf.training import EXIT_STATUS, LastCheckpoint, run_dir
+from lightning_tf.training import EXIT_STATUS, CheckpointError, LastCheckpoint, run_dir
 
 __all__ = [
+    "ResumeError",
     "RunConfigCallback",
     "apply_wandb_run_defaults",
     "fit_summary",
@@ -27,6 +28,7 @@ __all__ = [
     "link_wandb_run",
     "quiet_wandb",
     "resolved_config",
+    "resume_failure",
     "run_name",
     "scalars",
     "shown",
@@ -352,6 +354,20 @@ def stopped_summary(trainer: Trainer, given_args: list[str]) -> str:
     if stop.get("hpc"):  # SLURM: the same command (no --ckpt_path) resumes from Lightning's hpc checkpoint
         lines.append(f"SLURM: {stop['hpc']}")
     return "\n".join(lines)
+
+
+class ResumeError(CheckpointError):
+    """A run resumed from a checkpoint could not go on (the CLI prints the message as one line)."""
+
+
+def resume_failure(trainer: Trainer, path: str, err: BaseException) -> str:
+    """One line for a resumed ``fit`` that stopped with ``err``: the checkpoint, where the run was, the cause."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    cause = f"{type(err).__name__}: {lines[0] if lines else repr(err)}"
+    return (
+        f"{shown(path)}: the run resumed from this checkpoint cannot go on (at global step {trainer.global_step}, "
+        f"epoch {trainer.current_epoch}): {cause} (LIGHTNING_TF_DEBUG=1 shows the traceback)"
+    )
 
 
 def quiet_wandb(trainer: Trainer) -> None:

@@ -4,7 +4,7 @@
   :mod:`.distributed`: the unpadded evaluation sampler and the gathering helpers for DDP.
 * :mod:`.checkpoints`: atomic checkpoint writes, the format stamp, one-line checks of a checkpoint path;
   :mod:`.preemption`: :class:`LastCheckpoint` (``last.ckpt`` every epoch, every 30 minutes, on SIGTERM or
-  SLURM's requeue signal); :mod:`.callbacks`: :class:`RNGState` (exact resume) and :class:`NaNGuard`.
+  SLURM's requeue signal); :mod:`.callbacks`: :class:`RNGState` and :class:`CallbackMetrics` (exact resume) and :class:`NaNGuard`.
 * :mod:`.optim`: parameter groups (one weight-decay rule, layer-wise rate decay) and the learning-rate schedules;
   :mod:`.averaging`: checkpoint averaging.
 * :mod:`.outputs`: the run's folder and its prediction files; :mod:`.agreement`: the data -> model check.
@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from .agreement import check_agreement
     from .averaging import average_checkpoints, average_state_dicts
     from .callbacks import (
+        CallbackMetrics,
         CompactModelSummary,
         NaNGuard,
         NonFiniteError,
@@ -131,6 +132,7 @@ _WHERE = {
     "repository_root": ".resources",
     "ResumableDataLoader": ".loaders",
     "RNGState": ".callbacks",
+    "CallbackMetrics": ".callbacks",
     "run_dir": ".outputs",
     "SchedulerName": ".optim",
     "SeededBatches": ".loaders",

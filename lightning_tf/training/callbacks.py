@@ -22,8 +22,10 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.model_summary.model_summary import get_human_readable_count
 from torch import Tensor
+from torchmetrics import Metric
 
 __all__ = [
+    "CallbackMetrics",
     "CompactModelSummary",
     "NaNGuard",
     "NonFiniteError",
@@ -37,6 +39,8 @@ log = logging.getLogger(__name__)
 
 #: key of the RNG states in a checkpoint
 CHECKPOINT_KEY = "rng_states"
+#: key of the trainer's callback metrics in a checkpoint
+METRICS_KEY = "callback_metrics"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -240,6 +244,85 @@ class RNGState(Callback):
         if self._loaded is not None:
             set_rng_states(self._loaded["states"])
             self._loaded = None
+
+
+class CallbackMetrics(Callback):
+    """Puts the trainer's ``callback_metrics`` (the latest value of every logged scalar: the last
+    validation's ``val/loss`` among them) into every checkpoint written during ``fit`` and puts them back
+    when a resumed run starts training, so that everything that reads them finds what the run that was
+    never stopped finds at that point. The states of the module's ``torchmetrics`` metrics (what an
+    epoch's metrics have accumulated so far; Lightning saves them only when a metric is made persistent,
+    and then as weights) travel the same way, so the metrics of an epoch resumed in its middle cover the
+    whole epoch.
+
+    Lightning restores weights, optimizer, schedulers, loops and callback states, but a restored trainer's
+    ``callback_metrics`` stay empty until the next validation. Whatever reads a monitored metric before
+    then fails or decides differently after a checkpoint taken inside an epoch, or between a validation
+    and the epoch's end: ``EarlyStopping`` and a monitored ``ModelCheckpoint`` checking at the training
+    epoch's end (their default when validation runs once per epoch) raise "conditioned on metric
+    `val/loss` which is not available", ``ReduceLROnPlateau`` stepping every step raises likewise, and
+    both would otherwise miss a value the uninterrupted run used.
+
+    The values are scalars (plain tensors: ``torch.load(weights_only=True)`` reads them), saved per rank
+    under DDP (a metric logged without ``sync_dist`` differs between ranks), and put back in
+    ``on_train_start``, after Lightning's sanity check (which clears the metrics) and before the first
+    batch. A metric the resumed run has logged by then keeps its new value.
+    """
+
+    def __init__(self) -> None:
+        self._loaded: dict[str, Any] | None = None
+
+    def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]) -> None:
+        if trainer.state.fn != TrainerFn.FITTING:
+            return
+        metrics: dict[str, Any] = {
+            str(k): v.detach().to("cpu", copy=True)
+            for k, v in trainer.callback_metrics.items()
+            if isinstance(v, Tensor) and v.numel() == 1
+        }
+        states = {
+            name: {key: _cpu(value) for key, value in module.metric_state.items()}
+            for name, module in pl_module.named_modules()
+            if isinstance(module, Metric)
+        }
+        ranks = [{"metrics": metrics, "states": states}]
+        if trainer.world_size > 1 and dist.is_available() and dist.is_initialized():
+            gathered: list[Any] = [None] * trainer.world_size
+            dist.all_gather_object(gathered, ranks[0])
+            ranks = gathered
+        checkpoint[METRICS_KEY] = {"ranks": ranks}
+
+    def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]) -> None:
+        saved = checkpoint.get(METRICS_KEY)
+        if trainer.state.fn != TrainerFn.FITTING or saved is None:
+            return
+        ranks = saved["ranks"]
+        self._loaded = ranks[trainer.global_rank] if len(ranks) == trainer.world_size else ranks[0]
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._loaded is None:
+            return
+        device = pl_module.device
+        metrics = trainer.callback_metrics  # the trainer's own dict: what every callback reads
+        for name, value in self._loaded["metrics"].items():
+            metrics.setdefault(name, value.to(device))
+        modules = dict(pl_module.named_modules())
+        for name, states in self._loaded["states"].items():
+            module = modules.get(name)
+            if isinstance(module, Metric):
+                for key, value in states.items():
+                    if key in module.metric_state:  # torchmetrics' states are plain attributes
+                        setattr(
+                            module, key, [v.to(device) for v in value] if isinstance(value, list) else value.to(device)
+                        )
+        self._loaded = None
+
+
+def _cpu(value: Any) -> Any:
+    """A metric state (a tensor or a list of tensors) copied to the CPU."""
+    if isinstance(value, list):
+        return [v.detach().to("cpu", copy=True) for v in value]
+    return value.detach().to("cpu", copy=True)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -22,7 +22,13 @@ they save SLURM's checkpoint inside the signal handler, wherever the step is (no
 not exactly resumable), and under DDP broadcast from inside the handler, which can meet another rank
 in a different collective. Here the handler only notes the signal; the ranks agree at the next step's
 end (one all-reduce of one flag per step, only under DDP), so every rank stops after the same step.
-A signal during validation stops the run when the validation ends.
+
+The stop is always at a point a resumed run goes on from exactly: the end of a training step that no
+validation follows and that does not end the epoch, or the end of an epoch. A signal during the
+epoch's last step or a step a validation follows, or during a validation, stops the run after that
+validation (Lightning resumes a checkpoint taken there without the validation, and one taken at an
+epoch's last step also without the epoch's end). The few Lightning internals this needs are in
+:mod:`.lightning_private`.
 """
 
 from __future__ import annotations
@@ -42,9 +48,9 @@ import torch
 from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.trainer.connectors.checkpoint_connector import _CheckpointConnector
-from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from . import lightning_private as private
 
 __all__ = ["EXIT_STATUS", "LastCheckpoint", "Stop"]
 
@@ -97,23 +103,19 @@ class LastCheckpoint(ModelCheckpoint):
             train_time_interval=train_time_interval,
         )
         # ModelCheckpoint accepts one trigger at a time; its saving code serves them all
-        self._every_n_epochs, self._every_n_train_steps = every_n_epochs, every_n_train_steps or 0
+        private.set_triggers(self, every_n_epochs, every_n_train_steps or 0)
         self.handle_signals = handle_signals
         self._received: set[int] = set()
         self.stopped: Stop | None = None
 
     @property
     def state_key(self) -> str:
-        return self._generate_state_key(
-            filename=self.filename,
-            every_n_train_steps=self._every_n_train_steps,
-            every_n_epochs=self._every_n_epochs,
-            train_time_interval=self._train_time_interval,
-        )
+        # as Callback's own key: the class and the arguments that tell two instances apart
+        return f"{type(self).__qualname__}{ {'filename': self.filename, **private.triggers(self)}!r}"
 
     # ------------------------------------------------------------------------------------ signals
     def _requeue_signal(self, trainer: Trainer) -> int | None:
-        environment = trainer._accelerator_connector.cluster_environment
+        environment = private.cluster_environment(trainer)
         if isinstance(environment, SLURMEnvironment) and environment.auto_requeue:
             return int(environment.requeue_signal)
         return None
@@ -142,13 +144,15 @@ class LastCheckpoint(ModelCheckpoint):
             return bool(trainer.strategy.reduce_boolean_decision(flag, all=False))
         return flag
 
-    def _stop_if_signalled(self, trainer: Trainer) -> None:
+    def _stop_if_signalled(self, trainer: Trainer, epoch_end: bool = False) -> None:
         if not self.handle_signals or not self._agreed(trainer, bool(self._received)):
             return
         requeue_signal = self._requeue_signal(trainer)
         requeue = requeue_signal is not None and self._agreed(trainer, requeue_signal in self._received)
-        if self._last_global_step_saved != trainer.global_step or not self.best_model_path:
-            self._save_none_monitor_checkpoint(trainer, self._monitor_candidates(trainer))
+        # at an epoch's end, always a checkpoint of the epoch's end (one saved at its last batch's end, by the
+        # step trigger, would resume without the epoch's validation and end-of-epoch hooks)
+        if epoch_end or private.last_saved_step(self) != trainer.global_step or not self.best_model_path:
+            private.save_now(self, trainer)
         path = self.best_model_path
         hpc = _requeue(trainer, path) if requeue else None
         name = "the SLURM requeue signal" if requeue else "SIGTERM"
@@ -161,19 +165,29 @@ class LastCheckpoint(ModelCheckpoint):
             batch=progress.processed,
             hpc=hpc,
         )
-        trainer._signal_connector.received_sigterm = True  # what Lightning's own handler would have set
+        private.note_sigterm(trainer)  # what Lightning's own handler would have set
         raise SIGTERMException(EXIT_STATUS)
+
+    # The run stops at one of two kinds of checkpoint, both resumed exactly: the end of a training step
+    # that no validation follows and that does not end the epoch, or the end of an epoch. A checkpoint
+    # taken at the end of a step that a validation follows (the epoch's last, or every
+    # ``val_check_interval``) resumes without that validation, and one taken at the epoch's last step
+    # also without its end-of-epoch hooks (EarlyStopping, epoch-interval schedulers): Lightning counts them
+    # as done. A signal there or during a validation therefore stops the run after the validation, at the
+    # next step's end or at the epoch's end.
 
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        loop = trainer.fit_loop.epoch_loop
+        if loop.batch_progress.is_last_batch or loop.done or private.validation_follows(trainer):
+            return  # the same decision on every rank: the stop waits for the validation or the epoch's end
         self._stop_if_signalled(trainer)
 
-    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        super().on_validation_end(trainer, pl_module)
-        if trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking:
-            self._stop_if_signalled(trainer)
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        super().on_train_epoch_end(trainer, pl_module)
+        self._stop_if_signalled(trainer, epoch_end=True)
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         # Lightning's own SIGTERM stop (a signal before training started): the same exit status
@@ -188,7 +202,7 @@ def _requeue(trainer: Trainer, path: str) -> str | None:
     (None on the other ranks)."""
     said = None
     if trainer.is_global_zero:
-        hpc = Path(_CheckpointConnector.hpc_save_path(trainer.default_root_dir))
+        hpc = Path(private.hpc_save_path(trainer.default_root_dir))
         hpc.parent.mkdir(parents=True, exist_ok=True)
         try:
             os.link(path, hpc)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -15,10 +16,22 @@ from pathlib import Path
 from typing import IO, Any
 
 import torch
+from lightning.pytorch import Callback
 
 from lightning_tf.training import AtomicCheckpointIO
 
-__all__ = ["SlowCheckpointIO", "TASK_ARGS", "fit_args", "free_port", "same_training", "start", "stop", "wait_for"]
+__all__ = [
+    "SignalAt",
+    "SlowCheckpointIO",
+    "TASK_ARGS",
+    "fit_args",
+    "free_port",
+    "same_training",
+    "signal_at",
+    "start",
+    "stop",
+    "wait_for",
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -233,29 +246,51 @@ def _tensors(value: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def same_training(a: Path, b: Path) -> list[str]:
-    """What differs between two final checkpoints: weights, optimizer state, LR schedule, the step and the
-    monitored validation loss of the best-checkpoint callback (a metric). [] when bitwise equal."""
+    """What differs between two final checkpoints: weights, optimizer state, LR schedule, the step, the
+    state of every monitoring callback (EarlyStopping's count and best score, the best checkpoint's score
+    and file name) and the trainer's last metrics (``CallbackMetrics``). [] when bitwise equal."""
     x, y = (torch.load(p, map_location="cpu", weights_only=True) for p in (a, b))
     out = [f"global_step {x['global_step']} != {y['global_step']}"] if x["global_step"] != y["global_step"] else []
-    for section in ("state_dict", "optimizer_states", "lr_schedulers"):
-        tx, ty = _tensors(x[section]), _tensors(y[section])
+    for section in ("state_dict", "optimizer_states", "lr_schedulers", "callback_metrics"):
+        tx, ty = _tensors(x.get(section, {})), _tensors(y.get(section, {}))
+        if section == "callback_metrics":  # the metrics' values (a metric's internal sums may differ unused)
+            tx, ty = ({k: v for k, v in t.items() if k.split(".", 2)[-1].startswith("metrics.")} for t in (tx, ty))
         for key in sorted(set(tx) | set(ty)):
             u, v = tx.get(key), ty.get(key)
             equal = torch.equal(u, v) if isinstance(u, torch.Tensor) and isinstance(v, torch.Tensor) else u == v
-            if not equal:
-                out.append(f"{section}.{key}")
-    scores = [
-        {
-            k: _tensors(v).get("best_model_score")
-            for k, v in c["callbacks"].items()
-            if str(k).startswith("ModelCheckpoint") and "'val/loss'" in str(k)
-        }
-        for c in (x, y)
-    ]
-    if any(v is None for v in scores[0].values()) or not all(
-        torch.equal(scores[0][k], scores[1].get(k, torch.tensor(float("nan")))) for k in scores[0]
-    ):
-        out.append(f"best val/loss {scores[0]} != {scores[1]}")
+            if not equal:  # scalars with their values, larger tensors by name
+                small = all(not isinstance(t, torch.Tensor) or t.numel() == 1 for t in (u, v))
+                out.append(f"{section}.{key}" + (f": {u} != {v}" if small else ""))
+    for key in sorted(k for k in x["callbacks"] if "'monitor': 'val/loss'" in str(k)):
+        mine, theirs = _monitoring(x["callbacks"][key]), _monitoring(y["callbacks"].get(key, {}))
+        if mine != theirs:
+            out.append(f"{key}: {mine} != {theirs}")
+    if not any("'monitor': 'val/loss'" in str(k) for k in x["callbacks"]):
+        out.append("no callback monitors val/loss")
+    return out
+
+
+def _file(path: str) -> str:
+    """A checkpoint's file name without the version Lightning adds when the name is taken (``-v1``: a resumed
+    run writes again the files its first part wrote after the checkpoint it resumes from)."""
+    return re.sub(r"-v\d+(?=\.ckpt$)", "", Path(path).name)
+
+
+def _monitoring(state: dict[str, Any]) -> dict[str, Any]:
+    """The decisions of a monitoring callback's state (checkpoint paths by file name: the runs' folders differ)."""
+    keep = ("wait_count", "stopped_epoch", "best_score", "best_model_score", "best_model_path", "best_k_models")
+    out: dict[str, Any] = {}
+    for name in keep:
+        if name not in state:
+            continue
+        value = state[name]
+        if isinstance(value, torch.Tensor):
+            value = value.tolist()
+        elif name == "best_model_path":
+            value = _file(value)
+        elif name == "best_k_models":
+            value = {_file(k): float(v) for k, v in value.items()}
+        out[name] = value
     return out
 
 
@@ -287,3 +322,57 @@ class SlowCheckpointIO(AtomicCheckpointIO):
         Path(f"{f.name}.half").touch()  # the test's cue
         time.sleep(self.pause)
         f.write(data[len(data) // 2 :])
+
+
+class SignalAt(Callback):
+    """Sends ``signum`` to this process's whole process group (a real signal, as a scheduler sends it to
+    every process of a job: the loader workers too) at a chosen point of the run: after training batch
+    ``batch`` of epoch ``epoch`` (``where="train"``), or during the validation that follows it
+    (``where="val"``, after its first batch). Once per process; in a resumed run the point has passed.
+
+    Args:
+        epoch: the epoch.
+        batch: the batch in the epoch (0-based).
+        where: ``train`` or ``val``.
+        signum: the signal (15: SIGTERM).
+        group: to the whole process group (False: to this process alone, for a run inside the tests' process).
+    """
+
+    def __init__(
+        self, epoch: int = 1, batch: int = 1, where: str = "train", signum: int = 15, group: bool = True
+    ) -> None:
+        self.epoch, self.batch, self.where, self.signum, self.group = epoch, batch, where, signum, group
+        self._armed, self._sent = False, False
+
+    def _send(self) -> None:
+        if not self._sent:
+            self._sent = True
+            if self.group:
+                os.killpg(os.getpgid(0), self.signum)
+            else:
+                os.kill(os.getpid(), self.signum)
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if trainer.current_epoch == self.epoch and batch_idx == self.batch:
+            if self.where == "train":
+                self._send()
+            else:
+                self._armed = True
+
+    def on_validation_batch_end(self, trainer: Any, *args: Any, **kwargs: Any) -> None:
+        if self._armed and not trainer.sanity_checking:
+            self._send()
+
+
+def signal_at(epoch: int, batch: int, where: str = "train") -> tuple[str, ...]:
+    """The ``fit`` arguments that add :class:`SignalAt` (SIGTERM) to a run."""
+    return (
+        "--trainer.callbacks+",
+        "tests.helpers.preemption.SignalAt",
+        "--trainer.callbacks.epoch",
+        str(epoch),
+        "--trainer.callbacks.batch",
+        str(batch),
+        "--trainer.callbacks.where",
+        where,
+    )

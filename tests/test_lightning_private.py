@@ -1,0 +1,167 @@
+"""The Lightning private names that ``lightning_tf/training/lightning_private.py`` relies on still exist and
+still mean what it assumes: this fails as soon as a Lightning release moves or changes one of them.
+
+In process, a tiny model on a few batches: which training batches a validation follows, with the
+epoch's end, ``val_check_interval`` as a number of batches and ``check_val_every_n_epoch``; the cluster
+environment; Lightning's SLURM checkpoint name; the signal flag; ModelCheckpoint's triggers and its save.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from lightning.fabric.plugins.environments import LightningEnvironment, SLURMEnvironment
+from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.trainer.connectors.checkpoint_connector import _CheckpointConnector
+from torch.utils.data import DataLoader, TensorDataset
+
+from lightning_tf.training import lightning_private as private
+from lightning_tf.training.preemption import LastCheckpoint
+
+
+class Tiny(LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(2, 1)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return self.layer(batch[0]).pow(2).mean()
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.log("val/loss", self.layer(batch[0]).pow(2).mean())
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(TensorDataset(torch.ones(12, 2)), batch_size=2)  # 6 batches
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(TensorDataset(torch.ones(2, 2)), batch_size=2)
+
+
+class Record(Callback):
+    """(epoch, batch) of every training batch that ``validation_follows`` says a validation follows, and of
+    every batch that one did follow."""
+
+    def __init__(self) -> None:
+        self.predicted: list[tuple[int, int]] = []
+        self.validated: list[tuple[int, int]] = []
+        self._last: tuple[int, int] | None = None
+
+    def on_train_batch_end(self, trainer: Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self._last = (trainer.current_epoch, batch_idx)
+        if private.validation_follows(trainer):
+            self.predicted.append(self._last)
+
+    def on_validation_start(self, trainer: Trainer, pl_module: Any) -> None:
+        if not trainer.sanity_checking:
+            assert self._last is not None
+            self.validated.append(self._last)
+
+
+def fit(tmp_path: Path, **kwargs: Any) -> tuple[Trainer, Record]:
+    record = Record()
+    trainer = Trainer(
+        max_epochs=2,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        num_sanity_val_steps=0,
+        accelerator="cpu",
+        default_root_dir=tmp_path,
+        callbacks=[record],
+        **kwargs,
+    )
+    trainer.fit(Tiny())
+    return trainer, record
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        ({}, [(0, 5), (1, 5)]),  # the epoch's last batch
+        ({"val_check_interval": 2}, [(0, 1), (0, 3), (0, 5), (1, 1), (1, 3), (1, 5)]),
+        ({"check_val_every_n_epoch": 2}, [(1, 5)]),
+        ({"val_check_interval": 4, "check_val_every_n_epoch": None}, [(0, 3), (1, 1), (1, 5)]),  # every 4 batches
+    ],
+)
+def test_validation_follows_names_exactly_the_batches_a_validation_follows(
+    tmp_path: Path, kwargs: dict[str, Any], expected: list[tuple[int, int]]
+) -> None:
+    _, record = fit(tmp_path, **kwargs)
+    assert record.validated == expected
+    assert record.predicted == expected
+
+
+def test_cluster_environment_of_a_single_process_and_of_a_slurm_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("SLURM_NTASKS", "SLURM_JOB_NAME", "SLURM_JOB_ID"):
+        monkeypatch.delenv(name, raising=False)
+    trainer = Trainer(accelerator="cpu", devices=1, logger=False, default_root_dir=tmp_path)
+    assert isinstance(private.cluster_environment(trainer), LightningEnvironment)
+    slurm = {"SLURM_NTASKS": "1", "SLURM_NTASKS_PER_NODE": "1", "SLURM_JOB_NAME": "train", "SLURM_JOB_ID": "7"}
+    slurm |= {"SLURM_NODELIST": "localhost", "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0"}
+    for name, value in slurm.items():
+        monkeypatch.setenv(name, value)
+    trainer = Trainer(accelerator="cpu", devices=1, logger=False, default_root_dir=tmp_path)
+    environment = private.cluster_environment(trainer)
+    assert isinstance(environment, SLURMEnvironment) and environment.auto_requeue
+
+
+def test_hpc_save_path_is_the_file_a_requeued_job_resumes_from(tmp_path: Path) -> None:
+    assert private.hpc_save_path(tmp_path) == str(tmp_path / "hpc_ckpt_1.ckpt")
+    (tmp_path / "hpc_ckpt_1.ckpt").touch()
+    (tmp_path / "hpc_ckpt_3.ckpt").touch()
+    assert private.hpc_save_path(tmp_path) == str(tmp_path / "hpc_ckpt_4.ckpt")
+    # what Lightning's "hpc" checkpoint path (and a requeued SLURM job) picks: the highest number
+    assert _CheckpointConnector.__dict__["_CheckpointConnector__max_ckpt_version_in_folder"].__func__(tmp_path) == 3
+
+
+def test_note_sigterm_sets_the_trainers_public_flag(tmp_path: Path) -> None:
+    trainer = Trainer(accelerator="cpu", logger=False, default_root_dir=tmp_path)
+    assert trainer.received_sigterm is False
+    private.note_sigterm(trainer)
+    assert trainer.received_sigterm is True
+
+
+def test_model_checkpoint_triggers_and_save_now(tmp_path: Path) -> None:
+    cb = ModelCheckpoint(dirpath=tmp_path, filename="x", train_time_interval=timedelta(minutes=5))
+    private.set_triggers(cb, every_n_epochs=2, every_n_train_steps=3)
+    assert private.triggers(cb) == {
+        "every_n_train_steps": 3,
+        "every_n_epochs": 2,
+        "train_time_interval": timedelta(minutes=5),
+    }
+    assert cb.every_n_epochs == 2  # Lightning's public view of the same field
+    # LastCheckpoint's state key is what Lightning's own key would be for those arguments
+    last = LastCheckpoint(dirpath=str(tmp_path), every_n_train_steps=3, train_time_interval=timedelta(minutes=5))
+    assert last.state_key == last._generate_state_key(
+        filename="last", every_n_train_steps=3, every_n_epochs=1, train_time_interval=timedelta(minutes=5)
+    )
+
+    class SaveAtStep(Callback):
+        def on_train_batch_end(self, trainer: Trainer, *args: Any) -> None:
+            if trainer.global_step == 2:
+                private.save_now(last, trainer)
+                assert private.last_saved_step(last) == 2
+
+    trainer = Trainer(
+        max_steps=3,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        default_root_dir=tmp_path,
+        callbacks=[SaveAtStep(), last],
+        limit_val_batches=0,
+    )
+    trainer.fit(Tiny())
+    assert (tmp_path / "last.ckpt").is_file() and Path(last.best_model_path) == tmp_path / "last.ckpt"
