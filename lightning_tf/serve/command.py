@@ -7,7 +7,6 @@ extra not installed) are one line and exit status 2.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import importlib.util
 import os
@@ -102,41 +101,39 @@ def serve(
     if not os.path.exists(checkpoint):
         raise FileNotFoundError(f"checkpoint not found: {checkpoint}")
     api_key = api_key if api_key is not None else os.environ.get("LIT_SERVER_API_KEY")
-    args = argparse.Namespace(**{**locals(), "devices": n_devices})
-
     from .api import Serving
     from .server import Deployment, TaskOptions, make_api, make_server
     from .shutdown import exit_now, install_signal_handlers
 
     serving = Serving(
-        max_batch_size=args.max_batch_size,
-        batch_timeout=args.batch_timeout,
-        api_key=args.api_key,
-        threads=args.threads,
-        workers=args.workers_per_device,
-        compile=args.compile,
+        max_batch_size=max_batch_size,
+        batch_timeout=batch_timeout,
+        api_key=api_key,
+        threads=threads,
+        workers=workers_per_device,
+        compile=compile,
     )
     deployment = Deployment(
-        accelerator=args.accelerator,
-        devices=args.devices,
-        workers_per_device=args.workers_per_device,
-        timeout=args.timeout,
-        max_payload_mb=args.max_payload_mb,
-        api_servers=args.api_servers,
+        accelerator=accelerator,
+        devices=n_devices,
+        workers_per_device=workers_per_device,
+        timeout=timeout,
+        max_payload_mb=max_payload_mb,
+        api_servers=api_servers,
     )
     try:
-        api, info = make_api(args.checkpoint, serving, TaskOptions(args.beam_size, args.top_k, args.on_error))
+        api, info = make_api(checkpoint, serving, TaskOptions(beam_size, top_k, on_error))
         server = make_server(api, info, deployment)
     except (FileNotFoundError, ValueError, TypeError) as err:
         raise ValueError(" ".join(str(err).split())) from None  # one line, whatever the message holds
-    host = f"[{args.host}]" if ":" in args.host else args.host
-    workers = len(server.devices) * args.workers_per_device
+    shown_host = f"[{host}]" if ":" in host else host
+    workers = len(server.devices) * workers_per_device
     devices = [d if isinstance(d, str) else "+".join(d) for d in server.devices]  # LitServe: "cpu", or a list per GPU
     print(
-        f"lightning-tf serve: {info['task']} ({info['class']}, {args.checkpoint}) on http://{host}:{args.port}: "
+        f"lightning-tf serve: {info['task']} ({info['class']}, {checkpoint}) on http://{shown_host}:{port}: "
         f"POST /predict, GET /health, /info, /docs; {workers} worker(s) on {', '.join(devices)}, "
-        f"batches of up to {args.max_batch_size} within {api.batch_timeout:g} s"
-        f"{'; API key required' if args.api_key else ''}. SIGTERM or Ctrl+C stops it after the requests in flight.",
+        f"batches of up to {max_batch_size} within {api.batch_timeout:g} s"
+        f"{'; API key required' if api_key else ''}. SIGTERM or Ctrl+C stops it after the requests in flight.",
         file=sys.stderr,
         flush=True,
     )
@@ -147,10 +144,10 @@ def serve(
     gc.collect()
     gc.freeze()
     server.run(
-        host=args.host,
-        port=args.port,
-        num_api_servers=args.api_servers,
-        log_level=args.log_level,
+        host=host,
+        port=port,
+        num_api_servers=api_servers,
+        log_level=log_level,
         generate_client_file=False,
     )
     print("lightning-tf serve: stopped", file=sys.stderr, flush=True)
