@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-# subprocesses, process groups or whole training runs: the integration tier (make test-integration)
-pytestmark = pytest.mark.integration
+# four minutes of subprocesses that re-prove the benchmark's own tables at toy size (what it measures, the
+# prepared corpus and panel and their DDP sharing, is guarded by the integration tier's own tests): make test-slow
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 
