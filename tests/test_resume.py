@@ -106,6 +106,24 @@ class Kill(Callback):
             raise Killed(f"killed at step {self.at_step}")
 
 
+def tiny_trainer(root: Path, callbacks: list[Any], **overrides: Any) -> Trainer:
+    """The seeded, deterministic CPU trainer of these tests: 4 training batches and 1 validation batch an epoch,
+    no logger, no progress bar; ``overrides`` (``max_epochs``, ``num_sanity_val_steps``, ...) on top."""
+    settings: dict[str, Any] = {
+        "max_epochs": 3,
+        "limit_train_batches": 4,
+        "limit_val_batches": 1,
+        "num_sanity_val_steps": 0,
+        "logger": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "deterministic": True,
+        "accelerator": "cpu",
+        "devices": 1,
+    }
+    return Trainer(callbacks=callbacks, default_root_dir=root, **(settings | overrides))
+
+
 def fit(
     task: Task,
     root: Path,
@@ -133,20 +151,7 @@ def fit(
     if kill_at_step is not None:
         callbacks.append(Kill(kill_at_step))
     model, dm = task()
-    trainer = Trainer(
-        max_epochs=max_epochs,
-        limit_train_batches=4,
-        limit_val_batches=1,
-        num_sanity_val_steps=1,
-        callbacks=callbacks,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        deterministic=True,
-        default_root_dir=root,
-        accelerator="cpu",
-        devices=1,
-    )
+    trainer = tiny_trainer(root, callbacks, max_epochs=max_epochs, num_sanity_val_steps=1)
     if kill_at_step is None:
         trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
         if ckpt_path is not None:  # it did resume (for "last", Lightning only warns when it finds nothing)
@@ -311,20 +316,7 @@ def early_stopped_fit(root: Path, metrics: bool, ckpt_path: str | None = None, k
         *([Kill(kill_at_step)] if kill_at_step is not None else []),
     ]
     model, dm = kline_task()
-    trainer = Trainer(
-        max_epochs=4,
-        limit_train_batches=4,
-        limit_val_batches=1,
-        check_val_every_n_epoch=2,
-        num_sanity_val_steps=0,
-        callbacks=callbacks,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        deterministic=True,
-        default_root_dir=root,
-        accelerator="cpu",
-    )
+    trainer = tiny_trainer(root, callbacks, max_epochs=4, check_val_every_n_epoch=2)
     if kill_at_step is None:
         trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
     else:
@@ -369,19 +361,7 @@ def signalled_fit(
     if signal_at is not None:
         callbacks.append(SignalAt(*signal_at, group=False))
     model, dm = task()
-    trainer = Trainer(
-        max_epochs=3,
-        limit_train_batches=4,
-        limit_val_batches=1,
-        num_sanity_val_steps=0,
-        callbacks=callbacks,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        deterministic=True,
-        default_root_dir=root,
-        accelerator="cpu",
-    )
+    trainer = tiny_trainer(root, callbacks)
     if signal_at is None:
         trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
     else:
