@@ -37,7 +37,7 @@ from lightning_tf.training import (
 )
 
 from .evaluation.baselines import LinearBaseline
-from .evaluation.metrics import IntervalMetrics, pinball_loss
+from .evaluation.metrics import IntervalMetrics, date_correlation, pinball_loss
 from .evaluation.report import TestFigures, TestRecord, report_text
 from .evaluation.selection import ResidualSelection, selection_line
 from .evaluation.summary import BASELINES, SCALES, baseline_forecasts, naive_model_scale, score, stage_metrics
@@ -122,6 +122,11 @@ class KLineForecaster(CheckedLoading, LightningModule):
         revin_affine: learn RevIN's per-channel scale and shift.
         loss: ``mse``, ``huber`` or ``quantile`` (pinball loss over ``quantiles``) on the model scale.
         huber_delta: threshold of the Huber loss.
+        ic_weight: weight of a rank-aware term added to the training loss: ``ic_weight * (1 - IC)``, with IC the
+            mean over the batch's dates of the Pearson correlation across tickers between forecast and label
+            (:func:`~.evaluation.metrics.date_correlation`; with ``batch_by_date`` each batch is one date's whole
+            universe). It rewards ordering the cross-section, whatever each date's level and scale; validation
+            and model selection still use ``loss``. 0: off.
         lr: peak learning rate of AdamW.
         weight_decay: AdamW weight decay (matrices only; never the linear path).
         betas: AdamW betas.
@@ -179,6 +184,7 @@ class KLineForecaster(CheckedLoading, LightningModule):
         revin_affine: bool = True,
         loss: Literal["mse", "huber", "quantile"] = "mse",
         huber_delta: float = 1.0,
+        ic_weight: float = 0.0,
         lr: float = 1e-3,
         weight_decay: float = 0.05,
         betas: tuple[float, float] = (0.9, 0.999),
@@ -197,6 +203,8 @@ class KLineForecaster(CheckedLoading, LightningModule):
         )
         if backtest_cost_bps < 0:
             raise ValueError(f"backtest_cost_bps must be >= 0, got {backtest_cost_bps}")
+        if not ic_weight >= 0:
+            raise ValueError(f"ic_weight must be >= 0, got {ic_weight}")
         self.save_hyperparameters()
         spec = TransformerSpec(
             d_model,
@@ -515,6 +523,12 @@ class KLineForecaster(CheckedLoading, LightningModule):
         out = self.net.combine(parts) if stage == "test" else self.net.combine(parts, gate=1.0)  # (B, F, K[, Q])
         pred = self._point(out)  # (B, F, K)
         loss = self._loss(out, y)
+        if stage == "train" and self.hparams.get("ic_weight", 0.0) > 0:
+            if "time" not in batch:
+                raise ValueError("ic_weight needs the windows' dates: use the K-line data (KLineDataModule)")
+            ic = date_correlation(pred, y, batch["time"])
+            self.log("train/ic", ic, batch_size=B)
+            loss = loss + self.hparams.ic_weight * (1 - ic)
         if stage == "val":
             self.val_loss.update(loss.detach(), B)
             if self.hparams.residual in ("on", "blend"):

@@ -38,6 +38,7 @@ __all__ = [
     "IntervalMetrics",
     "MeanAbsoluteScaledError",
     "central_intervals",
+    "date_correlation",
     "pinball_loss",
 ]
 
@@ -163,6 +164,30 @@ def pinball_loss(quantiles: Tensor, target: Tensor, levels: list[float], reduce:
     e = target[..., None] - quantiles  # (B, F, K, Q)
     loss = torch.maximum(tau * e, (tau - 1) * e)  # (B, F, K, Q)
     return loss.mean() if reduce else loss
+
+
+def date_correlation(pred: Tensor, target: Tensor, dates: Tensor) -> Tensor:
+    """The mean over dates of the Pearson correlation across the windows of one date (the IC of a cross-section)
+    between ``pred`` and ``target`` (B, ...), each trailing element on its own; ``dates`` (B,) groups the
+    windows. Dates with fewer than two windows, or with a constant forecast or target, do not count; 0 when
+    none counts. Differentiable: ``1 - date_correlation`` is a rank-aware loss that ignores each date's level
+    and scale (``batch_by_date`` makes every training batch one whole date)."""
+    _, group = torch.unique(dates, return_inverse=True)  # (B,) in 0..G-1
+    G = int(group.max()) + 1
+    p = pred.reshape(pred.shape[0], -1).double()  # (B, E)
+    t = target.reshape(target.shape[0], -1).double()  # (B, E)
+    index = group[:, None].expand_as(p)  # (B, E)
+
+    def per_date(values: Tensor) -> Tensor:  # (B, E) -> (G, E) sums
+        return torch.zeros(G, values.shape[1], dtype=values.dtype, device=values.device).scatter_add(0, index, values)
+
+    count = per_date(torch.ones_like(p))  # (G, E)
+    pc = p - (per_date(p) / count).gather(0, index)  # (B, E) centred per date
+    tc = t - (per_date(t) / count).gather(0, index)
+    cov, var_p, var_t = per_date(pc * tc), per_date(pc * pc), per_date(tc * tc)  # (G, E)
+    valid = (count >= 2) & (var_p > 1e-24) & (var_t > 1e-24)  # (G, E)
+    corr = torch.where(valid, cov / (var_p * var_t).clamp_min(1e-48).sqrt(), torch.zeros_like(cov))
+    return (corr.sum() / valid.sum().clamp_min(1)).to(pred.dtype)
 
 
 def central_intervals(levels: list[float]) -> list[tuple[int, int]]:
