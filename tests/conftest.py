@@ -75,3 +75,22 @@ def _restore_environment() -> Iterator[None]:
     for key in set(os.environ) - set(saved):
         del os.environ[key]
     os.environ.update(saved)
+
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_ROOT_ENTRIES: set[str] = set()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _ROOT_ENTRIES.update(os.listdir(_ROOT))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A test writes into its own ``tmp_path``: a file it leaves in the checkout (a ``predictions.csv`` from a
+    Trainer with no ``default_root_dir``) fails the session, naming it."""
+    if hasattr(session.config, "workerinput"):  # an xdist worker: the controller checks once
+        return
+    new = sorted(set(os.listdir(_ROOT)) - _ROOT_ENTRIES - {".pytest_cache", ".ruff_cache"})
+    if new:
+        print(f"\nthe tests left {', '.join(new)} in {_ROOT}: write into tmp_path", file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

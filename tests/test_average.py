@@ -65,7 +65,9 @@ def test_the_average_is_the_mean_and_predicts_exports_and_serves(
     with torch.no_grad():
         torch.testing.assert_close(served(x), model.eval()(x))
     assert model.class_names == [str(i) for i in range(10)] and model.mean is not None
-    trainer = Trainer(logger=False, enable_progress_bar=False, accelerator="cpu", limit_predict_batches=1)
+    trainer = Trainer(
+        logger=False, enable_progress_bar=False, accelerator="cpu", limit_predict_batches=1, default_root_dir=tmp_path
+    )
     probs = trainer.predict(model, ImageDataModule(batch_size=8), ckpt_path=str(out), return_predictions=True)
     assert probs[0]["probs"].shape == (8, 10)
     pytest.importorskip("litserve")
