@@ -135,10 +135,10 @@ class FoldRecorder(Callback):
         net, levels = pl_module.net, pl_module.quantiles
         middle = None if levels is None else levels.index(0.5)
 
-        def forecast(batch: dict[str, Any]) -> tuple[Any, Any, Any]:
+        def forecast(batch: dict[str, Any], gate: float | None = None) -> tuple[Any, Any, Any]:
             covariates = {k: batch[k] for k in ("x_future", "static") if k in batch}
             parts = net.parts(batch["x"], **covariates)[0]
-            out = net.combine(parts)  # (B, F, K[, Q])
+            out = net.combine(parts) if gate is None else net.combine(parts, gate=gate)  # (B, F, K[, Q])
             point = out if middle is None else out[..., middle]  # (B, F, K)
             linear = None
             if net.linear is not None:
@@ -148,7 +148,12 @@ class FoldRecorder(Callback):
 
         was_training = pl_module.training
         pl_module.eval()
-        frame = window_forecasts(forecast, dm.datasets["test"], dm.data_scale, levels, device=pl_module.device)
+        test, device = dm.datasets["test"], pl_module.device
+        frame = window_forecasts(forecast, test, dm.data_scale, levels, device=device)
+        if net.linear is not None and pl_module.hparams.get("residual") in ("on", "blend"):
+            # the Transformer with its whole residual, whatever validation chose: what the backbone itself forecasts
+            whole = window_forecasts(lambda b: forecast(b, gate=1.0), test, dm.data_scale, None, device=device)
+            frame.insert(frame.columns.get_loc("prediction") + 1, "residual", whole["prediction"].to_numpy())
         pl_module.train(was_training)
         if getattr(dm.hparams, "label", "raw") != "raw" or getattr(dm.hparams, "target", "log_return") != "log_return":
             # the model's target is not the step's log return (a cross-sectional label, a close): keep it as

@@ -84,10 +84,31 @@ def test_folds_csv_has_each_folds_dates_embargoed_and_metrics(universe: dict[str
 
 def test_predictions_file_holds_every_test_window_with_realised_returns(universe: dict[str, Path]) -> None:
     frame = pd.read_parquet(universe["out"] / "predictions.parquet")
-    for column in ("date", "ticker", "step", "prediction", "realised", "linear", "lightgbm", "momentum", "fold"):
+    for column in (
+        "date",
+        "ticker",
+        "step",
+        "prediction",
+        "residual",
+        "realised",
+        "linear",
+        "lightgbm",
+        "momentum",
+        "fold",
+    ):
         assert column in frame, column
     assert set(frame["step"]) == {1, 2} and frame["ticker"].nunique() == 20
     assert frame["prediction"].notna().all()
+    # the model with its whole residual: the tested forecast where validation kept it, else a different one
+    # (the linear path plus the residual), and never the linear path's when the residual forecasts anything
+    table = pd.read_csv(universe["out"] / "folds.csv")
+    for row in table.itertuples():
+        part = frame[frame["fold"] == row.fold]
+        if row.residual_kept:
+            np.testing.assert_allclose(part["residual"], part["prediction"], rtol=1e-6, atol=1e-9)
+        else:
+            np.testing.assert_allclose(part["prediction"], part["linear"], rtol=1e-6, atol=1e-9)
+        assert not np.allclose(part["residual"], part["linear"], rtol=1e-6, atol=1e-9)
     if importlib.util.find_spec("lightgbm") is not None:
         assert frame.loc[frame["step"] == 1, "lightgbm"].notna().all()
     # realised: the log return of bar t + step of the ticker, t the origin
@@ -118,6 +139,7 @@ def test_report_judges_the_model_against_each_baseline(universe: dict[str, Path]
         assert f"* the model vs {name}:" in report
     if importlib.util.find_spec("lightgbm") is not None:
         assert "* the model vs LightGBM:" in report
+        assert "* the model, residual always kept vs LightGBM:" in report
     assert "equal-weight universe" in report and "RankIC" in report and "## Per fold" in report
     for png in ("cumulative_return.png", "ic_per_month.png"):
         assert (universe["out"] / png).read_bytes()[:4] == b"\x89PNG"

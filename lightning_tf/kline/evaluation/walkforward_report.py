@@ -23,6 +23,7 @@ __all__ = ["FORECASTERS", "WalkForwardResult", "default_top_k", "evaluate_foreca
 #: the predictions file's column of each forecaster, and its name in the report
 FORECASTERS: dict[str, str] = {
     "prediction": "model",
+    "residual": "model, residual always kept",
     "linear": "linear path",
     "lightgbm": "LightGBM",
     "momentum": "momentum (20 bars)",
@@ -110,16 +111,20 @@ def verdicts(result: WalkForwardResult) -> list[str]:
         return []
     lines = []
     m = model.summary
-    for name, evaluation in result.pooled.items():
-        if name == "model":
-            continue
-        b = evaluation.summary
-        parts = []
-        for key, label in (("rank_ic_mean", "RankIC"), ("long_short_information_ratio", "net long-short IR")):
-            ours, theirs = m.get(key, math.nan), b.get(key, math.nan)
-            word = "beats" if ours > theirs else ("ties" if ours == theirs else "does NOT beat")
-            parts.append(f"{word} it on {label} ({ours:+.4f} vs {theirs:+.4f})")
-        lines.append(f"* the model vs {name}: " + "; ".join(parts))
+    # the model as tested, and (where the walk-forward kept it) the model with its whole residual
+    subjects = [(n, "the " + n) for n in result.pooled if n.startswith("model")]
+    for subject, title in subjects:
+        m_ = result.pooled[subject].summary
+        for name, evaluation in result.pooled.items():
+            if name.startswith("model"):
+                continue
+            b = evaluation.summary
+            parts = []
+            for key, label in (("rank_ic_mean", "RankIC"), ("long_short_information_ratio", "net long-short IR")):
+                ours, theirs = m_.get(key, math.nan), b.get(key, math.nan)
+                word = "beats" if ours > theirs else ("ties" if ours == theirs else "does NOT beat")
+                parts.append(f"{word} it on {label} ({ours:+.4f} vs {theirs:+.4f})")
+            lines.append(f"* {title} vs {name}: " + "; ".join(parts))
     bench = m.get("benchmark_annual_return", math.nan)
     ours = m.get("long_only_annual_return", math.nan)
     word = "beats" if ours > bench else "does NOT beat"
@@ -217,7 +222,8 @@ def write_report(
         kept = int(folds["residual_kept"].astype(bool).sum())
         lines += [
             f"The tested model kept its Transformer residual on validation in {kept} of {len(folds)} folds; in the "
-            "others it is its linear path alone (the same forecast as the `linear path` row).",
+            "others it is its linear path alone (the same forecast as the `linear path` row). The `model, residual "
+            "always kept` row is the Transformer with its whole residual in every fold, whatever validation chose.",
             "",
         ]
     lines += [
