@@ -9,10 +9,11 @@
   :func:`load_safetensors` rebuilds the module from the directory (strict load, bitwise the same
   weights).
 * **ONNX** (the ViT and the K-line forecaster): one ``.onnx`` file of the inference ``forward``
-  (images ``(B, C, H, W)`` -> logits ``(B, K)``; context ``(B, L, C)`` -> forecast ``(B, F, K)`` on the
-  model scale) with a dynamic batch axis, exported with ``torch.onnx.export(dynamo=True)`` and
-  checked against onnxruntime. The same sidecar JSON is stored in the model's metadata under the
-  key ``lightning_tf``.
+  (images ``(B, C, H, W)`` -> logits ``(B, K)``; context ``(B, L, C)``, and a covariate model's
+  ``x_future`` ``(B, F, Cf)`` / ``static`` ``(B, S)``, -> forecast ``(B, F, K)`` on the model scale) with a
+  dynamic batch axis on every input, exported with ``torch.onnx.export(dynamo=True)`` and checked against
+  onnxruntime. The same sidecar JSON, with the inputs' names and shapes (and what a covariate model's
+  inputs hold), is stored in the model's metadata under the key ``lightning_tf``.
 * **marian** (a Marian-shaped translation model with its SentencePiece tokenizer): a folder that
   transformers' ``MarianMTModel`` and ``MarianTokenizer`` load (:meth:`Seq2SeqTransformer.to_marian`).
 
@@ -293,33 +294,48 @@ def load_safetensors(
 # ---------------------------------------------------------------------------------------- ONNX
 
 
-def _onnx_spec(model: LightningModule, batch: int) -> tuple[Tensor, str, str, list[Any], list[Any]]:
-    """Example input, input/output names and their shapes (``"batch"`` for the dynamic axis), read from
-    the module: Lightning's ``example_input_array`` (one tensor, batch first) and its
+def _onnx_spec(model: LightningModule, batch: int) -> tuple[dict[str, Tensor], list[str], str, list[Any]]:
+    """Example inputs of ``batch`` rows by ``forward``'s argument name, the graph's input names (one per example
+    input, in order), its output name and output shape (``"batch"`` for the dynamic axis), read from the module:
+    its ``onnx_example_inputs(batch)`` where it has one (the inputs it reads: the K-line forecaster's context and
+    covariates), else Lightning's ``example_input_array`` (one tensor, batch first) redrawn at ``batch``; and its
     ``onnx_input_names`` / ``onnx_output_names``."""
     import torch
     from torch import Tensor
 
     example = getattr(model, "example_input_array", None)
-    if not isinstance(example, Tensor):
+    if example is None:
         raise ValueError(
             f"{type(model).__name__} cannot be exported to ONNX: it has no example_input_array (a translation "
             "model decodes in Python, beam search over a KV cache, around the network); export it with "
             "--format safetensors"
         )
-    p = next(model.parameters())
-    input_name = (getattr(model, "onnx_input_names", None) or ["input"])[0]
+    if callable(getattr(model, "onnx_example_inputs", None)):
+        inputs = dict(model.onnx_example_inputs(batch))
+    elif isinstance(example, Tensor):
+        p = next(model.parameters())
+        first = next(iter(inspect.signature(model.forward).parameters))
+        inputs = {first: torch.randn(batch, *example.shape[1:], dtype=p.dtype, device=p.device)}  # (batch, ...)
+    else:
+        raise ValueError(
+            f"{type(model).__name__} cannot be exported to ONNX: its example_input_array is a "
+            f"{type(example).__name__} and it has no onnx_example_inputs(batch) naming forward's arguments"
+        )
+    names = list(getattr(model, "onnx_input_names", None) or ["input"])
+    if len(names) != len(inputs):
+        raise ValueError(
+            f"{type(model).__name__} cannot be exported to ONNX: onnx_input_names {names} do not name its "
+            f"example inputs {list(inputs)} one to one"
+        )
     output_name = (getattr(model, "onnx_output_names", None) or ["output"])[0]
-    # an example batch of 2: torch.export specialises a size-1 dimension to the constant 1
-    x = torch.randn(batch, *example.shape[1:], dtype=p.dtype, device=p.device)  # (batch, ...)
     with torch.no_grad():
-        out = model(x[:1])
-    return x, input_name, output_name, ["batch", *x.shape[1:]], ["batch", *out.shape[1:]]
+        out = model(**{k: v[:1] for k, v in inputs.items()})
+    return inputs, names, output_name, ["batch", *out.shape[1:]]
 
 
 def onnx_metadata(path: str | Path) -> dict[str, Any]:
     """The sidecar stored in an ONNX file by :func:`export_onnx` (class path, hparams, extras, input
-    and output names and shapes)."""
+    and output names and shapes, and what a model with covariates reads besides its context)."""
     import onnx
 
     model = onnx.load(str(path), load_external_data=False)
@@ -338,27 +354,31 @@ def export_onnx(
     model_class: type[LightningModule] | None = None,
 ) -> Path:
     """Export the inference ``forward`` of a module with an ``example_input_array`` (the ViT, the K-line
-    forecaster) to ONNX with a dynamic batch axis; names and shapes come from the module.
+    forecaster) to ONNX with a dynamic batch axis on every input; names and shapes come from the module.
 
     ViT: ``images`` (batch, C, H, W), normalised as in training -> ``logits`` (batch, K).
-    K-line: ``context`` (batch, L, C) on the model scale -> ``forecast`` (batch, F, K) on the model
-    scale (the metadata's ``extras.data_scale`` maps it to original units). The attention-weights path
-    is not part of the graph. Uses the ``torch.export`` based exporter (``dynamo=True``): the legacy
-    TorchScript exporter is deprecated and cannot export the K-line model's ``unfold`` with a dynamic
-    batch. Weights stay inside the file up to 1.5 GiB (else in ``<path>.data``).
+    K-line: ``context`` (batch, L, C) on the model scale, and for a model with covariates ``x_future``
+    (batch, F, Cf) float32 and / or ``static`` (batch, S) int64 (only those it reads) -> ``forecast``
+    (batch, F, K) on the model scale (the metadata's ``extras.data_scale`` maps it to original units; its
+    ``covariates`` entry describes the covariate inputs). The attention-weights path is not part of the graph.
+    Uses the ``torch.export`` based exporter (``dynamo=True``): the legacy TorchScript exporter is deprecated and
+    cannot export the K-line model's ``unfold`` with a dynamic batch. Weights stay inside the file up to 1.5 GiB
+    (else in ``<path>.data``).
 
     Args:
         source: a LightningModule, a Lightning checkpoint or a safetensors export directory.
         path: the ``.onnx`` file to write.
         opset_version: ONNX opset; default: the exporter's.
-        verify: run the file in onnxruntime (if installed) at batch sizes 1 and 3 and raise if any
-            output differs from torch's by more than ``atol`` (plus 1e-3 relative).
+        verify: run the file in onnxruntime (if installed) on random inputs of every kind at batch sizes 1 and 3
+            and raise if any output differs from torch's by more than ``atol`` (plus 1e-3 relative).
         atol: absolute tolerance of ``verify``.
         model_class: the checkpoint's class, if it cannot be recognised (see :func:`load_module`).
 
     Returns:
         The path written.
     """
+    import warnings
+
     import torch
 
     missing = [m for m in ("onnx", "onnxscript") if importlib.util.find_spec(m) is None]
@@ -372,20 +392,32 @@ def export_onnx(
     was_training = model.training
     model.eval()
     try:
-        # input and configuration errors surface here, readably, not from inside the tracer
-        x, input_name, output_name, in_shape, out_shape = _onnx_spec(model, batch=2)
-        meta = _describe(model) | {"inputs": {input_name: in_shape}, "outputs": {output_name: out_shape}}
+        # input and configuration errors surface here, readably, not from inside the tracer. An example batch
+        # of 2: torch.export specialises a size-1 dimension to the constant 1
+        inputs, input_names, output_name, out_shape = _onnx_spec(model, batch=2)
+        meta = _describe(model) | {
+            "inputs": {name: ["batch", *t.shape[1:]] for name, t in zip(input_names, inputs.values())},
+            "outputs": {output_name: out_shape},
+        }
+        sidecar = getattr(model, "onnx_sidecar", None)
+        if callable(sidecar):  # what the module says of its inputs (the K-line forecaster's covariates)
+            meta |= _jsonable(sidecar(), "onnx_sidecar")
         path.parent.mkdir(parents=True, exist_ok=True)
-        program = torch.onnx.export(
-            model,
-            (x,),
-            dynamo=True,
-            input_names=[input_name],
-            output_names=[output_name],
-            dynamic_shapes=({0: "batch"},),
-            opset_version=opset_version,
-            verbose=False,
-        )
+        first, *rest = inputs  # the first argument positionally, as before; optional ones by name
+        with warnings.catch_warnings():
+            # several inputs share the one batch axis; the exporter says it names it once
+            warnings.filterwarnings("ignore", message=r".*axis name: batch will not be used")
+            program = torch.onnx.export(
+                model,
+                (inputs[first],),
+                kwargs={k: inputs[k] for k in rest} or None,
+                dynamo=True,
+                input_names=input_names,
+                output_names=[output_name],
+                dynamic_shapes={k: {0: "batch"} for k in inputs},
+                opset_version=opset_version,
+                verbose=False,
+            )
         assert program is not None
         from onnx_ir.traversal import RecursiveGraphIterator
 
@@ -397,31 +429,33 @@ def export_onnx(
         n_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
         program.save(path, external_data=n_bytes > _ONNX_INLINE_LIMIT)
         if verify:
-            _verify_onnx(model, path, x, atol)
+            _verify_onnx(model, path, input_names, atol)
     finally:
         model.train(was_training)
     return path
 
 
-def _verify_onnx(model: LightningModule, path: Path, x: Tensor, atol: float) -> None:
+def _verify_onnx(model: LightningModule, path: Path, input_names: list[str], atol: float) -> None:
+    """onnxruntime's output of ``path`` against ``model``'s on fresh example inputs (every input the graph
+    takes, by ``input_names``) at batch sizes 1 and 3."""
     import torch
 
     if importlib.util.find_spec("onnxruntime") is None:
         log.warning("onnxruntime is not installed: %s was not checked against torch", path)
         return
-    if x.dtype != torch.float32:
-        log.warning("%s has %s inputs: not checked against torch (the check feeds float32 arrays)", path, x.dtype)
-        return
     import numpy as np
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    name = session.get_inputs()[0].name
     for batch in (1, 3):
-        xb = torch.randn(batch, *x.shape[1:])  # (batch, ...)
+        inputs, *_ = _onnx_spec(model, batch)
+        if any(t.is_floating_point() and t.dtype != torch.float32 for t in inputs.values()):
+            dtypes = {k: str(t.dtype) for k, t in inputs.items()}
+            log.warning("%s has inputs %s: not checked against torch (the check feeds float32 arrays)", path, dtypes)
+            return
         with torch.no_grad():
-            ref = model(xb.to(x.device)).cpu().numpy()
-        got = session.run(None, {name: xb.numpy()})[0]
+            ref = model(**inputs).cpu().numpy()
+        got = session.run(None, {name: t.cpu().numpy() for name, t in zip(input_names, inputs.values())})[0]
         if got.shape != ref.shape or not np.allclose(got, ref, atol=atol, rtol=1e-3):
             diff = float(np.abs(got - ref).max()) if got.shape == ref.shape else float("nan")
             raise RuntimeError(

@@ -236,7 +236,10 @@ def test_kline_onnx_matches_torch(channel_mixing: bool, tmp_path: Path) -> None:
     ).eval()
     path = export_onnx(model, tmp_path / "kline.onnx")  # verify=True runs the same check inside
     _ort_matches(model, path, (32, 3))
-    assert onnx_metadata(path)["outputs"] == {"forecast": ["batch", 4, 2]}
+    meta = onnx_metadata(path)
+    # a model without covariates: the one input it always had, and nothing said of covariates
+    assert meta["inputs"] == {"context": ["batch", 32, 3]} and meta["outputs"] == {"forecast": ["batch", 4, 2]}
+    assert "covariates" not in meta
 
 
 @pytest.mark.integration  # two more exports: the default backbone's are in the unit tier above
@@ -249,6 +252,131 @@ def test_kline_onnx_matches_torch_for_every_backbone(backbone: str, causal: bool
     path = export_onnx(model, tmp_path / "kline.onnx")  # verify=True runs the same check inside
     _ort_matches(model, path, (32, 3))
     assert onnx_metadata(path)["outputs"] == {"forecast": ["batch", 4, 2]}
+
+
+def covariate_model(n_future: int, static_sizes: list[int], backbone: str = "patches") -> KLineForecaster:
+    """A tiny forecaster with known-future and / or static covariates whose head is not zero (it starts at zero,
+    where the covariates would not move the forecast and an input left out of the graph would go unnoticed)."""
+    torch.manual_seed(0)
+    model = KLineForecaster(
+        n_features=3, n_targets=2, target_channels=[2, 0], channel_mixing=True, backbone=backbone, **KLINE_TINY
+    )
+    model.net.set_covariates(n_future, static_sizes)
+    with torch.no_grad():
+        for p in model.net.covariates.parameters():
+            p.normal_()
+    return model.eval()
+
+
+def _covariate_inputs(batch: int, n_future: int, static_sizes: list[int], seed: int) -> dict[str, torch.Tensor]:
+    """Random graph inputs by name: context, x_future, static ids below each vocabulary size."""
+    g = torch.Generator().manual_seed(seed)
+    inputs = {"context": torch.randn(batch, 32, 3, generator=g)}
+    if n_future:
+        inputs["x_future"] = torch.randn(batch, 4, n_future, generator=g)
+    if static_sizes:
+        inputs["static"] = torch.stack([torch.randint(0, s, (batch,), generator=g) for s in static_sizes], dim=1)
+    return inputs
+
+
+def _torch_forecast(model: KLineForecaster, inputs: dict[str, torch.Tensor]) -> np.ndarray:
+    with torch.no_grad():
+        return model(inputs["context"], inputs.get("x_future"), inputs.get("static")).numpy()
+
+
+def _ort_forecast(session: Any, inputs: dict[str, torch.Tensor]) -> np.ndarray:
+    return session.run(None, {name: t.numpy() for name, t in inputs.items()})[0]
+
+
+def _check_covariate_onnx(model: KLineForecaster, path: Path, n_future: int, static_sizes: list[int]) -> None:
+    """The graph takes exactly the model's inputs, matches torch at batch 1 and 3, and reads each covariate:
+    another x_future (another static id) gives another forecast, torch's."""
+    ort = needs_onnx()
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    expected = ["context", *(["x_future"] if n_future else []), *(["static"] if static_sizes else [])]
+    assert [i.name for i in session.get_inputs()] == expected
+    assert [i.type for i in session.get_inputs()] == [
+        "tensor(int64)" if name == "static" else "tensor(float)" for name in expected
+    ]
+    for batch in (1, 3):  # the example batch was 2: the batch axis is really dynamic
+        inputs = _covariate_inputs(batch, n_future, static_sizes, seed=batch)
+        base = _ort_forecast(session, inputs)
+        np.testing.assert_allclose(base, _torch_forecast(model, inputs), rtol=0, atol=1e-4)
+        changed = {}
+        if n_future:
+            changed["x_future"] = inputs | {"x_future": inputs["x_future"] + 1.0}
+        if static_sizes:
+            changed["static"] = inputs | {"static": (inputs["static"] + 1) % torch.tensor(static_sizes)}
+        for name, other in changed.items():
+            got = _ort_forecast(session, other)
+            assert np.abs(got - base).max() > 1e-2, f"changing {name} left the ONNX forecast unchanged"
+            np.testing.assert_allclose(got, _torch_forecast(model, other), rtol=0, atol=1e-4)
+
+
+@pytest.mark.integration  # three exports of about 3 s each
+@pytest.mark.parametrize(("n_future", "static_sizes"), [(2, [4, 3]), (2, []), (0, [5])])
+def test_kline_onnx_with_covariates_takes_them_as_inputs(
+    n_future: int, static_sizes: list[int], tmp_path: Path
+) -> None:
+    model = covariate_model(n_future, static_sizes)
+    path = export_onnx(model, tmp_path / "kline.onnx")  # verify=True feeds random inputs of every kind
+    _check_covariate_onnx(model, path, n_future, static_sizes)
+    meta = onnx_metadata(path)
+    inputs = {"context": ["batch", 32, 3]}
+    if n_future:
+        inputs["x_future"] = ["batch", 4, n_future]
+    if static_sizes:
+        inputs["static"] = ["batch", len(static_sizes)]
+    assert meta["inputs"] == inputs and meta["outputs"] == {"forecast": ["batch", 4, 2]}
+    cov = meta["covariates"]
+    assert list(cov) == [k for k in ("x_future", "static") if k in inputs]
+    if n_future:  # built without data: no column names to tell
+        assert cov["x_future"] == {"shape": inputs["x_future"], "dtype": "float32", "columns": None, "calendar": None}
+    if static_sizes:
+        assert cov["static"]["sizes"] == static_sizes and cov["static"]["unknown_id"] == 0
+    assert meta["extras"]["covariate_sizes"] == {"n_future": n_future, "static_sizes": static_sizes}
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("backbone", ["variates", "bars"])
+def test_kline_onnx_with_covariates_for_every_backbone(backbone: str, tmp_path: Path) -> None:
+    model = covariate_model(2, [4, 3], backbone=backbone)
+    _check_covariate_onnx(model, export_onnx(model, tmp_path / "kline.onnx"), 2, [4, 3])
+
+
+def test_kline_covariate_model_safetensors_roundtrip_is_bitwise(tmp_path: Path) -> None:
+    model = covariate_model(2, [4, 3])
+    loaded = load_safetensors(export_safetensors(model, tmp_path / "st"))
+    assert loaded.net.covariate_sizes == (2, [4, 3])
+    inputs = _covariate_inputs(3, 2, [4, 3], seed=0)
+    assert np.array_equal(_torch_forecast(loaded, inputs), _torch_forecast(model, inputs))
+
+
+class _TwoInputs(LightningModule):
+    """A module with two forward inputs, to check what the ONNX export asks of such modules."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 2)
+
+    @property
+    def example_input_array(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.zeros(1, 4), torch.zeros(1, 4)
+
+    def forward(self, x: torch.Tensor, extra: torch.Tensor) -> torch.Tensor:
+        return self.lin(x + extra)
+
+
+def test_onnx_export_of_several_inputs_needs_their_names(tmp_path: Path) -> None:
+    needs_onnx()
+    model = _TwoInputs()
+    with pytest.raises(ValueError, match=r"_TwoInputs cannot be exported to ONNX: its example_input_array is a tuple"):
+        export_onnx(model, tmp_path / "m.onnx")
+    model.onnx_example_inputs = lambda batch: {"x": torch.randn(batch, 4), "extra": torch.randn(batch, 4)}
+    model.onnx_input_names = ["x"]
+    with pytest.raises(ValueError, match=r"onnx_input_names \['x'\] do not name its example inputs \['x', 'extra'\]"):
+        export_onnx(model, tmp_path / "m.onnx")
+    assert not (tmp_path / "m.onnx").exists()
 
 
 def test_onnx_refuses_the_translation_model(text_ckpt: tuple[Path, Seq2SeqTransformer], tmp_path: Path) -> None:
@@ -274,6 +402,77 @@ def test_cli_exports_a_trainer_checkpoint(
     x = torch.randn(3, 32, 6)
     assert torch.equal(load_safetensors(tmp_path / "st")(x), model(x))
     _ort_matches(model, tmp_path / "m.onnx", (32, 6))
+
+
+@pytest.mark.integration  # a fit on a generated universe and an export through the command
+def test_cli_exports_a_covariate_checkpoint_that_forecasts_as_the_model_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A checkpoint with past, known-future (calendar and a user column) and static (ticker, sector) covariates:
+    the graph takes context, x_future and static, the metadata names their columns, and fed with the windows that
+    forecast() builds (lightning_tf.kline.inference.last_windows) it gives forecast()'s numbers."""
+    ort = needs_onnx()
+    from lightning_tf.kline.inference import last_windows
+    from lightning_tf.kline.scale import DataScale
+    from lightning_tf.kline.windows import next_timestamps
+    from tests.helpers.universe import write_universe
+
+    frame = write_universe(tmp_path / "u.csv", n_tickers=4, n_days=320, past=1.0, future=1.0)
+    pd.DataFrame({"ticker": [f"T{k:02d}" for k in range(4)], "sector": ["a", "b", "a", "b"]}).to_csv(
+        tmp_path / "sectors.csv", index=False
+    )
+    dm = KLineDataModule(
+        str(tmp_path / "u.csv"),
+        context_len=16,
+        horizon=2,
+        batch_size=64,
+        features=["log_return"],
+        covariates=["signal"],
+        future_covariates=["event"],
+        calendar="XNYS",
+        ticker_embedding=True,
+        static_file=str(tmp_path / "sectors.csv"),
+        val_start="2015-10-01",
+        test_start="2015-12-15",
+    )
+    torch.manual_seed(0)
+    model = KLineForecaster(n_features=2, context_len=16, horizon=2, channel_mixing=True, d_model=8, n_heads=2)
+    ckpt = fit(model, dm, tmp_path)
+    main(["export", "--ckpt_path", str(ckpt), "--format", "onnx", "--output", str(tmp_path / "cov.onnx")])
+    assert "inputs: context (batch, 16, 2), x_future (batch, 2, 6), static (batch, 2)" in capsys.readouterr().out
+    meta = onnx_metadata(tmp_path / "cov.onnx")
+    cov = meta["covariates"]
+    spec = meta["extras"]["data_scale"]["covariates"]
+    assert cov["x_future"]["columns"] == spec["future_names"] and spec["future_names"][-1] == "event"
+    assert cov["x_future"]["calendar"] == "XNYS" and len(spec["future_mean"]) == 4  # per trained ticker
+    assert cov["static"] == {
+        "shape": ["batch", 2],
+        "dtype": "int64",
+        "columns": ["ticker", "sector"],
+        "sizes": [5, 3],
+        "unknown_id": 0,
+    }
+    # fed as forecast() feeds the model: the scaled last windows, the forecast mapped back with their statistics
+    loaded = load_module(ckpt)
+    bars = frame[frame["ticker"].isin(["T01", "T02"])].groupby("ticker").head(200)
+    last = pd.DatetimeIndex(bars["date"].iloc[198:200])
+    stamps = next_timestamps(last, 2, calendar="XNYS")
+    future = pd.DataFrame({"ticker": ["T01", "T01", "T02", "T02"], "timestamp": [*stamps, *stamps]})
+    future["event"] = [2.0, -1.0, 0.5, 1.5]
+    table = loaded.forecast(bars, future=future)
+    # the ONNX file alone: its metadata's data scale builds the inputs
+    scale = DataScale.from_dict(meta["extras"]["data_scale"])
+    windows = last_windows(bars, scale=scale, context_len=16, horizon=2, future=future)
+    session = ort.InferenceSession(str(tmp_path / "cov.onnx"), providers=["CPUExecutionProvider"])
+    feed = {
+        "context": np.stack([w.x for w in windows]).astype(np.float32),  # (2, 16, 2)
+        "x_future": np.stack([w.x_future for w in windows]).astype(np.float32),  # (2, 2, 6)
+        "static": np.stack([w.static for w in windows]).astype(np.int64),  # (2, 2)
+    }
+    out = session.run(None, feed)[0]  # (2, 2, 1) on the model scale
+    std = np.stack([w.target_std for w in windows])[:, None, :]
+    mean = np.stack([w.target_mean for w in windows])[:, None, :]
+    np.testing.assert_allclose((out * std + mean).reshape(-1), table["pred_log_return"], rtol=1e-4, atol=1e-6)
 
 
 def test_cli_default_output_and_text_checkpoint(

@@ -22,7 +22,8 @@ def export(
     opset: int | None = None,
     no_verify: bool = False,
 ) -> None:
-    """Export a trained model: safetensors weights + a JSON sidecar (every task), ONNX (vision and kline), or a
+    """Export a trained model: safetensors weights + a JSON sidecar (every task), ONNX (vision and kline, whose
+    known-future and static covariates become inputs of the graph beside the context), or a
     transformers Marian folder (a translation model of Marian's shape).
 
     Args:
@@ -33,9 +34,10 @@ def export(
         opset: ONNX opset (default: the exporter's)
         no_verify: skip the onnxruntime check of an ONNX export
     """
-    from lightning_tf.export import export_onnx, export_safetensors, load_module
+    from lightning_tf.export import export_onnx, export_safetensors, load_module, onnx_metadata
 
     ckpt = Path(ckpt_path)
+    inputs: dict[str, list] = {}
     stem = ckpt.parent / ckpt.name.removesuffix(".ckpt")
     try:
         model = load_module(ckpt)
@@ -46,6 +48,7 @@ def export(
             export_onnx(model, out, opset_version=opset, verify=not no_verify)
             data = out.with_name(out.name + ".data")
             files = [out, *([data] if data.exists() else [])]
+            inputs = onnx_metadata(out)["inputs"]
         elif format == "marian":
             if not callable(getattr(model, "to_marian", None)):
                 raise ValueError(
@@ -61,3 +64,5 @@ def export(
     print(f"exported {type(model).__name__} from {ckpt} ({format}):")
     for f in files:
         print(f"  {f}  {_size(f)}")
+    if inputs:  # what to feed: the context, and a covariate model's x_future / static
+        print("  inputs: " + ", ".join(f"{name} ({', '.join(map(str, shape))})" for name, shape in inputs.items()))

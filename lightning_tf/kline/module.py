@@ -141,8 +141,8 @@ class KLineForecaster(CheckedLoading, LightningModule):
         compile: compile the forecast's forward with torch.compile (the attention-map path stays eager).
     """
 
-    # ONNX export (lightning_tf.export): the graph's input and output names; axis 0 (the batch) is dynamic
-    onnx_input_names: list[str] = ["context"]
+    # ONNX export (lightning_tf.export): the graph's output name (its inputs: onnx_input_names); axis 0 (the
+    # batch) is dynamic
     onnx_output_names: list[str] = ["forecast"]
 
     val_selection: Tensor
@@ -290,6 +290,61 @@ class KLineForecaster(CheckedLoading, LightningModule):
         x_future = torch.zeros(1, self.hparams.horizon, n_future) if n_future else None
         static = torch.zeros(1, len(static_sizes), dtype=torch.long) if static_sizes else None
         return x, x_future, static
+
+    @property
+    def onnx_input_names(self) -> list[str]:
+        """The ONNX graph's inputs, in :meth:`onnx_example_inputs`' order: ``context`` (forward's ``x``), then
+        ``x_future`` and ``static`` where the model reads them (a model without covariates: ``context`` alone)."""
+        n_future, static_sizes = self.net.covariate_sizes
+        return ["context", *(["x_future"] if n_future else []), *(["static"] if static_sizes else [])]
+
+    def onnx_example_inputs(self, batch: int) -> dict[str, Tensor]:
+        """Random inputs of ``batch`` windows by forward's argument name, only those the model reads, on its
+        device: the context ``x`` (batch, L, C) and known-future ``x_future`` (batch, F, Cf) standard normal in the
+        weights' dtype, the static ids ``static`` (batch, S) int64 uniform over each id's vocabulary (the unknown
+        slot 0 included). ONNX export traces and checks the graph on them."""
+        p = next(self.parameters())
+        hp = self.hparams
+        n_future, static_sizes = self.net.covariate_sizes
+        inputs = {"x": torch.randn(batch, hp.context_len, hp.n_features, dtype=p.dtype, device=p.device)}  # (B, L, C)
+        if n_future:
+            inputs["x_future"] = torch.randn(batch, hp.horizon, n_future, dtype=p.dtype, device=p.device)  # (B, F, Cf)
+        if static_sizes:
+            ids = [torch.randint(0, size, (batch,), device=p.device) for size in static_sizes]
+            inputs["static"] = torch.stack(ids, dim=1)  # (B, S)
+        return inputs
+
+    def onnx_sidecar(self) -> dict[str, Any]:
+        """What an ONNX file's metadata says of the covariate inputs (empty without known-future or static
+        covariates): under ``covariates``, ``x_future``'s shape, dtype (the weights'), columns (calendar features first, then
+        the user's known-future columns) and calendar, and ``static``'s shape, dtype, columns (``ticker`` first
+        under a ticker embedding, then the static table's), vocabulary sizes and the unknown id 0. Columns and
+        calendar come from the data scale (None for a model never given data); its ``covariates`` entry (in
+        the sidecar's ``extras``) holds the known-future scaling statistics and the static vocabularies."""
+        n_future, static_sizes = self.net.covariate_sizes
+        if not n_future and not static_sizes:
+            return {}
+        cov = dict(self.data_scale.covariates) if self.data_scale is not None else {}
+        dtype = str(next(self.parameters()).dtype).removeprefix("torch.")  # the graph's float inputs
+        out: dict[str, Any] = {}
+        if n_future:
+            columns = list(cov.get("future_names") or []) or None
+            out["x_future"] = {
+                "shape": ["batch", self.hparams.horizon, n_future],
+                "dtype": dtype,
+                "columns": columns if columns is not None and len(columns) == n_future else None,
+                "calendar": cov.get("calendar"),
+            }
+        if static_sizes:
+            names = (["ticker"] if cov.get("ticker_embedding") else []) + list(cov.get("static_vocab") or {})
+            out["static"] = {
+                "shape": ["batch", len(static_sizes)],
+                "dtype": "int64",
+                "columns": names if len(names) == len(static_sizes) else None,
+                "sizes": list(static_sizes),
+                "unknown_id": 0,
+            }
+        return {"covariates": out}
 
     def no_weight_decay(self) -> list[str]:
         """The linear path is regularised by its ridge penalty, not pulled towards zero by weight decay."""
