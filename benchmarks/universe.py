@@ -50,9 +50,12 @@ BACKBONES = ("patches", "variates", "bars")
 COLUMNS = (
     ("rank_ic_mean", "RankIC", "{:+.4f}"),
     ("rank_icir", "RankICIR", "{:+.3f}"),
+    ("rank_ic_t", "RankIC t", "{:+.2f}"),
+    ("long_short_gross_annual_return", "long-short gross ann. return", "{:+.2%}"),
     ("long_short_annual_return", "long-short net ann. return", "{:+.2%}"),
     ("long_short_information_ratio", "long-short IR", "{:+.2f}"),
     ("long_short_max_drawdown", "long-short max DD", "{:.2%}"),
+    ("long_short_turnover", "turnover a date", "{:.2f}"),
 )
 
 
@@ -96,6 +99,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--data", type=Path, default=None, help=f"the universe file (default {DATA})")
     p.add_argument("--workdir", type=Path, default=ROOT / "runs" / "benchmarks" / "universe")
     p.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "universe", help="writes OUT.md, OUT.json")
+    p.add_argument(
+        "--report_only",
+        action="store_true",
+        help="write the page again from the runs of the last benchmark (OUT.json and their folders), training nothing",
+    )
     p.add_argument("--jobs", type=int, default=2, help="backbones run side by side (default 2: one per core)")
     p.add_argument("--trainer", nargs="*", default=[], help="extra trainer overrides NAME=VALUE (max_epochs=2)")
     return p.parse_args(argv)
@@ -248,7 +256,8 @@ def report(result: dict, tables: dict, info: dict, args: argparse.Namespace) -> 
         "",
         "`python benchmarks/universe.py" + (" --quick" if args.quick else "") + '` (docs/kline.md, "universe").',
         "",
-        f"Machine: {info['cpu']}, {info['cores']} cores, torch {info['torch']} ({info['threads']} threads), {info['device']}.",
+        f"Machine: {info['cpu']}, {info['cores']} cores, torch {info['torch']} ({info['threads']} threads), {info['device']}"
+        + (f"; load average at start {info['load_at_start']}." if "load_at_start" in info else "."),
         f"Data: `{Path(result['data']).name}`; top {tables['top_k']} long / bottom {tables['top_k']} short, at most "
         f"{tables['n_drop']} names replaced a date, 10 bp per unit of turnover, rebalanced daily on the next bar's forecast.",
         "The universe is survivorship-biased (stocks still listed in 2017): compare the forecasters with each other on "
@@ -297,9 +306,15 @@ def report(result: dict, tables: dict, info: dict, args: argparse.Namespace) -> 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    info = machine_info(torch.device("cpu"))
+    info = {**machine_info(torch.device("cpu")), "load_at_start": ", ".join(f"{v:.1f}" for v in os.getloadavg())}
     print(f"machine: {info}", flush=True)
-    result = run(args)
+    if args.report_only:
+        saved = json.loads(Path(f"{args.out}.json").read_text(encoding="utf-8"))
+        runs = {b: {**r, "out": Path(r["out"])} for b, r in saved["runs"].items()}
+        result = {"data": saved["data"], "runs": runs, "jobs": saved["jobs"], "wall_seconds": saved["wall_seconds"]}
+        info, args.quick = saved["machine"], saved.get("quick", False)
+    else:
+        result = run(args)
     tables = evaluate(result)
     text = report(result, tables, info, args)
     print(text)
@@ -315,6 +330,7 @@ def main(argv: list[str] | None = None) -> None:
         "folds": {str(k): v for k, v in tables["folds"].items()},
         "benchmark": tables["benchmark"],
         "wall_seconds": result["wall_seconds"],
+        "quick": args.quick,
         "jobs": result["jobs"],
     }
     Path(f"{args.out}.json").write_text(json.dumps(payload, indent=1, default=float), encoding="utf-8")

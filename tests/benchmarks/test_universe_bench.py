@@ -41,10 +41,23 @@ def test_universe_benchmark_smoke(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     page = Path(f"{out}.md").read_text(encoding="utf-8")
-    assert "| | RankIC | RankICIR | long-short net ann. return | long-short IR | long-short max DD |" in page
+    assert "| | RankIC | RankICIR | RankIC t | long-short gross ann. return | long-short net ann. return |" in page
+    assert "| patches, residual always kept |" in page
     for name in ("Transformer (patches)", "linear path", "momentum (20 bars)"):
         assert f"| {name} |" in page
     assert "* Transformer (patches) vs momentum (20 bars):" in page and "Machine: " in page
     assert "| patches |" in page and "Equal-weight universe:" in page
     payload = json.loads(Path(f"{out}.json").read_text())
     assert set(payload["folds"]) == {"1", "2"} and "Transformer (patches)" in payload["pooled"]
+    # the page is written again from the saved runs alone, the same
+    again = subprocess.run(
+        [sys.executable, "benchmarks/universe.py", "--report_only", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        check=False,
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert Path(f"{out}.md").read_text(encoding="utf-8") == page
