@@ -112,21 +112,24 @@ def next_sessions(name: str, last: pd.Timestamp, n: int) -> pd.DatetimeIndex:
 def calendar_features(stamps: np.ndarray | pd.DatetimeIndex, name: str) -> np.ndarray:
     """:data:`CALENDAR_FEATURES` of every timestamp ``(n, 5)`` float64, from its date and the calendar
     ``name`` alone (so a forecast's future bars get them exactly as training rows did)."""
-    stamps = pd.DatetimeIndex(stamps)
-    out = np.zeros((len(stamps), len(CALENDAR_FEATURES)))
-    if not len(stamps):
+    if getattr(stamps, "tz", None) is not None:  # the local date and time of day
+        stamps = stamps.tz_localize(None)
+    # with numpy alone (a server computes them for every request)
+    days = np.asarray(stamps, dtype="datetime64[ns]").astype("datetime64[D]")
+    out = np.zeros((len(days), len(CALENDAR_FEATURES)))
+    if not len(days):
         return out
-    days = stamps.normalize().to_numpy().astype("datetime64[D]")
-    sessions = session_dates(name, stamps.min(), stamps.max())
+    sessions = session_dates(name, pd.Timestamp(days.min()), pd.Timestamp(days.max()))
     i = np.searchsorted(sessions, days)  # this day's session, or the next one
     is_session = (i < len(sessions)) & (sessions[np.minimum(i, len(sessions) - 1)] == days)
     prev = sessions[np.clip(i - 1, 0, len(sessions) - 1)]
     nxt = sessions[np.clip(np.where(is_session, i + 1, i), 0, len(sessions) - 1)]
-    weekday = stamps.day_of_week.to_numpy()
+    weekday = (days.astype(np.int64) + 3) % 7  # Monday 0 (1970-01-01 was a Thursday)
+    month = days.astype("datetime64[M]").astype(np.int64) % 12 + 1
     next_weekday = days + np.where(weekday >= 4, 7 - weekday, 1).astype("timedelta64[D]")
     prev_weekday = days - np.where(weekday == 0, 3, np.where(weekday == 6, 2, 1)).astype("timedelta64[D]")
     out[:, 0] = np.minimum(weekday, 4) / 4.0 - 0.5
-    out[:, 1] = (stamps.month.to_numpy() - 1) / 11.0 - 0.5
+    out[:, 1] = (month - 1) / 11.0 - 0.5
     out[:, 2] = (days - prev).astype(np.int64)
     out[:, 3] = nxt > next_weekday
     out[:, 4] = prev < prev_weekday
@@ -192,10 +195,10 @@ def apply_missing(
     return out
 
 
-def read_static(path: str | Path, tickers: list[str], columns: list[str] | None = None) -> pd.DataFrame:
+def read_static(path: str | Path, tickers: list[str] | None, columns: list[str] | None = None) -> pd.DataFrame:
     """The ticker -> category table ``path`` (CSV or Parquet: a ticker column and one column per static
-    category, e.g. sector, industry, board), as text indexed by ticker, with the rows of ``tickers``; a
-    table without a row for some of them is refused in one line naming them."""
+    category, e.g. sector, industry, board), as text indexed by ticker, with the rows of ``tickers`` (None: every
+    row); a table without a row for some of them is refused in one line naming them."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: static_file not found")
@@ -215,6 +218,8 @@ def read_static(path: str | Path, tickers: list[str], columns: list[str] | None 
         raise ValueError(f"{path}: static column(s) {unknown} not found; columns are {list(table.columns)}")
     if not names:
         raise ValueError(f"{path}: no category column beside the ticker column {key!r}")
+    if tickers is None:
+        return table[names]
     absent = [t for t in tickers if t not in table.index]
     if absent:
         shown = ", ".join(map(repr, absent[:20])) + (f" and {len(absent) - 20} more" if len(absent) > 20 else "")

@@ -15,6 +15,7 @@ import torch
 
 from lightning_tf.kline import KLineDataModule, KLineForecaster
 from lightning_tf.kline.covariates import calendar_features, cross_sectional
+from lightning_tf.kline.inference import last_windows
 from lightning_tf.kline.reader.io import read_bars
 from lightning_tf.kline.windows import next_timestamps, xy_pairs
 from tests.helpers.universe import make_universe, spearman, write_universe
@@ -262,6 +263,9 @@ def test_the_checkpoint_carries_the_covariates_and_forecast_requires_their_colum
     future = pd.DataFrame({"ticker": "T01", "timestamp": stamps, "event": [2.0, -2.0]})
     table = model.forecast(bars, future=future)
     assert table["timestamp"].tolist() == list(stamps) and table["ticker"].unique().tolist() == ["T01"]
+    # the static ids: the ticker's (T01: 2) and its sector's from the static file (b: 2)
+    (window,) = last_windows(bars, scale=model.data_scale, context_len=16, horizon=2, future=future)
+    assert window.static.tolist() == [2, 2] and model.data_scale.ticker_names[1] == "T01"
     # the known-future values reach the forecast: another event, another forecast
     other = model.forecast(bars, future=future.assign(event=[-2.0, 2.0]))
     assert not np.allclose(table["pred_log_return"], other["pred_log_return"])
