@@ -73,8 +73,9 @@ def check_calendar(name: str | None) -> None:
         raise ValueError(f"calendar {name!r} is not an exchange calendar; use e.g. XNYS, XSHG, XSHE, or business")
 
 
-@lru_cache(maxsize=32)
-def _sessions(name: str, first_year: int, last_year: int) -> np.ndarray:
+def _read_sessions(name: str, first_year: int, last_year: int, bounded: bool = True) -> np.ndarray:
+    """The calendar's sessions of the years ``first_year`` to ``last_year``; for years outside the calendar's
+    bounds, those of its own range (``bounded``) or a ValueError."""
     start, end = pd.Timestamp(first_year, 1, 1), pd.Timestamp(last_year, 12, 31)
     if name == BUSINESS:
         return pd.bdate_range(start, end).to_numpy().astype("datetime64[D]")
@@ -85,6 +86,8 @@ def _sessions(name: str, first_year: int, last_year: int) -> np.ndarray:
         try:
             cal = xc.get_calendar(name, start=start, end=end)
         except ValueError:  # outside the calendar's bounds: its own range
+            if not bounded:
+                raise
             cal = xc.get_calendar(name)
     start, end = max(start, cal.first_session), min(end, cal.last_session)
     if start > end:
@@ -92,10 +95,39 @@ def _sessions(name: str, first_year: int, last_year: int) -> np.ndarray:
     return cal.sessions_in_range(start, end).to_numpy().astype("datetime64[D]")
 
 
+@lru_cache(maxsize=32)
+def _sessions(name: str, first_year: int, last_year: int) -> np.ndarray:
+    return _read_sessions(name, first_year, last_year)
+
+
+#: years of margin on both sides of a calendar's span (:data:`_SPANS`) when it is built
+SPAN_MARGIN = 10
+#: per calendar, one span of years within its bounds that holds every span asked so far: first and last year,
+#: sessions. Building a calendar takes a tenth of a second or more, and each series asks for its own years
+_SPANS: dict[str, tuple[int, int, np.ndarray]] = {}
+
+
 def session_dates(name: str, first: pd.Timestamp, last: pd.Timestamp) -> np.ndarray:
     """The calendar's session dates (``datetime64[D]``, ascending) of the years from ``first`` to ``last``,
-    with a year of margin on both sides."""
-    return _sessions(name, first.year - 1, last.year + 1)
+    with a year of margin on both sides (cut from the calendar's span, :data:`_SPANS`, which grows to hold them;
+    years outside the calendar's bounds are read alone, as its own range allows)."""
+    lo, hi = first.year - 1, last.year + 1
+    span = _SPANS.get(name)
+    if span is None or lo < span[0] or hi > span[1]:
+        union = (lo, hi) if span is None else (min(lo, span[0]), max(hi, span[1]))
+        tries = [(a - m, b + m) for a, b in (union, (lo, hi)) for m in (SPAN_MARGIN, 0)]
+        for a, b in tries:
+            try:
+                span = _SPANS[name] = (a, b, _read_sessions(name, a, b, bounded=False))
+                break
+            except ValueError:  # outside the calendar's bounds
+                continue
+        else:
+            return _sessions(name, lo, hi)
+    sessions = span[2]
+    edges = np.array([f"{lo:04d}-01-01", f"{hi:04d}-12-31"], dtype="datetime64[D]")
+    i, j = np.searchsorted(sessions, edges[0], side="left"), np.searchsorted(sessions, edges[1], side="right")
+    return sessions[i:j]
 
 
 def next_sessions(name: str, last: pd.Timestamp, n: int) -> pd.DatetimeIndex:

@@ -149,6 +149,27 @@ def test_calendar_features_and_exchange_forecast_timestamps() -> None:
     assert feats[:, 3].tolist() == [1, 0, 0] and feats[:, 4].tolist() == [0, 1, 0]  # before / after the holiday
 
 
+def test_session_dates_cut_from_one_span_are_those_of_each_span_read_alone() -> None:
+    """A calendar is built once for a span of years that grows to hold every request (building one takes a tenth
+    of a second); each request's sessions are those a calendar built for its own years gives, and years outside
+    the calendar's bounds are refused as before."""
+    from lightning_tf.kline import covariates
+
+    covariates._SPANS.clear()
+    asked = {
+        "XNYS": [(2001, 2003), (1987, 1990), (1987, 2016)],
+        "business": [(2001, 2003), (1970, 1971)],
+        "XSHG": [(2005, 2007), (1995, 1996)],
+    }
+    for name, years in asked.items():
+        for first, last in years:
+            got = covariates.session_dates(name, pd.Timestamp(first, 6, 1), pd.Timestamp(last, 6, 1))
+            assert np.array_equal(got, covariates._read_sessions(name, first - 1, last + 1)), (name, first, last)
+    assert covariates._SPANS["XNYS"][:2] == (1976, 2024)  # the first request's years and 10 of margin, then grown
+    with pytest.raises(ValueError, match=r"calendar 'XSHG' covers \d{4}-\d{2}-\d{2} to .* only"):
+        covariates.session_dates("XSHG", pd.Timestamp(1985, 6, 1), pd.Timestamp(1986, 6, 1))
+
+
 def test_cross_sectional_labels_per_date_and_split() -> None:
     values = np.array([1.0, 2.0, 3.0, 10.0, np.nan, 5.0])
     dates = np.array([0, 0, 0, 1, 1, 1])
