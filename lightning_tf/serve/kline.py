@@ -134,7 +134,9 @@ def forecast_records(columns: Mapping[str, Any], n: int) -> list[list[dict[str, 
 #: the fields of a request
 _FIELDS = frozenset(KLineRequest.model_fields)
 #: an ISO 8601 date or local date and time, as the reader and numpy read them alike (no time zone)
-_ISO = re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?)?")
+_ISO = r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?)?"
+#: ISO times, one a line
+_ISO_LINES = re.compile(rf"(?:{_ISO}\n)*{_ISO}", re.ASCII)
 
 
 def model_columns(scale: Any) -> tuple[str, ...]:
@@ -167,20 +169,26 @@ def plain_columns(bars: list[dict[str, Any]], wanted: tuple[str, ...]) -> dict[s
     once (the bar reader's names); the timestamps are ISO 8601 local times in increasing order; the numbers are
     finite, the prices positive, the volume not negative, high and low around open and close. Else None: the bar
     reader reads them (and says what is wrong, or repairs it)."""
-    if not bars or not all(type(b) is dict for b in bars):
+    if not bars or set(map(type, bars)) != {dict}:
         return None
-    first = bars[0].keys()
-    keys = tuple(first)
-    if not all(type(k) is str for k in keys):
+    keys = tuple(bars[0])
+    if set(map(type, keys)) != {str} or set(map(len, bars)) != {len(keys)}:
         return None
     names = _canonical_names(keys, wanted)
-    if names is None or not all(b.keys() == first for b in bars):
+    if names is None:
+        return None
+    try:  # every bar has each key of the first (and as many keys): the same keys
+        rows = list(map(itemgetter(*keys), bars))
+    except KeyError:
         return None
     columns: dict[str, np.ndarray] = {}
-    for key, name, values in zip(keys, names, zip(*map(itemgetter(*keys), bars)), strict=True):  # one pass
+    for name, values in zip(names, zip(*rows), strict=True):  # one pass
         kinds = set(map(type, values))
         if name == "timestamp":
-            if kinds != {str} or not all(map(_ISO.fullmatch, values)):
+            if kinds != {str}:
+                return None
+            text = "\n".join(values)  # one match for all: each an ISO time, none holding a line break
+            if text.count("\n") != len(values) - 1 or not _ISO_LINES.fullmatch(text):
                 return None
             stamps = np.array(values, dtype="datetime64[ns]")
             if len(stamps) > 1 and not (stamps[1:] > stamps[:-1]).all():

@@ -201,6 +201,13 @@ def test_plain_bars_are_read_with_numpy_into_the_window_the_bar_reader_gives(api
         (lambda bars: [{**b, "Adj Close": b["Close"]} for b in bars], "a column the model does not read"),
         (lambda bars: [{**b, "ticker": "A"} for b in bars], "a ticker column"),
         (lambda bars: [bars[0], {k: v for k, v in bars[1].items() if k != "Open"}, *bars[2:]], "a bar without open"),
+        (
+            lambda bars: [bars[0], {**{k: v for k, v in bars[1].items() if k != "Open"}, "Adj": 1.0}, *bars[2:]],
+            "a bar with another column instead of open",
+        ),
+        (lambda bars: [{**bars[0], "Date": bars[0]["Date"] + "\n" + bars[1]["Date"]}, *bars[1:]], "a line break"),
+        (lambda bars: [{**bars[0], "Date": "\u0662\u0660" + bars[0]["Date"][2:]}, *bars[1:]], "non-ASCII digits"),
+        (lambda bars: [*bars[:3], [1, 2], *bars[3:]], "a bar that is not an object"),
     ],
 )
 def test_other_bars_go_to_the_bar_reader(change: Any, why: str) -> None:
