@@ -109,7 +109,11 @@ def tiny_kline() -> KLineForecaster:
 
 
 def tiny_kline_covariates(
-    *, calendar: str | None = "XNYS", static_file: Path | None = None, future: list[str] | None = None
+    *,
+    calendar: str | None = "XNYS",
+    ticker_embedding: bool = True,
+    static_file: Path | None = None,
+    future: list[str] | None = None,
 ) -> KLineForecaster:
     """:func:`tiny_kline` with covariates: a past covariate ``signal`` (a column of the bars, the last input
     channel), the known-future features of the exchange ``calendar`` (and the user's ``future`` columns), a
@@ -123,7 +127,8 @@ def tiny_kline_covariates(
     user = list(future or [])
     future_names = [*(CALENDAR_FEATURES if calendar else ()), *user]
     vocab = {"sector": ["a", "b"]} if static_file is not None else {}
-    static_sizes = [2] + [len(v) + 1 for v in vocab.values()]  # the trained ticker and the unknown slot
+    # the ticker embedding's ids: the trained ticker and the unknown slot; then each category's
+    static_sizes = [2] * ticker_embedding + [len(v) + 1 for v in vocab.values()]
     model = KLineForecaster(
         n_features=len(names),
         n_targets=1,
@@ -134,10 +139,11 @@ def tiny_kline_covariates(
         **TINY,
     )
     model.net.set_covariates(len(future_names), static_sizes)
-    with torch.no_grad():
-        model.net.covariates.future_weight.normal_(0.0, 0.1)
-        for table in model.net.covariates.static:
-            table.weight.normal_(0.0, 0.1)
+    if model.net.covariates is not None:
+        with torch.no_grad():
+            model.net.covariates.future_weight.normal_(0.0, 0.1)
+            for table in model.net.covariates.static:
+                table.weight.normal_(0.0, 0.1)
     C, Cf = len(names), len(future_names)
     model.data_scale = DataScale(
         feature_names=tuple(names),
@@ -157,7 +163,7 @@ def tiny_kline_covariates(
             "calendar": calendar,
             "missing": "error",
             "ffill_limit": None,
-            "ticker_embedding": True,
+            "ticker_embedding": ticker_embedding,
             "static_file": None if static_file is None else str(static_file),
             "static_vocab": vocab,
             "static_sizes": static_sizes,

@@ -226,11 +226,13 @@ def sectors(tmp_path_factory: pytest.TempPathFactory) -> Path:
 STATIC_IDS = {None: [0, 0], "TRAINED": [1, 2], "XYZ": [0, 1]}
 
 
-@pytest.mark.parametrize("kind", ["past", "past+calendar", "past+calendar+static"])
+@pytest.mark.parametrize("kind", ["past", "past+ticker", "past+calendar+ticker", "past+calendar+ticker+sector"])
 def test_covariate_bars_are_read_with_numpy_into_the_window_the_bar_reader_gives(kind: str, sectors: Path) -> None:
     api = KLineAPI("unused.ckpt", Serving(max_batch_size=8))
     calendar = "XNYS" if "calendar" in kind else None
-    api.model = tiny_kline_covariates(calendar=calendar, static_file=sectors if "static" in kind else None)
+    api.model = tiny_kline_covariates(
+        calendar=calendar, ticker_embedding="ticker" in kind, static_file=sectors if "sector" in kind else None
+    )
     assert model_columns(api.model.data_scale) == ("open", "high", "low", "close", "volume", "signal")
     bodies, rows = [], []
     for seed, ticker in [(0, None), (1, "TRAINED"), (2, "XYZ")]:
@@ -239,10 +241,13 @@ def test_covariate_bars_are_read_with_numpy_into_the_window_the_bar_reader_gives
         fast, read = api.parse(body), api._read(api.validate(body))
         assert isinstance(fast.bars, dict) and isinstance(read.bars, pd.DataFrame)  # numpy, then the bar reader
         assert (fast.name, fast.scaled_by, fast.anchor) == (read.name, read.scaled_by, read.anchor)
-        for key in ("x", "raw_target", "target_mean", "target_std", "static"):
+        for key in ("x", "raw_target", "target_mean", "target_std"):
             assert np.array_equal(getattr(fast, key), getattr(read, key)), key
         assert fast.x.shape[1] == 7 and np.array_equal(fast.x[:, -1], read.x[:, -1])  # the past covariate
-        assert fast.static.tolist() == STATIC_IDS[ticker][: fast.static.shape[0]]
+        if kind == "past":
+            assert fast.static is None and read.static is None
+        else:
+            assert fast.static.tolist() == read.static.tolist() == STATIC_IDS[ticker][: fast.static.shape[0]]
         if calendar is None:
             assert fast.x_future is None and read.x_future is None
         else:
