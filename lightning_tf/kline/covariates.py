@@ -73,8 +73,9 @@ def check_calendar(name: str | None) -> None:
         raise ValueError(f"calendar {name!r} is not an exchange calendar; use e.g. XNYS, XSHG, XSHE, or business")
 
 
-@lru_cache(maxsize=32)
-def _sessions(name: str, first_year: int, last_year: int) -> np.ndarray:
+def _read_sessions(name: str, first_year: int, last_year: int, bounded: bool = True) -> np.ndarray:
+    """The calendar's sessions of the years ``first_year`` to ``last_year``; for years outside the calendar's
+    bounds, those of its own range (``bounded``) or a ValueError."""
     start, end = pd.Timestamp(first_year, 1, 1), pd.Timestamp(last_year, 12, 31)
     if name == BUSINESS:
         return pd.bdate_range(start, end).to_numpy().astype("datetime64[D]")
@@ -85,6 +86,8 @@ def _sessions(name: str, first_year: int, last_year: int) -> np.ndarray:
         try:
             cal = xc.get_calendar(name, start=start, end=end)
         except ValueError:  # outside the calendar's bounds: its own range
+            if not bounded:
+                raise
             cal = xc.get_calendar(name)
     start, end = max(start, cal.first_session), min(end, cal.last_session)
     if start > end:
@@ -92,10 +95,39 @@ def _sessions(name: str, first_year: int, last_year: int) -> np.ndarray:
     return cal.sessions_in_range(start, end).to_numpy().astype("datetime64[D]")
 
 
+@lru_cache(maxsize=32)
+def _sessions(name: str, first_year: int, last_year: int) -> np.ndarray:
+    return _read_sessions(name, first_year, last_year)
+
+
+#: years of margin on both sides of a calendar's span (:data:`_SPANS`) when it is built
+SPAN_MARGIN = 10
+#: per calendar, one span of years within its bounds that holds every span asked so far: first and last year,
+#: sessions. Building a calendar takes a tenth of a second or more, and each series asks for its own years
+_SPANS: dict[str, tuple[int, int, np.ndarray]] = {}
+
+
 def session_dates(name: str, first: pd.Timestamp, last: pd.Timestamp) -> np.ndarray:
     """The calendar's session dates (``datetime64[D]``, ascending) of the years from ``first`` to ``last``,
-    with a year of margin on both sides."""
-    return _sessions(name, first.year - 1, last.year + 1)
+    with a year of margin on both sides (cut from the calendar's span, :data:`_SPANS`, which grows to hold them;
+    years outside the calendar's bounds are read alone, as its own range allows)."""
+    lo, hi = first.year - 1, last.year + 1
+    span = _SPANS.get(name)
+    if span is None or lo < span[0] or hi > span[1]:
+        union = (lo, hi) if span is None else (min(lo, span[0]), max(hi, span[1]))
+        tries = [(a - m, b + m) for a, b in (union, (lo, hi)) for m in (SPAN_MARGIN, 0)]
+        for a, b in tries:
+            try:
+                span = _SPANS[name] = (a, b, _read_sessions(name, a, b, bounded=False))
+                break
+            except ValueError:  # outside the calendar's bounds
+                continue
+        else:
+            return _sessions(name, lo, hi)
+    sessions = span[2]
+    edges = np.array([f"{lo:04d}-01-01", f"{hi:04d}-12-31"], dtype="datetime64[D]")
+    i, j = np.searchsorted(sessions, edges[0], side="left"), np.searchsorted(sessions, edges[1], side="right")
+    return sessions[i:j]
 
 
 def next_sessions(name: str, last: pd.Timestamp, n: int) -> pd.DatetimeIndex:
@@ -112,21 +144,24 @@ def next_sessions(name: str, last: pd.Timestamp, n: int) -> pd.DatetimeIndex:
 def calendar_features(stamps: np.ndarray | pd.DatetimeIndex, name: str) -> np.ndarray:
     """:data:`CALENDAR_FEATURES` of every timestamp ``(n, 5)`` float64, from its date and the calendar
     ``name`` alone (so a forecast's future bars get them exactly as training rows did)."""
-    stamps = pd.DatetimeIndex(stamps)
-    out = np.zeros((len(stamps), len(CALENDAR_FEATURES)))
-    if not len(stamps):
+    if getattr(stamps, "tz", None) is not None:  # the local date and time of day
+        stamps = stamps.tz_localize(None)
+    # with numpy alone (a server computes them for every request)
+    days = np.asarray(stamps, dtype="datetime64[ns]").astype("datetime64[D]")
+    out = np.zeros((len(days), len(CALENDAR_FEATURES)))
+    if not len(days):
         return out
-    days = stamps.normalize().to_numpy().astype("datetime64[D]")
-    sessions = session_dates(name, stamps.min(), stamps.max())
+    sessions = session_dates(name, pd.Timestamp(days.min()), pd.Timestamp(days.max()))
     i = np.searchsorted(sessions, days)  # this day's session, or the next one
     is_session = (i < len(sessions)) & (sessions[np.minimum(i, len(sessions) - 1)] == days)
     prev = sessions[np.clip(i - 1, 0, len(sessions) - 1)]
     nxt = sessions[np.clip(np.where(is_session, i + 1, i), 0, len(sessions) - 1)]
-    weekday = stamps.day_of_week.to_numpy()
+    weekday = (days.astype(np.int64) + 3) % 7  # Monday 0 (1970-01-01 was a Thursday)
+    month = days.astype("datetime64[M]").astype(np.int64) % 12 + 1
     next_weekday = days + np.where(weekday >= 4, 7 - weekday, 1).astype("timedelta64[D]")
     prev_weekday = days - np.where(weekday == 0, 3, np.where(weekday == 6, 2, 1)).astype("timedelta64[D]")
     out[:, 0] = np.minimum(weekday, 4) / 4.0 - 0.5
-    out[:, 1] = (stamps.month.to_numpy() - 1) / 11.0 - 0.5
+    out[:, 1] = (month - 1) / 11.0 - 0.5
     out[:, 2] = (days - prev).astype(np.int64)
     out[:, 3] = nxt > next_weekday
     out[:, 4] = prev < prev_weekday
@@ -192,10 +227,10 @@ def apply_missing(
     return out
 
 
-def read_static(path: str | Path, tickers: list[str], columns: list[str] | None = None) -> pd.DataFrame:
+def read_static(path: str | Path, tickers: list[str] | None, columns: list[str] | None = None) -> pd.DataFrame:
     """The ticker -> category table ``path`` (CSV or Parquet: a ticker column and one column per static
-    category, e.g. sector, industry, board), as text indexed by ticker, with the rows of ``tickers``; a
-    table without a row for some of them is refused in one line naming them."""
+    category, e.g. sector, industry, board), as text indexed by ticker, with the rows of ``tickers`` (None: every
+    row); a table without a row for some of them is refused in one line naming them."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: static_file not found")
@@ -215,6 +250,8 @@ def read_static(path: str | Path, tickers: list[str], columns: list[str] | None 
         raise ValueError(f"{path}: static column(s) {unknown} not found; columns are {list(table.columns)}")
     if not names:
         raise ValueError(f"{path}: no category column beside the ticker column {key!r}")
+    if tickers is None:
+        return table[names]
     absent = [t for t in tickers if t not in table.index]
     if absent:
         shown = ", ".join(map(repr, absent[:20])) + (f" and {len(absent) - 20} more" if len(absent) > 20 else "")

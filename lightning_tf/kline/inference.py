@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -22,17 +23,17 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from .features import compute_features, compute_target, feature_matrix
+from .features import compute_target, feature_matrix
 from .scale import DataScale, rebuild_prices
 
 __all__ = [
     "SeriesWindow",
     "Statistics",
+    "forecast_columns",
     "last_windows",
     "predict_outputs",
     "series_window",
     "series_windows",
-    "windows_table",
 ]
 
 #: a ticker's training statistics: feature mean and std (C,), target mean and std (K,)
@@ -111,63 +112,30 @@ def series_windows(
             and one column per name; needed when the model reads some.
         trained_tickers: the model's training tickers, in id order (the ticker embedding's vocabulary).
     """
-    from .windows import next_timestamps
-
-    cov = dict(covariates or {})
-    past = list(cov.get("past", []))
-    builtin = feature_names[: len(feature_names) - len(past)]
-    out = []
-    for name, bars in frame.groupby("ticker", sort=False):
-        bars = bars.reset_index(drop=True)
-        feats = compute_features(bars, builtin, volatility_window, volume_window).to_numpy()  # (n, C0)
-        if past:
-            feats = np.concatenate([feats, bars[past].to_numpy(np.float64)], axis=1)  # (n, C)
-        tgt = compute_target(bars, target)[:, None]  # (n, 1)
-        finite = np.isfinite(feats).all(axis=1) & np.isfinite(tgt[:, 0])
-        first = int(np.argmax(finite)) if finite.any() else len(bars)
-        usable = len(bars) - first
-        if usable < context_len:
-            raise ValueError(
-                f"{source}: ticker {name!r} has {usable} usable bars ({len(bars)} bars, {first} warm-up rows for "
-                f"the features); a forecast needs context_len ({context_len})"
-            )
-        name = str(name)
-        if name in trained:
-            f_mean, f_std, t_mean, t_std = (np.asarray(v, dtype=np.float64) for v in trained[name])
-            scaled_by = f"training statistics of {name!r}"
-        else:
-            # never another ticker's scale: a series in other units (or another market) would be misread
-            f_mean, f_std = _own(feats[first:])
-            t_mean, t_std = _own(tgt[first:])
-            scaled_by = f"its own history ({usable} bars)"
-        x = (feats[-context_len:] - f_mean) / f_std  # (L, C)
-        stamps = None
-        if horizon is not None:
-            stamps = next_timestamps(pd.DatetimeIndex(bars["timestamp"]), horizon, calendar=cov.get("calendar"))
-        x_future = _future_window(cov, str(name), bars, stamps, future, trained_tickers, source) if cov else None
-        static = _static_window(cov, str(name), trained_tickers) if cov.get("static_sizes") else None
-        out.append(
-            SeriesWindow(
-                name=name,
-                x=x,
-                raw_target=tgt[-context_len:],
-                anchor=float(bars["close"].iloc[-1]),
-                target_mean=t_mean,
-                target_std=t_std,
-                scaled_by=scaled_by,
-                bars=bars,
-                x_future=x_future,
-                static=static,
-                timestamps=stamps,
-            )
+    return [
+        series_window(
+            str(name),
+            bars.reset_index(drop=True),
+            feature_names=feature_names,
+            target=target,
+            context_len=context_len,
+            volatility_window=volatility_window,
+            volume_window=volume_window,
+            trained=trained,
+            source=source,
+            covariates=covariates,
+            horizon=horizon,
+            future=future,
+            trained_tickers=trained_tickers,
         )
-    return out
+        for name, bars in frame.groupby("ticker", sort=False)
+    ]
 
 
 def _future_window(
     cov: Mapping[str, Any],
     name: str,
-    bars: pd.DataFrame,
+    bars: pd.DataFrame | Mapping[str, np.ndarray],
     stamps: pd.DatetimeIndex | None,
     future: pd.DataFrame | None,
     trained_tickers: list[str] | None,
@@ -207,15 +175,24 @@ def _future_window(
         mean, std = np.asarray(cov["future_mean"][k]), np.asarray(cov["future_std"][k])
     else:  # a series not trained on: its own history's calendar, or no scaling at all
         own = future_matrix(
-            {"timestamp": bars["timestamp"].to_numpy(), **{c: bars[c].to_numpy() for c in user}}, settings
+            {"timestamp": np.asarray(bars["timestamp"]), **{c: np.asarray(bars[c]) for c in user}}, settings
         )
         mean, std = _own(own[np.isfinite(own).all(axis=1)] if np.isfinite(own).any() else raw)
     return (raw - mean) / std  # (F, Cf)
 
 
+@lru_cache(maxsize=8)
+def _static_table(path: str, version: tuple[int, int], columns: tuple[str, ...]) -> pd.DataFrame:
+    """The static table ``path`` (:func:`~.covariates.read_static`), read once per ``version`` of the file (its
+    modification time and size): a server looks up every request's ticker in it."""
+    from .covariates import read_static
+
+    return read_static(path, None, list(columns))
+
+
 def _static_window(cov: Mapping[str, Any], name: str, trained_tickers: list[str] | None) -> np.ndarray:
     """The static ids ``(S,)`` of ticker ``name``: 0 for a ticker (or category) not seen in training."""
-    from .covariates import read_static, static_ids
+    from .covariates import static_ids
     from .windows import resolve_path
 
     vocab = {k: list(v) for k, v in cov.get("static_vocab", {}).items()}
@@ -223,7 +200,8 @@ def _static_window(cov: Mapping[str, Any], name: str, trained_tickers: list[str]
     if vocab and cov.get("static_file"):
         path = resolve_path(str(cov["static_file"]))
         if path.exists():
-            table = read_static(path, [], list(vocab))
+            stat = path.stat()
+            table = _static_table(str(path), (stat.st_mtime_ns, stat.st_size), tuple(vocab))
     ids = static_ids([name], list(trained_tickers or []), table, vocab, bool(cov.get("ticker_embedding")))
     return ids[0]
 
@@ -239,11 +217,24 @@ def series_window(
     volume_window: int,
     trained: Mapping[str, Statistics],
     source: str,
+    covariates: Mapping[str, Any] | None = None,
+    horizon: int | None = None,
+    future: pd.DataFrame | None = None,
+    trained_tickers: list[str] | None = None,
 ) -> SeriesWindow:
-    """The scaled last window of one series of a model without known-future or static covariates:
-    :func:`series_windows` for one ticker's canonical bars, which may also be given as their columns as arrays (a
-    server's request, read without pandas). Past covariates are columns of ``bars`` named as the features."""
-    feats = feature_matrix(bars, feature_names, volatility_window, volume_window)  # (n, C)
+    """The scaled last window of one series: :func:`series_windows` for one ticker's canonical bars, which may
+    also be given as their columns as arrays (a server's request, read without pandas): ``timestamp``
+    (datetime64), the prices, the volume and one column per past covariate (named as the features).
+    ``name`` is the ticker; the other arguments are :func:`series_windows`'s."""
+    from .windows import next_timestamps
+
+    cov = covariates or {}
+    past = list(cov.get("past", []))
+    builtin = feature_names[: len(feature_names) - len(past)]
+    feats = feature_matrix(bars, builtin, volatility_window, volume_window)  # (n, C0)
+    if past:
+        columns = [np.asarray(bars[c], dtype=np.float64) for c in past]
+        feats = np.concatenate([feats, np.stack(columns, axis=1)], axis=1)  # (n, C)
     tgt = compute_target(bars, target)[:, None]  # (n, 1)
     n = len(tgt)
     finite = np.isfinite(feats).all(axis=1) & np.isfinite(tgt[:, 0])
@@ -263,6 +254,11 @@ def series_window(
         t_mean, t_std = _own(tgt[first:])
         scaled_by = f"its own history ({usable} bars)"
     x = (feats[-context_len:] - f_mean) / f_std  # (L, C)
+    stamps = None
+    if horizon is not None:
+        stamps = next_timestamps(pd.DatetimeIndex(bars["timestamp"]), horizon, calendar=cov.get("calendar"))
+    x_future = _future_window(cov, name, bars, stamps, future, trained_tickers, source) if cov else None
+    static = _static_window(cov, name, trained_tickers) if cov.get("static_sizes") else None
     return SeriesWindow(
         name=name,
         x=x,
@@ -272,6 +268,9 @@ def series_window(
         target_std=t_std,
         scaled_by=scaled_by,
         bars=bars,
+        x_future=x_future,
+        static=static,
+        timestamps=stamps,
     )
 
 
@@ -336,7 +335,7 @@ def last_windows(
     )
 
 
-def windows_table(
+def forecast_columns(
     windows: list[SeriesWindow],
     *,
     net: torch.nn.Module,
@@ -344,12 +343,15 @@ def windows_table(
     scale: DataScale,
     quantiles: list[float] | None,
     device: torch.device | str = "cpu",
-) -> pd.DataFrame:
+) -> dict[str, np.ndarray]:
     """The forecast of :meth:`KLineForecaster.forecast <lightning_tf.kline.KLineForecaster.forecast>` for
-    ``windows`` (:func:`last_windows`), one forward pass for all: ``horizon`` rows per window, in window order, in
-    each series' own units (see there). ``forward`` maps windows ``(n, L, C)`` to forecasts ``(n, F, K[, Q])`` on
-    the model scale; it runs with ``net`` in eval mode (the previous mode is restored), without gradients, on
-    ``device``; ``scale`` and ``quantiles`` are the model's."""
+    ``windows`` (:func:`last_windows`), one forward pass for all, as the columns of its table:
+    ``horizon`` rows per window, in window order, in each series' own units (see there); ``ticker`` and
+    ``scaled_by`` as object arrays of strings, ``timestamp`` as datetime64, ``step`` as int64, the rest float64.
+    ``forward`` maps windows ``(n, L, C)`` to forecasts ``(n, F, K[, Q])`` on the model scale; it runs with ``net``
+    in eval mode (the previous mode is restored), without gradients, on ``device``; ``scale`` and ``quantiles`` are
+    the model's. :meth:`KLineForecaster.forecast_windows <lightning_tf.kline.KLineForecaster.forecast_windows>`
+    makes them its table."""
     from .windows import next_timestamps
 
     x = torch.tensor(np.stack([w.x for w in windows]), dtype=torch.float32, device=device)  # (n, L, C)
@@ -359,18 +361,22 @@ def windows_table(
     if windows[0].static is not None:
         extra["static"] = torch.tensor(np.stack([w.static for w in windows]), dtype=torch.long, device=device)
     was_training = net.training
-    net.eval()
+    # a served model is in eval mode already: switching every module costs more than a small batch's forward
+    switch = was_training or any(m.training for m in net.modules())
+    if switch:
+        net.eval()
     try:
         with torch.no_grad():
             out = forward(x, **extra).double().cpu()  # (n, F, K[, Q])
     finally:
-        net.train(was_training)
+        if switch:
+            net.train(was_training)
     mean = torch.tensor(np.stack([w.target_mean for w in windows]))[:, None, :]  # (n, 1, K)
     std = torch.tensor(np.stack([w.target_std for w in windows]))[:, None, :]  # (n, 1, K)
     point = out if quantiles is None else out[..., quantiles.index(0.5)]  # (n, F, K)
     values = point * std + mean  # (n, F, K)
     n, horizon = point.shape[:2]
-    # one frame for all windows, column by column (one small frame per window costs more than the forward pass)
+    # the columns of all windows at once (one small frame per window costs more than the forward pass)
     calendar = scale.covariates.get("calendar")
     stamps = [
         w.timestamps
@@ -378,9 +384,9 @@ def windows_table(
         else next_timestamps(pd.DatetimeIndex(w.bars["timestamp"]), horizon, calendar=calendar)
         for w in windows
     ]
-    columns: dict[str, Any] = {
+    columns: dict[str, np.ndarray] = {
         "ticker": np.repeat(np.array([w.name for w in windows], dtype=object), horizon),
-        "timestamp": stamps[0].append(stamps[1:]) if n > 1 else stamps[0],
+        "timestamp": np.concatenate([np.asarray(s) for s in stamps]),  # (n F,)
         "step": np.tile(np.arange(1, horizon + 1), n),
     }
     for k, target in enumerate(scale.target_names):
@@ -393,7 +399,7 @@ def windows_table(
         anchors = torch.tensor([w.anchor for w in windows], dtype=torch.float64)  # (n,)
         columns["close"] = rebuild_prices(values[:, :, 0], anchors).reshape(-1).numpy()  # (n F,)
     columns["scaled_by"] = np.repeat(np.array([w.scaled_by for w in windows], dtype=object), horizon)
-    return pd.DataFrame(columns)
+    return columns
 
 
 def predict_outputs(

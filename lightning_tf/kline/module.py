@@ -17,6 +17,7 @@ import logging
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
@@ -42,7 +43,7 @@ from .evaluation.report import TestFigures, TestRecord, report_text
 from .evaluation.selection import ResidualSelection, selection_line
 from .evaluation.summary import BASELINES, SCALES, baseline_forecasts, naive_model_scale, score, stage_metrics
 from .fitting import fit_linear_parts
-from .inference import SeriesWindow, last_windows, predict_outputs, windows_table
+from .inference import SeriesWindow, forecast_columns, last_windows, predict_outputs
 from .networks import BackboneName, ForecastNet, ForecastParts, LinearInput, Pooling, ResidualMode, check_training
 from .reader.validation import OnError
 from .scale import DataScale
@@ -436,7 +437,12 @@ class KLineForecaster(CheckedLoading, LightningModule):
     def forecast_windows(self, windows: list[SeriesWindow]) -> pd.DataFrame:
         """:meth:`forecast` of series already read into their last windows (:func:`~.inference.last_windows`), in
         one forward pass: ``horizon`` rows per window, in window order (a server's batch of requests)."""
-        return windows_table(
+        return pd.DataFrame(self.forecast_columns(windows))
+
+    def forecast_columns(self, windows: list[SeriesWindow]) -> dict[str, np.ndarray]:
+        """The columns of :meth:`forecast_windows`' table as arrays (:func:`~.inference.forecast_columns`), without
+        the frame (a server writes them as JSON)."""
+        return forecast_columns(
             windows,
             net=self.net,
             forward=lambda x, **cov: self.net.combine(self._parts(x, **cov)),

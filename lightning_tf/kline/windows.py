@@ -218,12 +218,12 @@ def next_timestamps(
     daily = _next_business_days(ts, n) if calendar is None else None
     if daily is not None:
         return daily
-    step = pd.Series(ts).diff().median()
     last = ts[-1]
-    if calendar is not None and (len(ts) < 2 or step >= pd.Timedelta(days=1)):
+    if calendar is not None and (len(ts) < 2 or _median_step_ns(ts) >= 86_400_000_000_000):
         from .covariates import next_sessions
 
-        return next_sessions(calendar, last, n)
+        return next_sessions(calendar, last, n)  # bars a day or more apart
+    step = pd.Series(ts).diff().median()
     weekends = bool((ts.day_of_week >= 5).any())
     if step == pd.Timedelta(days=1) and not weekends:
         return pd.bdate_range(last + pd.offsets.BDay(1), periods=n, freq="B") + (last - last.normalize())
@@ -271,15 +271,19 @@ class DateBatchSampler(EpochBatchSampler):
         return [self.groups[k] for k in dates[self.rank :: self.num_replicas]]
 
 
+def _median_step_ns(ts: pd.DatetimeIndex) -> float:
+    """The median step between the bars ``ts`` in nanoseconds, with numpy (as ``pd.Series(ts).diff().median()``)."""
+    return float(np.median(np.diff(ts.as_unit("ns").asi8)))
+
+
 def _next_business_days(ts: pd.DatetimeIndex, n: int) -> pd.DatetimeIndex | None:
     """:func:`next_timestamps` of daily bars without weekend rows, with numpy (a server's answer runs it once per
     request); None for any other series."""
     if ts.tz is not None or len(ts) < 2:
         return None
-    values = ts.to_numpy()
-    steps = np.diff(values).astype("timedelta64[ns]").astype(np.int64)
-    if np.median(steps) != 86_400_000_000_000:
+    if _median_step_ns(ts) != 86_400_000_000_000:
         return None
+    values = ts.to_numpy()
     days = values.astype("datetime64[D]")
     if ((days.astype(np.int64) + 3) % 7 >= 5).any():  # 1970-01-01 was a Thursday (3): a Saturday or Sunday bar
         return None

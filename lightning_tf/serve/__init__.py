@@ -5,7 +5,7 @@
   the model loaded once per worker, the API key, the workers' threads and signals.
 * One LitAPI per task, each a thin shell around the task's own inference call: :class:`TextAPI`
   (:mod:`.text`, ``translate``), :class:`VisionAPI` (:mod:`.vision`, ``prepare`` + ``top_classes``, as
-  ``classify``), :class:`KLineAPI` (:mod:`.kline`, ``last_windows`` + ``forecast_windows``, as ``forecast``).
+  ``classify``), :class:`KLineAPI` (:mod:`.kline`, ``series_window`` + ``forecast_columns``, as ``forecast``).
 * :mod:`.server`: the LitServer of a checkpoint; :mod:`.http`: ``{"error": ...}`` answers and the OpenAPI page;
   :mod:`.shutdown`: SIGTERM answers the requests in flight, then exits 0.
 

@@ -4,7 +4,7 @@ inference call.
 LitServe runs ``setup`` once per worker process, then, for every batch of requests, ``decode_request`` per
 request, ``batch``, ``predict``, ``unbatch`` and ``encode_response`` per request. A task says only how a
 request becomes its input (``parse``), how a batch of inputs runs (``run``: the task's own ``translate``,
-``top_classes`` or ``forecast_windows``) and how one output becomes JSON (``encode``). The rest is here:
+``top_classes`` or ``forecast_columns``) and how one output becomes JSON (``encode``). The rest is here:
 
 * a request that cannot be served becomes a :class:`~.errors.Rejected` item in ``decode_request`` and keeps
   its place through the batch, so the other requests of the batch get their results (LitServe would answer

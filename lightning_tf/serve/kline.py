@@ -2,21 +2,24 @@
 ``horizon`` bars, one object per future bar with the fields of ``forecast()``'s table.
 
 A request's bars become the series' last window, scaled as :meth:`KLineForecaster.forecast
-<lightning_tf.kline.KLineForecaster.forecast>` scales it. Plain bars (:func:`plain_columns`: named columns the
-bar reader knows, one per column the model reads, ISO timestamps in increasing order, finite numbers that pass the
-reader's checks) are read with numpy, in a fraction of the model's time per request; any other bars go through the
-bar reader itself (:func:`lightning_tf.kline.inference.last_windows`: other layouts, unsorted bars, bad values and
-their repair, its error messages). Both end in :func:`~lightning_tf.kline.inference.series_window`, so the window
-is the same. A batch is those windows, run once by
-:meth:`KLineForecaster.forecast_windows <lightning_tf.kline.KLineForecaster.forecast_windows>`: the rows
-``forecast()`` gives for the same bars.
+<lightning_tf.kline.KLineForecaster.forecast>` scales it, with the covariates it reads: past covariates are
+columns of the bars, the known-future calendar features those of the forecast bars on the model's calendar, the
+static ids those of the request's ticker. Plain bars (:func:`plain_columns`: named columns the bar reader knows,
+one per column the model reads, ISO timestamps in increasing order, finite numbers that pass the reader's checks)
+are read with numpy, without validating the body field by field (a body of plain bars is a valid one); any other
+body is validated and its bars go through the bar reader itself (:func:`lightning_tf.kline.inference.last_windows`:
+other layouts, unsorted bars, bad values and their repair, its error messages). Both end in
+:func:`~lightning_tf.kline.inference.series_window`, so the window is the same. A batch is those windows, run
+once by :meth:`KLineForecaster.forecast_columns <lightning_tf.kline.KLineForecaster.forecast_columns>` (the
+columns of the table ``forecast()`` gives for the same bars) and written as JSON column by column for the whole
+batch.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from operator import itemgetter
 from typing import Any, Literal, Union
@@ -29,7 +32,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from .api import Serving, TaskAPI
 from .errors import BadRequest, Rejected
 
-__all__ = ["KLineAPI", "KLineRequest", "KLineResponse", "forecast_records", "model_columns", "plain_columns"]
+__all__ = [
+    "KLineAPI",
+    "KLineRequest",
+    "KLineResponse",
+    "forecast_records",
+    "iso_strings",
+    "model_columns",
+    "plain_columns",
+]
 
 Cell = Union[float, int, str, None]
 
@@ -85,21 +96,47 @@ def _finite(records: list[dict[str, Any]]) -> list[dict[str, Any]] | Rejected:
     return records
 
 
-def forecast_records(table: pd.DataFrame) -> list[dict[str, Any]]:
-    """The rows of a forecast table as JSON objects: timestamps in ISO 8601, numbers as Python numbers (converted
-    column by column)."""
-    columns = []
-    for name in table.columns:
-        values = table[name]
-        if pd.api.types.is_datetime64_any_dtype(values):
-            columns.append([t.isoformat() for t in values])
-        else:
-            columns.append(values.tolist())
-    return [dict(zip(table.columns, row, strict=True)) for row in zip(*columns, strict=True)]
+def iso_strings(stamps: np.ndarray) -> list[str]:
+    """Timestamps (datetime64, no time zone) in ISO 8601, as :meth:`pandas.Timestamp.isoformat` writes them:
+    whole seconds with numpy at once, others one by one with pandas."""
+    seconds = stamps.astype("datetime64[s]")
+    if (seconds == stamps).all():
+        return np.datetime_as_string(seconds).tolist()
+    return [pd.Timestamp(t).isoformat() for t in stamps]
 
 
+def forecast_records(columns: Mapping[str, Any], n: int) -> list[list[dict[str, Any]] | Rejected]:
+    """The forecast of ``n`` series, the columns of its table (:meth:`KLineForecaster.forecast_columns
+    <lightning_tf.kline.KLineForecaster.forecast_columns>`, or the table itself), as JSON objects: one list of
+    rows per series, timestamps in ISO 8601, numbers as Python numbers (converted column by column for the whole
+    batch); a series whose forecast holds a value JSON cannot gets its answer that says so."""
+    names = list(columns)
+    values, finite = [], None
+    for name in names:
+        column = np.asarray(columns[name])
+        if column.dtype.kind == "M":
+            values.append(iso_strings(column))
+            continue
+        values.append(column.tolist())
+        if column.dtype.kind == "f":
+            ok = np.isfinite(column)
+            finite = ok if finite is None else finite & ok
+    rows = [dict(zip(names, row, strict=True)) for row in zip(*values, strict=True)]
+    horizon = len(rows) // n
+    out: list[list[dict[str, Any]] | Rejected] = []
+    for i in range(n):
+        series = rows[i * horizon : (i + 1) * horizon]
+        bad = finite is not None and not finite[i * horizon : (i + 1) * horizon].all()
+        out.append(_finite(series) if bad else series)
+    return out
+
+
+#: the fields of a request
+_FIELDS = frozenset(KLineRequest.model_fields)
 #: an ISO 8601 date or local date and time, as the reader and numpy read them alike (no time zone)
-_ISO = re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?)?")
+_ISO = r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?)?"
+#: ISO times, one a line
+_ISO_LINES = re.compile(rf"(?:{_ISO}\n)*{_ISO}", re.ASCII)
 
 
 def model_columns(scale: Any) -> tuple[str, ...]:
@@ -132,16 +169,26 @@ def plain_columns(bars: list[dict[str, Any]], wanted: tuple[str, ...]) -> dict[s
     once (the bar reader's names); the timestamps are ISO 8601 local times in increasing order; the numbers are
     finite, the prices positive, the volume not negative, high and low around open and close. Else None: the bar
     reader reads them (and says what is wrong, or repairs it)."""
-    first = bars[0].keys()
-    keys = tuple(first)
+    if not bars or set(map(type, bars)) != {dict}:
+        return None
+    keys = tuple(bars[0])
+    if set(map(type, keys)) != {str} or set(map(len, bars)) != {len(keys)}:
+        return None
     names = _canonical_names(keys, wanted)
-    if names is None or not all(b.keys() == first for b in bars):
+    if names is None:
+        return None
+    try:  # every bar has each key of the first (and as many keys): the same keys
+        rows = list(map(itemgetter(*keys), bars))
+    except KeyError:
         return None
     columns: dict[str, np.ndarray] = {}
-    for key, name, values in zip(keys, names, zip(*map(itemgetter(*keys), bars)), strict=True):  # one pass
+    for name, values in zip(names, zip(*rows), strict=True):  # one pass
         kinds = set(map(type, values))
         if name == "timestamp":
-            if kinds != {str} or not all(map(_ISO.fullmatch, values)):
+            if kinds != {str}:
+                return None
+            text = "\n".join(values)  # one match for all: each an ISO time, none holding a line break
+            if text.count("\n") != len(values) - 1 or not _ISO_LINES.fullmatch(text):
                 return None
             stamps = np.array(values, dtype="datetime64[ns]")
             if len(stamps) > 1 and not (stamps[1:] > stamps[:-1]).all():
@@ -206,29 +253,32 @@ class KLineAPI(TaskAPI):
             self.model.net.parts(x, x_future=x_future, static=static)  # x (n, L, C)
 
     def parse(self, body: dict[str, Any]) -> Any:
-        request = self.validate(body)
+        bars, ticker = body.get("bars"), body.get("ticker")
         scale = self.model.data_scale
-        cov = scale.covariates or {}
-        # the numpy path reads the bars and the past covariates; a model that also reads known-future covariates
-        # (the exchange calendar, the user's columns) or static ones takes the reader's path, which builds them
-        plain = not any(cov.get(k) for k in ("future", "future_names", "calendar", "static_sizes", "ticker_embedding"))
-        columns = plain_columns(request.bars, model_columns(scale)) if plain else None
+        columns = None
+        # a body of the request's fields whose bars are plain (every cell a number or an ISO time, so that
+        # validation would pass it) is read with numpy; any other is validated (its errors) and read by the reader,
+        # as are the bars of a model that reads the user's known-future covariates (which a request cannot carry)
+        if type(bars) is list and type(ticker) in (str, type(None)) and body.keys() <= _FIELDS:
+            if not scale.covariates.get("future"):
+                columns = plain_columns(bars, model_columns(scale))
+        if columns is None:
+            return self._read(self.validate(body))
         try:
-            if columns is not None:
-                return self._window(columns, request.ticker)
+            return self._window(columns, ticker)
         except ValueError as err:
-            raise BadRequest(_reader_message(str(err), request.ticker)) from None
-        return self._read(request)
+            raise BadRequest(_reader_message(str(err), ticker)) from None
 
     def _window(self, columns: dict[str, np.ndarray], ticker: str | None) -> Any:
-        """The last window of plain bars (:func:`plain_columns`), as the bar reader's would be."""
+        """The last window of plain bars (:func:`plain_columns`), with its covariates, as the bar reader's would
+        be."""
         from lightning_tf.kline.inference import series_window
 
         scale = self.model.data_scale
         if getattr(self, "_trained", (None,))[0] is not scale:  # the training statistics by ticker, once per model
             stats = zip(scale.feature_mean, scale.feature_std, scale.target_mean, scale.target_std, strict=True)
-            self._trained = (scale, dict(zip(scale.ticker_names, stats, strict=True)))
-        trained = self._trained[1]
+            self._trained = (scale, dict(zip(scale.ticker_names, stats, strict=True)), list(scale.ticker_names))
+        _, trained, tickers = self._trained
         return series_window(
             ticker or "series",
             columns,
@@ -239,6 +289,9 @@ class KLineAPI(TaskAPI):
             volume_window=scale.volume_window,
             trained=trained,
             source=ticker or "the bars",
+            covariates=scale.covariates,
+            horizon=self.model.hparams.horizon,
+            trained_tickers=tickers,
         )
 
     def _read(self, request: KLineRequest) -> Any:
@@ -276,9 +329,7 @@ class KLineAPI(TaskAPI):
         return windows[0]
 
     def run(self, inputs: list[Any]) -> Sequence[list[dict[str, Any]] | Rejected]:
-        records = forecast_records(self.model.forecast_windows(inputs))
-        horizon = len(records) // len(inputs)
-        return [_finite(records[i * horizon : (i + 1) * horizon]) for i in range(len(inputs))]
+        return forecast_records(self.model.forecast_columns(inputs), len(inputs))
 
     def encode(self, output: list[dict[str, Any]]) -> dict[str, Any]:
         return {"forecast": output}

@@ -40,6 +40,7 @@ __all__ = [
     "png_bytes",
     "save_checkpoint",
     "tiny_kline",
+    "tiny_kline_covariates",
     "tiny_text",
     "tiny_vit",
 ]
@@ -107,6 +108,72 @@ def tiny_kline() -> KLineForecaster:
     return model.eval()
 
 
+def tiny_kline_covariates(
+    *,
+    calendar: str | None = "XNYS",
+    ticker_embedding: bool = True,
+    static_file: Path | None = None,
+    future: list[str] | None = None,
+) -> KLineForecaster:
+    """:func:`tiny_kline` with covariates: a past covariate ``signal`` (a column of the bars, the last input
+    channel), the known-future features of the exchange ``calendar`` (and the user's ``future`` columns), a
+    ticker embedding and, with a ``static_file`` (``ticker,sector``, sectors ``a`` and ``b``), the ticker's
+    sector; every channel reaches the forecast and the covariates' head has non-zero weights, so that each
+    covariate moves it."""
+    from lightning_tf.kline.covariates import CALENDAR_FEATURES
+
+    torch.manual_seed(0)
+    names = [*DEFAULT_FEATURES, "signal"]
+    user = list(future or [])
+    future_names = [*(CALENDAR_FEATURES if calendar else ()), *user]
+    vocab = {"sector": ["a", "b"]} if static_file is not None else {}
+    # the ticker embedding's ids: the trained ticker and the unknown slot; then each category's
+    static_sizes = [2] * ticker_embedding + [len(v) + 1 for v in vocab.values()]
+    model = KLineForecaster(
+        n_features=len(names),
+        n_targets=1,
+        context_len=KLINE_CONTEXT,
+        horizon=KLINE_HORIZON,
+        target_channels=[0],
+        channel_mixing=True,
+        **TINY,
+    )
+    model.net.set_covariates(len(future_names), static_sizes)
+    if model.net.covariates is not None:
+        with torch.no_grad():
+            model.net.covariates.future_weight.normal_(0.0, 0.1)
+            for table in model.net.covariates.static:
+                table.weight.normal_(0.0, 0.1)
+    C, Cf = len(names), len(future_names)
+    model.data_scale = DataScale(
+        feature_names=tuple(names),
+        target_names=("log_return",),
+        target_kind=None,
+        ticker_names=("TRAINED",),
+        feature_mean=[[0.001 * i for i in range(C)]],
+        feature_std=[[0.5 + 0.1 * i for i in range(C)]],
+        target_mean=[[0.0002]],
+        target_std=[[0.02]],
+        has_prices=True,
+        covariates={
+            "past": ["signal"],
+            "future": user,
+            "future_names": future_names,
+            "horizon": KLINE_HORIZON,
+            "calendar": calendar,
+            "missing": "error",
+            "ffill_limit": None,
+            "ticker_embedding": ticker_embedding,
+            "static_file": None if static_file is None else str(static_file),
+            "static_vocab": vocab,
+            "static_sizes": static_sizes,
+            "future_mean": [[0.01 * j for j in range(Cf)]],
+            "future_std": [[0.3 + 0.1 * j for j in range(Cf)]],
+        },
+    )
+    return model.eval()
+
+
 def save_checkpoint(model: LightningModule, path: Path) -> Path:
     """``model`` as a Lightning checkpoint (weights, hyperparameters and its ``on_save_checkpoint`` extras),
     as a Trainer writes it, without training."""
@@ -150,10 +217,13 @@ def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-def bars_records(n: int = 80, seed: int = 0) -> list[dict[str, Any]]:
-    """``n`` random-walk daily bars as JSON objects (``Date`` as ``YYYY-MM-DD``)."""
+def bars_records(n: int = 80, seed: int = 0, signal: bool = False) -> list[dict[str, Any]]:
+    """``n`` random-walk daily bars as JSON objects (``Date`` as ``YYYY-MM-DD``), with a random ``signal``
+    column (the past covariate of :func:`tiny_kline_covariates`) when ``signal``."""
     frame = make_bars(n, seed)
     frame["Date"] = frame["Date"].dt.strftime("%Y-%m-%d")
+    if signal:
+        frame["signal"] = np.random.default_rng(seed + 1000).normal(0.0, 1.0, n)
     return frame.to_dict(orient="records")
 
 

@@ -15,6 +15,7 @@ import torch
 
 from lightning_tf.kline import KLineDataModule, KLineForecaster
 from lightning_tf.kline.covariates import calendar_features, cross_sectional
+from lightning_tf.kline.inference import last_windows
 from lightning_tf.kline.reader.io import read_bars
 from lightning_tf.kline.windows import next_timestamps, xy_pairs
 from tests.helpers.universe import make_universe, spearman, write_universe
@@ -148,6 +149,27 @@ def test_calendar_features_and_exchange_forecast_timestamps() -> None:
     assert feats[:, 3].tolist() == [1, 0, 0] and feats[:, 4].tolist() == [0, 1, 0]  # before / after the holiday
 
 
+def test_session_dates_cut_from_one_span_are_those_of_each_span_read_alone() -> None:
+    """A calendar is built once for a span of years that grows to hold every request (building one takes a tenth
+    of a second); each request's sessions are those a calendar built for its own years gives, and years outside
+    the calendar's bounds are refused as before."""
+    from lightning_tf.kline import covariates
+
+    covariates._SPANS.clear()
+    asked = {
+        "XNYS": [(2001, 2003), (1987, 1990), (1987, 2016)],
+        "business": [(2001, 2003), (1970, 1971)],
+        "XSHG": [(2005, 2007), (1995, 1996)],
+    }
+    for name, years in asked.items():
+        for first, last in years:
+            got = covariates.session_dates(name, pd.Timestamp(first, 6, 1), pd.Timestamp(last, 6, 1))
+            assert np.array_equal(got, covariates._read_sessions(name, first - 1, last + 1)), (name, first, last)
+    assert covariates._SPANS["XNYS"][:2] == (1976, 2024)  # the first request's years and 10 of margin, then grown
+    with pytest.raises(ValueError, match=r"calendar 'XSHG' covers \d{4}-\d{2}-\d{2} to .* only"):
+        covariates.session_dates("XSHG", pd.Timestamp(1985, 6, 1), pd.Timestamp(1986, 6, 1))
+
+
 def test_cross_sectional_labels_per_date_and_split() -> None:
     values = np.array([1.0, 2.0, 3.0, 10.0, np.nan, 5.0])
     dates = np.array([0, 0, 0, 1, 1, 1])
@@ -262,6 +284,9 @@ def test_the_checkpoint_carries_the_covariates_and_forecast_requires_their_colum
     future = pd.DataFrame({"ticker": "T01", "timestamp": stamps, "event": [2.0, -2.0]})
     table = model.forecast(bars, future=future)
     assert table["timestamp"].tolist() == list(stamps) and table["ticker"].unique().tolist() == ["T01"]
+    # the static ids: the ticker's (T01: 2) and its sector's from the static file (b: 2)
+    (window,) = last_windows(bars, scale=model.data_scale, context_len=16, horizon=2, future=future)
+    assert window.static.tolist() == [2, 2] and model.data_scale.ticker_names[1] == "T01"
     # the known-future values reach the forecast: another event, another forecast
     other = model.forecast(bars, future=future.assign(event=[-2.0, 2.0]))
     assert not np.allclose(table["pred_log_return"], other["pred_log_return"])

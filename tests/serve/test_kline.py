@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,8 +16,8 @@ import pytest
 pytest.importorskip("litserve")
 
 from lightning_tf.serve.api import Serving
-from lightning_tf.serve.kline import KLineAPI, model_columns, plain_columns
-from tests.helpers.serve import bars_records, tiny_kline
+from lightning_tf.serve.kline import KLineAPI, iso_strings, model_columns, plain_columns
+from tests.helpers.serve import bars_records, tiny_kline, tiny_kline_covariates
 
 BARS = bars_records(80, seed=0)
 
@@ -200,7 +201,84 @@ def test_plain_bars_are_read_with_numpy_into_the_window_the_bar_reader_gives(api
         (lambda bars: [{**b, "Adj Close": b["Close"]} for b in bars], "a column the model does not read"),
         (lambda bars: [{**b, "ticker": "A"} for b in bars], "a ticker column"),
         (lambda bars: [bars[0], {k: v for k, v in bars[1].items() if k != "Open"}, *bars[2:]], "a bar without open"),
+        (
+            lambda bars: [bars[0], {**{k: v for k, v in bars[1].items() if k != "Open"}, "Adj": 1.0}, *bars[2:]],
+            "a bar with another column instead of open",
+        ),
+        (lambda bars: [{**bars[0], "Date": bars[0]["Date"] + "\n" + bars[1]["Date"]}, *bars[1:]], "a line break"),
+        (lambda bars: [{**bars[0], "Date": "\u0662\u0660" + bars[0]["Date"][2:]}, *bars[1:]], "non-ASCII digits"),
+        (lambda bars: [*bars[:3], [1, 2], *bars[3:]], "a bar that is not an object"),
     ],
 )
 def test_other_bars_go_to_the_bar_reader(change: Any, why: str) -> None:
     assert plain_columns(change(list(BARS)), ("open", "high", "low", "close", "volume")) is None, why
+
+
+@pytest.fixture(scope="module")
+def sectors(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("static") / "sectors.csv"
+    pd.DataFrame({"ticker": ["TRAINED", "XYZ"], "sector": ["b", "a"]}).to_csv(path, index=False)
+    return path
+
+
+#: the static ids of each request's ticker: the ticker embedding's (1: TRAINED, 0: any other), then the sector's
+#: in the static file (TRAINED b: 2, XYZ a: 1, a ticker the file lacks: 0)
+STATIC_IDS = {None: [0, 0], "TRAINED": [1, 2], "XYZ": [0, 1]}
+
+
+@pytest.mark.parametrize("kind", ["past", "past+ticker", "past+calendar+ticker", "past+calendar+ticker+sector"])
+def test_covariate_bars_are_read_with_numpy_into_the_window_the_bar_reader_gives(kind: str, sectors: Path) -> None:
+    api = KLineAPI("unused.ckpt", Serving(max_batch_size=8))
+    calendar = "XNYS" if "calendar" in kind else None
+    api.model = tiny_kline_covariates(
+        calendar=calendar, ticker_embedding="ticker" in kind, static_file=sectors if "sector" in kind else None
+    )
+    assert model_columns(api.model.data_scale) == ("open", "high", "low", "close", "volume", "signal")
+    bodies, rows = [], []
+    for seed, ticker in [(0, None), (1, "TRAINED"), (2, "XYZ")]:
+        bars = bars_records(70 + seed, seed=seed, signal=True)
+        body = {"bars": bars, **({"ticker": ticker} if ticker else {})}
+        fast, read = api.parse(body), api._read(api.validate(body))
+        assert isinstance(fast.bars, dict) and isinstance(read.bars, pd.DataFrame)  # numpy, then the bar reader
+        assert (fast.name, fast.scaled_by, fast.anchor) == (read.name, read.scaled_by, read.anchor)
+        for key in ("x", "raw_target", "target_mean", "target_std"):
+            assert np.array_equal(getattr(fast, key), getattr(read, key)), key
+        assert fast.x.shape[1] == 7 and np.array_equal(fast.x[:, -1], read.x[:, -1])  # the past covariate
+        if kind == "past":
+            assert fast.static is None and read.static is None
+        else:
+            assert fast.static.tolist() == read.static.tolist() == STATIC_IDS[ticker][: fast.static.shape[0]]
+        if calendar is None:
+            assert fast.x_future is None and read.x_future is None
+        else:
+            assert fast.x_future.shape == (4, 5) and np.array_equal(fast.x_future, read.x_future)
+        assert fast.timestamps.equals(read.timestamps)
+        assert api.model.forecast_windows([fast]).equals(api.model.forecast_windows([read]))
+        bodies.append(body)
+        rows.append(offline(api, bars, ticker))
+    for (status, body), want in zip(served(api, bodies), rows, strict=True):
+        assert status == 200 and same_rows(body["forecast"], want)
+
+
+def test_a_model_that_reads_the_users_known_future_covariates_refuses_bars_alone() -> None:
+    api = KLineAPI("unused.ckpt", Serving(max_batch_size=8))
+    api.model = tiny_kline_covariates(calendar=None, future=["event"])
+    bars = [{**b, "event": 1.0} for b in bars_records(80, signal=True)]  # a request has no forecast bars' values
+    ((status, body),) = served(api, [{"bars": bars}])
+    assert status == 422
+    assert body["error"].startswith("bars: the model reads known-future covariate(s) ['event'] of the forecast bars")
+
+
+def test_iso_strings_are_what_pandas_writes() -> None:
+    stamps = np.array(
+        [
+            "2024-01-02",
+            "2024-01-02T09:30",
+            "1969-12-31T23:59:59",
+            "2024-01-02T09:30:00.5",
+            "2024-01-02T09:30:00.000001",
+        ],
+        dtype="datetime64[ns]",
+    )
+    for values in (stamps[:3], stamps):  # whole seconds (numpy), and with fractions (pandas)
+        assert iso_strings(values) == [pd.Timestamp(t).isoformat() for t in values]
