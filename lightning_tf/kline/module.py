@@ -99,6 +99,9 @@ class KLineForecaster(CheckedLoading, LightningModule):
             residual's cross-validated gain over the linear path must exceed for the residual to be kept
             (1: the one-standard-error rule; 0: any gain); see :mod:`.selection`.
         selection_blocks: contiguous blocks of validation windows for that standard error.
+        residual_select_by: what that gain is measured in: the validation ``loss``, or for a universe the
+            ``ic``: each validation date's Pearson correlation across tickers between forecast and outcome,
+            the residual then kept whole or dropped (see :mod:`.selection`). ``val/loss`` stays the loss.
         quantiles: quantile levels to forecast, with 0.5 (the point forecast) among them; needs
             ``loss: quantile``, which defaults them to ``[0.1, 0.5, 0.9]``.
         patch_len: patches: patch length P.
@@ -165,6 +168,7 @@ class KLineForecaster(CheckedLoading, LightningModule):
         linear_select_se: float = 0.0,
         residual_keep_se: float = 1.0,
         selection_blocks: int = 10,
+        residual_select_by: Literal["loss", "ic"] = "loss",
         quantiles: list[float] | None = None,
         patch_len: int = 8,
         stride: int = 4,
@@ -247,7 +251,7 @@ class KLineForecaster(CheckedLoading, LightningModule):
         # the linear path alone (residual: on)
         self.val_loss = MeanMetric()
         self.selection = ResidualSelection(
-            n_targets, mse=loss == "mse", blocks=selection_blocks, keep_se=residual_keep_se
+            n_targets, mse=loss == "mse", blocks=selection_blocks, keep_se=residual_keep_se, by=residual_select_by
         )
         # fit when training starts; buffers, so checkpoints (and test --ckpt_path) keep them
         self.linear_baseline = (
@@ -600,7 +604,9 @@ class KLineForecaster(CheckedLoading, LightningModule):
                     if self.hparams.loss == "mse"
                     else (self._loss(linear, y, per_window=True), self._loss(out, y, per_window=True))
                 )
-                self.selection.update(time, linear, out - linear, y, *losses, series=batch.get("ticker"))
+                base = self._point(linear)  # (B, F, K): the point forecasts (the same under the MSE loss)
+                res = pred - base
+                self.selection.update(time, base, res, y, *losses, series=batch.get("ticker"))
         else:
             # a float batch size: Lightning averages the summed count over processes in its dtype, and an integer
             # count truncates (73.5 -> 73) when the processes scored different numbers of windows (Lightning #21859)
@@ -686,9 +692,14 @@ class KLineForecaster(CheckedLoading, LightningModule):
             chosen = decision.chosen
             self.log("val/loss_linear", decision.linear)
             self.log("val/loss_residual", decision.full)
+            if self.selection.by == "ic":
+                self.log("val/ic_linear", decision.ic_linear)
+                self.log("val/ic_residual", decision.ic_full)
             if not self.trainer.sanity_checking:
                 self.net.residual_gate.copy_(decision.weight.to(self.net.residual_gate))
                 values = [decision.full, decision.linear, decision.best, decision.gain, min(decision.gain_se, 1e300)]
+                if self.selection.by == "ic":
+                    values[:3] = [decision.ic_full, decision.ic_linear, decision.ic_full]
                 self.val_selection.copy_(torch.tensor(values, dtype=torch.float64))
         self.log("val/loss", chosen, prog_bar=True)
 
@@ -700,7 +711,11 @@ class KLineForecaster(CheckedLoading, LightningModule):
     def selection_line(self) -> str:
         """One plain line: which model is tested, and why."""
         return selection_line(
-            self.hparams.residual, self.val_selection, self.net.residual_gate, self.hparams.residual_keep_se
+            self.hparams.residual,
+            self.val_selection,
+            self.net.residual_gate,
+            self.hparams.residual_keep_se,
+            self.hparams.get("residual_select_by", "loss"),
         )
 
     def on_test_epoch_end(self) -> None:

@@ -1,6 +1,7 @@
-"""The rank-aware training term (``ic_weight``): the per-date correlation it maximises is each date's Pearson
-correlation across tickers, averaged over dates, blind to each date's level and scale; the training loss is the
-point loss plus ``ic_weight * (1 - IC)``."""
+"""Rank-aware training and selection. The training term (``ic_weight``): the per-date correlation it maximises is
+each date's Pearson correlation across tickers, averaged over dates, blind to each date's level and scale; the
+training loss is the point loss plus ``ic_weight * (1 - IC)``. The selection by IC (``residual_select_by: ic``)
+keeps a residual that orders each date better, whatever it does to the loss, and drops noise."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import torch
 
 from lightning_tf.kline import KLineDataModule, KLineForecaster
 from lightning_tf.kline.evaluation.metrics import date_correlation
+from lightning_tf.kline.evaluation.selection import Decision, ResidualSelection
 from tests.helpers.universe import write_universe
 
 
@@ -96,3 +98,99 @@ def test_the_training_loss_adds_the_weighted_term_on_date_batches(tmp_path: Path
     ics = [np.corrcoef(pred[:, f, 0].detach().numpy(), y[:, f, 0].numpy())[0, 1] for f in range(2)]
     mse = float(torch.nn.functional.mse_loss(pred, y))
     assert float(loss) == pytest.approx(mse + 0.5 * (1 - np.mean(ics)), rel=1e-5)
+
+
+def _universe_validation(seed: int, dates: int = 40, tickers: int = 30) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    time = torch.arange(dates).repeat_interleave(tickers)  # (N,) dates in order, a universe each
+    series = torch.arange(tickers).repeat(dates)
+    y = torch.randn(dates * tickers, 2, 1, generator=g)  # (N, F, K)
+    base = 0.1 * y + torch.randn(dates * tickers, 2, 1, generator=g)
+    level = 5 * torch.randn(dates, generator=g).repeat_interleave(tickers)[:, None, None]  # a level per date
+    return {"time": time, "series": series, "y": y, "base": base, "level": level}
+
+
+def _decide(by: str, v: dict[str, torch.Tensor], residual: torch.Tensor) -> Decision:
+    sel = ResidualSelection(1, mse=True, blocks=5, keep_se=1.0, by=by)
+    for idx in torch.randperm(len(v["time"]), generator=torch.Generator().manual_seed(1)).split(97):  # any order
+        sel.update(v["time"][idx], v["base"][idx], residual[idx], v["y"][idx], series=v["series"][idx])
+    return sel.compute()
+
+
+def test_selection_by_ic_keeps_a_residual_that_orders_each_date_better_whatever_its_loss() -> None:
+    v = _universe_validation(0)
+    residual = 0.5 * v["y"] + v["level"]  # better order within each date, a large error in each date's level
+    by_ic, by_loss = _decide("ic", v, residual), _decide("loss", v, residual)
+    assert by_ic.kept and float(by_ic.weight) == 1.0  # whole
+    assert by_loss.full > by_loss.linear  # the whole residual raises the MSE ...
+    assert not by_loss.kept or float(by_loss.weight) < 0.2  # ... so the loss keeps little or none of it
+    # the gain is the mean over dates of the per-date IC difference (mean over the two steps), as numpy has it
+    ics = {"linear": [], "full": []}
+    for d in range(40):
+        rows = (v["time"] == d).numpy()
+        for name, f in (("linear", v["base"]), ("full", v["base"] + residual)):
+            ics[name].append(np.mean([np.corrcoef(f[rows, s, 0], v["y"][rows, s, 0])[0, 1] for s in range(2)]))
+    assert by_ic.ic_linear == pytest.approx(np.mean(ics["linear"]), abs=1e-6)
+    assert by_ic.ic_full == pytest.approx(np.mean(ics["full"]), abs=1e-6)
+    assert by_ic.gain == pytest.approx(np.mean(ics["full"]) - np.mean(ics["linear"]), abs=1e-6)
+    assert by_ic.chosen == pytest.approx(by_ic.full)  # the loss reported is the kept model's
+
+
+def test_selection_by_ic_drops_noise_and_needs_a_cross_section() -> None:
+    v = _universe_validation(1)
+    noise = torch.randn(v["y"].shape, generator=torch.Generator().manual_seed(5))
+    decision = _decide("ic", v, noise)
+    assert not decision.kept and float(decision.weight) == 0.0
+    assert decision.gain < 0 and decision.chosen == pytest.approx(decision.linear)
+    one_series = ResidualSelection(1, by="ic")
+    one_series.update(torch.arange(10), torch.randn(10, 2, 1), torch.randn(10, 2, 1), torch.randn(10, 2, 1))
+    with pytest.raises(ValueError, match="residual_select_by: ic needs validation dates with at least two series"):
+        one_series.compute()
+    with pytest.raises(ValueError, match="residual_select_by must be 'loss' or 'ic', got 'rank'"):
+        ResidualSelection(1, by="rank")
+
+
+def test_a_fit_selecting_by_ic_reports_the_validation_ic_of_its_linear_path(tmp_path: Path) -> None:
+    from lightning import Trainer
+
+    from lightning_tf.kline.evaluation.metrics import date_correlations
+
+    path = tmp_path / "universe.csv"
+    write_universe(path, past=1.0, future=0.0, n_tickers=10, n_days=200)
+    dm = KLineDataModule(
+        str(path),
+        context_len=8,
+        horizon=2,
+        features=["log_return", "volatility"],
+        batch_by_date=True,
+        val_start="2015-08-03",
+        test_start="2015-09-01",
+    )
+    model = KLineForecaster(
+        n_features=2, context_len=8, horizon=2, ic_weight=1.0, residual_select_by="ic", baselines=False
+    )
+    trainer = Trainer(
+        max_epochs=1,
+        limit_train_batches=4,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        default_root_dir=tmp_path,
+        accelerator="cpu",
+    )
+    trainer.fit(model, dm)
+    assert "validation IC" in model.selection_line()
+    # the linear path's IC as the selection has it: each validation date's correlation across the tickers
+    model.eval()
+    base, y, time = [], [], []
+    with torch.no_grad():
+        for batch in dm.val_dataloader():
+            base.append(model._point(model.net.combine(model._parts(batch["x"], batch), gate=0.0)))
+            y.append(batch["y"])
+            time.append(batch["time"])
+    corr, valid = date_correlations(torch.cat(base), torch.cat(y), torch.cat(time))
+    per_date = (corr * valid).sum(1)[valid.any(1)] / valid.sum(1)[valid.any(1)]
+    assert float(model.val_selection[1]) == pytest.approx(float(per_date.mean()), abs=1e-6)
+    assert float(trainer.callback_metrics["val/ic_linear"]) == pytest.approx(float(per_date.mean()), abs=1e-6)

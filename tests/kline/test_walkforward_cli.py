@@ -75,7 +75,7 @@ def test_folds_csv_has_each_folds_dates_embargoed_and_metrics(universe: dict[str
         assert pos(row.test_end) - pos(row.test_start) + 1 == 60
     assert table["test_end"].iloc[-1] == dates[-1]
     assert table["residual_kept"].isin([True, False]).all()
-    columns = ["rank_ic", "long_short_ir", "momentum_rank_ic", "linear_rank_ic"]
+    columns = ["rank_ic", "long_short_ir", "momentum_rank_ic", "linear_rank_ic", "residual_rank_ic"]
     if importlib.util.find_spec("lightgbm") is not None:
         columns.append("lightgbm_rank_ic")
     for column in columns:

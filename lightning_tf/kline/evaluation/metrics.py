@@ -39,6 +39,7 @@ __all__ = [
     "MeanAbsoluteScaledError",
     "central_intervals",
     "date_correlation",
+    "date_correlations",
     "pinball_loss",
 ]
 
@@ -166,12 +167,11 @@ def pinball_loss(quantiles: Tensor, target: Tensor, levels: list[float], reduce:
     return loss.mean() if reduce else loss
 
 
-def date_correlation(pred: Tensor, target: Tensor, dates: Tensor) -> Tensor:
-    """The mean over dates of the Pearson correlation across the windows of one date (the IC of a cross-section)
-    between ``pred`` and ``target`` (B, ...), each trailing element on its own; ``dates`` (B,) groups the
-    windows. Dates with fewer than two windows, or with a constant forecast or target, do not count; 0 when
-    none counts. Differentiable: ``1 - date_correlation`` is a rank-aware loss that ignores each date's level
-    and scale (``batch_by_date`` makes every training batch one whole date)."""
+def date_correlations(pred: Tensor, target: Tensor, dates: Tensor) -> tuple[Tensor, Tensor]:
+    """Per date, the Pearson correlation across that date's windows between ``pred`` and ``target`` (B, ...),
+    each trailing element on its own: ``(corr, valid)``, both ``(G, E)`` for the G distinct ``dates`` (B,) in
+    increasing order and the E trailing elements; ``valid`` is False (and ``corr`` 0) where a date has fewer
+    than two windows or a constant forecast or target. Differentiable in ``pred``."""
     _, group = torch.unique(dates, return_inverse=True)  # (B,) in 0..G-1
     G = int(group.max()) + 1
     p = pred.reshape(pred.shape[0], -1).double()  # (B, E)
@@ -187,6 +187,16 @@ def date_correlation(pred: Tensor, target: Tensor, dates: Tensor) -> Tensor:
     cov, var_p, var_t = per_date(pc * tc), per_date(pc * pc), per_date(tc * tc)  # (G, E)
     valid = (count >= 2) & (var_p > 1e-24) & (var_t > 1e-24)  # (G, E)
     corr = torch.where(valid, cov / (var_p * var_t).clamp_min(1e-48).sqrt(), torch.zeros_like(cov))
+    return corr, valid
+
+
+def date_correlation(pred: Tensor, target: Tensor, dates: Tensor) -> Tensor:
+    """The mean over dates of the Pearson correlation across the windows of one date (the IC of a cross-section)
+    between ``pred`` and ``target`` (B, ...), each trailing element on its own; ``dates`` (B,) groups the
+    windows. Dates with fewer than two windows, or with a constant forecast or target, do not count; 0 when
+    none counts. Differentiable: ``1 - date_correlation`` is a rank-aware loss that ignores each date's level
+    and scale (``batch_by_date`` makes every training batch one whole date)."""
+    corr, valid = date_correlations(pred, target, dates)  # (G, E)
     return (corr.sum() / valid.sum().clamp_min(1)).to(pred.dtype)
 
 

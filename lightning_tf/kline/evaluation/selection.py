@@ -13,6 +13,11 @@ windows they are judged on flatter the residual, so the gain is measured by bloc
 (each block with the weights of the other blocks), and the model keeps the weights fit on all windows.
 Under other losses the residual is kept or dropped whole. With ``residual: blend`` the residual is the
 forecast of the Transformer trained alone less the linear path's, so the weight stacks the two models.
+
+``by="ic"`` judges a universe as a quant would: by the information coefficient, each validation date's Pearson
+correlation across tickers between forecast and outcome (mean over the horizon steps and targets). The gain is the
+per-date IC with the whole residual less the linear path's, its standard error from contiguous blocks of dates,
+and the residual is kept whole (or dropped) by the same rule; the losses are still reported.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from torchmetrics import Metric
 from torchmetrics.utilities import dim_zero_cat
 
 from ..networks.closed_form import block_standard_error
+from .metrics import date_correlations
 
 __all__ = ["Decision", "ResidualSelection", "block_standard_error", "selection_line"]
 
@@ -43,6 +49,8 @@ class Decision:  # not frozen: torchmetrics rebuilds what compute() returns
             the weights fit on the other blocks).
         gain_se: the standard error of ``gain`` (``inf``: too few windows).
         kept: whether the residual is kept.
+        ic_linear: ``by="ic"``: the mean per-date validation IC of the linear path alone (else NaN).
+        ic_full: ``by="ic"``: the same with the whole residual (else NaN).
     """
 
     weight: Tensor
@@ -53,6 +61,8 @@ class Decision:  # not frozen: torchmetrics rebuilds what compute() returns
     gain: float
     gain_se: float
     kept: bool
+    ic_linear: float = float("nan")
+    ic_full: float = float("nan")
 
 
 class ResidualSelection(Metric):
@@ -66,18 +76,24 @@ class ResidualSelection(Metric):
         mse: whether the loss is the MSE (weights per target) or another loss (all or nothing).
         blocks: contiguous blocks for the standard error.
         keep_se: standard errors the mean gain must exceed (0: any gain keeps the residual).
+        by: what the gain is measured in: the validation ``loss``, or the per-date ``ic`` across series (a
+            universe: several tickers per date).
     """
 
     full_state_update = False
 
-    def __init__(self, n_targets: int, mse: bool = True, blocks: int = 10, keep_se: float = 1.0) -> None:
+    def __init__(
+        self, n_targets: int, mse: bool = True, blocks: int = 10, keep_se: float = 1.0, by: str = "loss"
+    ) -> None:
         super().__init__()
         if blocks < 2:
             raise ValueError(f"selection_blocks must be >= 2, got {blocks}")
         if keep_se < 0:
             raise ValueError(f"residual_keep_se must be >= 0, got {keep_se}")
-        self.n_targets, self.mse, self.blocks, self.keep_se = n_targets, mse, blocks, keep_se
-        for name in ("time", "series", "ee", "er", "rr", "loss_linear", "loss_full"):
+        if by not in ("loss", "ic"):
+            raise ValueError(f"residual_select_by must be 'loss' or 'ic', got {by!r}")
+        self.n_targets, self.mse, self.blocks, self.keep_se, self.by = n_targets, mse, blocks, keep_se, by
+        for name in ("time", "series", "ee", "er", "rr", "loss_linear", "loss_full", "base", "res", "y"):
             self.add_state(name, default=[], dist_reduce_fx="cat")
         self.add_state("count", torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
 
@@ -98,6 +114,10 @@ class ResidualSelection(Metric):
         self.time.append(time.detach().long())
         self.series.append(torch.zeros_like(self.time[-1]) if series is None else series.detach().long())
         self.count += base.shape[0]
+        if self.by == "ic":  # the forecasts themselves: an IC needs every window of a date together
+            self.base.append(base.detach().double().flatten(1))  # (B, F*K)
+            self.res.append(residual.detach().double().flatten(1))  # (B, F*K)
+            self.y.append(target.detach().double().flatten(1))  # (B, F*K)
         if self.mse:
             e = (target - base).detach().double()  # (B, F, K)
             r = residual.detach().double()  # (B, F, K)
@@ -134,6 +154,8 @@ class ResidualSelection(Metric):
             keep_all = bool(per_full.mean() < per_linear.mean())  # ties go to the simpler model
             weight = torch.full((self.n_targets,), 1.0 if keep_all else 0.0, dtype=torch.float64)
             per_best = per_judged = per_full if keep_all else per_linear
+        if self.by == "ic":
+            return self._by_ic(order, per_linear, per_full)
         gain = per_linear - per_judged  # (N,) in time order
         se = block_standard_error(gain, self.blocks)
         linear, full, best, judged = (float(v.mean()) for v in (per_linear, per_full, per_best, gain))
@@ -143,23 +165,58 @@ class ResidualSelection(Metric):
             weight = torch.zeros_like(weight)
         return Decision(weight.float(), full, linear, best, best if kept else linear, judged, se, kept)
 
+    def _by_ic(self, order: Tensor, per_linear: Tensor, per_full: Tensor) -> Decision:
+        """The decision by the per-date IC: the whole residual or none (see the module's docstring)."""
+        time = dim_zero_cat(self.time)[order]  # (N,)
+        base, res, y = (dim_zero_cat(s)[order] for s in (self.base, self.res, self.y))  # (N, F*K) each
+        ic_linear, valid_l = date_correlations(base, y, time)  # (G, E): dates in increasing order
+        ic_full, valid_f = date_correlations(base + res, y, time)
+        both = valid_l & valid_f  # (G, E)
+        dated = both.any(1)  # (G,): dates with an IC
+        if not bool(dated.any()):
+            raise ValueError("residual_select_by: ic needs validation dates with at least two series each (a universe)")
+        n = both.sum(1).clamp_min(1)  # (G,)
+        per_l = ((ic_linear * both).sum(1) / n)[dated]  # (D,) each date's IC, mean over steps and targets
+        per_f = ((ic_full * both).sum(1) / n)[dated]
+        gain = per_f - per_l  # (D,) in date order
+        se = block_standard_error(gain, self.blocks)
+        judged = float(gain.mean())
+        kept = judged > (self.keep_se * se if self.keep_se > 0 else 0.0)
+        weight = torch.full((self.n_targets,), 1.0 if kept else 0.0)
+        linear, full = float(per_linear.mean()), float(per_full.mean())
+        chosen = full if kept else linear
+        return Decision(weight, full, linear, full, chosen, judged, se, kept, float(per_l.mean()), float(per_f.mean()))
+
 
 def _clipped_weight(er: Tensor, rr: Tensor) -> Tensor:
     """``clip(sum e r / sum r^2, 0, 1)`` per target (0 where the residual is zero)."""
     return torch.where(rr > 0, er / rr.clamp_min(1e-300), torch.zeros_like(rr)).clamp(0.0, 1.0)
 
 
-def selection_line(residual: str, values: Tensor, gate: Tensor, keep_se: float) -> str:
+def selection_line(residual: str, values: Tensor, gate: Tensor, keep_se: float, by: str = "loss") -> str:
     """One plain line: which model is tested, and why. ``values``: the last decision's validation losses
     with the whole residual, of the linear path alone and with the weighted residual, the gain judged
-    out of sample and its standard error (``-1``: no decision yet); ``gate``: the residual's weight per
-    target."""
+    out of sample and its standard error (``-1``: no decision yet; ``by="ic"``: the validation ICs with the
+    whole residual, of the linear path, with the whole residual again, the IC gain and its standard error);
+    ``gate``: the residual's weight per target."""
     if residual == "only":
         return "tested model: the Transformer alone (residual: only)"
     if residual == "off":
         return "tested model: the linear path alone (residual: off)"
     full, linear, best, gain, se = (float(v) for v in values)
     what = "Transformer residual" if residual == "on" else "Transformer (trained alone)"
+    if by == "ic":
+        if se < 0:
+            return f"tested model: linear path + {what} (no validation decided between them)"
+        noise = f"; gain {gain:.3g}, {keep_se:g} standard error {keep_se * se:.3g}"
+        if not bool((gate > 0).any()):
+            return (
+                f"tested model: the linear path alone; the {what} did not raise the validation IC by more than "
+                f"noise (IC {full:.4f} with it vs {linear:.4f}{noise})"
+            )
+        return (
+            f"tested model: linear path + {what}, which raised the validation IC (IC {full:.4f} vs {linear:.4f}{noise})"
+        )
     if full < 0:
         return f"tested model: linear path + {what} (no validation decided between them)"
     noise = "" if se >= 1e300 else f"; gain out of sample {gain:.3g}, {keep_se:g} standard error {keep_se * se:.3g}"

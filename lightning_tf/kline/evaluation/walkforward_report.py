@@ -278,7 +278,8 @@ def fold_metrics(result: WalkForwardResult, k: int) -> dict[str, Any]:
         if k not in folds_of:
             continue
         s = folds_of[k].summary
-        prefix = "" if name == "model" else name.split(" ")[0].lower() + "_"
+        column = next(c for c, n in FORECASTERS.items() if n == name)  # the predictions file's column
+        prefix = "" if column == "prediction" else f"{column}_"
         row[f"{prefix}rank_ic"] = s.get("rank_ic_mean", math.nan)
         row[f"{prefix}rank_icir"] = s.get("rank_icir", math.nan)
         row[f"{prefix}long_short_annual_return"] = s.get("long_short_annual_return", math.nan)
