@@ -14,6 +14,7 @@ same windows (:mod:`.evaluation.summary`) and backtests the forecasts (:mod:`.ev
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -695,6 +696,10 @@ class KLineForecaster(CheckedLoading, LightningModule):
             if self.selection.by == "ic":
                 self.log("val/ic_linear", decision.ic_linear)
                 self.log("val/ic_residual", decision.ic_full)
+            if self.selection.by == "ic" and not math.isfinite(decision.ic_linear) and not self.trainer.sanity_checking:
+                raise ValueError(
+                    "residual_select_by: ic needs validation dates with at least two series each (a universe)"
+                )
             if not self.trainer.sanity_checking:
                 self.net.residual_gate.copy_(decision.weight.to(self.net.residual_gate))
                 values = [decision.full, decision.linear, decision.best, decision.gain, min(decision.gain_se, 1e300)]

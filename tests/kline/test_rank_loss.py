@@ -5,6 +5,7 @@ keeps a residual that orders each date better, whatever it does to the loss, and
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -142,10 +143,10 @@ def test_selection_by_ic_drops_noise_and_needs_a_cross_section() -> None:
     decision = _decide("ic", v, noise)
     assert not decision.kept and float(decision.weight) == 0.0
     assert decision.gain < 0 and decision.chosen == pytest.approx(decision.linear)
-    one_series = ResidualSelection(1, by="ic")
+    one_series = ResidualSelection(1, by="ic")  # no date has a cross-section: no IC, nothing kept
     one_series.update(torch.arange(10), torch.randn(10, 2, 1), torch.randn(10, 2, 1), torch.randn(10, 2, 1))
-    with pytest.raises(ValueError, match="residual_select_by: ic needs validation dates with at least two series"):
-        one_series.compute()
+    alone = one_series.compute()
+    assert not alone.kept and math.isnan(alone.ic_linear) and alone.chosen == pytest.approx(alone.linear)
     with pytest.raises(ValueError, match="residual_select_by must be 'loss' or 'ic', got 'rank'"):
         ResidualSelection(1, by="rank")
 
@@ -169,17 +170,17 @@ def test_a_fit_selecting_by_ic_reports_the_validation_ic_of_its_linear_path(tmp_
     model = KLineForecaster(
         n_features=2, context_len=8, horizon=2, ic_weight=1.0, residual_select_by="ic", baselines=False
     )
-    trainer = Trainer(
-        max_epochs=1,
-        limit_train_batches=4,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        default_root_dir=tmp_path,
-        accelerator="cpu",
-    )
+    settings = {
+        "max_epochs": 1,
+        "limit_train_batches": 4,
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "default_root_dir": tmp_path,
+        "accelerator": "cpu",
+    }
+    trainer = Trainer(**settings, num_sanity_val_steps=1)  # the sanity check's one batch holds one ticker
     trainer.fit(model, dm)
     assert "validation IC" in model.selection_line()
     # the linear path's IC as the selection has it: each validation date's correlation across the tickers
@@ -194,3 +195,24 @@ def test_a_fit_selecting_by_ic_reports_the_validation_ic_of_its_linear_path(tmp_
     per_date = (corr * valid).sum(1)[valid.any(1)] / valid.sum(1)[valid.any(1)]
     assert float(model.val_selection[1]) == pytest.approx(float(per_date.mean()), abs=1e-6)
     assert float(trainer.callback_metrics["val/ic_linear"]) == pytest.approx(float(per_date.mean()), abs=1e-6)
+
+
+def test_selecting_by_ic_on_one_series_is_refused_in_one_line(tmp_path: Path) -> None:
+    from lightning import Trainer
+
+    dm = KLineDataModule("data/msft.csv", context_len=16, horizon=2, batch_size=64)
+    model = KLineForecaster(n_features=dm.n_features, context_len=16, horizon=2, residual_select_by="ic")
+    trainer = Trainer(
+        max_epochs=1,
+        limit_train_batches=1,
+        limit_val_batches=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        default_root_dir=tmp_path,
+        accelerator="cpu",
+    )
+    with pytest.raises(ValueError, match=r"^residual_select_by: ic needs validation dates with at least two series"):
+        trainer.fit(model, dm)

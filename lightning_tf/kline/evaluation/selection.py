@@ -22,6 +22,7 @@ and the residual is kept whole (or dropped) by the same rule; the losses are sti
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -173,8 +174,10 @@ class ResidualSelection(Metric):
         ic_full, valid_f = date_correlations(base + res, y, time)
         both = valid_l & valid_f  # (G, E)
         dated = both.any(1)  # (G,): dates with an IC
-        if not bool(dated.any()):
-            raise ValueError("residual_select_by: ic needs validation dates with at least two series each (a universe)")
+        linear, full = float(per_linear.mean()), float(per_full.mean())
+        if not bool(dated.any()):  # no cross-section (one series, or the few batches of a sanity check): no IC
+            weight = torch.zeros(self.n_targets)
+            return Decision(weight, full, linear, full, linear, math.nan, math.inf, False)
         n = both.sum(1).clamp_min(1)  # (G,)
         per_l = ((ic_linear * both).sum(1) / n)[dated]  # (D,) each date's IC, mean over steps and targets
         per_f = ((ic_full * both).sum(1) / n)[dated]
@@ -183,7 +186,6 @@ class ResidualSelection(Metric):
         judged = float(gain.mean())
         kept = judged > (self.keep_se * se if self.keep_se > 0 else 0.0)
         weight = torch.full((self.n_targets,), 1.0 if kept else 0.0)
-        linear, full = float(per_linear.mean()), float(per_full.mean())
         chosen = full if kept else linear
         return Decision(weight, full, linear, full, chosen, judged, se, kept, float(per_l.mean()), float(per_f.mean()))
 
