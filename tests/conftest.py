@@ -90,7 +90,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     Trainer with no ``default_root_dir``) fails the session, naming it."""
     if hasattr(session.config, "workerinput"):  # an xdist worker: the controller checks once
         return
-    new = sorted(set(os.listdir(_ROOT)) - _ROOT_ENTRIES - {".pytest_cache", ".ruff_cache"})
+    # build/: setuptools' folder when a test installs the checkout as a package (pip install .)
+    new = sorted(set(os.listdir(_ROOT)) - _ROOT_ENTRIES - {".pytest_cache", ".ruff_cache", "build"})
     if new:
         print(f"\nthe tests left {', '.join(new)} in {_ROOT}: write into tmp_path", file=sys.stderr)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -103,7 +103,7 @@ def test_the_page_states_each_measurement_and_its_verdict() -> None:
     assert "Not run: x.csv not found." in page({**results, "etth1": {"skipped": "x.csv not found"}})
 
 
-@pytest.mark.integration
+@pytest.mark.slow  # 66 s of toy trials
 def test_the_pruning_section_runs_at_toy_size(tmp_path: Path) -> None:
     proc = subprocess.run(
         [

@@ -168,6 +168,7 @@ def test_compiled_loss_and_eval_outputs_equal_eager() -> None:
         torch.testing.assert_close(compiled.forward_quantiles(x), eager.forward_quantiles(x), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow  # 50 s of compiling; the integration tier keeps the compiled forward's parity tests
 @pytest.mark.usefixtures("_can_compile")
 def test_cli_fit_with_compile(tmp_path: Path) -> None:
     cli(

@@ -53,6 +53,7 @@ def test_compiled_loss_gradients_and_eval_outputs_equal_eager() -> None:
     assert torch.equal(compiled.generate(src, beam_size=2), eager.generate(src, beam_size=2))  # eager decoding
 
 
+@pytest.mark.slow  # 50 s of compiling; the integration tier keeps the compiled forward's parity tests
 def test_cli_fit_with_compile(tmp_path: Path) -> None:
     cli(
         "fit",
