@@ -18,6 +18,14 @@ from lightning_tf.kline.evaluation.selection import Decision, ResidualSelection
 from tests.helpers.universe import write_universe
 
 
+def _date_universe(tmp_path: Path, **kw: object) -> KLineDataModule:
+    """A generated universe of 10 tickers in date batches (8 bars -> 2), validation from August 2015."""
+    path = tmp_path / "universe.csv"
+    write_universe(path, past=1.0, future=0.0, n_tickers=10, n_days=200)
+    args = {"context_len": 8, "horizon": 2, "features": ["log_return", "volatility"], "batch_by_date": True}
+    return KLineDataModule(str(path), **args, val_start="2015-08-03", test_start="2015-09-01", **kw)  # type: ignore[arg-type]
+
+
 def _frame(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     dates = torch.tensor([5] * 7 + [9] * 4 + [2] * 12 + [11])  # the last date has one window
@@ -67,18 +75,7 @@ def test_gradient_steps_on_the_term_raise_the_correlation() -> None:
 
 
 def test_the_training_loss_adds_the_weighted_term_on_date_batches(tmp_path: Path) -> None:
-    path = tmp_path / "universe.csv"
-    write_universe(path, past=1.0, future=0.0, n_tickers=10, n_days=200)
-    dm = KLineDataModule(
-        str(path),
-        context_len=8,
-        horizon=2,
-        features=["log_return", "volatility"],
-        label="cs_zscore",
-        batch_by_date=True,
-        val_start="2015-08-03",
-        test_start="2015-09-01",
-    )
+    dm = _date_universe(tmp_path, label="cs_zscore")
     dm.setup("fit")
     kw = {"n_features": dm.n_features, "context_len": 8, "horizon": 2, "channel_mixing": True, "baselines": False}
     with pytest.raises(ValueError, match="ic_weight must be >= 0, got -1"):
@@ -156,17 +153,7 @@ def test_a_fit_selecting_by_ic_reports_the_validation_ic_of_its_linear_path(tmp_
 
     from lightning_tf.kline.evaluation.metrics import date_correlations
 
-    path = tmp_path / "universe.csv"
-    write_universe(path, past=1.0, future=0.0, n_tickers=10, n_days=200)
-    dm = KLineDataModule(
-        str(path),
-        context_len=8,
-        horizon=2,
-        features=["log_return", "volatility"],
-        batch_by_date=True,
-        val_start="2015-08-03",
-        test_start="2015-09-01",
-    )
+    dm = _date_universe(tmp_path)
     model = KLineForecaster(
         n_features=2, context_len=8, horizon=2, ic_weight=1.0, residual_select_by="ic", baselines=False
     )
