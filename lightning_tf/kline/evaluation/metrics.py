@@ -110,7 +110,9 @@ class ForecastMetrics(nn.Module):
         if full:
             self.mase = MeanAbsoluteScaledError()
             self.direction = DirectionalAccuracy()
-            self.ic = PearsonCorrCoef()
+            # float64 sums: in float32, torchmetrics calls the variance "close to zero" (and answers NaN) when
+            # var / max|deviation|^2 < 3.5e-4, which one outlier among many returns already makes true
+            self.ic = PearsonCorrCoef().set_dtype(torch.float64)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # "will save all targets and predictions": that is intended
                 self.rank_ic = SpearmanCorrCoef()
@@ -125,10 +127,10 @@ class ForecastMetrics(nn.Module):
         if self.full and naive is not None:
             naive = naive.detach().double().reshape(-1)  # (B*F*K,)
             self.mase.update(pred, target, naive)
-            pred_change, true_change = (pred - naive).float(), (target - naive).float()
+            pred_change, true_change = pred - naive, target - naive  # float64
             self.direction.update(pred_change, true_change)
             self.ic.update(pred_change, true_change)
-            self.rank_ic.update(pred_change, true_change)
+            self.rank_ic.update(pred_change.float(), true_change.float())
 
     def compute(self) -> dict[str, float]:
         """The metric values as plain floats (NaN where undefined)."""

@@ -35,6 +35,21 @@ def test_metrics_match_numpy_and_scipy_over_several_batches() -> None:
     assert m.compute()["mse"] == pytest.approx(out["mse"], rel=1e-6)
 
 
+def test_information_coefficient_of_heavy_tailed_returns_is_not_nan() -> None:
+    # returns of a few percent with one +500% jump: var / max|dev|^2 is far below float32's sqrt(eps), where a
+    # float32 Pearson accumulator answers NaN although the correlation is well defined
+    g = torch.Generator().manual_seed(2)
+    target = 0.03 * torch.randn(20_000, 1, 1, generator=g, dtype=torch.float64)
+    pred = 0.2 * target + 0.03 * torch.randn(20_000, 1, 1, generator=g, dtype=torch.float64)
+    pred[0] = 5.0
+    naive = torch.zeros_like(target)
+    m = ForecastMetrics()
+    for sl in (slice(0, 5_000), slice(5_000, 20_000)):
+        m.update(pred[sl], target[sl], naive[sl])
+    p, t = pred.numpy().ravel(), target.numpy().ravel()
+    assert m.compute()["ic"] == pytest.approx(np.corrcoef(p, t)[0, 1], abs=1e-9)
+
+
 def test_direction_on_a_hand_example_skips_flat_moves() -> None:
     # returns: persistence is zero; realised +1, -2, 0 (flat, skipped), +3; predicted +0.5, +1, -1, -2
     target = torch.tensor([1.0, -2.0, 0.0, 3.0]).view(4, 1, 1)
