@@ -354,14 +354,15 @@ def window_loader(
     )
 
 
-def in_order(loaders: object) -> DataLoader | None:
+def in_order(loaders: object, default_batch: int = 1024) -> DataLoader | None:
     """A plain, unsharded, in-order loader over the dataset of a trainer's (first) loader, in its batch
-    size; its own generator leaves the global random state (dropout, shuffling) untouched."""
+    size (``default_batch`` when its batches have none, as one date's universe per batch); its own generator
+    leaves the global random state (dropout, shuffling) untouched."""
     loader: Any = loaders[0] if isinstance(loaders, (list, tuple)) and loaders else loaders
     dataset = getattr(loader, "dataset", None)
     if dataset is None or not hasattr(dataset, "__len__") or len(dataset) == 0:
         return None
-    batch_size = loader.batch_size or getattr(loader.batch_sampler, "batch_size", None) or 1
+    batch_size = loader.batch_size or getattr(loader.batch_sampler, "batch_size", None) or default_batch
     return DataLoader(dataset, batch_size=batch_size, collate_fn=loader.collate_fn, generator=torch.Generator())
 
 

@@ -15,6 +15,7 @@ from lightning_tf.kline.windows import (
     chronological_borders,
     next_timestamps,
     resolve_path,
+    in_order,
     split_ends,
     window_loader,
 )
@@ -81,6 +82,22 @@ def test_training_order_depends_on_seed_and_epoch_only() -> None:
         {"train": ds, "test": ds}, "test", batch_size=8, num_workers=0, seed=0, source="f", horizon=2
     )
     assert torch.cat([b["time"] for b in loader]).tolist() == list(range(3, 37))  # evaluation: in order
+
+
+def test_in_order_reads_date_batched_training_windows_in_big_batches() -> None:
+    """The closed-form fits read the training windows in order through ``in_order``; a date-batched loader has
+    no batch size, and one window a batch made those fits 100 s of a universe fold's 146 s."""
+    x = torch.arange(60, dtype=torch.float32)[:, None]
+    ds = WindowDataset(
+        x, torch.arange(3, 57), 4, 2, x, x, x[:, 0].double(), torch.zeros(60, dtype=torch.long), torch.arange(60) // 3
+    )
+    loader = window_loader(
+        {"train": ds}, "train", batch_size=8, num_workers=0, seed=0, source="f", horizon=2, by_date=True
+    )
+    assert {len(b["time"]) for b in loader} <= {1, 2, 3}  # training: a date's windows a batch
+    batches = list(in_order(loader, default_batch=20))
+    assert [len(b["time"]) for b in batches] == [20, 20, 14]
+    assert torch.cat([b["x"][:, -1, 0] for b in batches]).tolist() == list(range(3, 57))
 
 
 def test_resolve_path_finds_repository_files_from_anywhere(tmp_path: Path, monkeypatch) -> None:
