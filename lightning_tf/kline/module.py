@@ -101,8 +101,10 @@ class KLineForecaster(CheckedLoading, LightningModule):
             (1: the one-standard-error rule; 0: any gain); see :mod:`.selection`.
         selection_blocks: contiguous blocks of validation windows for that standard error.
         residual_select_by: what that gain is measured in: the validation ``loss``, or for a universe the
-            ``ic``: each validation date's Pearson correlation across tickers between forecast and outcome,
-            the residual then kept whole or dropped (see :mod:`.selection`). ``val/loss`` stays the loss.
+            ``ic``: each validation date's Pearson correlation across tickers between forecast and outcome, or
+            the ``rank_ic``: the same of their ranks (Spearman), the residual then kept whole or dropped (see
+            :mod:`.selection`). ``val/loss`` stays the loss; ``val/ic`` (``val/rank_ic``) is the selected model's, for
+            a checkpoint and early stopping that judge epochs the same way (``configs/kline/us_universe.yaml``).
         quantiles: quantile levels to forecast, with 0.5 (the point forecast) among them; needs
             ``loss: quantile``, which defaults them to ``[0.1, 0.5, 0.9]``.
         patch_len: patches: patch length P.
@@ -169,7 +171,7 @@ class KLineForecaster(CheckedLoading, LightningModule):
         linear_select_se: float = 0.0,
         residual_keep_se: float = 1.0,
         selection_blocks: int = 10,
-        residual_select_by: Literal["loss", "ic"] = "loss",
+        residual_select_by: Literal["loss", "ic", "rank_ic"] = "loss",
         quantiles: list[float] | None = None,
         patch_len: int = 8,
         stride: int = 4,
@@ -693,17 +695,19 @@ class KLineForecaster(CheckedLoading, LightningModule):
             chosen = decision.chosen
             self.log("val/loss_linear", decision.linear)
             self.log("val/loss_residual", decision.full)
-            if self.selection.by == "ic":
-                self.log("val/ic_linear", decision.ic_linear)
-                self.log("val/ic_residual", decision.ic_full)
-            if self.selection.by == "ic" and not math.isfinite(decision.ic_linear) and not self.trainer.sanity_checking:
+            by = self.selection.by
+            if by != "loss":
+                self.log(f"val/{by}_linear", decision.ic_linear)
+                self.log(f"val/{by}_residual", decision.ic_full)
+                self.log(f"val/{by}", decision.ic_full if decision.kept else decision.ic_linear)  # the selected model's
+            if by != "loss" and not math.isfinite(decision.ic_linear) and not self.trainer.sanity_checking:
                 raise ValueError(
-                    "residual_select_by: ic needs validation dates with at least two series each (a universe)"
+                    f"residual_select_by: {by} needs validation dates with at least two series each (a universe)"
                 )
             if not self.trainer.sanity_checking:
                 self.net.residual_gate.copy_(decision.weight.to(self.net.residual_gate))
                 values = [decision.full, decision.linear, decision.best, decision.gain, min(decision.gain_se, 1e300)]
-                if self.selection.by == "ic":
+                if by != "loss":
                     values[:3] = [decision.ic_full, decision.ic_linear, decision.ic_full]
                 self.val_selection.copy_(torch.tensor(values, dtype=torch.float64))
         self.log("val/loss", chosen, prog_bar=True)

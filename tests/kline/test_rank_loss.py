@@ -11,9 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from scipy import stats
 
 from lightning_tf.kline import KLineDataModule, KLineForecaster
-from lightning_tf.kline.evaluation.metrics import date_correlation
+from lightning_tf.kline.evaluation.metrics import date_correlation, date_ranks
 from lightning_tf.kline.evaluation.selection import Decision, ResidualSelection
 from tests.helpers.universe import write_universe
 
@@ -144,8 +145,34 @@ def test_selection_by_ic_drops_noise_and_needs_a_cross_section() -> None:
     one_series.update(torch.arange(10), torch.randn(10, 2, 1), torch.randn(10, 2, 1), torch.randn(10, 2, 1))
     alone = one_series.compute()
     assert not alone.kept and math.isnan(alone.ic_linear) and alone.chosen == pytest.approx(alone.linear)
-    with pytest.raises(ValueError, match="residual_select_by must be 'loss' or 'ic', got 'rank'"):
+    with pytest.raises(ValueError, match="residual_select_by must be one of loss, ic, rank_ic, got 'rank'"):
         ResidualSelection(1, by="rank")
+
+
+def test_selection_by_rank_ic_is_spearmans_and_not_swayed_by_one_outlier_a_date() -> None:
+    v = _universe_validation(2)
+    # a better order for every ticker, but on each date one ticker's forecast jumps far the wrong way: the
+    # Pearson IC, led by that one point, falls; each date's ranks, where it is one rank of 30, improve
+    residual = 1.0 * v["y"]
+    first = v["series"] == 0
+    residual[first] = -50 * v["y"][first].sign() - v["base"][first]
+    by_rank, by_ic = _decide("rank_ic", v, residual), _decide("ic", v, residual)
+    assert by_rank.kept and not by_ic.kept
+    assert by_ic.ic_full < by_ic.ic_linear and by_rank.ic_full > by_rank.ic_linear
+    rank_ics = {"linear": [], "full": []}
+    for d in range(40):
+        rows = (v["time"] == d).numpy()
+        for name, f in (("linear", v["base"]), ("full", v["base"] + residual)):
+            per_step = [stats.spearmanr(f[rows, s, 0], v["y"][rows, s, 0]).statistic for s in range(2)]
+            rank_ics[name].append(np.mean(per_step))
+    assert by_rank.ic_linear == pytest.approx(np.mean(rank_ics["linear"]), abs=1e-9)
+    assert by_rank.ic_full == pytest.approx(np.mean(rank_ics["full"]), abs=1e-9)
+
+
+def test_date_ranks_share_ties_and_stay_within_each_date() -> None:
+    values = torch.tensor([[3.0], [1.0], [3.0], [7.0], [5.0]])
+    dates = torch.tensor([0, 0, 0, 1, 1])
+    assert date_ranks(values, dates)[:, 0].tolist() == [2.5, 1.0, 2.5, 2.0, 1.0]
 
 
 def test_a_fit_selecting_by_ic_reports_the_validation_ic_of_its_linear_path(tmp_path: Path) -> None:
@@ -182,6 +209,8 @@ def test_a_fit_selecting_by_ic_reports_the_validation_ic_of_its_linear_path(tmp_
     per_date = (corr * valid).sum(1)[valid.any(1)] / valid.sum(1)[valid.any(1)]
     assert float(model.val_selection[1]) == pytest.approx(float(per_date.mean()), abs=1e-6)
     assert float(trainer.callback_metrics["val/ic_linear"]) == pytest.approx(float(per_date.mean()), abs=1e-6)
+    selected = "val/ic_residual" if bool((model.net.residual_gate > 0).any()) else "val/ic_linear"
+    assert float(trainer.callback_metrics["val/ic"]) == float(trainer.callback_metrics[selected])
 
 
 def test_selecting_by_ic_on_one_series_is_refused_in_one_line(tmp_path: Path) -> None:

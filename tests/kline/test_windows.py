@@ -13,9 +13,9 @@ from torch.utils.data import RandomSampler
 from lightning_tf.kline.windows import (
     WindowDataset,
     chronological_borders,
+    in_order,
     next_timestamps,
     resolve_path,
-    in_order,
     split_ends,
     window_loader,
 )

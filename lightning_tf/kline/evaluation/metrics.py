@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import warnings
 
+import pandas as pd
 import torch
 from torch import Tensor, nn
 from torchmetrics import MeanAbsoluteError, MeanSquaredError, Metric, PearsonCorrCoef, SpearmanCorrCoef
@@ -40,6 +41,7 @@ __all__ = [
     "central_intervals",
     "date_correlation",
     "date_correlations",
+    "date_ranks",
     "pinball_loss",
 ]
 
@@ -190,6 +192,15 @@ def date_correlations(pred: Tensor, target: Tensor, dates: Tensor) -> tuple[Tens
     valid = (count >= 2) & (var_p > 1e-24) & (var_t > 1e-24)  # (G, E)
     corr = torch.where(valid, cov / (var_p * var_t).clamp_min(1e-48).sqrt(), torch.zeros_like(cov))
     return corr, valid
+
+
+def date_ranks(values: Tensor, dates: Tensor) -> Tensor:
+    """Each of ``values`` (B, E) replaced by its rank among the windows of its date (``dates`` (B,)), each column
+    on its own, ties sharing their mean rank (pandas' ``rank(method="average")``): the Pearson correlation of
+    ranks, :func:`date_correlations` of them, is each date's Spearman correlation (a RankIC)."""
+    frame = pd.DataFrame(values.detach().double().cpu().numpy())  # (B, E)
+    ranks = frame.groupby(dates.detach().cpu().numpy()).rank(method="average").to_numpy()  # (B, E)
+    return torch.from_numpy(ranks).to(values.device)
 
 
 def date_correlation(pred: Tensor, target: Tensor, dates: Tensor) -> Tensor:

@@ -17,7 +17,9 @@ forecast of the Transformer trained alone less the linear path's, so the weight 
 ``by="ic"`` judges a universe as a quant would: by the information coefficient, each validation date's Pearson
 correlation across tickers between forecast and outcome (mean over the horizon steps and targets). The gain is the
 per-date IC with the whole residual less the linear path's, its standard error from contiguous blocks of dates,
-and the residual is kept whole (or dropped) by the same rule; the losses are still reported.
+and the residual is kept whole (or dropped) by the same rule; the losses are still reported. ``by="rank_ic"`` does
+the same with each date's Spearman correlation (the RankIC): one stock's jump moves it no more than any other rank,
+where it can swing a date's Pearson IC, so the decision follows the measure a universe's forecasts are judged by.
 """
 
 from __future__ import annotations
@@ -31,9 +33,12 @@ from torchmetrics import Metric
 from torchmetrics.utilities import dim_zero_cat
 
 from ..networks.closed_form import block_standard_error
-from .metrics import date_correlations
+from .metrics import date_correlations, date_ranks
 
-__all__ = ["Decision", "ResidualSelection", "block_standard_error", "selection_line"]
+__all__ = ["SELECT_BY", "Decision", "ResidualSelection", "block_standard_error", "selection_line"]
+
+#: what a residual's validation gain can be measured in
+SELECT_BY = ("loss", "ic", "rank_ic")
 
 
 @dataclass
@@ -50,8 +55,9 @@ class Decision:  # not frozen: torchmetrics rebuilds what compute() returns
             the weights fit on the other blocks).
         gain_se: the standard error of ``gain`` (``inf``: too few windows).
         kept: whether the residual is kept.
-        ic_linear: ``by="ic"``: the mean per-date validation IC of the linear path alone (else NaN).
-        ic_full: ``by="ic"``: the same with the whole residual (else NaN).
+        ic_linear: ``by="ic"`` (``"rank_ic"``): the mean per-date validation IC (RankIC) of the linear path alone
+            (else NaN).
+        ic_full: the same with the whole residual.
     """
 
     weight: Tensor
@@ -77,8 +83,8 @@ class ResidualSelection(Metric):
         mse: whether the loss is the MSE (weights per target) or another loss (all or nothing).
         blocks: contiguous blocks for the standard error.
         keep_se: standard errors the mean gain must exceed (0: any gain keeps the residual).
-        by: what the gain is measured in: the validation ``loss``, or the per-date ``ic`` across series (a
-            universe: several tickers per date).
+        by: what the gain is measured in: the validation ``loss``, or the per-date ``ic`` (Pearson) or
+            ``rank_ic`` (Spearman) across series (a universe: several tickers per date).
     """
 
     full_state_update = False
@@ -91,8 +97,8 @@ class ResidualSelection(Metric):
             raise ValueError(f"selection_blocks must be >= 2, got {blocks}")
         if keep_se < 0:
             raise ValueError(f"residual_keep_se must be >= 0, got {keep_se}")
-        if by not in ("loss", "ic"):
-            raise ValueError(f"residual_select_by must be 'loss' or 'ic', got {by!r}")
+        if by not in SELECT_BY:
+            raise ValueError(f"residual_select_by must be one of {', '.join(SELECT_BY)}, got {by!r}")
         self.n_targets, self.mse, self.blocks, self.keep_se, self.by = n_targets, mse, blocks, keep_se, by
         for name in ("time", "series", "ee", "er", "rr", "loss_linear", "loss_full", "base", "res", "y"):
             self.add_state(name, default=[], dist_reduce_fx="cat")
@@ -115,7 +121,7 @@ class ResidualSelection(Metric):
         self.time.append(time.detach().long())
         self.series.append(torch.zeros_like(self.time[-1]) if series is None else series.detach().long())
         self.count += base.shape[0]
-        if self.by == "ic":  # the forecasts themselves: an IC needs every window of a date together
+        if self.by != "loss":  # the forecasts themselves: an IC needs every window of a date together
             self.base.append(base.detach().double().flatten(1))  # (B, F*K)
             self.res.append(residual.detach().double().flatten(1))  # (B, F*K)
             self.y.append(target.detach().double().flatten(1))  # (B, F*K)
@@ -155,7 +161,7 @@ class ResidualSelection(Metric):
             keep_all = bool(per_full.mean() < per_linear.mean())  # ties go to the simpler model
             weight = torch.full((self.n_targets,), 1.0 if keep_all else 0.0, dtype=torch.float64)
             per_best = per_judged = per_full if keep_all else per_linear
-        if self.by == "ic":
+        if self.by != "loss":
             return self._by_ic(order, per_linear, per_full)
         gain = per_linear - per_judged  # (N,) in time order
         se = block_standard_error(gain, self.blocks)
@@ -167,11 +173,14 @@ class ResidualSelection(Metric):
         return Decision(weight.float(), full, linear, best, best if kept else linear, judged, se, kept)
 
     def _by_ic(self, order: Tensor, per_linear: Tensor, per_full: Tensor) -> Decision:
-        """The decision by the per-date IC: the whole residual or none (see the module's docstring)."""
+        """The decision by the per-date IC or RankIC: the whole residual or none (see the module's docstring)."""
         time = dim_zero_cat(self.time)[order]  # (N,)
         base, res, y = (dim_zero_cat(s)[order] for s in (self.base, self.res, self.y))  # (N, F*K) each
+        full_forecast = base + res
+        if self.by == "rank_ic":  # Spearman: the Pearson correlation of each date's ranks
+            base, full_forecast, y = (date_ranks(v, time) for v in (base, full_forecast, y))
         ic_linear, valid_l = date_correlations(base, y, time)  # (G, E): dates in increasing order
-        ic_full, valid_f = date_correlations(base + res, y, time)
+        ic_full, valid_f = date_correlations(full_forecast, y, time)
         both = valid_l & valid_f  # (G, E)
         dated = both.any(1)  # (G,): dates with an IC
         linear, full = float(per_linear.mean()), float(per_full.mean())
@@ -198,8 +207,8 @@ def _clipped_weight(er: Tensor, rr: Tensor) -> Tensor:
 def selection_line(residual: str, values: Tensor, gate: Tensor, keep_se: float, by: str = "loss") -> str:
     """One plain line: which model is tested, and why. ``values``: the last decision's validation losses
     with the whole residual, of the linear path alone and with the weighted residual, the gain judged
-    out of sample and its standard error (``-1``: no decision yet; ``by="ic"``: the validation ICs with the
-    whole residual, of the linear path, with the whole residual again, the IC gain and its standard error);
+    out of sample and its standard error (``-1``: no decision yet; ``by="ic"`` or ``"rank_ic"``: the validation
+    ICs with the whole residual, of the linear path, with the whole residual again, the gain and its standard error);
     ``gate``: the residual's weight per target."""
     if residual == "only":
         return "tested model: the Transformer alone (residual: only)"
@@ -207,17 +216,19 @@ def selection_line(residual: str, values: Tensor, gate: Tensor, keep_se: float, 
         return "tested model: the linear path alone (residual: off)"
     full, linear, best, gain, se = (float(v) for v in values)
     what = "Transformer residual" if residual == "on" else "Transformer (trained alone)"
-    if by == "ic":
+    if by != "loss":
         if se < 0:
             return f"tested model: linear path + {what} (no validation decided between them)"
         noise = f"; gain {gain:.3g}, {keep_se:g} standard error {keep_se * se:.3g}"
+        ic = "RankIC" if by == "rank_ic" else "IC"
         if not bool((gate > 0).any()):
             return (
-                f"tested model: the linear path alone; the {what} did not raise the validation IC by more than "
-                f"noise (IC {full:.4f} with it vs {linear:.4f}{noise})"
+                f"tested model: the linear path alone; the {what} did not raise the validation {ic} by more than "
+                f"noise ({ic} {full:.4f} with it vs {linear:.4f}{noise})"
             )
         return (
-            f"tested model: linear path + {what}, which raised the validation IC (IC {full:.4f} vs {linear:.4f}{noise})"
+            f"tested model: linear path + {what}, which raised the validation {ic} ({ic} {full:.4f} vs "
+            f"{linear:.4f}{noise})"
         )
     if full < 0:
         return f"tested model: linear path + {what} (no validation decided between them)"
