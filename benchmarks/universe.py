@@ -13,7 +13,7 @@ the machine. Writes ``docs/results/universe.md`` (and ``.json``).
 Run (meant to fit 30 minutes on an idle 2-core CPU; ``--quick``: a smoke run of a minute or two on 30 tickers
 of the file, or on a generated panel when the file is absent)::
 
-    OMP_NUM_THREADS=1 python benchmarks/universe.py [--quick] [--backbones patches variates bars]
+    OMP_NUM_THREADS=1 python benchmarks/universe.py [--quick] [--backbones patches variates bars] [--seed N]
         [--data PATH] [--workdir DIR] [--out docs/results/universe] [--trainer NAME=VALUE ...]
 """
 
@@ -106,6 +106,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--jobs", type=int, default=2, help="backbones run side by side (default 2: one per core)")
     p.add_argument("--trainer", nargs="*", default=[], help="extra trainer overrides NAME=VALUE (max_epochs=2)")
+    p.add_argument("--seed", type=int, default=None, help="seed_everything of every fit (default: the config's, 0)")
     return p.parse_args(argv)
 
 
@@ -144,6 +145,7 @@ def _command(args: argparse.Namespace, data: Path, backbone: str, first: bool) -
         "--out",
         str(args.workdir / backbone),
         *trainer,
+        *([] if args.seed is None else [f"--seed_everything={args.seed}"]),
         *([] if first else ["--no_lightgbm"]),  # the same trees on the same folds: fit once
     ]
 
@@ -254,7 +256,10 @@ def report(result: dict, tables: dict, info: dict, args: argparse.Namespace) -> 
     lines = [
         "# Walk-forward on a US stock universe",
         "",
-        "`python benchmarks/universe.py" + (" --quick" if args.quick else "") + '` (docs/kline.md, "universe").',
+        "`python benchmarks/universe.py"
+        + (" --quick" if args.quick else "")
+        + ("" if args.seed is None else f" --seed {args.seed}")
+        + '` (docs/kline.md, "universe").',
         "",
         f"Machine: {info['cpu']}, {info['cores']} cores, torch {info['torch']} ({info['threads']} threads), {info['device']}"
         + (f"; load average at start {info['load_at_start']}." if "load_at_start" in info else "."),
@@ -312,7 +317,7 @@ def main(argv: list[str] | None = None) -> None:
         saved = json.loads(Path(f"{args.out}.json").read_text(encoding="utf-8"))
         runs = {b: {**r, "out": Path(r["out"])} for b, r in saved["runs"].items()}
         result = {"data": saved["data"], "runs": runs, "jobs": saved["jobs"], "wall_seconds": saved["wall_seconds"]}
-        info, args.quick = saved["machine"], saved.get("quick", False)
+        info, args.quick, args.seed = saved["machine"], saved.get("quick", False), saved.get("seed")
     else:
         result = run(args)
     tables = evaluate(result)
@@ -331,6 +336,7 @@ def main(argv: list[str] | None = None) -> None:
         "benchmark": tables["benchmark"],
         "wall_seconds": result["wall_seconds"],
         "quick": args.quick,
+        "seed": args.seed,
         "jobs": result["jobs"],
     }
     Path(f"{args.out}.json").write_text(json.dumps(payload, indent=1, default=float), encoding="utf-8")

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import sys
+import tempfile
 import time
 from importlib import import_module
 from pathlib import Path
@@ -206,7 +208,16 @@ def _check_plan(out: Path, plan: dict[str, Any]) -> None:
             )
     else:
         out.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(plan, indent=1), encoding="utf-8")
+        _write_json(path, plan)
+
+
+def _write_json(path: Path, value: Any) -> None:
+    """``value`` as JSON at ``path``, whole or not at all: folds started together (an array's jobs) read the plan
+    another has just written, and a kill while ``done.json`` is written must not leave a fold looking finished."""
+    handle, partial = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    with os.fdopen(handle, "w", encoding="utf-8") as f:
+        f.write(json.dumps(value, indent=1, default=float))
+    os.replace(partial, path)
 
 
 def _finished(folder: Path) -> bool:
@@ -264,7 +275,7 @@ def _run_fold(
         "test": {scale: metrics for scale, metrics in model.items() if isinstance(metrics, dict)},
         "notes": recorder.notes,
     }
-    (folder / DONE).write_text(json.dumps(done, indent=1, default=float), encoding="utf-8")
+    _write_json(folder / DONE, done)
 
 
 def _finish_wandb() -> None:

@@ -82,6 +82,23 @@ def tiny_vit() -> ViTClassifier:
     return model.eval()
 
 
+def _trained_ticker_scale(names: list[str], covariates: dict[str, Any] | None = None) -> DataScale:
+    """The data scale of one trained ticker, ``TRAINED``, with input channels ``names`` (log_return the target)."""
+    C = len(names)
+    return DataScale(
+        feature_names=tuple(names),
+        target_names=("log_return",),
+        target_kind=None,
+        ticker_names=("TRAINED",),
+        feature_mean=[[0.001 * i for i in range(C)]],
+        feature_std=[[0.5 + 0.1 * i for i in range(C)]],
+        target_mean=[[0.0002]],
+        target_std=[[0.02]],
+        has_prices=True,
+        covariates=covariates or {},
+    )
+
+
 def tiny_kline() -> KLineForecaster:
     """A patch forecaster (context 32, horizon 4) with the data scale of one trained ticker, ``TRAINED``."""
     torch.manual_seed(0)
@@ -93,18 +110,7 @@ def tiny_kline() -> KLineForecaster:
         target_channels=[0],
         **TINY,
     )
-    C = len(DEFAULT_FEATURES)
-    model.data_scale = DataScale(
-        feature_names=tuple(DEFAULT_FEATURES),
-        target_names=("log_return",),
-        target_kind=None,
-        ticker_names=("TRAINED",),
-        feature_mean=[[0.001 * i for i in range(C)]],
-        feature_std=[[0.5 + 0.1 * i for i in range(C)]],
-        target_mean=[[0.0002]],
-        target_std=[[0.02]],
-        has_prices=True,
-    )
+    model.data_scale = _trained_ticker_scale(list(DEFAULT_FEATURES))
     return model.eval()
 
 
@@ -144,17 +150,9 @@ def tiny_kline_covariates(
             model.net.covariates.future_weight.normal_(0.0, 0.1)
             for table in model.net.covariates.static:
                 table.weight.normal_(0.0, 0.1)
-    C, Cf = len(names), len(future_names)
-    model.data_scale = DataScale(
-        feature_names=tuple(names),
-        target_names=("log_return",),
-        target_kind=None,
-        ticker_names=("TRAINED",),
-        feature_mean=[[0.001 * i for i in range(C)]],
-        feature_std=[[0.5 + 0.1 * i for i in range(C)]],
-        target_mean=[[0.0002]],
-        target_std=[[0.02]],
-        has_prices=True,
+    Cf = len(future_names)
+    model.data_scale = _trained_ticker_scale(
+        names,
         covariates={
             "past": ["signal"],
             "future": user,

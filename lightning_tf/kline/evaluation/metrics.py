@@ -200,7 +200,7 @@ def date_ranks(values: Tensor, dates: Tensor) -> Tensor:
     ranks, :func:`date_correlations` of them, is each date's Spearman correlation (a RankIC)."""
     frame = pd.DataFrame(values.detach().double().cpu().numpy())  # (B, E)
     ranks = frame.groupby(dates.detach().cpu().numpy()).rank(method="average").to_numpy()  # (B, E)
-    return torch.from_numpy(ranks).to(values.device)
+    return torch.tensor(ranks, device=values.device)  # a copy: pandas may hand back a read-only array
 
 
 def date_correlation(pred: Tensor, target: Tensor, dates: Tensor) -> Tensor:
