@@ -103,8 +103,9 @@ class KLineForecaster(CheckedLoading, LightningModule):
         residual_select_by: what that gain is measured in: the validation ``loss``, or for a universe the
             ``ic``: each validation date's Pearson correlation across tickers between forecast and outcome, or
             the ``rank_ic``: the same of their ranks (Spearman), the residual then kept whole or dropped (see
-            :mod:`.selection`). ``val/loss`` stays the loss; ``val/ic`` (``val/rank_ic``) is the selected model's, for
-            a checkpoint and early stopping that judge epochs the same way (``configs/kline/us_universe.yaml``).
+            :mod:`.selection`). ``val/loss`` stays the loss; ``val/ic`` (``val/rank_ic``) is the selected model's
+            (the model's own under ``residual: off`` or ``only``), for a checkpoint and early stopping that judge
+            epochs the same way (``configs/kline/us_universe.yaml``).
         quantiles: quantile levels to forecast, with 0.5 (the point forecast) among them; needs
             ``loss: quantile``, which defaults them to ``[0.1, 0.5, 0.9]``.
         patch_len: patches: patch length P.
@@ -610,6 +611,10 @@ class KLineForecaster(CheckedLoading, LightningModule):
                 base = self._point(linear)  # (B, F, K): the point forecasts (the same under the MSE loss)
                 res = pred - base
                 self.selection.update(time, base, res, y, *losses, series=batch.get("ticker"))
+            elif self.selection.by != "loss":  # no residual to judge: the model's own per-date IC, for val/<by>
+                time = batch["time"] if "time" in batch else torch.arange(x.shape[0]) + self.selection.count  # (B,)
+                unused = pred.new_zeros(x.shape[0])  # (B,): no losses to weigh
+                self.selection.update(time, pred, torch.zeros_like(pred), y, unused, unused, series=batch.get("ticker"))
         else:
             # a float batch size: Lightning averages the summed count over processes in its dtype, and an integer
             # count truncates (73.5 -> 73) when the processes scored different numbers of windows (Lightning #21859)
@@ -710,6 +715,15 @@ class KLineForecaster(CheckedLoading, LightningModule):
                 if by != "loss":
                     values[:3] = [decision.ic_full, decision.ic_linear, decision.ic_full]
                 self.val_selection.copy_(torch.tensor(values, dtype=torch.float64))
+        elif self.selection.update_called:  # residual off or only: nothing to select, the model's own IC
+            decision = self.selection.compute()
+            self.selection.reset()
+            by = self.selection.by
+            if not math.isfinite(decision.ic_linear) and not self.trainer.sanity_checking:
+                raise ValueError(
+                    f"residual_select_by: {by} needs validation dates with at least two series each (a universe)"
+                )
+            self.log(f"val/{by}", decision.ic_linear)
         self.log("val/loss", chosen, prog_bar=True)
 
     def on_test_start(self) -> None:

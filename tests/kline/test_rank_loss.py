@@ -217,6 +217,49 @@ def test_a_fit_selecting_by_ic_reports_the_validation_ic_of_its_linear_path(tmp_
     assert float(trainer.callback_metrics["val/ic"]) == float(trainer.callback_metrics[selected])
 
 
+@pytest.mark.parametrize("residual", ["off", "only"])
+def test_without_a_residual_val_rank_ic_is_the_models_own(tmp_path: Path, residual: str) -> None:
+    """Nothing to select, but ``val/rank_ic`` is logged (a config that checkpoints by it works with any
+    residual): the mean over validation dates of the model's Spearman correlation across tickers."""
+    from lightning import Trainer
+
+    dm = _date_universe(tmp_path)
+    linear = "tuned" if residual == "off" else "frozen"  # a frozen linear path alone has nothing to train
+    model = KLineForecaster(
+        n_features=2,
+        context_len=8,
+        horizon=2,
+        residual=residual,
+        linear=linear,
+        residual_select_by="rank_ic",
+        baselines=False,
+    )
+    trainer = Trainer(
+        max_epochs=1,
+        limit_train_batches=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        default_root_dir=tmp_path,
+        accelerator="cpu",
+    )
+    trainer.fit(model, dm)
+    model.eval()
+    per_date: dict[int, list] = {}
+    with torch.no_grad():
+        for batch in dm.val_dataloader():
+            pred = model._point(model.net.combine(model._parts(batch["x"], batch), gate=1.0))
+            for i, t in enumerate(batch["time"].tolist()):
+                per_date.setdefault(t, []).append((pred[i, :, 0].numpy(), batch["y"][i, :, 0].numpy()))
+    rank_ics = []
+    for rows in per_date.values():
+        p, y = np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows])
+        rank_ics.append(np.mean([stats.spearmanr(p[:, s], y[:, s]).statistic for s in range(2)]))
+    assert float(trainer.callback_metrics["val/rank_ic"]) == pytest.approx(float(np.mean(rank_ics)), abs=1e-6)
+
+
 def test_selecting_by_ic_on_one_series_is_refused_in_one_line(tmp_path: Path) -> None:
     from lightning import Trainer
 
