@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-from lightning.pytorch import LightningDataModule
+from lightning.pytorch import LightningDataModule, Trainer
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
@@ -19,12 +19,34 @@ from lightning_tf.core import TransformerSpec
 from lightning_tf.kline import DataScale
 from lightning_tf.kline.networks import DEFAULT_SPEC
 
-__all__ = ["SCALE", "SHIFT", "TINY", "SineDataModule", "make_bars", "net_args", "write_bars", "write_etth1"]
+__all__ = [
+    "SCALE",
+    "SHIFT",
+    "TINY",
+    "SineDataModule",
+    "make_bars",
+    "net_args",
+    "quiet_trainer",
+    "write_bars",
+    "write_etth1",
+]
 
 # a small forecaster: patches of 8 with stride 4, two layers of width 16
 TINY = {"patch_len": 8, "stride": 4, "d_model": 16, "n_heads": 2, "n_layers": 2, "d_ff": 32}
 
 SPEC_FIELDS = {f.name for f in dataclasses.fields(TransformerSpec)}
+
+
+def quiet_trainer(max_epochs: int = 1, **kw: Any) -> Trainer:
+    """A test's Trainer: no logger, checkpoints, progress bar or model summary unless ``kw`` asks for them."""
+    kw = {
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        **kw,
+    }
+    return Trainer(max_epochs=max_epochs, **kw)
 
 
 def net_args(**flat: Any) -> dict[str, Any]:

@@ -15,17 +15,13 @@ import torch.nn.functional as F
 
 from lightning_tf.kline import DataScale, KLineDataModule, KLineForecaster, MultivariateDataModule
 from tests.helpers.kline import SCALE, SHIFT, TINY, SineDataModule, write_bars
+from tests.helpers.kline import quiet_trainer as trainer
 
 
 def tiny(**kw) -> KLineForecaster:
     args = dict(n_features=3, n_targets=3, context_len=32, horizon=6, **TINY)
     args.update(kw)
     return KLineForecaster(**args)
-
-
-def trainer(max_epochs: int = 1, **kw) -> L.Trainer:
-    kw = {"logger": False, "enable_checkpointing": False, **kw}
-    return L.Trainer(max_epochs=max_epochs, enable_progress_bar=False, enable_model_summary=False, **kw)
 
 
 def test_network_is_built_in_one_place() -> None:

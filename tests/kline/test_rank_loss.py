@@ -17,6 +17,7 @@ from scipy import stats
 from lightning_tf.kline import KLineDataModule, KLineForecaster
 from lightning_tf.kline.evaluation.metrics import date_correlation, date_ranks
 from lightning_tf.kline.evaluation.selection import Decision, ResidualSelection
+from tests.helpers.kline import quiet_trainer
 from tests.helpers.universe import write_universe
 
 
@@ -180,25 +181,14 @@ def test_date_ranks_share_ties_and_stay_within_each_date() -> None:
 
 
 def test_a_fit_selecting_by_ic_reports_the_validation_ic_of_its_linear_path(tmp_path: Path) -> None:
-    from lightning import Trainer
-
     from lightning_tf.kline.evaluation.metrics import date_correlations
 
     dm = _date_universe(tmp_path)
     model = KLineForecaster(
         n_features=2, context_len=8, horizon=2, ic_weight=1.0, residual_select_by="ic", baselines=False
     )
-    settings = {
-        "max_epochs": 1,
-        "limit_train_batches": 4,
-        "logger": False,
-        "enable_checkpointing": False,
-        "enable_progress_bar": False,
-        "enable_model_summary": False,
-        "default_root_dir": tmp_path,
-        "accelerator": "cpu",
-    }
-    trainer = Trainer(**settings, num_sanity_val_steps=1)  # the sanity check's one batch holds one ticker
+    # the sanity check's one batch holds one ticker
+    trainer = quiet_trainer(limit_train_batches=4, num_sanity_val_steps=1, default_root_dir=tmp_path, accelerator="cpu")
     trainer.fit(model, dm)
     assert "validation IC" in model.selection_line()
     # the linear path's IC as the selection has it: each validation date's correlation across the tickers
@@ -221,8 +211,6 @@ def test_a_fit_selecting_by_ic_reports_the_validation_ic_of_its_linear_path(tmp_
 def test_without_a_residual_val_rank_ic_is_the_models_own(tmp_path: Path, residual: str) -> None:
     """Nothing to select, but ``val/rank_ic`` is logged (a config that checkpoints by it works with any
     residual): the mean over validation dates of the model's Spearman correlation across tickers."""
-    from lightning import Trainer
-
     dm = _date_universe(tmp_path)
     linear = "tuned" if residual == "off" else "frozen"  # a frozen linear path alone has nothing to train
     model = KLineForecaster(
@@ -234,17 +222,7 @@ def test_without_a_residual_val_rank_ic_is_the_models_own(tmp_path: Path, residu
         residual_select_by="rank_ic",
         baselines=False,
     )
-    trainer = Trainer(
-        max_epochs=1,
-        limit_train_batches=2,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        default_root_dir=tmp_path,
-        accelerator="cpu",
-    )
+    trainer = quiet_trainer(limit_train_batches=2, num_sanity_val_steps=0, default_root_dir=tmp_path, accelerator="cpu")
     trainer.fit(model, dm)
     model.eval()
     per_date: dict[int, list] = {}
@@ -261,21 +239,10 @@ def test_without_a_residual_val_rank_ic_is_the_models_own(tmp_path: Path, residu
 
 
 def test_selecting_by_ic_on_one_series_is_refused_in_one_line(tmp_path: Path) -> None:
-    from lightning import Trainer
-
     dm = KLineDataModule("data/msft.csv", context_len=16, horizon=2, batch_size=64)
     model = KLineForecaster(n_features=dm.n_features, context_len=16, horizon=2, residual_select_by="ic")
-    trainer = Trainer(
-        max_epochs=1,
-        limit_train_batches=1,
-        limit_val_batches=2,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        default_root_dir=tmp_path,
-        accelerator="cpu",
+    trainer = quiet_trainer(
+        limit_train_batches=1, limit_val_batches=2, num_sanity_val_steps=0, default_root_dir=tmp_path, accelerator="cpu"
     )
     with pytest.raises(ValueError, match=r"^residual_select_by: ic needs validation dates with at least two series"):
         trainer.fit(model, dm)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import lightning as L
 import numpy as np
 import pandas as pd
 import pytest
@@ -14,11 +13,7 @@ import torch
 
 from lightning_tf.kline import ForecastWriter, KLineDataModule, KLineForecaster
 from tests.helpers.kline import TINY, write_bars
-
-
-def trainer(**kw) -> L.Trainer:
-    kw = {"logger": False, "enable_checkpointing": False, **kw}
-    return L.Trainer(max_epochs=1, enable_progress_bar=False, enable_model_summary=False, **kw)
+from tests.helpers.kline import quiet_trainer as trainer
 
 
 def test_prices_rebuilt_from_target_returns_are_the_file_closes(tmp_path: Path) -> None:
