@@ -122,6 +122,21 @@ def test_wandb_run_defaults_fill_only_what_is_unset() -> None:
     assert given.trainer.logger.init_args.job_type == "test"
 
 
+def test_a_relative_wandb_folder_is_made_absolute_and_saved_as_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """wandb's service resolves a relative folder against the folder it was started in: the logger gets the
+    folder under the working directory of now, the saved config the folder as given."""
+    monkeypatch.chdir(tmp_path)
+    config = _config(Namespace(class_path=WANDB, init_args=Namespace(save_dir="runs", name="n", job_type="fit")))
+    replaced = apply_wandb_run_defaults(config, "fit")
+    assert config.trainer.logger.init_args.save_dir == str(tmp_path / "runs")
+    assert [r for r in replaced if r[1] == "save_dir"] == [(0, "save_dir", "runs")]
+    absolute = _config(Namespace(class_path=WANDB, init_args=Namespace(save_dir=str(tmp_path), name="n")))
+    assert all(key != "save_dir" for _, key, _ in apply_wandb_run_defaults(absolute, "fit"))  # kept as it is
+    assert absolute.trainer.logger.init_args.save_dir == str(tmp_path)
+
+
 def test_wandb_run_defaults_leave_other_loggers_alone() -> None:
     for off in (False, None):
         config = _config(off)
@@ -464,3 +479,35 @@ def test_saved_config_repeats_the_run_under_another_subcommand(tmp_path: Path) -
     assert runs["test"].name == runs["fit"].name == "kline-d32-msft"
     assert runs["test"].config["model"] == runs["fit"].config["model"]
     assert "test/mse" in runs["test"].summary and "test/attention" in runs["test"].summary
+
+
+@pytest.mark.integration
+def test_a_run_started_after_a_change_of_folder_is_written_whole_under_its_own_folder(tmp_path: Path) -> None:
+    """wandb's service starts in the folder of a process's first run and resolves relative folders against it:
+    a process that then moves to another folder and fits with ``save_dir: runs`` (the default config's) gets
+    its whole run, the data file ``wandb sync`` uploads and the console log, under the new folder; nothing of it
+    lands in the first."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    args = [
+        *("fit", "--config", str(ROOT / "configs/trainer/default.yaml")),
+        *("--config", str(ROOT / "configs/kline/msft_daily.yaml"), "--data.path", str(ROOT / "data/msft.csv")),
+        *("--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "2"),
+        *("--trainer.logger.init_args.save_dir", "runs"),
+    ]
+    script = (
+        "import os, sys, wandb\n"
+        f"wandb.init(dir={str(first)!r}, mode='offline').finish()\n"
+        f"os.chdir({str(second)!r})\n"
+        "from lightning_tf.__main__ import main\n"
+        f"sys.exit(main({args!r}))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=first, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    assert sorted(os.listdir(first)) == ["wandb"]  # the first run's folder alone
+    (run,) = (second / "runs" / "wandb").glob("offline-run-*")
+    assert list(run.glob("run-*.wandb")) and (run / "files" / "output.log").is_file()

@@ -224,6 +224,11 @@ def apply_wandb_run_defaults(config: Namespace, subcommand: str | None) -> list[
     ``WANDB_MODE=online`` (or ``disabled``) in the environment also clears ``offline``: the
     WandbLogger would otherwise force offline mode over the environment's choice.
 
+    A relative ``save_dir`` (or ``dir``) is made absolute against the working directory of now: wandb
+    writes part of a run (its console log) from its service process, which resolves a relative folder
+    against the working directory it was started in, so a process that changed folder since its first
+    run (a notebook, a test) would write that part elsewhere and lose the run's data file.
+
     Returns what was replaced, as (WandbLogger index, argument, value as given).
     """
     replaced: list[tuple[int, str, Any]] = []
@@ -241,6 +246,11 @@ def apply_wandb_run_defaults(config: Namespace, subcommand: str | None) -> list[
             if init_args.get(key) is None and value is not None:
                 replaced.append((index, key, init_args.get(key)))
                 init_args[key] = value
+        for key in ("save_dir", "dir"):
+            folder = init_args.get(key)
+            if folder is not None and not os.path.isabs(folder):
+                replaced.append((index, key, folder))
+                init_args[key] = os.path.abspath(folder)
     return replaced
 
 

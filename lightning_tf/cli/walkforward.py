@@ -352,7 +352,7 @@ def _log_wandb(files: dict[str, Path], init_args: dict[str, Any], result: Any) -
     offline = init_args.get("offline", True)
     run = wandb.init(
         project=init_args.get("project") or "lightning-tf",
-        dir=init_args.get("save_dir") or "runs",
+        dir=os.path.abspath(init_args.get("save_dir") or "runs"),  # wandb's service resolves a relative one elsewhere
         name=f"walkforward-{files['report'].parent.name}",
         job_type="walkforward",
         mode="offline" if offline else "online",
