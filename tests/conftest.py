@@ -7,6 +7,7 @@ import os
 import shutil
 import sys
 import tempfile
+import warnings
 from collections.abc import Iterator
 
 # Never reach a network service from a test: wandb writes offline runs, hubs are not asked.
@@ -81,17 +82,37 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _ROOT_ENTRIES: set[str] = set()
 
 
+#: what tests may add to the checkout: pytest's and ruff's caches, setuptools' build/ (a test that installs it)
+_ROOT_ALLOWED = {".pytest_cache", ".ruff_cache", "build"}
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     _ROOT_ENTRIES.update(os.listdir(_ROOT))
 
 
+def _left_in_root() -> list[str]:
+    return sorted(set(os.listdir(_ROOT)) - _ROOT_ENTRIES - _ROOT_ALLOWED)
+
+
+@pytest.fixture(autouse=True)
+def _nothing_left_in_the_checkout(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Names the test after which something first appeared in the checkout, as a warning in the summary (the
+    session fails on it at the end, :func:`pytest_sessionfinish`). Under xdist a file written late (by another
+    process the test started) may show after a later test, of this worker or the other."""
+    before = _left_in_root()
+    yield
+    new = sorted(set(_left_in_root()) - set(before))
+    if new:
+        warnings.warn(f"{', '.join(new)} appeared in {_ROOT} after {request.node.nodeid}", stacklevel=1)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """A test writes into its own ``tmp_path``: a file it leaves in the checkout (a ``predictions.csv`` from a
-    Trainer with no ``default_root_dir``) fails the session, naming it."""
+    Trainer with no ``default_root_dir``) fails the session, naming it (and the warnings summary the test after
+    which it appeared)."""
     if hasattr(session.config, "workerinput"):  # an xdist worker: the controller checks once
         return
-    # build/: setuptools' folder when a test installs the checkout as a package (pip install .)
-    new = sorted(set(os.listdir(_ROOT)) - _ROOT_ENTRIES - {".pytest_cache", ".ruff_cache", "build"})
+    new = _left_in_root()
     if new:
         print(f"\nthe tests left {', '.join(new)} in {_ROOT}: write into tmp_path", file=sys.stderr)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
