@@ -7,6 +7,13 @@ Every run trains a tiny model for 2 epochs of 5 steps with a checkpoint every 3 
 is the first batch of epoch 1 and step 9 the fourth, both inside an epoch. One uninterrupted
 run per task (and one under DDP) is the reference for every case of that task; with loader workers the
 training is bitwise that of ``num_workers=0`` (augmentation is drawn per batch), so workers 0 and 2 share it.
+
+Each property runs for every task; the integration tier (CI) runs each process layout for one task and the
+other tasks' copies are in the slow tier (``make test-slow``), as is each task's SIGKILL with loader workers
+but vision's (the one whose workers draw augmentation): each launch of two processes costs CI about half a
+minute on two cores. Every task is still stopped with loader workers in CI (the SIGTERM test uses 2), and
+every task is resumed under two processes: kline killed in DDP and across two nodes, text sent SIGTERM on
+rank 0.
 """
 
 from __future__ import annotations
@@ -89,8 +96,22 @@ def kill_and_resume(task: str, root: Path, workers: int = 0, devices: int = 1) -
     return last(root)
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-@pytest.mark.parametrize("task", TASKS)
+def in_slow_tier(*values: object) -> object:
+    """A parameter whose case runs in the slow tier only (``--runslow``): another task's copy of a case CI runs."""
+    return pytest.param(*values, marks=pytest.mark.slow)
+
+
+@pytest.mark.parametrize(
+    ("task", "workers"),
+    [
+        ("text", 0),
+        ("vision", 0),
+        ("kline", 0),
+        ("vision", 2),
+        in_slow_tier("text", 2),
+        in_slow_tier("kline", 2),
+    ],
+)
 def test_a_run_killed_inside_an_epoch_resumes_bitwise(
     task: str, workers: int, reference: Callable[[str], Path], tmp_path: Path
 ) -> None:
@@ -209,14 +230,14 @@ def ddp_reference(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], P
     return get
 
 
-@pytest.mark.parametrize("task", ["vision", "kline"])
+@pytest.mark.parametrize("task", [in_slow_tier("vision"), "kline"])
 def test_ddp_killed_inside_an_epoch_resumes_bitwise(
     task: str, ddp_reference: Callable[[str], Path], tmp_path: Path
 ) -> None:
     assert same_training(ddp_reference(task), kill_and_resume(task, tmp_path, devices=2)) == []
 
 
-@pytest.mark.parametrize("task", ["vision", "text"])
+@pytest.mark.parametrize("task", [in_slow_tier("vision"), "text"])
 def test_ddp_sigterm_to_rank_zero_alone_stops_both_ranks_after_the_same_step(
     task: str, ddp_reference: Callable[[str], Path], tmp_path: Path
 ) -> None:
@@ -241,14 +262,14 @@ def two_nodes(task: str, root: Path, extra: tuple[str, ...] = ()) -> list:
     return [start(args, env | {"NODE_RANK": str(n)}, log=root / f"node{n}.log") for n in range(2)]
 
 
-@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("task", [in_slow_tier("text"), in_slow_tier("vision"), "kline"])
 def test_two_nodes_train_as_two_processes_of_one_node_and_a_kill_resumes_bitwise(
     task: str, ddp_reference: Callable[[str], Path], tmp_path: Path
 ) -> None:
     """``--trainer.num_nodes 2``, one process per node: both nodes SIGKILLed once step=6.ckpt is on disk and
-    restarted from it end bit for bit where 2 processes on one node end uninterrupted; for vision, the
+    restarted from it end bit for bit where 2 processes on one node end uninterrupted; for kline, the
     uninterrupted 2-node run too (the same training as 2 processes on one node)."""
-    if task == "vision":
+    if task == "kline":
         nodes = two_nodes(task, tmp_path / "full")
         assert [finish(p) for p in nodes] == [0, 0], (tmp_path / "full" / "node1.log").read_text()[-3000:]
         assert "GLOBAL_RANK: 1, MEMBER: 2/2" in (tmp_path / "full" / "node1.log").read_text()
