@@ -56,6 +56,8 @@ COLUMNS = (
     ("long_short_information_ratio", "long-short IR", "{:+.2f}"),
     ("long_short_max_drawdown", "long-short max DD", "{:.2%}"),
     ("long_short_turnover", "turnover a date", "{:.2f}"),
+    ("long_only_excess_return", "long-only net excess ann. return", "{:+.2%}"),
+    ("long_only_information_ratio", "long-only IR", "{:+.2f}"),
 )
 
 
@@ -264,7 +266,8 @@ def report(result: dict, tables: dict, info: dict, args: argparse.Namespace) -> 
         f"Machine: {info['cpu']}, {info['cores']} cores, torch {info['torch']} ({info['threads']} threads), {info['device']}"
         + (f"; load average at start {info['load_at_start']}." if "load_at_start" in info else "."),
         f"Data: `{Path(result['data']).name}`; top {tables['top_k']} long / bottom {tables['top_k']} short, at most "
-        f"{tables['n_drop']} names replaced a date, 10 bp per unit of turnover, rebalanced daily on the next bar's forecast.",
+        f"{tables['n_drop']} names replaced a date, 10 bp per unit of turnover, rebalanced daily on the next bar's forecast. "
+        "The long-short book is dollar-neutral: its IR is measured against cash (its Sharpe ratio).",
         "The universe is survivorship-biased (stocks still listed in 2017): compare the forecasters with each other on "
         "the same dates, not with the market.",
         "",

@@ -38,7 +38,12 @@ What is computed, on the rows of one step (step 1 by default: the next bar):
   ``ddof=1``), ``max_drawdown`` (given here as a positive share of the peak) and, over the benchmark,
   the annualised return of the active return ``r - b`` and the information ratio
   ``mean(r - b) / std(r - b) * sqrt(periods_per_year)`` (empyrical's ``excess_sharpe``, annualised).
-* :func:`evaluate_predictions`: all of it, in a :class:`PortfolioEvaluation`.
+* :func:`evaluate_predictions`: all of it, in a :class:`PortfolioEvaluation`. The long-only book is judged
+  against the equal-weight universe. The long-short book is dollar-neutral (as much short as long): its
+  return is already an active return, and its benchmark is cash, so its excess return is its own return and
+  its information ratio its Sharpe ratio (as qlib's ``risk_analysis`` of a long-short return series).
+  Measured against the universe instead, a long-short book would be charged the market's whole return and
+  its ratio would mostly rank the market, the same for every forecaster on the same dates.
 * :func:`probabilistic_scores`: CRPS from the quantile columns (``2 / |Q| * sum of pinball losses``,
   scoringrules' ``crps_quantile``), the weighted quantile loss, and the coverage and width of the
   outer interval.
@@ -394,7 +399,9 @@ class PortfolioEvaluation:
         summary: one flat dict: the IC statistics (:func:`ic_summary`), and per portfolio
             ``<p>_annual_return`` (net), ``<p>_gross_annual_return``, ``<p>_excess_return``,
             ``<p>_information_ratio``, ``<p>_sharpe``, ``<p>_max_drawdown``, ``<p>_turnover`` (mean per
-            date) for ``long_only`` and ``long_short``; ``benchmark_annual_return``,
+            date) for ``long_only`` and ``long_short`` (the excess return and information ratio of
+            ``long_only`` over the equal-weight universe, those of the dollar-neutral ``long_short`` over
+            cash: its own annual return and Sharpe ratio); ``benchmark_annual_return``,
             ``benchmark_sharpe``, ``benchmark_max_drawdown``; ``quantile_spread`` (mean return of the top
             quantile less the bottom one, per period); ``n_dates``, ``top_k``, ``n_drop``, ``cost_bps``.
         settings: the arguments the evaluation ran with.
@@ -464,8 +471,10 @@ def evaluate_predictions(
     quantiles = quantile_returns(frame, n_quantiles=n_quantiles, step=step)
     summary: dict[str, float] = dict(ic_summary(ic))
     benchmark = returns["benchmark"].to_numpy()
+    # the dollar-neutral long-short book is measured against cash, the long-only one against the universe
+    against = {"long_only": benchmark, "long_short": np.zeros_like(benchmark)}
     for p in PORTFOLIOS:
-        net = performance(returns[f"{p}_net"], benchmark, periods_per_year)
+        net = performance(returns[f"{p}_net"], against[p], periods_per_year)
         for key, value in net.items():
             summary[f"{p}_{key}"] = value
         summary[f"{p}_gross_annual_return"] = _annual_return(returns[f"{p}_gross"].to_numpy(), periods_per_year)

@@ -229,7 +229,8 @@ def write_report(
     lines += [
         f"Portfolios: top {settings['top_k']} long (and bottom {settings['top_k']} short for long-short), at most "
         f"{settings['n_drop']} names replaced a date, {settings['cost_bps']:g} bp per unit of turnover, traded on "
-        "the next bar's forecast; the equal-weight universe is the benchmark.",
+        "the next bar's forecast; the equal-weight universe is the long-only book's benchmark, cash the "
+        "long-short book's (it is dollar-neutral: its IR is its Sharpe ratio).",
         "",
         "## Folds",
         "",

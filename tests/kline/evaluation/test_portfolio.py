@@ -293,9 +293,31 @@ def test_evaluate_predictions_numbers_equal_empyrical_on_the_same_frame():
     assert s["long_short_annual_return"] == pytest.approx(empyrical.annual_return(net, annualization=252), rel=1e-12)
     assert s["long_short_sharpe"] == pytest.approx(empyrical.sharpe_ratio(net, annualization=252), rel=1e-12)
     assert s["long_short_max_drawdown"] == pytest.approx(-empyrical.max_drawdown(net), rel=1e-12)
-    assert s["long_short_information_ratio"] == pytest.approx(
-        empyrical.excess_sharpe(net, bench) * math.sqrt(252), rel=1e-12
+    # the dollar-neutral book against cash: its information ratio is its Sharpe ratio; long-only against the universe
+    assert s["long_short_information_ratio"] == pytest.approx(empyrical.sharpe_ratio(net, annualization=252), rel=1e-12)
+    assert s["long_short_excess_return"] == s["long_short_annual_return"]
+    long_net = result.returns["long_only_net"].to_numpy()
+    assert s["long_only_information_ratio"] == pytest.approx(
+        empyrical.excess_sharpe(long_net, bench) * math.sqrt(252), rel=1e-12
     )
+    assert s["long_only_excess_return"] == pytest.approx(
+        empyrical.annual_return(long_net - bench, annualization=252), rel=1e-12
+    )
+
+
+def test_a_market_move_common_to_every_ticker_leaves_the_long_short_book_unchanged():
+    """The same simple return added to every ticker on each date (the market's move) changes the benchmark and
+    the long-only book's returns, not the weights, and not the dollar-neutral book's returns or its ratio."""
+    frame = _frame(90, 24, signal=0.3, seed=11)
+    market = pd.Series(np.random.default_rng(12).normal(0.004, 0.02, 90), index=sorted(frame["date"].unique()))
+    moved = frame.copy()
+    moved["realised"] = np.log1p(np.expm1(frame["realised"]) + frame["date"].map(market).to_numpy())
+    base = evaluate_predictions(frame, top_k=4, n_drop=1, n_quantiles=4).summary
+    shifted = evaluate_predictions(moved, top_k=4, n_drop=1, n_quantiles=4).summary
+    for key in ("annual_return", "excess_return", "information_ratio", "sharpe", "max_drawdown", "turnover"):
+        assert shifted[f"long_short_{key}"] == pytest.approx(base[f"long_short_{key}"], rel=1e-9, abs=1e-12), key
+    assert shifted["benchmark_annual_return"] != pytest.approx(base["benchmark_annual_return"], rel=1e-3)
+    assert shifted["long_only_annual_return"] != pytest.approx(base["long_only_annual_return"], rel=1e-3)
 
 
 @pytest.mark.integration
