@@ -132,6 +132,8 @@ def session_dates(name: str, first: pd.Timestamp, last: pd.Timestamp) -> np.ndar
 
 def next_sessions(name: str, last: pd.Timestamp, n: int) -> pd.DatetimeIndex:
     """The ``n`` session dates after the day of ``last``, at ``last``'s time of day."""
+    if last.tz is None:
+        return pd.DatetimeIndex(next_sessions_of(name, np.array([last.to_datetime64()], "datetime64[ns]"), n)[0])
     day = np.datetime64(last.normalize().date(), "D")
     sessions = session_dates(name, last, last + pd.Timedelta(days=3 * n + 30))
     i = int(np.searchsorted(sessions, day, side="right"))
@@ -139,6 +141,22 @@ def next_sessions(name: str, last: pd.Timestamp, n: int) -> pd.DatetimeIndex:
     if len(out) < n:
         raise ValueError(f"calendar {name!r} has no {n} sessions after {last.date()}")
     return pd.DatetimeIndex(out.astype("datetime64[ns]")) + (last - last.normalize())
+
+
+def next_sessions_of(name: str, lasts: np.ndarray, n: int) -> np.ndarray:
+    """:func:`next_sessions` of each of ``lasts`` (``(B,)`` datetime64[ns], local times) at once: ``(B, n)``
+    datetime64[ns]."""
+    lasts = np.asarray(lasts, dtype="datetime64[ns]")
+    days = lasts.astype("datetime64[D]")  # (B,)
+    offsets = lasts - days.astype("datetime64[ns]")  # (B,) the time of day
+    first, last = pd.Timestamp(days.min()), pd.Timestamp(days.max())
+    sessions = session_dates(name, first, last + pd.Timedelta(days=3 * n + 30))
+    i = np.searchsorted(sessions, days, side="right")[:, None] + np.arange(n)  # (B, n)
+    beyond = i[:, -1] >= len(sessions)
+    if beyond.any():
+        day = pd.Timestamp(days[int(np.argmax(beyond))]).date()
+        raise ValueError(f"calendar {name!r} has no {n} sessions after {day}")
+    return sessions[i].astype("datetime64[ns]") + offsets[:, None]  # (B, n)
 
 
 def calendar_features(stamps: np.ndarray | pd.DatetimeIndex, name: str) -> np.ndarray:

@@ -87,6 +87,11 @@ def compute_features(
     return pd.DataFrame(values, columns=list(names), index=bars.index)
 
 
+def _after_first(x: np.ndarray) -> np.ndarray:
+    """``x`` one bar later along the last axis: NaN, then ``x`` without its last bar."""
+    return np.concatenate([np.full(x.shape[:-1] + (1,), np.nan), x[..., :-1]], axis=-1)
+
+
 def feature_matrix(
     bars: pd.DataFrame | Mapping[str, np.ndarray],
     names: list[str],
@@ -94,22 +99,28 @@ def feature_matrix(
     volume_window: int = 20,
 ) -> np.ndarray:
     """:func:`compute_features` as a float64 array ``(n, len(names))`` (column-major, as the frame's
-    values are), without building the frame; ``bars`` may also be its columns as arrays."""
+    values are), without building the frame; ``bars`` may also be its columns as arrays. Columns of ``B``
+    series of ``n`` bars each ``(B, n)`` give each series' features at once ``(B, n, len(names))``, equal to
+    those of each series alone."""
     check_feature_names(names)
     o, h, lo, c = (np.log(np.asarray(bars[k], dtype=np.float64)) for k in ("open", "high", "low", "close"))
-    prev_c = np.concatenate([[np.nan], c[:-1]])
+    prev_c = _after_first(c)
     log_v = np.log1p(np.asarray(bars["volume"], dtype=np.float64))
     ret = c - prev_c
 
     def stamps() -> pd.DatetimeIndex:
-        return pd.DatetimeIndex(bars["timestamp"])
+        return pd.DatetimeIndex(np.asarray(bars["timestamp"]).reshape(-1))
 
     def rolling(x: np.ndarray, window: int) -> pd.core.window.Rolling:
-        return pd.Series(x).rolling(window, min_periods=window)
+        # one column per series: pandas runs the same one-series kernel on each
+        return pd.DataFrame(x.reshape(-1, x.shape[-1]).T).rolling(window, min_periods=window)
+
+    def series(values: pd.DataFrame) -> np.ndarray:
+        return values.to_numpy().T.reshape(c.shape)
 
     def volume_zscore() -> np.ndarray:
         r = rolling(log_v, volume_window)
-        mean, std = r.mean().to_numpy(), r.std().to_numpy()
+        mean, std = series(r.mean()), series(r.std())
         # A flat volume stretch has std 0: its z-score is 0, not inf.
         return np.where(std > 0, (log_v - mean) / np.where(std > 0, std, 1.0), np.where(np.isnan(std), np.nan, 0.0))
 
@@ -122,26 +133,29 @@ def feature_matrix(
         "upper_shadow": lambda: h - np.fmax(o, c),
         "lower_shadow": lambda: np.fmin(o, c) - lo,
         "log_volume": lambda: log_v,
-        "log_volume_change": lambda: log_v - np.concatenate([[np.nan], log_v[:-1]]),
+        "log_volume_change": lambda: log_v - _after_first(log_v),
         "volume_zscore": volume_zscore,
-        "volatility": lambda: rolling(ret, volatility_window).std().to_numpy(),
-        "day_of_week": lambda: stamps().day_of_week.to_numpy() / 6.0 - 0.5,
-        "time_of_day": lambda: (stamps().hour.to_numpy() * 60 + stamps().minute.to_numpy()) / 1440.0 - 0.5,
+        "volatility": lambda: series(rolling(ret, volatility_window).std()),
+        "day_of_week": lambda: stamps().day_of_week.to_numpy().reshape(c.shape) / 6.0 - 0.5,
+        "time_of_day": lambda: (
+            (stamps().hour.to_numpy() * 60 + stamps().minute.to_numpy()).reshape(c.shape) / 1440.0 - 0.5
+        ),
         "close": lambda: np.exp(c),
         "log_close": lambda: c,
     }
-    out = np.empty((len(names), len(c)), dtype=np.float64)  # (C, n): each feature contiguous
+    out = np.empty((len(names), *c.shape), dtype=np.float64)  # (C, [B,] n): each feature contiguous
     for j, name in enumerate(names):
         out[j] = make[name]()
-    return out.T  # (n, C)
+    return np.moveaxis(out, 0, -1)  # ([B,] n, C)
 
 
 def compute_target(bars: pd.DataFrame | Mapping[str, np.ndarray], target: Target) -> np.ndarray:
-    """The forecast quantity at every bar, float64 ``(n,)``: ``log(close_t / close_{t-1})`` (NaN at
+    """The forecast quantity at every bar, float64 ``(n,)`` (``(B, n)`` for the columns of B series):
+    ``log(close_t / close_{t-1})`` (NaN at
     the first bar) or ``close_t``. A window ending at bar ``t`` predicts its values at ``t+1 .. t+F``."""
     c = np.asarray(bars["close"], dtype=np.float64)
-    if target == "log_return":
-        return np.concatenate([[np.nan], np.diff(np.log(c))])
+    if target == "log_return":  # of each series, for columns of several (B, n)
+        return np.concatenate([np.full(c.shape[:-1] + (1,), np.nan), np.diff(np.log(c), axis=-1)], axis=-1)
     if target == "close":
         return c.copy()
     raise ValueError(f"target must be 'log_return' or 'close', got {target!r}")

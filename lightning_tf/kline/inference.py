@@ -33,6 +33,7 @@ __all__ = [
     "last_windows",
     "predict_outputs",
     "series_window",
+    "windows_of_series",
     "series_windows",
 ]
 
@@ -112,73 +113,101 @@ def series_windows(
             and one column per name; needed when the model reads some.
         trained_tickers: the model's training tickers, in id order (the ticker embedding's vocabulary).
     """
-    return [
-        series_window(
-            str(name),
-            bars.reset_index(drop=True),
-            feature_names=feature_names,
-            target=target,
-            context_len=context_len,
-            volatility_window=volatility_window,
-            volume_window=volume_window,
-            trained=trained,
-            source=source,
-            covariates=covariates,
-            horizon=horizon,
-            future=future,
-            trained_tickers=trained_tickers,
-        )
-        for name, bars in frame.groupby("ticker", sort=False)
-    ]
+    windows = windows_of_series(
+        [(str(name), bars.reset_index(drop=True), source) for name, bars in frame.groupby("ticker", sort=False)],
+        feature_names=feature_names,
+        target=target,
+        context_len=context_len,
+        volatility_window=volatility_window,
+        volume_window=volume_window,
+        trained=trained,
+        covariates=covariates,
+        horizon=horizon,
+        future=future,
+        trained_tickers=trained_tickers,
+    )
+    for window in windows:  # the first ticker that cannot be read, as one would read them one by one
+        if isinstance(window, ValueError):
+            raise window
+    return windows  # type: ignore[return-value]
 
 
-def _future_window(
+def _future_windows(
     cov: Mapping[str, Any],
-    name: str,
-    bars: pd.DataFrame | Mapping[str, np.ndarray],
-    stamps: pd.DatetimeIndex | None,
+    names: list[str],
+    bars: list[pd.DataFrame | Mapping[str, np.ndarray]],
+    stamps: list[pd.DatetimeIndex],
     future: pd.DataFrame | None,
     trained_tickers: list[str] | None,
     source: str,
-) -> np.ndarray | None:
-    """The scaled known-future covariates ``(F, Cf)`` of one series' forecast bars ``stamps`` (None without any)."""
+) -> list[np.ndarray | None]:
+    """The scaled known-future covariates ``(F, Cf)`` of each series' forecast bars ``stamps`` (None without
+    any); the calendar's features of all the series' forecast bars in one call."""
     from .panel import PanelSettings, future_matrix
 
-    names, user = list(cov.get("future_names", [])), list(cov.get("future", []))
-    if not names or stamps is None:
-        return None
-    values = {"timestamp": stamps.to_numpy()}
-    if user:
-        if future is None:
-            raise ValueError(
-                f"{source}: the model reads known-future covariate(s) {user} of the forecast bars; pass them "
-                "(forecast(..., future=frame with timestamp, ticker and those columns))"
-            )
-        rows = future if "ticker" not in future.columns else future[future["ticker"].astype(str) == name]
-        rows = rows.assign(timestamp=pd.to_datetime(rows["timestamp"])).set_index("timestamp")
-        lacking = [c for c in user if c not in rows.columns]
-        if lacking:
-            raise ValueError(f"{source}: the known-future covariates lack column(s) {lacking}")
-        absent = [str(t) for t in stamps if t not in rows.index]
-        if absent:
-            raise ValueError(f"{source}: no known-future covariates {user} for ticker {name!r} at {absent}")
-        for c in user:
-            values[c] = rows.loc[stamps, c].to_numpy(np.float64)
+    feature_names, user = list(cov.get("future_names", [])), list(cov.get("future", []))
+    if not feature_names:
+        return [None] * len(names)
     settings = PanelSettings(
         source, (), "log_return", 1, 1, 0.5, 0.1, None, None, None, 2, 2, (), tuple(user), cov.get("calendar")
     )
-    raw = future_matrix(values, settings)  # (F, Cf)
-    if not np.isfinite(raw).all():
-        raise ValueError(f"{source}: known-future covariates {user} of ticker {name!r} are missing or not finite")
-    k = trained_tickers.index(name) if trained_tickers and name in trained_tickers else None
-    if k is not None and "future_mean" in cov:
-        mean, std = np.asarray(cov["future_mean"][k]), np.asarray(cov["future_std"][k])
-    else:  # a series not trained on: its own history's calendar, or no scaling at all
-        own = future_matrix(
-            {"timestamp": np.asarray(bars["timestamp"]), **{c: np.asarray(bars[c]) for c in user}}, settings
+    if user:  # the user's columns, looked up series by series
+        raws = [_user_future(user, name, s, future, settings, source) for name, s in zip(names, stamps, strict=True)]
+    else:
+        every = np.concatenate([s.to_numpy() for s in stamps]) if stamps else np.zeros(0, "datetime64[ns]")
+        raws = np.split(future_matrix({"timestamp": every}, settings), np.cumsum([len(s) for s in stamps])[:-1])
+    index = {t: k for k, t in enumerate(trained_tickers or [])}
+    trained = [name in index and "future_mean" in cov for name in names]
+    # a series not trained on is scaled by its own history's known-future values: all such series' in one call
+    others = [i for i, t in enumerate(trained) if not t]
+    history = [
+        {"timestamp": np.asarray(bars[i]["timestamp"]), **{c: np.asarray(bars[i][c]) for c in user}} for i in others
+    ]
+    lengths = np.cumsum([len(h["timestamp"]) for h in history])[:-1]
+    owns = dict(
+        zip(
+            others,
+            np.split(future_matrix({c: np.concatenate([h[c] for h in history]) for c in history[0]}, settings), lengths)
+            if history
+            else [],
+            strict=True,
         )
-        mean, std = _own(own[np.isfinite(own).all(axis=1)] if np.isfinite(own).any() else raw)
-    return (raw - mean) / std  # (F, Cf)
+    )
+    out: list[np.ndarray | None] = []
+    for i, (name, raw) in enumerate(zip(names, raws, strict=True)):
+        if not np.isfinite(raw).all():
+            raise ValueError(f"{source}: known-future covariates {user} of ticker {name!r} are missing or not finite")
+        if trained[i]:
+            k = index[name]
+            mean, std = np.asarray(cov["future_mean"][k]), np.asarray(cov["future_std"][k])
+        else:  # its own history's calendar, or no scaling at all
+            own = owns[i]
+            mean, std = _own(own[np.isfinite(own).all(axis=1)] if np.isfinite(own).any() else raw)
+        out.append((raw - mean) / std)  # (F, Cf)
+    return out
+
+
+def _user_future(
+    user: list[str], name: str, stamps: pd.DatetimeIndex, future: pd.DataFrame | None, settings: Any, source: str
+) -> np.ndarray:
+    """The raw known-future values ``(F, Cf)`` of one series' forecast bars: the calendar's, then the user's."""
+    from .panel import future_matrix
+
+    if future is None:
+        raise ValueError(
+            f"{source}: the model reads known-future covariate(s) {user} of the forecast bars; pass them "
+            "(forecast(..., future=frame with timestamp, ticker and those columns))"
+        )
+    rows = future if "ticker" not in future.columns else future[future["ticker"].astype(str) == name]
+    rows = rows.assign(timestamp=pd.to_datetime(rows["timestamp"])).set_index("timestamp")
+    lacking = [c for c in user if c not in rows.columns]
+    if lacking:
+        raise ValueError(f"{source}: the known-future covariates lack column(s) {lacking}")
+    absent = [str(t) for t in stamps if t not in rows.index]
+    if absent:
+        raise ValueError(f"{source}: no known-future covariates {user} for ticker {name!r} at {absent}")
+    values = {"timestamp": stamps.to_numpy(), **{c: rows.loc[stamps, c].to_numpy(np.float64) for c in user}}
+    return future_matrix(values, settings)
 
 
 @lru_cache(maxsize=8)
@@ -190,8 +219,8 @@ def _static_table(path: str, version: tuple[int, int], columns: tuple[str, ...])
     return read_static(path, None, list(columns))
 
 
-def _static_window(cov: Mapping[str, Any], name: str, trained_tickers: list[str] | None) -> np.ndarray:
-    """The static ids ``(S,)`` of ticker ``name``: 0 for a ticker (or category) not seen in training."""
+def _static_windows(cov: Mapping[str, Any], names: list[str], trained_tickers: list[str] | None) -> np.ndarray:
+    """The static ids ``(n, S)`` of the tickers ``names``: 0 for a ticker (or category) not seen in training."""
     from .covariates import static_ids
     from .windows import resolve_path
 
@@ -202,13 +231,28 @@ def _static_window(cov: Mapping[str, Any], name: str, trained_tickers: list[str]
         if path.exists():
             stat = path.stat()
             table = _static_table(str(path), (stat.st_mtime_ns, stat.st_size), tuple(vocab))
-    ids = static_ids([name], list(trained_tickers or []), table, vocab, bool(cov.get("ticker_embedding")))
-    return ids[0]
+    return static_ids(names, list(trained_tickers or []), table, vocab, bool(cov.get("ticker_embedding")))
 
 
 def series_window(
     name: str,
     bars: pd.DataFrame | Mapping[str, np.ndarray],
+    *,
+    source: str,
+    **settings: Any,
+) -> SeriesWindow:
+    """The scaled last window of one series: :func:`series_windows` for one ticker's canonical bars, which may
+    also be given as their columns as arrays (a server's request, read without pandas): ``timestamp``
+    (datetime64), the prices, the volume and one column per past covariate (named as the features).
+    ``name`` is the ticker; the other arguments are :func:`windows_of_series`'s."""
+    (window,) = windows_of_series([(name, bars, source)], **settings)
+    if isinstance(window, ValueError):
+        raise window
+    return window
+
+
+def windows_of_series(
+    series: list[tuple[str, pd.DataFrame | Mapping[str, np.ndarray], str]],
     *,
     feature_names: list[str],
     target: str,
@@ -216,26 +260,91 @@ def series_window(
     volatility_window: int,
     volume_window: int,
     trained: Mapping[str, Statistics],
-    source: str,
     covariates: Mapping[str, Any] | None = None,
     horizon: int | None = None,
     future: pd.DataFrame | None = None,
     trained_tickers: list[str] | None = None,
-) -> SeriesWindow:
-    """The scaled last window of one series: :func:`series_windows` for one ticker's canonical bars, which may
-    also be given as their columns as arrays (a server's request, read without pandas): ``timestamp``
-    (datetime64), the prices, the volume and one column per past covariate (named as the features).
-    ``name`` is the ticker; the other arguments are :func:`series_windows`'s."""
-    from .windows import next_timestamps
+) -> list[SeriesWindow | ValueError]:
+    """The scaled last window of each ``(ticker, bars, source)`` of ``series`` (the arguments are
+    :func:`series_windows`'s), read together: the features of series of the same length in one call (as each
+    series' alone), the forecast bars' timestamps and calendar features of all in one call each. A series that
+    cannot be read (too few usable bars, a missing known-future value) gets its ValueError in its place."""
+    from .windows import next_timestamps_of
 
     cov = covariates or {}
     past = list(cov.get("past", []))
     builtin = feature_names[: len(feature_names) - len(past)]
-    feats = feature_matrix(bars, builtin, volatility_window, volume_window)  # (n, C0)
-    if past:
-        columns = [np.asarray(bars[c], dtype=np.float64) for c in past]
-        feats = np.concatenate([feats, np.stack(columns, axis=1)], axis=1)  # (n, C)
-    tgt = compute_target(bars, target)[:, None]  # (n, 1)
+    columns = ["open", "high", "low", "close", "volume", *past]
+    if {"day_of_week", "time_of_day"} & set(builtin):
+        columns.append("timestamp")
+    out: list[SeriesWindow | ValueError] = [ValueError("unread")] * len(series)
+    by_length: dict[int, list[int]] = {}
+    for i, (_, bars, _) in enumerate(series):
+        by_length.setdefault(len(bars["close"]), []).append(i)
+    for members in by_length.values():
+        stacked = {c: np.stack([np.asarray(series[i][1][c]) for i in members]) for c in columns}  # (B, n)
+        feats = feature_matrix(stacked, builtin, volatility_window, volume_window)  # (B, n, C0)
+        if past:
+            covs = np.stack([stacked[c].astype(np.float64) for c in past], axis=-1)  # (B, n, P)
+            feats = np.concatenate([feats, covs], axis=-1)  # (B, n, C)
+        tgt = compute_target(stacked, target)[..., None]  # (B, n, 1)
+        for b, i in enumerate(members):
+            name, bars, source = series[i]
+            try:
+                out[i] = _scaled_window(name, bars, feats[b], tgt[b], context_len, trained, source)
+            except ValueError as err:
+                out[i] = err
+    read = [i for i, w in enumerate(out) if isinstance(w, SeriesWindow)]
+    if horizon is not None and read:
+        stamps = next_timestamps_of([series[i][1]["timestamp"] for i in read], horizon, cov.get("calendar"))
+        futures: list[np.ndarray | None] = [None] * len(read)
+        if cov:
+            sources = {series[i][2] for i in read}
+            try:
+                futures = _future_windows(
+                    cov,
+                    [series[i][0] for i in read],
+                    [series[i][1] for i in read],
+                    stamps,
+                    future,
+                    trained_tickers,
+                    sources.pop() if len(sources) == 1 else "the bars",
+                )
+            except ValueError:  # one series' own error: each alone
+                futures = []
+                for i, s in zip(read, stamps, strict=True):
+                    try:
+                        futures += _future_windows(
+                            cov, [series[i][0]], [series[i][1]], [s], future, trained_tickers, series[i][2]
+                        )
+                    except ValueError as err:
+                        futures.append(err)  # type: ignore[arg-type]
+        for i, s, f in zip(read, stamps, futures, strict=True):
+            window = out[i]
+            assert isinstance(window, SeriesWindow)
+            if isinstance(f, ValueError):
+                out[i] = f
+            else:
+                window.timestamps, window.x_future = s, f
+    read = [i for i, w in enumerate(out) if isinstance(w, SeriesWindow)]
+    if cov.get("static_sizes") and read:
+        ids = _static_windows(cov, [series[i][0] for i in read], trained_tickers)  # (n, S)
+        for i, row in zip(read, ids, strict=True):
+            out[i].static = row  # type: ignore[union-attr]
+    return out
+
+
+def _scaled_window(
+    name: str,
+    bars: pd.DataFrame | Mapping[str, np.ndarray],
+    feats: np.ndarray,
+    tgt: np.ndarray,
+    context_len: int,
+    trained: Mapping[str, Statistics],
+    source: str,
+) -> SeriesWindow:
+    """The window of one series from its features ``(n, C)`` and target ``(n, 1)``: its last ``context_len``
+    bars, scaled by the ticker's training statistics, or by the series' own history."""
     n = len(tgt)
     finite = np.isfinite(feats).all(axis=1) & np.isfinite(tgt[:, 0])
     first = int(np.argmax(finite)) if finite.any() else n
@@ -253,24 +362,15 @@ def series_window(
         f_mean, f_std = _own(feats[first:])
         t_mean, t_std = _own(tgt[first:])
         scaled_by = f"its own history ({usable} bars)"
-    x = (feats[-context_len:] - f_mean) / f_std  # (L, C)
-    stamps = None
-    if horizon is not None:
-        stamps = next_timestamps(pd.DatetimeIndex(bars["timestamp"]), horizon, calendar=cov.get("calendar"))
-    x_future = _future_window(cov, name, bars, stamps, future, trained_tickers, source) if cov else None
-    static = _static_window(cov, name, trained_tickers) if cov.get("static_sizes") else None
     return SeriesWindow(
         name=name,
-        x=x,
+        x=(feats[-context_len:] - f_mean) / f_std,  # (L, C)
         raw_target=tgt[-context_len:],
         anchor=float(np.asarray(bars["close"], dtype=np.float64)[-1]),
         target_mean=t_mean,
         target_std=t_std,
         scaled_by=scaled_by,
         bars=bars,
-        x_future=x_future,
-        static=static,
-        timestamps=stamps,
     )
 
 

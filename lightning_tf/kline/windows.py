@@ -271,6 +271,34 @@ class DateBatchSampler(EpochBatchSampler):
         return [self.groups[k] for k in dates[self.rank :: self.num_replicas]]
 
 
+def next_timestamps_of(series: list[Any], n: int, calendar: str | None = None) -> list[pd.DatetimeIndex]:
+    """:func:`next_timestamps` of each of several series' timestamps (an index, a column or an array); those of
+    daily bars on an exchange ``calendar`` (without a time zone) in one lookup of the calendar for all."""
+    from .covariates import next_sessions_of
+
+    out: list[pd.DatetimeIndex | None] = [None] * len(series)
+    if calendar is not None:
+        naive = {k: np.asarray(t) for k, t in enumerate(series) if getattr(t, "tz", None) is None}
+        by_length: dict[int, list[int]] = {}
+        for k, t in naive.items():
+            if t.dtype.kind == "M":  # datetime64: no time zone
+                by_length.setdefault(len(t), []).append(k)
+        daily = []
+        for length, members in by_length.items():
+            stamps = np.stack([naive[k].astype("datetime64[ns]").view(np.int64) for k in members])  # (B, n)
+            steps = np.median(np.diff(stamps, axis=1), axis=1) if length > 1 else np.full(len(members), np.inf)
+            daily += [k for k, step in zip(members, steps, strict=True) if step >= 86_400e9]  # a day or more apart
+        if daily:
+            lasts = np.array([naive[k][-1] for k in daily], dtype="datetime64[ns]")
+            every = pd.DatetimeIndex(next_sessions_of(calendar, lasts, n).reshape(-1))  # (B n,): one index, sliced
+            for j, k in enumerate(daily):
+                out[k] = every[j * n : (j + 1) * n]
+    return [
+        next_timestamps(pd.DatetimeIndex(t), n, calendar=calendar) if o is None else o
+        for t, o in zip(series, out, strict=True)
+    ]
+
+
 def _median_step_ns(ts: pd.DatetimeIndex) -> float:
     """The median step between the bars ``ts`` in nanoseconds, with numpy (as ``pd.Series(ts).diff().median()``)."""
     return float(np.median(np.diff(ts.as_unit("ns").asi8)))

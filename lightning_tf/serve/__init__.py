@@ -5,8 +5,9 @@
   the model loaded once per worker, the API key, the workers' threads and signals.
 * One LitAPI per task, each a thin shell around the task's own inference call: :class:`TextAPI`
   (:mod:`.text`, ``translate``), :class:`VisionAPI` (:mod:`.vision`, ``prepare`` + ``top_classes``, as
-  ``classify``), :class:`KLineAPI` (:mod:`.kline`, ``series_window`` + ``forecast_columns``, as ``forecast``).
-* :mod:`.server`: the LitServer of a checkpoint; :mod:`.http`: ``{"error": ...}`` answers and the OpenAPI page;
+  ``classify``), :class:`KLineAPI` (:mod:`.kline`, ``windows_of_series`` + ``forecast_columns``, as ``forecast``).
+* :mod:`.server`: the LitServer of a checkpoint; :mod:`.loop`: the worker's batch collection and the pipes
+  between the HTTP servers and the workers; :mod:`.http`: ``{"error": ...}`` answers and the OpenAPI page;
   :mod:`.shutdown`: SIGTERM answers the requests in flight, then exits 0.
 
 The task packages never import this one (nor LitServe). The names below load on first use (PEP 562), so

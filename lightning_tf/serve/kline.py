@@ -6,13 +6,15 @@ A request's bars become the series' last window, scaled as :meth:`KLineForecaste
 columns of the bars, the known-future calendar features those of the forecast bars on the model's calendar, the
 static ids those of the request's ticker. Plain bars (:func:`plain_columns`: named columns the bar reader knows,
 one per column the model reads, ISO timestamps in increasing order, finite numbers that pass the reader's checks)
-are read with numpy, without validating the body field by field (a body of plain bars is a valid one); any other
-body is validated and its bars go through the bar reader itself (:func:`lightning_tf.kline.inference.last_windows`:
-other layouts, unsorted bars, bad values and their repair, its error messages). Both end in
-:func:`~lightning_tf.kline.inference.series_window`, so the window is the same. A batch is those windows, run
-once by :meth:`KLineForecaster.forecast_columns <lightning_tf.kline.KLineForecaster.forecast_columns>` (the
-columns of the table ``forecast()`` gives for the same bars) and written as JSON column by column for the whole
-batch.
+are read with numpy, without validating the body field by field (a body of plain bars is a valid one), into
+:class:`PlainBars`; the batch's plain bars then become their windows together, in one call of
+:func:`~lightning_tf.kline.inference.windows_of_series` (the features of the series of one length at once, the
+calendar of all the forecast bars at once), so that reading a request costs about what the model costs per
+request in a batch. Any other body is validated and its bars go through the bar reader itself
+(:func:`lightning_tf.kline.inference.last_windows`: other layouts, unsorted bars, bad values and their repair,
+its error messages). Both end in the same window. A batch is those windows, run once by
+:meth:`KLineForecaster.forecast_columns <lightning_tf.kline.KLineForecaster.forecast_columns>` (the columns of the
+table ``forecast()`` gives for the same bars) and written as JSON column by column for the whole batch.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from operator import itemgetter
 from typing import Any, Literal, Union
@@ -30,7 +33,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from .api import Serving, TaskAPI
-from .errors import BadRequest, Rejected
+from .errors import BadRequest, Rejected, one_line
 
 __all__ = [
     "KLineAPI",
@@ -209,6 +212,14 @@ def plain_columns(bars: list[dict[str, Any]], wanted: tuple[str, ...]) -> dict[s
     return columns
 
 
+@dataclass(frozen=True)
+class PlainBars:
+    """A request's plain bars (:func:`plain_columns`), read into their window with the rest of the batch's."""
+
+    ticker: str | None
+    columns: dict[str, np.ndarray]
+
+
 class KLineAPI(TaskAPI):
     """A :class:`~lightning_tf.kline.KLineForecaster` checkpoint behind ``POST /predict``.
 
@@ -264,35 +275,35 @@ class KLineAPI(TaskAPI):
                 columns = plain_columns(bars, model_columns(scale))
         if columns is None:
             return self._read(self.validate(body))
-        try:
-            return self._window(columns, ticker)
-        except ValueError as err:
-            raise BadRequest(_reader_message(str(err), ticker)) from None
+        return PlainBars(ticker, columns)
 
-    def _window(self, columns: dict[str, np.ndarray], ticker: str | None) -> Any:
-        """The last window of plain bars (:func:`plain_columns`), with its covariates, as the bar reader's would
-        be."""
-        from lightning_tf.kline.inference import series_window
+    def _windows(self, plain: list[PlainBars]) -> list[Any]:
+        """The last windows of plain bars (:func:`plain_columns`), with their covariates, as the bar reader's
+        would be: read together (:func:`~lightning_tf.kline.inference.windows_of_series`), each bad one as its
+        request's answer."""
+        from lightning_tf.kline.inference import windows_of_series
 
         scale = self.model.data_scale
         if getattr(self, "_trained", (None,))[0] is not scale:  # the training statistics by ticker, once per model
             stats = zip(scale.feature_mean, scale.feature_std, scale.target_mean, scale.target_std, strict=True)
             self._trained = (scale, dict(zip(scale.ticker_names, stats, strict=True)), list(scale.ticker_names))
         _, trained, tickers = self._trained
-        return series_window(
-            ticker or "series",
-            columns,
+        windows = windows_of_series(
+            [(p.ticker or "series", p.columns, p.ticker or "the bars") for p in plain],
             feature_names=list(scale.feature_names),
             target=scale.target_names[0],
             context_len=self.model.hparams.context_len,
             volatility_window=scale.volatility_window,
             volume_window=scale.volume_window,
             trained=trained,
-            source=ticker or "the bars",
             covariates=scale.covariates,
             horizon=self.model.hparams.horizon,
             trained_tickers=tickers,
         )
+        return [
+            Rejected(422, one_line(_reader_message(str(w), p.ticker))) if isinstance(w, ValueError) else w
+            for p, w in zip(plain, windows, strict=True)
+        ]
 
     def _read(self, request: KLineRequest) -> Any:
         """The last window of any bars, read by the bar reader."""
@@ -329,7 +340,17 @@ class KLineAPI(TaskAPI):
         return windows[0]
 
     def run(self, inputs: list[Any]) -> Sequence[list[dict[str, Any]] | Rejected]:
-        return forecast_records(self.model.forecast_columns(inputs), len(inputs))
+        plain = [i for i, x in enumerate(inputs) if isinstance(x, PlainBars)]
+        items = list(inputs)
+        for i, window in zip(plain, self._windows([inputs[i] for i in plain]), strict=True):
+            items[i] = window
+        good = [i for i, x in enumerate(items) if not isinstance(x, Rejected)]
+        answers: list[list[dict[str, Any]] | Rejected] = list(items)
+        if good:
+            records = forecast_records(self.model.forecast_columns([items[i] for i in good]), len(good))
+            for i, answer in zip(good, records, strict=True):
+                answers[i] = answer
+        return answers
 
     def encode(self, output: list[dict[str, Any]]) -> dict[str, Any]:
         return {"forecast": output}

@@ -1,6 +1,7 @@
-"""The worker loop: LitServe's batched loop with a batch collected the way ``--batch_timeout`` says. The ONE
-module that relies on how LitServe works inside (tests/serve/test_loop.py checks each of those points, so a
-LitServe release that changes one of them fails there, not in production).
+"""The worker loop: LitServe's batched loop with a batch collected the way ``--batch_timeout`` says, and the
+queues between the HTTP servers and the workers as pipes. The ONE module that relies on how LitServe works
+inside (tests/serve/test_loop.py checks each of those points, so a LitServe release that changes one of them
+fails there, not in production).
 
 Why: LitServe 0.2's batched loop (up to 0.2.19, the newest release) starts the batch timeout when the worker
 starts waiting, not when the first request arrives, and polls its request queue every millisecond in the
@@ -16,6 +17,17 @@ first request, then still take, without waiting, those already queued (up to ``m
 that waited longer than ``--timeout`` is set apart (LitServe's loop answers it 504). It serves unbatched servers
 too (``max_batch_size`` 1), so that every worker reads the same stop value, :data:`STOP`.
 
+Why the pipes: LitServe 0.2's queues, the request queue (HTTP server -> workers) and the answer queues (worker ->
+each HTTP server), are a multiprocessing manager's, whatever ``fast_queue`` says (LitServe 0.2.19 passes the
+transport's type under a name its configuration ignores, and its ZeroMQ transport is wired with its two addresses
+swapped: Lightning-AI/LitServe#751). Every put and get on a manager's queue is a round trip to the manager
+process, which then does the work of a third process: on 2 cores, a K-line request cost the three of them about
+1.7 ms of CPU in queue traffic, more than the model in a batch. :class:`PipeQueueServer` keeps LitServe's manager
+(the workers' status, the shutdown event) and gives the request queue as a ``multiprocessing.Queue`` (a pipe
+between the processes, written by a thread of the sender) and the answers to a :class:`PipeTransport` (LitServe's
+``MessageTransport`` interface, one such pipe per HTTP server, read by a thread of the HTTP server that wakes its
+event loop once for all the answers already there).
+
 What it relies on beyond LitServe's public names (``litserve.loops.BatchedLoop``, ``LitLoop.put_response``,
 ``litserve.utils.LitAPIStatus`` and ``LoopResponseType``):
 
@@ -23,6 +35,11 @@ What it relies on beyond LitServe's public names (``litserve.loops.BatchedLoop``
   LitServe's own loop example, ``litserve.loops.base._BaseLoop``);
 * ``BatchedLoop.run_batched_loop`` gets its batches from ``self.get_batch_requests(lit_api, request_queue,
   transport)`` as ``(payloads, timed_out)``: ``[(response_queue_id, uid, request)]``, ``[(response_queue_id, uid)]``;
+* ``LitServer._init_manager(num_api_servers)`` makes the manager, the request queue of each API in
+  ``litapi_request_queues`` and the answer transport in ``_transport``, before the workers are spawned (each
+  gets its request queue and the transport as arguments) and the HTTP servers forked (they read both from the
+  server); an HTTP server reads its answers with ``await transport.areceive(consumer_id)`` in one task for as
+  long as it runs, and skips a None;
 * a ``LitServer`` that runs holds its workers' processes in ``inference_workers`` and the request queue of each
   API in ``litapi_request_queues`` (:func:`stop_workers`, for the shutdown that answers the requests in flight).
 
@@ -32,15 +49,21 @@ ends as it does when LitServe's own loop returns.
 
 from __future__ import annotations
 
+import asyncio
+import gc
+import multiprocessing as mp
+import multiprocessing.queues
+import threading
 import time
 from queue import Empty, Queue
 from typing import Any
 
-from litserve import LitAPI
+from litserve import LitAPI, LitServer
 from litserve.loops import BatchedLoop
+from litserve.transport.base import MessageTransport
 from litserve.utils import LitAPIStatus, LoopResponseType
 
-__all__ = ["STOP", "FirstRequestBatchLoop", "collect_batch", "stop_workers"]
+__all__ = ["STOP", "FirstRequestBatchLoop", "PipeQueueServer", "PipeTransport", "collect_batch", "stop_workers"]
 
 #: seconds a worker blocks on an empty queue before it looks again (LitServe's single loop waits as long)
 IDLE_WAIT = 1.0
@@ -120,3 +143,103 @@ def stop_workers(server: Any, grace: float = 2.0) -> None:
         if w.is_alive():
             w.kill()
             w.join()
+
+
+class PipeQueueServer(LitServer):
+    """A ``litserve.LitServer`` whose request queue and answer queues are pipes (``multiprocessing.Queue``)
+    instead of a manager's queues (see the module): each request crosses from the HTTP server to the worker and
+    back without a round trip through the manager process. The queues are closed, and their semaphores released,
+    when :meth:`run` returns."""
+
+    def _init_manager(self, num_api_servers: int) -> Any:
+        manager = super()._init_manager(num_api_servers)
+        ctx = mp.get_context("spawn")  # the workers are spawned, the HTTP servers forked: both can hold these
+        for path in self.litapi_request_queues:
+            self.litapi_request_queues[path] = ctx.Queue()
+        self._transport = PipeTransport([ctx.Queue() for _ in range(num_api_servers)])
+        return manager
+
+    def run(self, *args: Any, **kwargs: Any) -> None:
+        try:
+            super().run(*args, **kwargs)
+        finally:
+            self.close_queues()
+
+    def close_queues(self) -> None:
+        """Close the pipes (no process reads them any more) and release their semaphores now, so that a process
+        that ends without the interpreter's teardown leaves none behind."""
+        _close_pipes([*self.litapi_request_queues.values(), *getattr(getattr(self, "_transport", None), "_queues", [])])
+        self.litapi_request_queues, self._transport = {}, None
+        gc.collect()  # a queue's semaphores are unlinked when the last reference to it goes
+
+
+def _close_pipes(queues: list[Any]) -> None:
+    """Close each ``multiprocessing.Queue`` of ``queues`` and wait for its writing thread, which holds two of its
+    semaphores until it ends (this process writes nothing into them but stop values: the thread ends at once)."""
+    for queue in queues:
+        if isinstance(queue, mp.queues.Queue):
+            queue.close()
+            queue.join_thread()
+
+
+class PipeTransport(MessageTransport):
+    """The answers of the workers to each HTTP server (its ``consumer_id``), one pipe (``multiprocessing.Queue``)
+    each. A worker sends an answer with a ``put``. In an HTTP server a thread of its own reads its pipe and hands
+    what it read to the event loop, everything already there at once (a batch's answers in one wake-up of the
+    loop): LitServe's ``MPQueueTransport`` sends every ``get`` to a thread of the loop's executor, a thread hop
+    per answer."""
+
+    def __init__(self, queues: list[Any]) -> None:
+        self._queues = queues
+        self._inbox: asyncio.Queue | None = None
+
+    def send(self, item: Any, consumer_id: int) -> None:
+        self._queues[consumer_id].put(item)
+
+    async def areceive(self, consumer_id: int, timeout: float | None = None) -> Any:
+        if self._inbox is None:  # the first call in this HTTP server: start reading its pipe
+            self._inbox = asyncio.Queue()
+            loop = asyncio.get_running_loop()
+            reader = threading.Thread(
+                target=_read_pipe, args=(self._queues[consumer_id], loop, self._inbox), name="lightning-tf-answers"
+            )
+            reader.daemon = True
+            reader.start()
+        if timeout is None:
+            return await self._inbox.get()
+        try:
+            return await asyncio.wait_for(self._inbox.get(), timeout)
+        except TimeoutError:
+            return None
+
+    def close(self, send_sentinel: bool = True) -> None:
+        if send_sentinel:  # what LitServe's transports send: a None, which the HTTP servers skip
+            for queue in self._queues:
+                queue.put(None)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (PipeTransport, (self._queues,))
+
+
+def _read_pipe(queue: Any, loop: asyncio.AbstractEventLoop, inbox: asyncio.Queue) -> None:
+    """Move the answers of ``queue`` into ``inbox`` on ``loop``, each time all those already there, until the pipe
+    or the loop closes."""
+    while True:
+        try:
+            items = [queue.get()]
+            while True:
+                try:
+                    items.append(queue.get_nowait())
+                except Empty:
+                    break
+        except (EOFError, OSError):  # the pipe is closed: the server is stopping
+            return
+        try:
+            loop.call_soon_threadsafe(_deliver, inbox, items)
+        except RuntimeError:  # the loop is closed: the HTTP server is stopping
+            return
+
+
+def _deliver(inbox: asyncio.Queue, items: list[Any]) -> None:
+    for item in items:
+        inbox.put_nowait(item)

@@ -16,7 +16,8 @@ import pytest
 pytest.importorskip("litserve")
 
 from lightning_tf.serve.api import Serving
-from lightning_tf.serve.kline import KLineAPI, iso_strings, model_columns, plain_columns
+from lightning_tf.serve.errors import Rejected
+from lightning_tf.serve.kline import KLineAPI, PlainBars, iso_strings, model_columns, plain_columns
 from tests.helpers.serve import bars_records, tiny_kline, tiny_kline_covariates
 
 BARS = bars_records(80, seed=0)
@@ -47,6 +48,14 @@ def same_rows(got: list[dict[str, Any]], want: list[dict[str, Any]]) -> bool:
         for g, w in zip(got, want, strict=True)
         for k in w
     )
+
+
+def plain_window(api: KLineAPI, body: dict[str, Any]) -> Any:
+    """The window of a body of plain bars, read alone."""
+    plain = api.parse(body)
+    assert isinstance(plain, PlainBars)
+    (window,) = api._windows([plain])
+    return window
 
 
 def test_a_batch_gets_the_rows_forecast_gives_each_series(api: KLineAPI) -> None:
@@ -178,13 +187,49 @@ def test_plain_bars_are_read_with_numpy_into_the_window_the_bar_reader_gives(api
         bars = bars_records(70 + seed, seed=seed)
         assert plain_columns(bars, columns) is not None
         request = api.validate({"bars": bars, **({"ticker": ticker} if ticker else {})})
-        fast, read = api.parse(request.model_dump(exclude_none=True)), api._read(request)
+        fast, read = plain_window(api, request.model_dump(exclude_none=True)), api._read(request)
         assert (fast.name, fast.scaled_by, fast.anchor) == (read.name, read.scaled_by, read.anchor)
         assert np.array_equal(fast.x, read.x) and np.array_equal(fast.raw_target, read.raw_target)
         assert np.array_equal(fast.target_mean, read.target_mean) and np.array_equal(fast.target_std, read.target_std)
         assert api.model.forecast_windows([fast]).equals(api.model.forecast_windows([read]))
     timed = [{**b, "Date": b["Date"] + "T09:30:00"} for b in BARS]  # intraday ISO stamps read alike
-    assert np.array_equal(api.parse({"bars": timed}).x, api._read(api.validate({"bars": timed})).x)
+    assert np.array_equal(plain_window(api, {"bars": timed}).x, api._read(api.validate({"bars": timed})).x)
+
+
+@pytest.mark.parametrize("kind", ["plain", "past+calendar+ticker+sector"])
+def test_plain_bars_read_together_give_each_series_the_window_it_gets_alone(kind: str, sectors: Path) -> None:
+    """A batch's plain bars are read in one call (the series of one length stacked, the calendar of all the
+    forecast bars at once): each window is bit for bit the one its bars give alone, a series that cannot be read
+    gets its own 422 and leaves the others as they are."""
+    api = KLineAPI("unused.ckpt", Serving(max_batch_size=8))
+    covariates = kind != "plain"
+    api.model = (
+        tiny_kline_covariates(calendar="XNYS", ticker_embedding=True, static_file=sectors)
+        if covariates
+        else tiny_kline()
+    )
+    lengths = [80, 80, 80, 75, 80, 30]  # four of one length, one of another, one too short to forecast
+    tickers = [None, "TRAINED", "XYZ", "TRAINED", None, "XYZ"]
+    bodies = [
+        {"bars": bars_records(n, seed=k, signal=covariates), **({"ticker": t} if t else {})}
+        for k, (n, t) in enumerate(zip(lengths, tickers, strict=True))
+    ]
+    together = api._windows([api.parse(b) for b in bodies])
+    for body, window in zip(bodies[:-1], together[:-1], strict=True):
+        alone = plain_window(api, body)
+        for key in ("x", "raw_target", "target_mean", "target_std", "x_future", "static"):
+            a, b = getattr(window, key), getattr(alone, key)
+            assert (
+                (a is None and b is None) if not covariates and key in ("x_future", "static") else np.array_equal(a, b)
+            )
+        assert (window.name, window.scaled_by, window.anchor) == (alone.name, alone.scaled_by, alone.anchor)
+        assert window.timestamps.equals(alone.timestamps)
+    assert isinstance(together[-1], Rejected) and together[-1].status == 422
+    assert together[-1].error.startswith("bars: ticker 'XYZ' has"), together[-1].error
+    answers = served(api, bodies)
+    assert [status for status, _ in answers] == [200] * 5 + [422]
+    for (_, body), b in zip(answers[:-1], bodies[:-1], strict=True):
+        assert same_rows(body["forecast"], offline(api, b["bars"], b.get("ticker")))
 
 
 @pytest.mark.parametrize(
@@ -238,7 +283,7 @@ def test_covariate_bars_are_read_with_numpy_into_the_window_the_bar_reader_gives
     for seed, ticker in [(0, None), (1, "TRAINED"), (2, "XYZ")]:
         bars = bars_records(70 + seed, seed=seed, signal=True)
         body = {"bars": bars, **({"ticker": ticker} if ticker else {})}
-        fast, read = api.parse(body), api._read(api.validate(body))
+        fast, read = plain_window(api, body), api._read(api.validate(body))
         assert isinstance(fast.bars, dict) and isinstance(read.bars, pd.DataFrame)  # numpy, then the bar reader
         assert (fast.name, fast.scaled_by, fast.anchor) == (read.name, read.scaled_by, read.anchor)
         for key in ("x", "raw_target", "target_mean", "target_std"):

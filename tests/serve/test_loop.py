@@ -6,6 +6,7 @@ LitServe release that changes one of those points fails here."""
 from __future__ import annotations
 
 import inspect
+import multiprocessing.queues
 import threading
 import time
 from queue import Queue
@@ -21,7 +22,14 @@ from litserve.loops import BatchedLoop, LitLoop  # noqa: E402
 from litserve.utils import LitAPIStatus, LoopResponseType  # noqa: E402
 
 from lightning_tf.serve import loop as loop_module  # noqa: E402
-from lightning_tf.serve.loop import STOP, FirstRequestBatchLoop, collect_batch, stop_workers  # noqa: E402
+from lightning_tf.serve.loop import (  # noqa: E402
+    STOP,
+    FirstRequestBatchLoop,
+    PipeQueueServer,
+    PipeTransport,
+    collect_batch,
+    stop_workers,
+)
 
 
 def _item(uid: str, age: float = 0.0) -> tuple[int, str, float, dict]:
@@ -168,12 +176,56 @@ def test_a_running_litserver_queues_requests_as_the_loop_reads_them_and_its_work
     from fastapi.testclient import TestClient
     from litserve.utils import wrap_litserve_start
 
-    server = ls.LitServer(
+    server = PipeQueueServer(
         Echo(max_batch_size=4, batch_timeout=0.01, loop=FirstRequestBatchLoop()), accelerator="cpu", timeout=10
     )
     with wrap_litserve_start(server) as running, TestClient(running.app) as client:
+        # the request went to the worker and its answer came back through the pipes, not the manager's queues
+        assert isinstance(running.litapi_request_queues["/predict"], multiprocessing.queues.Queue)
+        assert isinstance(running._transport, PipeTransport)
         assert client.post("/predict", json={"x": 21}).json() == {"y": 42}
         workers = list(running.inference_workers)
         assert workers and set(running.litapi_request_queues) == {"/predict"}
         stop_workers(running, grace=30.0)
         assert running.inference_workers == [] and [w.exitcode for w in workers] == [0] * len(workers)
+    server.close_queues()
+    assert server.litapi_request_queues == {} and server._transport is None
+
+
+def test_litserve_makes_its_queues_where_the_pipe_server_replaces_them() -> None:
+    """``LitServer._init_manager(num_api_servers)`` returns the manager after setting ``litapi_request_queues`` and
+    ``_transport``; the pipe server's replacements carry a request to the workers and the answers back to each
+    HTTP server (those already there in one delivery, in order, a None passed on as LitServe's transports do), and
+    :meth:`PipeQueueServer.close_queues` closes them."""
+    import asyncio
+
+    from litserve.transport.base import MessageTransport
+
+    assert list(inspect.signature(ls.LitServer._init_manager).parameters) == ["self", "num_api_servers"]
+    assert list(inspect.signature(MessageTransport.areceive).parameters)[:2] == ["self", "timeout"]
+    server = PipeQueueServer(Echo(max_batch_size=2, batch_timeout=0.01), accelerator="cpu", timeout=10)
+    manager = server._init_manager(2)
+    try:
+        request_queue = server.litapi_request_queues["/predict"]
+        assert isinstance(request_queue, multiprocessing.queues.Queue)
+        request_queue.put((1, "uid", 0.0, {"x": 3}))
+        assert request_queue.get(timeout=10) == (1, "uid", 0.0, {"x": 3})
+        transport = server._transport
+        assert isinstance(transport, PipeTransport) and isinstance(transport, MessageTransport)
+        assert transport.__reduce__() == (PipeTransport, (transport._queues,))  # what a spawned worker receives
+        for k in range(5):
+            transport.send((f"uid{k}", ({"y": k},)), consumer_id=1)
+        transport.send(("other", ()), consumer_id=0)
+
+        async def receive(n: int) -> list:
+            return [await transport.areceive(consumer_id=1, timeout=10) for _ in range(n)]
+
+        assert asyncio.run(receive(5)) == [(f"uid{k}", ({"y": k},)) for k in range(5)]
+        assert asyncio.run(PipeTransport(transport._queues).areceive(consumer_id=1, timeout=0.2)) is None
+        transport.close()
+        assert asyncio.run(PipeTransport(transport._queues).areceive(consumer_id=0, timeout=10)) == ("other", ())
+        queues = [request_queue, *transport._queues]
+        server.close_queues()
+        assert all(q._closed for q in queues)
+    finally:
+        manager.shutdown()
