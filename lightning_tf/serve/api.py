@@ -81,7 +81,7 @@ class Serving:
 
     Args:
         max_batch_size: requests run together at most.
-        batch_timeout: seconds a batch waits to fill once its first request is there (None: the task's
+        batch_timeout: seconds a batch may wait to fill after its first request arrived (None: the task's
             :attr:`TaskAPI.default_batch_timeout`).
         api_key: the key every request must carry in ``X-API-Key`` (None: no key; ``/health`` never needs one).
         threads: intra-op threads of each CPU worker (None: the CPUs less one, shared among the workers).

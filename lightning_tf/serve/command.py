@@ -58,7 +58,7 @@ def serve(
         host: 127.0.0.1 (this machine only), 0.0.0.0 (every interface) or ::
         port: TCP port, 1024-65535
         max_batch_size: requests run together at most; 1: no batching
-        batch_timeout: seconds a batch waits to fill once its first request is there (default: the task's:
+        batch_timeout: seconds a batch may wait to fill after its first request arrived (default: the task's:
             0.05 for text, 0.005 for vision and kline)
         workers_per_device: inference processes per device, each with its own model
         accelerator: where the model runs (auto: CUDA, MPS or the CPU)

@@ -13,7 +13,10 @@ no way to say "from the first request"; its documented extension point is a loop
 :class:`FirstRequestBatchLoop` is the public ``litserve.loops.BatchedLoop`` with its public
 ``get_batch_requests`` hook overridden by :func:`collect_batch`: block until a first request is there (no
 polling), take requests until the batch holds ``max_batch_size`` or ``batch_timeout`` has passed since that
-first request, then still take, without waiting, those already queued (up to ``max_batch_size``). A request
+first request arrived (was queued by the HTTP server), then still take, without waiting, those already queued
+(up to ``max_batch_size``). So no request waits longer than ``batch_timeout`` for its batch to fill, and a
+worker that finds requests queued while it ran the previous batch runs them at once, instead of idling while
+more come. A request
 that waited longer than ``--timeout`` is set apart (LitServe's loop answers it 504). It serves unbatched servers
 too (``max_batch_size`` 1), so that every worker reads the same stop value, :data:`STOP`.
 
@@ -32,7 +35,9 @@ What it relies on beyond LitServe's public names (``litserve.loops.BatchedLoop``
 ``litserve.utils.LitAPIStatus`` and ``LoopResponseType``):
 
 * a request-queue item is ``(response_queue_id, uid, time.monotonic() when queued, request)`` (the item of
-  LitServe's own loop example, ``litserve.loops.base._BaseLoop``);
+  LitServe's own loop example, ``litserve.loops.base._BaseLoop``), stamped in the HTTP server's process on the
+  clock the worker reads (``time.monotonic()`` is system-wide on Linux and macOS; LitServe's request timeout
+  compares the two clocks as well);
 * ``BatchedLoop.run_batched_loop`` gets its batches from ``self.get_batch_requests(lit_api, request_queue,
   transport)`` as ``(payloads, timed_out)``: ``[(response_queue_id, uid, request)]``, ``[(response_queue_id, uid)]``;
 * ``LitServer._init_manager(num_api_servers)`` makes the manager, the request queue of each API in
@@ -81,7 +86,9 @@ def collect_batch(
 ) -> tuple[list[tuple[Any, str, Any]], list[tuple[Any, str]]]:
     """One batch from ``request_queue``: ``(payloads, timed_out)``, each payload ``(response_queue_id, uid,
     request)``, each timed-out request ``(response_queue_id, uid)``; both empty when no request came within
-    :data:`IDLE_WAIT` seconds. ``started(response_queue_id, uid)`` is called for each request taken. Raises
+    :data:`IDLE_WAIT` seconds. The batch fills until ``max_batch_size`` requests or ``batch_timeout`` seconds after
+    its first request was queued (its time stamp), then takes those already queued without waiting.
+    ``started(response_queue_id, uid)`` is called for each request taken. Raises
     ``SystemExit(0)`` on :data:`STOP`; a batch that has requests when it comes is returned, and the stop value
     is queued again for the next collection."""
     payloads: list[tuple[Any, str, Any]] = []
@@ -90,7 +97,7 @@ def collect_batch(
         item = request_queue.get(timeout=IDLE_WAIT)
     except Empty:
         return payloads, timed_out
-    deadline = time.monotonic() + batch_timeout
+    deadline: float | None = None
     apply_timeout = request_timeout not in (None, -1, False)
     while True:
         if isinstance(item, str) and item == STOP:
@@ -99,6 +106,8 @@ def collect_batch(
                 return payloads, timed_out
             raise SystemExit(0)
         response_queue_id, uid, timestamp, request = item
+        if deadline is None:  # the batch waits to fill until batch_timeout after its first request arrived
+            deadline = timestamp + batch_timeout
         if started is not None:
             started(response_queue_id, uid)
         if apply_timeout and time.monotonic() - timestamp > request_timeout:  # type: ignore[operator]
@@ -107,7 +116,7 @@ def collect_batch(
             payloads.append((response_queue_id, uid, request))
         if len(payloads) >= max_batch_size:
             return payloads, timed_out
-        remaining = deadline - time.monotonic()
+        remaining = (deadline or 0.0) - time.monotonic()
         try:  # within the timeout wait for the next request; after it take only those already queued
             item = request_queue.get(timeout=remaining) if remaining > 0 else request_queue.get_nowait()
         except Empty:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -66,3 +67,8 @@ def test_serve_benchmark_smoke(tmp_path: Path) -> None:
     assert (mixed["requests"], mixed["bad"], mixed["wrong_status"], mixed["good_lost"]) == (200, 20, 0, 0)
     assert results["loads"]["batched/8"]["errors"] == 0
     assert "## Where the time goes" in page
+    # the targets' ratios: the median of the paired rounds, each its batched server's rate over the unbatched one's
+    rounds = results["rounds"]
+    assert len(rounds) == 2 and all(r["ratio"] == pytest.approx(r["batched"] / r["unbatched"]) for r in rounds)
+    median = statistics.median(r["ratio"] for r in rounds)
+    assert re.search(rf"^\| vision \| [0-9.]+ \([0-9.]+-[0-9.]+\) \w+ \| {median:.2f} \(", page, re.M), page

@@ -50,6 +50,31 @@ def test_the_timeout_runs_from_the_first_request_not_from_the_wait() -> None:
     assert [p[1] for p in payloads] == ["a", "b"] and timed_out == []
 
 
+def test_a_first_request_that_waited_for_the_worker_leaves_no_wait_and_a_fresh_one_waits_its_remainder() -> None:
+    """The batch timeout runs from the first request's arrival: one queued longer ago than the timeout (while the
+    worker ran the previous batch) is run at once with those queued beside it; one queued 0.1 s ago waits the
+    0.2 s left, and a request arriving meanwhile joins it."""
+    queue: Queue = Queue()
+    queue.put(_item("waited", age=1.0))
+    queue.put(_item("beside", age=0.5))
+
+    def later(uid: str) -> None:
+        time.sleep(0.15)
+        queue.put(_item(uid))
+
+    threading.Thread(target=later, args=("too late",)).start()
+    start = time.monotonic()
+    payloads, _ = collect_batch(queue, max_batch_size=8, batch_timeout=0.3, request_timeout=None)
+    assert [p[1] for p in payloads] == ["waited", "beside"] and time.monotonic() - start < 0.1
+    assert [p[1] for p in collect_batch(queue, 8, 0.3, None)[0]] == ["too late"]  # the next batch
+    queue.put(_item("fresh", age=0.1))
+    threading.Thread(target=later, args=("joins",)).start()
+    start = time.monotonic()
+    payloads, _ = collect_batch(queue, max_batch_size=8, batch_timeout=0.3, request_timeout=None)
+    waited = time.monotonic() - start
+    assert [p[1] for p in payloads] == ["fresh", "joins"] and 0.15 <= waited < 0.3, waited
+
+
 def test_a_full_batch_is_cut_at_once_and_the_rest_waits_for_the_next() -> None:
     queue: Queue = Queue()
     for uid in "abcde":
