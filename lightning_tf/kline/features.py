@@ -112,10 +112,10 @@ def feature_matrix(
         return pd.DatetimeIndex(np.asarray(bars["timestamp"]).reshape(-1))
 
     def rolling(x: np.ndarray, window: int) -> pd.core.window.Rolling:
-        # one column per series: pandas runs the same one-series kernel on each
-        return pd.DataFrame(x.reshape(-1, x.shape[-1]).T).rolling(window, min_periods=window)
+        # several series: one column each, on which pandas runs the same one-series kernel
+        return (pd.Series(x) if x.ndim == 1 else pd.DataFrame(x.T)).rolling(window, min_periods=window)
 
-    def series(values: pd.DataFrame) -> np.ndarray:
+    def series(values: pd.Series | pd.DataFrame) -> np.ndarray:
         return values.to_numpy().T.reshape(c.shape)
 
     def volume_zscore() -> np.ndarray:

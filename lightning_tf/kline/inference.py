@@ -32,7 +32,6 @@ __all__ = [
     "forecast_columns",
     "last_windows",
     "predict_outputs",
-    "series_window",
     "windows_of_series",
     "series_windows",
 ]
@@ -232,23 +231,6 @@ def _static_windows(cov: Mapping[str, Any], names: list[str], trained_tickers: l
             stat = path.stat()
             table = _static_table(str(path), (stat.st_mtime_ns, stat.st_size), tuple(vocab))
     return static_ids(names, list(trained_tickers or []), table, vocab, bool(cov.get("ticker_embedding")))
-
-
-def series_window(
-    name: str,
-    bars: pd.DataFrame | Mapping[str, np.ndarray],
-    *,
-    source: str,
-    **settings: Any,
-) -> SeriesWindow:
-    """The scaled last window of one series: :func:`series_windows` for one ticker's canonical bars, which may
-    also be given as their columns as arrays (a server's request, read without pandas): ``timestamp``
-    (datetime64), the prices, the volume and one column per past covariate (named as the features).
-    ``name`` is the ticker; the other arguments are :func:`windows_of_series`'s."""
-    (window,) = windows_of_series([(name, bars, source)], **settings)
-    if isinstance(window, ValueError):
-        raise window
-    return window
 
 
 def windows_of_series(
