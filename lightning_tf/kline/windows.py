@@ -272,27 +272,45 @@ class DateBatchSampler(EpochBatchSampler):
 
 
 def next_timestamps_of(series: list[Any], n: int, calendar: str | None = None) -> list[pd.DatetimeIndex]:
-    """:func:`next_timestamps` of each of several series' timestamps (an index, a column or an array); those of
-    daily bars on an exchange ``calendar`` (without a time zone) in one lookup of the calendar for all."""
+    """:func:`next_timestamps` of each of several series' timestamps (an index, a column or an array), those of
+    series of one length and unit at once (a server's batch of requests): daily bars on an exchange ``calendar``
+    (without a time zone) in one lookup of the calendar for all, daily bars without one on business days in one
+    numpy call; any other series alone."""
     from .covariates import next_sessions_of
 
     out: list[pd.DatetimeIndex | None] = [None] * len(series)
-    if calendar is not None:
-        naive = {k: np.asarray(t) for k, t in enumerate(series) if getattr(t, "tz", None) is None}
-        by_length: dict[int, list[int]] = {}
-        for k, t in naive.items():
-            if t.dtype.kind == "M":  # datetime64: no time zone
-                by_length.setdefault(len(t), []).append(k)
-        daily = []
-        for length, members in by_length.items():
-            stamps = np.stack([naive[k].astype("datetime64[ns]").view(np.int64) for k in members])  # (B, n)
-            steps = np.median(np.diff(stamps, axis=1), axis=1) if length > 1 else np.full(len(members), np.inf)
-            daily += [k for k, step in zip(members, steps, strict=True) if step >= 86_400e9]  # a day or more apart
-        if daily:
-            lasts = np.array([naive[k][-1] for k in daily], dtype="datetime64[ns]")
-            every = pd.DatetimeIndex(next_sessions_of(calendar, lasts, n).reshape(-1))  # (B n,): one index, sliced
-            for j, k in enumerate(daily):
-                out[k] = every[j * n : (j + 1) * n]
+    groups: dict[tuple[int, str], list[int]] = {}  # (length, unit) -> series
+    naive = {k: np.asarray(t) for k, t in enumerate(series) if getattr(t, "tz", None) is None}
+    for k, t in naive.items():
+        unit = np.datetime_data(t.dtype)[0] if t.dtype.kind == "M" else ""  # datetime64: no time zone
+        if unit in ("s", "ms", "us", "ns") and (calendar is not None or len(t) > 1):
+            groups.setdefault((len(t), unit), []).append(k)
+    sessions, business = [], []
+    for (length, unit), members in groups.items():
+        stamps = np.stack([naive[k] for k in members])  # (B, n)
+        day = np.timedelta64(1, "D") // np.timedelta64(1, unit)  # a day in the unit
+        if length > 1:
+            steps = np.median(np.diff(stamps.view(np.int64), axis=1), axis=1)  # (B,)
+        else:
+            steps = np.full(len(members), np.inf)
+        if calendar is not None:
+            sessions += [k for k, step in zip(members, steps, strict=True) if step >= day]  # a day or more apart
+            continue
+        weekend = ((stamps.astype("datetime64[D]").view(np.int64) + 3) % 7 >= 5).any(axis=1)  # 1970-01-01: Thursday
+        rows = np.flatnonzero((steps == day) & ~weekend)  # daily bars on business days
+        if len(rows):
+            lasts = stamps[rows, -1]  # (B',)
+            days = lasts.astype("datetime64[D]")
+            after = np.busday_offset(days[:, None], np.arange(1, n + 1)[None, :])  # (B', n) the next business days
+            stamped = (after + (lasts - days)[:, None]).astype("datetime64[ns]" if unit == "ns" else "datetime64[us]")
+            business.append(([members[r] for r in rows], stamped))  # in the unit pandas' business days have
+    if sessions:
+        lasts = np.array([naive[k][-1] for k in sessions], dtype="datetime64[ns]")
+        business.append((sessions, next_sessions_of(calendar, lasts, n)))  # (B, n)
+    for members, stamped in business:
+        every = pd.DatetimeIndex(stamped.reshape(-1))  # (B n,): one index, sliced
+        for j, k in enumerate(members):
+            out[k] = every[j * n : (j + 1) * n]
     return [
         next_timestamps(pd.DatetimeIndex(t), n, calendar=calendar) if o is None else o
         for t, o in zip(series, out, strict=True)

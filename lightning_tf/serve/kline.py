@@ -24,6 +24,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import chain
 from operator import itemgetter
 from typing import Any, Literal, Union
 
@@ -181,29 +182,24 @@ def plain_columns(bars: list[dict[str, Any]], wanted: tuple[str, ...]) -> dict[s
     if names is None:
         return None
     try:  # every bar has each key of the first (and as many keys): the same keys
-        rows = list(map(itemgetter(*keys), bars))
+        columns_of_keys = list(zip(*map(itemgetter(*keys), bars)))  # one tuple of values per key
     except KeyError:
         return None
-    columns: dict[str, np.ndarray] = {}
-    for name, values in zip(names, zip(*rows), strict=True):  # one pass
-        kinds = set(map(type, values))
-        if name == "timestamp":
-            if kinds != {str}:
-                return None
-            text = "\n".join(values)  # one match for all: each an ISO time, none holding a line break
-            if text.count("\n") != len(values) - 1 or not _ISO_LINES.fullmatch(text):
-                return None
-            stamps = np.array(values, dtype="datetime64[ns]")
-            if len(stamps) > 1 and not (stamps[1:] > stamps[:-1]).all():
-                return None
-            columns[name] = stamps
-        else:
-            if not kinds <= {float, int}:
-                return None
-            column = np.array(values, dtype=np.float64)
-            if not np.isfinite(column).all():
-                return None
-            columns[name] = column
+    t = names.index("timestamp")
+    text_stamps = columns_of_keys[t]
+    numbers = [c for k, c in enumerate(columns_of_keys) if k != t]
+    if set(map(type, text_stamps)) != {str} or not set(map(type, chain.from_iterable(numbers))) <= {float, int}:
+        return None
+    text = "\n".join(text_stamps)  # one match for all: each an ISO time, none holding a line break
+    if text.count("\n") != len(text_stamps) - 1 or not _ISO_LINES.fullmatch(text):
+        return None
+    stamps = np.array(text_stamps, dtype="datetime64[ns]")
+    if len(stamps) > 1 and not (stamps[1:] > stamps[:-1]).all():
+        return None
+    values = np.array(numbers, dtype=np.float64)  # (K, n) one row per column
+    if not np.isfinite(values).all():
+        return None
+    columns = {"timestamp": stamps, **dict(zip((n for n in names if n != "timestamp"), values, strict=True))}
     o, h, lo, c = (columns[k] for k in ("open", "high", "low", "close"))
     if not ((o > 0).all() and (lo > 0).all() and (h >= np.fmax(o, c)).all() and (lo <= np.fmin(o, c)).all()):
         return None

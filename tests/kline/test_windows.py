@@ -15,6 +15,7 @@ from lightning_tf.kline.windows import (
     chronological_borders,
     in_order,
     next_timestamps,
+    next_timestamps_of,
     resolve_path,
     split_ends,
     window_loader,
@@ -147,3 +148,31 @@ def test_next_business_days_of_daily_bars_are_pandas_own(monkeypatch: pytest.Mon
     for ts, got in zip(cases, fast, strict=True):
         want = next_timestamps(ts, 7)
         assert got.equals(want) and got.dtype == want.dtype, (ts, got, want)
+
+
+@pytest.mark.parametrize("calendar", [None, "XNYS"])
+def test_next_timestamps_of_many_series_are_each_series_own(calendar: str | None) -> None:
+    """Series read together (a server's batch: those of one length and unit at once) get the timestamps each gets
+    alone, values and unit: daily bars with gaps and a time of day in every unit, as an index, a column or an
+    array; weekend, intraday, one-bar and time-zone series among them."""
+    if calendar is not None:
+        pytest.importorskip("exchange_calendars")
+    rng = np.random.default_rng(1)
+    series: list = []
+    for i in range(40):
+        start = pd.Timestamp("1998-01-05") + pd.Timedelta(days=int(rng.integers(0, 7000)))
+        ts = pd.bdate_range(start, periods=(30, 31)[i % 2]) + pd.Timedelta(hours=16 * (i % 3 == 0))
+        ts = pd.DatetimeIndex(ts.delete(rng.integers(1, len(ts) - 1, size=i % 3))).as_unit(
+            ("s", "ms", "us", "ns")[i % 4]
+        )
+        series.append((ts, pd.Series(ts), ts.to_numpy())[i % 3])
+    series += [
+        pd.date_range("2024-01-01", periods=30, freq="D"),  # weekend bars
+        pd.date_range("2024-08-30 09:30", periods=30, freq="5min"),  # intraday
+        pd.DatetimeIndex(["2024-03-01"]),  # one bar
+        pd.bdate_range("2024-01-02", periods=30, tz="America/New_York"),  # a time zone
+    ]
+    together = next_timestamps_of(series, 6, calendar)
+    for t, got in zip(series, together, strict=True):
+        want = next_timestamps(pd.DatetimeIndex(t), 6, calendar=calendar)
+        assert got.equals(want) and got.dtype == want.dtype, (t, got, want)

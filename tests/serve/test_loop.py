@@ -193,6 +193,38 @@ def test_litserve_s_batched_loop_takes_its_batches_from_the_hook_the_project_ove
     assert (consumer, status, kind, error.status_code) == (3, LitAPIStatus.ERROR, LoopResponseType.REGULAR, 504)
 
 
+def test_over_pipes_the_answers_of_a_batch_go_to_each_http_server_in_one_message() -> None:
+    """Through a :class:`PipeTransport` the loop sends each HTTP server the answers of a batch (a time-out
+    included) as one message, once the batch is done; the HTTP server receives them one by one, in order."""
+    import asyncio
+
+    ctx = multiprocessing.get_context("spawn")
+    transport = PipeTransport([ctx.Queue() for _ in range(3)])
+    api = Echo(max_batch_size=4, batch_timeout=0.01, loop=FirstRequestBatchLoop())
+    api.request_timeout = 5.0
+    queue: Queue = Queue()
+    queue.put((2, "old", time.monotonic() - 10.0, {"x": 0}))
+    for consumer, uid, x in [(1, "a", 2), (0, "b", 5), (1, "c", 7)]:
+        queue.put((consumer, uid, time.monotonic(), {"x": x}))
+    queue.put(STOP)
+    try:
+        with pytest.raises(SystemExit):
+            api.loop.run_batched_loop(api, queue, transport, CallbackRunner())
+        messages = [q.get(timeout=10) for q in transport._queues]  # one message each
+        assert [[uid for uid, _ in m] for m in messages] == [["b"], ["a", "c"], ["old"]]
+        assert all(q.empty() for q in transport._queues)
+        assert messages[1][1][1][:2] == ({"y": 14}, LitAPIStatus.OK)
+        assert messages[2][0][1][1] == LitAPIStatus.ERROR and messages[2][0][1][0].status_code == 504
+        transport._queues[1].put(messages[1])
+
+        async def receive(n: int) -> list:
+            return [await transport.areceive(consumer_id=1, timeout=10) for _ in range(n)]
+
+        assert [uid for uid, _ in asyncio.run(receive(2))] == ["a", "c"]
+    finally:
+        loop_module._close_pipes(transport._queues)
+
+
 @pytest.mark.integration
 def test_a_running_litserver_queues_requests_as_the_loop_reads_them_and_its_workers_stop_on_the_stop_value() -> None:
     """A real LitServer (in this process, its worker spawned): a request reaches the project's loop in LitServe's
