@@ -302,8 +302,9 @@ def next_timestamps_of(series: list[Any], n: int, calendar: str | None = None) -
             lasts = stamps[rows, -1]  # (B',)
             days = lasts.astype("datetime64[D]")
             after = np.busday_offset(days[:, None], np.arange(1, n + 1)[None, :])  # (B', n) the next business days
+            # the time of day of the last bar, in the unit pandas' business days would have
             stamped = (after + (lasts - days)[:, None]).astype("datetime64[ns]" if unit == "ns" else "datetime64[us]")
-            business.append(([members[r] for r in rows], stamped))  # in the unit pandas' business days have
+            business.append(([members[r] for r in rows], stamped))
     if sessions:
         lasts = np.array([naive[k][-1] for k in sessions], dtype="datetime64[ns]")
         business.append((sessions, next_sessions_of(calendar, lasts, n)))  # (B, n)

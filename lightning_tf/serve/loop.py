@@ -151,10 +151,11 @@ class FirstRequestBatchLoop(BatchedLoop):
         self._held.setdefault(response_queue_id, []).append(answer)
 
     def send_held(self, transport: MessageTransport) -> None:
-        """Send the answers held, those to each HTTP server in one message."""
+        """Send the answers held (only a :class:`PipeTransport`'s are), those to each HTTP server in one message."""
         held, self._held = self._held, {}
         for response_queue_id, answers in held.items():
-            transport.send_all(answers, response_queue_id)  # type: ignore[attr-defined]
+            assert isinstance(transport, PipeTransport), "answers are held for a PipeTransport only"
+            transport.send_all(answers, response_queue_id)
 
     def get_batch_requests(
         self, lit_api: LitAPI, request_queue: Queue, transport: Any
