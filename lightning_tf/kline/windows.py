@@ -285,30 +285,20 @@ def next_timestamps_of(series: list[Any], n: int, calendar: str | None = None) -
         unit = np.datetime_data(t.dtype)[0] if t.dtype.kind == "M" else ""  # datetime64: no time zone
         if unit in ("s", "ms", "us", "ns") and (calendar is not None or len(t) > 1):
             groups.setdefault((len(t), unit), []).append(k)
-    sessions, business = [], []
-    for (length, unit), members in groups.items():
-        stamps = np.stack([naive[k] for k in members])  # (B, n)
-        day = np.timedelta64(1, "D") // np.timedelta64(1, unit)  # a day in the unit
-        if length > 1:
-            steps = np.median(np.diff(stamps.view(np.int64), axis=1), axis=1)  # (B,)
-        else:
-            steps = np.full(len(members), np.inf)
+    sessions, found = [], []  # (series, their timestamps (B, n))
+    for members in groups.values():
+        stamps = np.stack([naive[k] for k in members])  # (B, m)
         if calendar is not None:
+            steps, day = _median_steps(stamps)
             sessions += [k for k, step in zip(members, steps, strict=True) if step >= day]  # a day or more apart
             continue
-        weekend = ((stamps.astype("datetime64[D]").view(np.int64) + 3) % 7 >= 5).any(axis=1)  # 1970-01-01: Thursday
-        rows = np.flatnonzero((steps == day) & ~weekend)  # daily bars on business days
+        rows, stamped = _business_days_after(stamps, n)
         if len(rows):
-            lasts = stamps[rows, -1]  # (B',)
-            days = lasts.astype("datetime64[D]")
-            after = np.busday_offset(days[:, None], np.arange(1, n + 1)[None, :])  # (B', n) the next business days
-            # the time of day of the last bar, in the unit pandas' business days would have
-            stamped = (after + (lasts - days)[:, None]).astype("datetime64[ns]" if unit == "ns" else "datetime64[us]")
-            business.append(([members[r] for r in rows], stamped))
+            found.append(([members[r] for r in rows], stamped))
     if sessions:
         lasts = np.array([naive[k][-1] for k in sessions], dtype="datetime64[ns]")
-        business.append((sessions, next_sessions_of(calendar, lasts, n)))  # (B, n)
-    for members, stamped in business:
+        found.append((sessions, next_sessions_of(calendar, lasts, n)))
+    for members, stamped in found:
         every = pd.DatetimeIndex(stamped.reshape(-1))  # (B n,): one index, sliced
         for j, k in enumerate(members):
             out[k] = every[j * n : (j + 1) * n]
@@ -328,15 +318,32 @@ def _next_business_days(ts: pd.DatetimeIndex, n: int) -> pd.DatetimeIndex | None
     request); None for any other series."""
     if ts.tz is not None or len(ts) < 2:
         return None
-    if _median_step_ns(ts) != 86_400_000_000_000:
-        return None
-    values = ts.to_numpy()
-    days = values.astype("datetime64[D]")
-    if ((days.astype(np.int64) + 3) % 7 >= 5).any():  # 1970-01-01 was a Thursday (3): a Saturday or Sunday bar
-        return None
-    after = np.busday_offset(days[-1], np.arange(1, n + 1))  # the next n business days
-    unit = "ns" if ts.unit == "ns" else "us"  # as pandas' business-day range gives them
-    return pd.DatetimeIndex((after + (values[-1] - days[-1])).astype(f"datetime64[{unit}]"))
+    rows, stamped = _business_days_after(ts.to_numpy()[None], n)
+    return pd.DatetimeIndex(stamped[0]) if len(rows) else None
+
+
+def _median_steps(stamps: np.ndarray) -> tuple[np.ndarray, int]:
+    """The median step between the bars of each of B series ``(B, m)`` (datetime64 of one unit; inf for a single
+    bar), and a day, both in that unit."""
+    unit = np.datetime_data(stamps.dtype)[0]
+    day = int(np.timedelta64(1, "D") // np.timedelta64(1, unit))
+    if stamps.shape[1] < 2:
+        return np.full(len(stamps), np.inf), day
+    return np.median(np.diff(stamps.view(np.int64), axis=1), axis=1), day
+
+
+def _business_days_after(stamps: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Of B series ``(B, m)`` (naive datetime64 of one unit, s to ns): the rows that are daily bars without weekend
+    rows (a median step of one day), and the ``n`` business days after each of them at its last bar's time of day
+    ``(B', n)``, in the unit pandas' business-day range gives (ns stays ns, any other becomes us)."""
+    steps, day = _median_steps(stamps)
+    weekend = ((stamps.astype("datetime64[D]").view(np.int64) + 3) % 7 >= 5).any(axis=1)  # 1970-01-01: Thursday
+    rows = np.flatnonzero((steps == day) & ~weekend)
+    lasts = stamps[rows, -1]  # (B',)
+    days = lasts.astype("datetime64[D]")
+    after = np.busday_offset(days[:, None], np.arange(1, n + 1)[None, :])  # (B', n) the next business days
+    unit = "ns" if np.datetime_data(stamps.dtype)[0] == "ns" else "us"
+    return rows, (after + (lasts - days)[:, None]).astype(f"datetime64[{unit}]")
 
 
 def _batched(batch: dict[str, Tensor]) -> dict[str, Tensor]:
