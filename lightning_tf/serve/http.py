@@ -3,17 +3,15 @@ line>"}`` with its status, a body's size limit, and an OpenAPI page (``/docs``) 
 and responses.
 
 :class:`BodyLimit` (a middleware, LitServe's public ``middlewares`` argument) reads every body first: one over
-the size limit is a 413 as soon as its ``Content-Length`` or its bytes so far say so (chunked uploads too). LitServe
-then parses the body itself (``await request.json()``) and answers a body it cannot parse with a 500 whose cause
-is the parser's error; :func:`error_response` turns that into a 400 saying why, whatever the reason (syntax,
-encoding, nesting depth, a number too long; :func:`parse_problem`). Statuses: 400 (not JSON, not an
-object, a broken form), 401 (no or a wrong ``X-API-Key``), 413 (too large), 422 (a field is wrong), 504 (the
+the size limit is a 413 as soon as its ``Content-Length`` or its bytes so far say so (chunked uploads too). The
+worker parses the body (:func:`lightning_tf.serve.api.json_body`) and answers one that does not parse with a 400
+saying why, whatever the reason (syntax, encoding, nesting depth, a number too long). Statuses: 400 (not JSON, not
+an object, a broken form), 401 (no or a wrong ``X-API-Key``), 413 (too large), 422 (a field is wrong), 504 (the
 request waited longer than ``--timeout`` for a worker).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
@@ -35,7 +33,6 @@ __all__ = [
     "install_error_handlers",
     "install_openapi",
     "openapi_schema",
-    "parse_problem",
 ]
 
 log = logging.getLogger(__name__)
@@ -48,22 +45,6 @@ STATUSES = {
     "422": "a field is missing, of the wrong type or value (empty text, not an image, too few bars, NaN...)",
     "504": "the request waited longer than the server's --timeout for a worker",
 }
-
-
-def parse_problem(cause: BaseException | None) -> str | None:
-    """Why LitServe could not turn a request's body into a JSON value (one line), when ``cause`` (what its 500
-    came from) is the JSON parser's error, whatever the reason; else None. (Between reading the body and queuing
-    it for a worker nothing else raises these: a body the parser takes but that nests too deeply to pickle for
-    the worker's queue raises RecursionError too.)"""
-    if isinstance(cause, UnicodeDecodeError):
-        return one_line(f"the body is not UTF-8 text: {cause}")
-    if isinstance(cause, RecursionError):
-        return "the body is not a JSON value this server takes: it nests arrays or objects too deeply"
-    if isinstance(cause, json.JSONDecodeError):
-        return one_line(f"the body is not valid JSON: {cause}")
-    if type(cause) is ValueError:  # the parser's own: a number of more than 4300 digits, ...
-        return one_line(f"the body is not a JSON value this server takes: {cause}")
-    return None
 
 
 class BodyLimit:
@@ -115,28 +96,18 @@ class ErrorResponse(BaseModel):
     error: str = Field(description="what is wrong, in one line", examples=["text: field required"])
 
 
-def error_response(status: int, detail: Any, cause: BaseException | None = None) -> JSONResponse:
-    """``{"error": detail}`` with ``status``; a 500 caused by a body that does not parse is the client's 400
-    (:func:`parse_problem`)."""
-    problem = parse_problem(cause) if status == 500 else None
-    if problem is not None:
-        return JSONResponse({"error": problem}, status_code=400)
-    if status == 500 and isinstance(cause, StarletteHTTPException) and cause.status_code < 500:
-        # starlette's own 4xx (a form that does not parse), which LitServe does not recognise as an HTTP error
-        message = one_line(f"the form does not parse: {cause.detail}")
-        return JSONResponse({"error": message}, status_code=cause.status_code)
+def error_response(status: int, detail: Any) -> JSONResponse:
+    """``{"error": detail}`` (on one line) with ``status``."""
     return JSONResponse({"error": one_line(str(detail))}, status_code=status)
 
 
 class ClientErrorFilter(logging.Filter):
-    """Keeps LitServe's log free of the client's mistakes: the traceback it logs for a body that does not parse
-    (answered 400, :func:`error_response`), its warning that an HTTP server it stops has already stopped
-    (:mod:`.shutdown` stops them first), and its worker monitor's broken pipe when it wakes after the shutdown."""
+    """Keeps LitServe's log free of what is not a fault: its warning that an HTTP server it stops has already
+    stopped (:mod:`.shutdown` stops them first), and its worker monitor's broken pipe when it wakes after the
+    shutdown."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         cause = record.exc_info[1] if record.exc_info else None
-        if isinstance(cause, StarletteHTTPException) or parse_problem(cause) is not None:
-            return False
         message = record.getMessage()
         if "Monitoring worker crashed" in message and isinstance(cause, (OSError, EOFError)):
             return False  # its manager was shut down while it slept: the server is stopping
@@ -149,7 +120,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
-        return error_response(exc.status_code, exc.detail, exc.__cause__)
+        return error_response(exc.status_code, exc.detail)
 
     async def validation_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)

@@ -1,26 +1,35 @@
-"""The worker loop: LitServe's batched loop with a batch collected the way ``--batch_timeout`` says, and the
-queues between the HTTP servers and the workers as pipes. The ONE module that relies on how LitServe works
-inside (tests/serve/test_loop.py checks each of those points, so a LitServe release that changes one of them
-fails there, not in production).
+"""The plumbing between the HTTP servers and the workers: ``POST /predict``, the worker loop with a batch
+collected the way ``--batch_timeout`` says, and the queues between them as pipes. The ONE module that relies on
+how LitServe works inside (tests/serve/test_loop.py checks each of those points, so a LitServe release that changes
+one of them fails there, not in production).
 
-Why: LitServe 0.2's batched loop (up to 0.2.19, the newest release) starts the batch timeout when the worker
+The endpoint. LitServe's own ``/predict`` parses a JSON body in the HTTP server (``await request.json()``), names
+the request with a ``uuid4`` and pickles the parsed value for the worker: on 2 cores that was most of the HTTP
+server's 0.95 ms of CPU per K-line request. :class:`PredictEndpoint` is a ``LitSpec`` (LitServe's way for an API
+to bring its own endpoint, registered with the API's authorisation) that queues the body as it came (bytes; a
+form as its fields) under a counter: the worker parses it
+(:meth:`TaskAPI.decode_request <lightning_tf.serve.api.TaskAPI.decode_request>`), in the batch's process rather
+than in the one process every request crosses.
+
+The loop. LitServe 0.2's batched loop (up to 0.2.19, the newest release) starts the batch timeout when the worker
 starts waiting, not when the first request arrives, and polls its request queue every millisecond in the
 meantime. Its request queue is a multiprocessing manager's, so each poll is a round trip to the manager process:
 an idle worker keeps two processes busy, and under a closed loop of clients a batch is cut while its requests
 are still on their way, so it runs half full. Its public API (``LitAPI(max_batch_size=, batch_timeout=)``) has
 no way to say "from the first request"; its documented extension point is a loop (``LitAPI(loop=...)``).
+:class:`FirstRequestBatchLoop` is the public ``litserve.loops.BatchedLoop`` with its batches collected by
+:func:`collect_batch`: block until a first request is there (no polling), take requests until the batch holds
+``max_batch_size`` or ``batch_timeout`` has passed since that first request arrived (was queued by the HTTP
+server), then still take, without waiting, those already queued (up to ``max_batch_size``). So no request waits
+longer than ``batch_timeout`` for its batch to fill, and a worker that finds requests queued while it ran the
+previous batch runs them at once, instead of idling while more come. A request that waited longer than
+``--timeout`` is answered 504. Its cycle is LitServe's (``decode_request`` per request, ``batch``, ``predict``,
+``unbatch``, ``encode_response`` per request; an exception answers the whole batch) without the
+``inspect.signature`` LitServe's loop takes of each hook at each call (about 5% of a K-line worker), and the
+answers of a batch go to each HTTP server as one message. It serves unbatched servers too (``max_batch_size``
+1), so that every worker reads the same stop value, :data:`STOP`.
 
-:class:`FirstRequestBatchLoop` is the public ``litserve.loops.BatchedLoop`` with its public
-``get_batch_requests`` hook overridden by :func:`collect_batch`: block until a first request is there (no
-polling), take requests until the batch holds ``max_batch_size`` or ``batch_timeout`` has passed since that
-first request arrived (was queued by the HTTP server), then still take, without waiting, those already queued
-(up to ``max_batch_size``). So no request waits longer than ``batch_timeout`` for its batch to fill, and a
-worker that finds requests queued while it ran the previous batch runs them at once, instead of idling while
-more come. A request
-that waited longer than ``--timeout`` is set apart (LitServe's loop answers it 504). It serves unbatched servers
-too (``max_batch_size`` 1), so that every worker reads the same stop value, :data:`STOP`.
-
-Why the pipes: LitServe 0.2's queues, the request queue (HTTP server -> workers) and the answer queues (worker ->
+The pipes. LitServe 0.2's queues, the request queue (HTTP server -> workers) and the answer queues (worker ->
 each HTTP server), are a multiprocessing manager's, whatever ``fast_queue`` says (LitServe 0.2.19 passes the
 transport's type under a name its configuration ignores, and its ZeroMQ transport is wired with its two addresses
 swapped: Lightning-AI/LitServe#751). Every put and get on a manager's queue is a round trip to the manager
@@ -29,19 +38,21 @@ process, which then does the work of a third process: on 2 cores, a K-line reque
 (the workers' status, the shutdown event) and gives the request queue as a ``multiprocessing.Queue`` (a pipe
 between the processes, written by a thread of the sender) and the answers to a :class:`PipeTransport` (LitServe's
 ``MessageTransport`` interface, one such pipe per HTTP server, read by a thread of the HTTP server that wakes its
-event loop once for all the answers already there). A worker sends the answers of a batch to each HTTP server as
-one message (:meth:`FirstRequestBatchLoop.put_response` holds them until the batch is done): one write, one read
-and one unpickling per batch instead of per request.
+event loop once for all the answers already there). Each pipe holds up to :data:`PIPE_BYTES` where the system
+allows it (Linux: ``F_SETPIPE_SZ``): a pipe of the default 64 KiB holds five K-line requests of 13 KB, so a
+worker that found five queued took five, while the rest waited in the HTTP server's writing thread.
 
 What it relies on beyond LitServe's public names (``litserve.loops.BatchedLoop``, ``LitLoop.put_response``,
-``litserve.utils.LitAPIStatus`` and ``LoopResponseType``):
+``litserve.specs.LitSpec``, ``litserve.utils.LitAPIStatus``, ``LoopResponseType`` and ``ResponseBufferItem``):
 
 * a request-queue item is ``(response_queue_id, uid, time.monotonic() when queued, request)`` (the item of
   LitServe's own loop example, ``litserve.loops.base._BaseLoop``), stamped in the HTTP server's process on the
   clock the worker reads (``time.monotonic()`` is system-wide on Linux and macOS; LitServe's request timeout
-  compares the two clocks as well);
-* ``BatchedLoop.run_batched_loop`` gets its batches from ``self.get_batch_requests(lit_api, request_queue,
-  transport)`` as ``(payloads, timed_out)``: ``[(response_queue_id, uid, request)]``, ``[(response_queue_id, uid)]``;
+  compares the two clocks as well); an answer is ``(uid, (data, status, response_type, worker_id))``;
+* ``BatchedLoop.__call__`` runs ``self.run_batched_loop(lit_api, request_queue, transport, callback_runner)``;
+* a ``LitSpec``'s ``setup(server)`` gives it the request queue and the answer buffer (``response_buffer``: uid
+  -> ``ResponseBufferItem``, whose ``event`` the HTTP server sets once ``response`` holds ``(data, status)``)
+  before the workers are spawned, and ``response_queue_id`` is set on it before each HTTP server is forked;
 * ``LitServer._init_manager(num_api_servers)`` makes the manager, the request queue of each API in
   ``litapi_request_queues`` and the answer transport in ``_transport``, before the workers are spawned (each
   gets its request queue and the transport as arguments) and the HTTP servers forked (they read both from the
@@ -58,25 +69,49 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import multiprocessing as mp
 import multiprocessing.queues
+import pickle
+import sys
 import threading
 import time
 from queue import Empty, Queue
 from typing import Any
 
+from fastapi import HTTPException, Request
 from litserve import LitAPI, LitServer
 from litserve.loops import BatchedLoop
+from litserve.specs.base import LitSpec
 from litserve.transport.base import MessageTransport
-from litserve.utils import LitAPIStatus, LoopResponseType
+from litserve.utils import LitAPIStatus, LoopResponseType, PickleableHTTPException, ResponseBufferItem
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
-__all__ = ["STOP", "FirstRequestBatchLoop", "PipeQueueServer", "PipeTransport", "collect_batch", "stop_workers"]
+__all__ = [
+    "PIPE_BYTES",
+    "STOP",
+    "FirstRequestBatchLoop",
+    "PipeQueueServer",
+    "PipeTransport",
+    "PredictEndpoint",
+    "collect_batch",
+    "pipe_queue",
+    "stop_workers",
+]
+
+log = logging.getLogger(__name__)
 
 #: seconds a worker blocks on an empty queue before it looks again (LitServe's single loop waits as long)
 IDLE_WAIT = 1.0
 
 #: the stop value a worker leaves its loop on (put on its request queue by :func:`stop_workers`)
 STOP = "lightning-tf: stop"
+
+#: the bytes each pipe holds where the system lets a process say (Linux's default limit, 1 MiB): 78 K-line requests
+PIPE_BYTES = 2**20
+
+#: an answer on its way to an HTTP server: (response_queue_id, uid, data, status)
+Answer = tuple[Any, Any, Any, LitAPIStatus]
 
 
 def collect_batch(
@@ -126,42 +161,13 @@ def collect_batch(
 
 
 class FirstRequestBatchLoop(BatchedLoop):
-    """LitServe's batched loop with :func:`collect_batch` as its batch collection (see the module). Over a
-    :class:`PipeTransport`, the answers of a batch to each HTTP server go as one message (LitServe's loop puts
-    them one by one once the whole batch is encoded; they are held, and sent when the loop comes back for its
-    next batch)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._held: dict[Any, list[Any]] = {}  # answers not yet sent, by HTTP server
-
-    def put_response(
-        self,
-        transport: MessageTransport,
-        response_queue_id: int,
-        uid: str,
-        response_data: Any,
-        status: LitAPIStatus,
-        response_type: LoopResponseType,
-    ) -> None:
-        if status == LitAPIStatus.START or not isinstance(transport, PipeTransport):
-            super().put_response(transport, response_queue_id, uid, response_data, status, response_type)
-            return
-        answer = (uid, (response_data, status, response_type, self.worker_id))  # LitServe's answer item
-        self._held.setdefault(response_queue_id, []).append(answer)
-
-    def send_held(self, transport: MessageTransport) -> None:
-        """Send the answers held (only a :class:`PipeTransport`'s are), those to each HTTP server in one message."""
-        held, self._held = self._held, {}
-        for response_queue_id, answers in held.items():
-            assert isinstance(transport, PipeTransport), "answers are held for a PipeTransport only"
-            transport.send_all(answers, response_queue_id)
+    """LitServe's batched loop with its batches collected by :func:`collect_batch` and its cycle run by
+    :meth:`run_batch` (see the module); the answers of a batch to each HTTP server go as one message over a
+    :class:`PipeTransport` (one by one over another transport)."""
 
     def get_batch_requests(
         self, lit_api: LitAPI, request_queue: Queue, transport: Any
     ) -> tuple[list[tuple[Any, str, Any]], list[tuple[Any, str]]]:
-        self.send_held(transport)  # the previous batch's answers (and time-outs): the loop is done with them
-
         def started(response_queue_id: Any, uid: str) -> None:
             # what LitServe's collection sends for each request it takes (nothing unless workers restart)
             self.put_response(transport, response_queue_id, uid, (), LitAPIStatus.START, LoopResponseType.REGULAR)
@@ -169,6 +175,66 @@ class FirstRequestBatchLoop(BatchedLoop):
         return collect_batch(
             request_queue, lit_api.max_batch_size, lit_api.batch_timeout, lit_api.request_timeout, started
         )
+
+    def run_batched_loop(
+        self,
+        lit_api: LitAPI,
+        request_queue: Queue,
+        transport: MessageTransport,
+        callback_runner: Any = None,
+        lit_spec: Any = None,
+    ) -> None:
+        """Collect a batch, run it, send its answers and those of the requests that waited too long, until
+        :data:`STOP`. (LitServe's callbacks are not called: the project's servers have none.)"""
+        while True:
+            payloads, timed_out = self.get_batch_requests(lit_api, request_queue, transport)
+            answers: list[Answer] = []
+            if timed_out:
+                log.warning(
+                    "%d request(s) waited longer than the timeout (%s s) for a worker: answered 504",
+                    len(timed_out),
+                    lit_api.request_timeout,
+                )
+                late = HTTPException(504, "Request timed out")
+                answers += [(response_queue_id, uid, late, LitAPIStatus.ERROR) for response_queue_id, uid in timed_out]
+            if payloads:
+                answers += self.run_batch(lit_api, payloads)
+            self.send(transport, answers)
+
+    @staticmethod
+    def run_batch(lit_api: LitAPI, payloads: list[tuple[Any, Any, Any]]) -> list[Answer]:
+        """The answers of one batch: each request's encoded output, or, when a hook raises, its error for every
+        request of the batch (an HTTPException as it is, another one pickled), as LitServe's loop answers."""
+        ids = [(response_queue_id, uid) for response_queue_id, uid, _ in payloads]
+        try:
+            inputs = [lit_api.decode_request(request) for _, _, request in payloads]
+            outputs = lit_api.unbatch(lit_api.predict(lit_api.batch(inputs)))
+            if len(outputs) != len(inputs):
+                raise HTTPException(500, f"the API answered {len(outputs)} outputs for {len(inputs)} requests")
+            return [
+                (response_queue_id, uid, lit_api.encode_response(output), LitAPIStatus.OK)
+                for (response_queue_id, uid), output in zip(ids, outputs, strict=True)
+            ]
+        except HTTPException as err:
+            error: Any = PickleableHTTPException.from_exception(err)
+        except Exception as err:
+            log.exception("a batch of %d request(s) failed", len(ids))
+            error = pickle.dumps(err)
+        return [(response_queue_id, uid, error, LitAPIStatus.ERROR) for response_queue_id, uid in ids]
+
+    def send(self, transport: MessageTransport, answers: list[Answer]) -> None:
+        """Send ``answers`` in LitServe's answer format; over a :class:`PipeTransport` those to each HTTP server as
+        one message."""
+        by_server: dict[Any, list[Any]] = {}
+        for response_queue_id, uid, data, status in answers:
+            item = (uid, (data, status, LoopResponseType.REGULAR, self.worker_id))
+            by_server.setdefault(response_queue_id, []).append(item)
+        for response_queue_id, items in by_server.items():
+            if isinstance(transport, PipeTransport):
+                transport.send_all(items, response_queue_id)
+            else:
+                for item in items:
+                    transport.send(item, consumer_id=response_queue_id)
 
 
 def stop_workers(server: Any, grace: float = 2.0) -> None:
@@ -195,10 +261,9 @@ class PipeQueueServer(LitServer):
 
     def _init_manager(self, num_api_servers: int) -> Any:
         manager = super()._init_manager(num_api_servers)
-        ctx = mp.get_context("spawn")  # the workers are spawned, the HTTP servers forked: both can hold these
         for path in self.litapi_request_queues:
-            self.litapi_request_queues[path] = ctx.Queue()
-        self._transport = PipeTransport([ctx.Queue() for _ in range(num_api_servers)])
+            self.litapi_request_queues[path] = pipe_queue()
+        self._transport = PipeTransport([pipe_queue() for _ in range(num_api_servers)])
         return manager
 
     def run(self, *args: Any, **kwargs: Any) -> None:
@@ -211,8 +276,27 @@ class PipeQueueServer(LitServer):
         """Close the pipes (no process reads them any more) and release their semaphores now, so that a process
         that ends without the interpreter's teardown leaves none behind."""
         _close_pipes([*self.litapi_request_queues.values(), *getattr(getattr(self, "_transport", None), "_queues", [])])
+        self.litapi_request_queues.clear()  # in place: the copies of the server LitServe gave the specs share it
         self.litapi_request_queues, self._transport = {}, None
+        for lit_api in self.litapi_connector:
+            if isinstance(lit_api.spec, PredictEndpoint):  # its hold on the request queue
+                lit_api.spec.request_queue = lit_api.spec.data_streamer = None
         gc.collect()  # a queue's semaphores are unlinked when the last reference to it goes
+
+
+def pipe_queue(size: int = PIPE_BYTES) -> Any:
+    """A ``multiprocessing.Queue`` (spawn context: the workers are spawned, the HTTP servers forked, both can hold
+    it) whose pipe holds ``size`` bytes where the system lets a process say (Linux; elsewhere, or above the
+    system's limit, the pipe keeps its default)."""
+    queue = mp.get_context("spawn").Queue()
+    if sys.platform == "linux":
+        import fcntl
+
+        try:  # the pipe is the queue's own (multiprocessing.Queue has no public way to size it)
+            fcntl.fcntl(queue._writer.fileno(), fcntl.F_SETPIPE_SZ, size)  # type: ignore[attr-defined]
+        except OSError:  # above /proc/sys/fs/pipe-max-size for this user: the default
+            log.debug("the request pipe keeps its default size (%d bytes refused)", size)
+    return queue
 
 
 def _close_pipes(queues: list[Any]) -> None:
@@ -293,3 +377,50 @@ def _deliver(inbox: asyncio.Queue, messages: list[Any]) -> None:
                 inbox.put_nowait(item)
         else:
             inbox.put_nowait(message)
+
+
+class PredictEndpoint(LitSpec):
+    """``POST /predict`` of an HTTP server: the request's body goes to a worker as it came (bytes; a form as its
+    fields), named by a counter, and the worker's answer is the response (see the module)."""
+
+    def __init__(self, path: str = "/predict") -> None:
+        super().__init__()
+        self.api_path = path
+        self._uids = 0
+        self.add_endpoint(path, self.predict, ["POST"])
+
+    async def predict(self, request: Request) -> Any:
+        """Queue the request for a worker and answer what it answers (a worker's error as its HTTP error)."""
+        content_type = request.headers.get("content-type", "")
+        if content_type == "application/x-www-form-urlencoded" or content_type.startswith("multipart/form-data"):
+            try:
+                payload: Any = await request.form()
+            except StarletteHTTPException as err:  # starlette's 400 for a form that does not parse
+                raise HTTPException(err.status_code, f"the form does not parse: {err.detail}") from None
+        else:
+            payload = await request.body()
+        self._uids += 1  # one event loop per HTTP server: its requests' names never meet
+        uid = self._uids
+        waiting = ResponseBufferItem(event=asyncio.Event())
+        self.response_buffer[uid] = waiting
+        try:
+            self.request_queue.put((self.response_queue_id, uid, time.monotonic(), payload))
+            await waiting.event.wait()
+        finally:
+            self.response_buffer.pop(uid, None)
+        data, status = waiting.response
+        if status == LitAPIStatus.ERROR:
+            raise _http_error(data)
+        return data
+
+
+def _http_error(data: Any) -> HTTPException:
+    """The HTTP error of a worker's error answer: its HTTPException (a time-out's 504; pickled or not), else 500."""
+    if isinstance(data, bytes):
+        try:
+            data = pickle.loads(data)
+        except Exception:  # noqa: BLE001 - an exception this process cannot rebuild: a 500 all the same
+            data = None
+    if isinstance(data, HTTPException):
+        return HTTPException(data.status_code, data.detail)
+    return HTTPException(500, "internal error while answering the request")

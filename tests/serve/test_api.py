@@ -1,11 +1,12 @@
 """TaskAPI without a server: a bad request keeps its place through a batch and the others get their results, a
-batch that fails as a whole is run again one request at a time, responses carry their batch size, the API key
-and the form fields."""
+batch that fails as a whole is run again one request at a time, responses carry their batch size, the API key,
+the form fields, and a body as the endpoint queues it (bytes) read as json.loads reads it, or refused with 400."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import random
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,7 +20,7 @@ from starlette.datastructures import FormData, Headers, UploadFile
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from lightning_tf.serve.api import Batch, Served, Serving, TaskAPI, form_fields, worker_threads
+from lightning_tf.serve.api import Batch, Served, Serving, TaskAPI, form_fields, json_body, worker_threads
 from lightning_tf.serve.errors import BadRequest, Rejected
 
 
@@ -174,3 +175,71 @@ def test_worker_threads_share_the_cpus() -> None:
     assert worker_threads(3, 2) == 3
     with pytest.raises(ValueError, match="threads must be at least 1, got 0"):
         worker_threads(0, 1)
+
+
+# ------------------------------------------------------------------------------------------ bodies as they come
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "the body is not a JSON value this server takes: it nests arrays or"),
+        (b'{"x": "\xff\xfe\xfa"}', "the body is not UTF-8 text: 'utf-8' codec can't decode byte 0xff in position"),
+        (b'{"x": ', "the body is not valid JSON: Expecting value: line 1 column 7 (char 6)"),
+        (
+            b'{"x": ' + b"9" * 5000 + b"}",
+            "the body is not a JSON value this server takes: Exceeds the limit (4300 digits)",
+        ),
+        (b"", "the body is not valid JSON: Expecting value: line 1 column 1 (char 0)"),
+        (b'{"x": 1} {}', "the body is not valid JSON: Extra data: line 1 column 10 (char 9)"),
+    ],
+)
+def test_a_body_that_does_not_parse_is_400_saying_why(body: bytes, error: str) -> None:
+    """The worker parses the body the endpoint queued as it came: what json.loads refuses is its request's 400,
+    with json.loads' reason, and the rest of the batch is served."""
+    with pytest.raises(BadRequest) as refused:
+        json_body(body)
+    assert refused.value.status == 400 and str(refused.value).startswith(error)
+    assert serve_batch(api(), [body, b'{"x": 2}']) == [(400, {"error": str(refused.value)}, None), (200, {"y": 4}, "1")]
+
+
+def _random_json(rng: random.Random, depth: int = 0) -> str:
+    kind = rng.randrange(7 if depth < 4 else 4)
+    if kind == 0:
+        return rng.choice(["true", "false", "null", " null "])
+    if kind == 1:  # integers of any size, floats in every notation and range
+        return rng.choice(
+            [
+                str(rng.randrange(-(10**30), 10**30)),
+                repr(rng.uniform(-1e9, 1e9)),
+                f"{rng.randrange(1, 10**18)}e{rng.randint(-340, 310)}",
+                f"0.{'0' * rng.randint(0, 330)}{rng.randrange(1, 10**17)}",
+                "-0",
+                "-0.0",
+            ]
+        )
+    if kind in (2, 3):  # text: ASCII, accents, astral characters, escaped or not
+        chars = [chr(rng.choice([rng.randrange(32, 127), rng.randrange(0x80, 0x800), rng.randrange(0x10000, 0x10400)]))]
+        return json.dumps("".join(chars * rng.randrange(4)), ensure_ascii=rng.random() < 0.5)
+    if kind in (4, 5):  # objects, keys repeated
+        keys = [rng.choice(["a", "b", "é"]) for _ in range(rng.randrange(4))]
+        return "{" + ", ".join(f"{json.dumps(k)}: {_random_json(rng, depth + 1)}" for k in keys) + "}"
+    return "[" + ",".join(_random_json(rng, depth + 1) for _ in range(rng.randrange(4))) + "]"
+
+
+def test_a_body_reads_as_json_loads_reads_it() -> None:
+    """Every body gets the value ``json.loads`` gives it, type for type (integers beyond 64 bits stay integers,
+    the last of a repeated key wins), including what the fast parser refuses: NaN and Infinity, a number too large
+    for a float, a byte-order mark, UTF-16 text, a lone surrogate."""
+    rng = random.Random(0)
+    bodies = [_random_json(rng).encode() for _ in range(3000)]
+    bodies += [
+        b'{"x": NaN, "y": -Infinity}',
+        b"[1e400]",
+        b'\xef\xbb\xbf{"x": 1}',
+        '{"x": "\u00e9"}'.encode("utf-16"),
+        b'"\\ud800"',
+        b"123456789012345678901234567890",
+        b'{"x": 1, "x": 2}',
+    ]
+    for body in bodies:
+        expected, got = json.loads(body), json_body(body)
+        assert repr(got) == repr(expected) and json.dumps(got) == json.dumps(expected), body

@@ -6,7 +6,10 @@ LitServe release that changes one of those points fails here."""
 from __future__ import annotations
 
 import inspect
+import json
 import multiprocessing.queues
+import pickle
+import sys
 import threading
 import time
 from queue import Queue
@@ -17,17 +20,24 @@ import pytest
 pytest.importorskip("litserve")
 
 import litserve as ls  # noqa: E402
+from fastapi import HTTPException  # noqa: E402
 from litserve.callbacks import CallbackRunner  # noqa: E402
-from litserve.loops import BatchedLoop, LitLoop  # noqa: E402
-from litserve.utils import LitAPIStatus, LoopResponseType  # noqa: E402
+from litserve.loops import LitLoop  # noqa: E402
+from litserve.utils import LitAPIStatus, LoopResponseType, PickleableHTTPException  # noqa: E402
+from starlette.datastructures import FormData  # noqa: E402
+from starlette.requests import Request  # noqa: E402
 
 from lightning_tf.serve import loop as loop_module  # noqa: E402
 from lightning_tf.serve.loop import (  # noqa: E402
+    PIPE_BYTES,
     STOP,
     FirstRequestBatchLoop,
     PipeQueueServer,
     PipeTransport,
+    PredictEndpoint,
+    _http_error,
     collect_batch,
+    pipe_queue,
     stop_workers,
 )
 
@@ -143,6 +153,14 @@ class Echo(ls.LitAPI):
         return {"y": output}
 
 
+class BodyEcho(Echo):
+    """Echo behind :class:`PredictEndpoint`: it reads the body's bytes."""
+
+    def decode_request(self, request):  # noqa: ANN001, ANN201
+        assert isinstance(request, bytes), type(request)
+        return int(json.loads(request)["x"])
+
+
 class Transport:
     """LitServe's MessageTransport interface, recording what a loop sends."""
 
@@ -156,16 +174,11 @@ class Transport:
         raise NotImplementedError
 
 
-def test_litserve_s_batched_loop_takes_its_batches_from_the_hook_the_project_overrides() -> None:
-    """``BatchedLoop.run_batched_loop`` collects with ``self.get_batch_requests(lit_api, request_queue, transport)``,
-    reads ``(response_queue_id, uid, request)`` payloads and ``(response_queue_id, uid)`` timed-out requests, and
-    the stop value leaves it (SystemExit(0)); an item of LitServe's queue format is what the hook reads."""
-    assert list(inspect.signature(BatchedLoop.get_batch_requests).parameters) == [
-        "self",
-        "lit_api",
-        "request_queue",
-        "transport",
-    ]
+def test_litserve_runs_the_project_s_loop_which_answers_as_litserve_s_own() -> None:
+    """LitServe's worker calls ``BatchedLoop.__call__``, which runs ``self.run_batched_loop(lit_api, request_queue,
+    transport, callback_runner)``: the project's, which reads LitServe's queue items, answers each request in
+    LitServe's answer format (a time-out 504) and leaves on the stop value (SystemExit(0)); an announcement of a
+    taken request goes through ``LitLoop.put_response`` (LitServe sends none unless workers restart)."""
     assert list(inspect.signature(LitLoop.put_response).parameters) == [
         "self",
         "transport",
@@ -183,14 +196,50 @@ def test_litserve_s_batched_loop_takes_its_batches_from_the_hook_the_project_ove
     queue.put((2, "b", time.monotonic(), {"x": 5}))
     queue.put(STOP)
     transport = Transport()
-    with pytest.raises(SystemExit) as stop:
-        api.loop.run_batched_loop(api, queue, transport, CallbackRunner())
+    with pytest.raises(SystemExit) as stop:  # LitServe's entry point of a worker's loop
+        api.loop(api, "cpu", 0, queue, transport, {}, CallbackRunner())
     assert stop.value.code == 0
     answers = {item[0]: (consumer, item[1][:3]) for item, consumer in transport.sent}
     assert answers["a"] == (1, ({"y": 4}, LitAPIStatus.OK, LoopResponseType.REGULAR))
     assert answers["b"] == (2, ({"y": 10}, LitAPIStatus.OK, LoopResponseType.REGULAR))
     consumer, (error, status, kind) = answers["old"]
     assert (consumer, status, kind, error.status_code) == (3, LitAPIStatus.ERROR, LoopResponseType.REGULAR, 504)
+
+
+class Failing(Echo):
+    """Echo whose predict raises what it is given."""
+
+    def __init__(self, error: Exception, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.error = error
+
+    def predict(self, x: list[int]) -> list[int]:
+        raise self.error
+
+
+class Short(Echo):
+    def unbatch(self, output: list[int]) -> list[int]:
+        return output[:-1]
+
+
+def test_a_hook_that_raises_answers_every_request_of_its_batch_as_litserve_does() -> None:
+    """An HTTPException reaches each request of the batch as it is (its status); any other exception pickled, a
+    500 for the HTTP server; a batch that answers fewer outputs than requests is a 500 for all of them."""
+    payloads = [(0, "a", {"x": 1}), (1, "b", {"x": 2})]
+    run = FirstRequestBatchLoop.run_batch
+    answers = run(Failing(HTTPException(503, "busy"), max_batch_size=4), payloads)
+    assert [(q, uid, e.status_code, e.detail, s) for q, uid, e, s in answers] == [
+        (0, "a", 503, "busy", LitAPIStatus.ERROR),
+        (1, "b", 503, "busy", LitAPIStatus.ERROR),
+    ]
+    answers = run(Failing(RuntimeError("bug"), max_batch_size=4), payloads)
+    assert [(q, uid, s) for q, uid, _, s in answers] == [(0, "a", LitAPIStatus.ERROR), (1, "b", LitAPIStatus.ERROR)]
+    assert all(_http_error(e).status_code == 500 for _, _, e, _ in answers)
+    assert str(pickle.loads(answers[0][2])) == "bug"
+    answers = run(Short(max_batch_size=4), payloads)
+    assert {_http_error(e).status_code for _, _, e, _ in answers} == {500}
+    assert _http_error(PickleableHTTPException.from_exception(HTTPException(504, "late"))).status_code == 504
+    assert _http_error(b"not a pickle").status_code == 500
 
 
 def test_over_pipes_the_answers_of_a_batch_go_to_each_http_server_in_one_message() -> None:
@@ -227,17 +276,17 @@ def test_over_pipes_the_answers_of_a_batch_go_to_each_http_server_in_one_message
 
 @pytest.mark.integration
 def test_a_running_litserver_queues_requests_as_the_loop_reads_them_and_its_workers_stop_on_the_stop_value() -> None:
-    """A real LitServer (in this process, its worker spawned): a request reaches the project's loop in LitServe's
-    queue format and is answered; ``inference_workers`` and ``litapi_request_queues`` are what
+    """A real LitServer (in this process, its worker spawned): a request reaches the project's loop through the
+    project's endpoint, in LitServe's queue format, and is answered; ``inference_workers`` and ``litapi_request_queues`` are what
     :func:`~lightning_tf.serve.loop.stop_workers` stops, each worker leaving with status 0."""
     from fastapi.testclient import TestClient
     from litserve.utils import wrap_litserve_start
 
-    server = PipeQueueServer(
-        Echo(max_batch_size=4, batch_timeout=0.01, loop=FirstRequestBatchLoop()), accelerator="cpu", timeout=10
-    )
+    api = BodyEcho(max_batch_size=4, batch_timeout=0.01, loop=FirstRequestBatchLoop(), spec=PredictEndpoint())
+    server = PipeQueueServer(api, accelerator="cpu", timeout=10)
     with wrap_litserve_start(server) as running, TestClient(running.app) as client:
-        # the request went to the worker and its answer came back through the pipes, not the manager's queues
+        # the request went to the worker as its body's bytes, through LitServe's registration of the endpoint, and
+        # its answer came back through the pipes, not the manager's queues
         assert isinstance(running.litapi_request_queues["/predict"], multiprocessing.queues.Queue)
         assert isinstance(running._transport, PipeTransport)
         assert client.post("/predict", json={"x": 21}).json() == {"y": 42}
@@ -286,3 +335,106 @@ def test_litserve_makes_its_queues_where_the_pipe_server_replaces_them() -> None
         assert all(q._closed for q in queues)
     finally:
         manager.shutdown()
+
+
+# ---------------------------------------------------------------------------------- the endpoint and the pipes
+def _request(body: bytes, content_type: str = "application/json") -> Request:
+    sent = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if sent:  # pragma: no cover - the body is read once
+            return {"type": "http.disconnect"}
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    headers = [(b"content-type", content_type.encode())]
+    scope = {"type": "http", "method": "POST", "path": "/predict", "headers": headers, "app": None}  # in an app
+    return Request(scope, receive)
+
+
+def test_the_endpoint_queues_the_body_as_it_came_and_answers_what_the_worker_answers() -> None:
+    """``POST /predict`` queues ``(response_queue_id, uid, time, body)`` with the body's bytes unparsed, each request
+    under its own uid, and returns the worker's answer once the HTTP server's buffer holds it (LitServe's
+    ``ResponseBufferItem``: ``response`` then its ``event``); a worker's error is its HTTP error; nothing is left
+    in the buffer."""
+    import asyncio
+
+    endpoint = PredictEndpoint()
+    assert endpoint.api_path == "/predict" and [(p, m) for p, _, m in endpoint.endpoints] == [("/predict", ["POST"])]
+    endpoint.request_queue, endpoint.response_buffer, endpoint.response_queue_id = Queue(), {}, 3
+
+    async def exchange(body: bytes, answer: tuple[Any, LitAPIStatus]) -> tuple[Any, tuple]:
+        task = asyncio.ensure_future(endpoint.predict(_request(body)))
+        while endpoint.request_queue.empty():
+            await asyncio.sleep(0.001)
+        item = endpoint.request_queue.get()
+        waiting = endpoint.response_buffer[item[1]]
+        waiting.response = answer
+        waiting.event.set()
+        try:
+            return await task, item
+        except HTTPException as err:
+            return err, item
+
+    async def run() -> None:
+        before = time.monotonic()
+        answer, item = await exchange(b'{"x": 2}', ({"y": 4}, LitAPIStatus.OK))
+        assert answer == {"y": 4} and item[0] == 3 and item[3] == b'{"x": 2}' and before <= item[2] <= time.monotonic()
+        late = PickleableHTTPException.from_exception(HTTPException(504, "Request timed out"))
+        error, second = await exchange(b"{}", (late, LitAPIStatus.ERROR))
+        assert isinstance(error, HTTPException) and error.status_code == 504 and second[1] != item[1]
+        error, _ = await exchange(b"{}", (pickle.dumps(RuntimeError("bug")), LitAPIStatus.ERROR))
+        assert isinstance(error, HTTPException) and error.status_code == 500
+
+    asyncio.run(run())
+    assert endpoint.response_buffer == {}
+
+
+def test_a_form_goes_to_the_worker_as_its_fields_and_one_that_does_not_parse_is_400() -> None:
+    import asyncio
+
+    endpoint = PredictEndpoint()
+    endpoint.request_queue, endpoint.response_buffer, endpoint.response_queue_id = Queue(), {}, 0
+
+    async def run() -> None:
+        with pytest.raises(HTTPException) as refused:
+            await endpoint.predict(_request(b"--x\r\n", "multipart/form-data"))
+        assert refused.value.status_code == 400 and refused.value.detail.startswith("the form does not parse: ")
+        task = asyncio.ensure_future(endpoint.predict(_request(b"top_k=3", "application/x-www-form-urlencoded")))
+        while endpoint.request_queue.empty():
+            await asyncio.sleep(0.001)
+        _, uid, _, form = endpoint.request_queue.get()
+        assert isinstance(form, FormData) and dict(form) == {"top_k": "3"}
+        endpoint.response_buffer[uid].response = ({"ok": True}, LitAPIStatus.OK)
+        endpoint.response_buffer[uid].event.set()
+        assert await task == {"ok": True}
+
+    asyncio.run(run())
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="pipe sizes are Linux's (F_SETPIPE_SZ)")
+def test_a_batch_takes_every_request_queued_however_large() -> None:
+    """The request pipe holds :data:`PIPE_BYTES`: sixteen requests of 40 KB queued by another process (its writing
+    thread) are one batch. A pipe of the default 64 KiB holds one of them, and the batch would take one or two,
+    the rest still in the sender's thread."""
+    import fcntl
+
+    queue = pipe_queue()
+    try:
+        assert fcntl.fcntl(queue._reader.fileno(), fcntl.F_GETPIPE_SZ) == PIPE_BYTES
+        sender = multiprocessing.get_context("spawn").Process(target=_send_large, args=(queue, 16, 40_000))
+        sender.start()
+        sender.join(60)
+        assert sender.exitcode == 0, "the sender's writing thread could not put its requests into the pipe"
+        payloads, _ = collect_batch(queue, max_batch_size=32, batch_timeout=0.0, request_timeout=None)
+        assert [p[1] for p in payloads] == [f"r{k}" for k in range(16)]
+    finally:
+        loop_module._close_pipes([queue])
+
+
+def _send_large(queue: Any, n: int, size: int) -> None:
+    for k in range(n):
+        queue.put((0, f"r{k}", time.monotonic(), b"x" * size))
+    queue.close()
+    queue.join_thread()  # every request is in the pipe when the process ends
