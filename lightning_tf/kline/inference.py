@@ -71,11 +71,12 @@ class SeriesWindow:
     timestamps: pd.DatetimeIndex | None = None
 
 
-def _own(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _own(values: np.ndarray, axis: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Mean and standard deviation per column of the finite rows, as StandardScaler computes them (a
-    constant column gets scale 1)."""
-    mean = values.mean(axis=0)
-    std = values.std(axis=0)
+    constant column gets scale 1); ``axis`` 1 for the rows ``(B, m, C)`` of B series at once, each series' own bit
+    for bit."""
+    mean = values.mean(axis=axis)
+    std = values.std(axis=axis)
     return mean, np.where(std > 0, std, 1.0)
 
 
@@ -270,12 +271,9 @@ def windows_of_series(
             covs = np.stack([stacked[c].astype(np.float64) for c in past], axis=-1)  # (B, n, P)
             feats = np.concatenate([feats, covs], axis=-1)  # (B, n, C)
         tgt = compute_target(stacked, target)[..., None]  # (B, n, 1)
-        for b, i in enumerate(members):
-            name, bars, source = series[i]
-            try:
-                out[i] = _scaled_window(name, bars, feats[b], tgt[b], context_len, trained, source)
-            except ValueError as err:
-                out[i] = err
+        windows = _scaled_windows([series[i] for i in members], feats, tgt, context_len, trained)
+        for i, window in zip(members, windows, strict=True):
+            out[i] = window
     read = [i for i, w in enumerate(out) if isinstance(w, SeriesWindow)]
     if horizon is not None and read:
         stamps = next_timestamps_of([series[i][1]["timestamp"] for i in read], horizon, cov.get("calendar"))
@@ -316,44 +314,57 @@ def windows_of_series(
     return out
 
 
-def _scaled_window(
-    name: str,
-    bars: pd.DataFrame | Mapping[str, np.ndarray],
+def _scaled_windows(
+    series: list[tuple[str, pd.DataFrame | Mapping[str, np.ndarray], str]],
     feats: np.ndarray,
     tgt: np.ndarray,
     context_len: int,
     trained: Mapping[str, Statistics],
-    source: str,
-) -> SeriesWindow:
-    """The window of one series from its features ``(n, C)`` and target ``(n, 1)``: its last ``context_len``
-    bars, scaled by the ticker's training statistics, or by the series' own history."""
-    n = len(tgt)
-    finite = np.isfinite(feats).all(axis=1) & np.isfinite(tgt[:, 0])
-    first = int(np.argmax(finite)) if finite.any() else n
-    usable = n - first
-    if usable < context_len:
-        raise ValueError(
-            f"{source}: ticker {name!r} has {usable} usable bars ({n} bars, {first} warm-up rows for "
-            f"the features); a forecast needs context_len ({context_len})"
+) -> list[SeriesWindow | ValueError]:
+    """The windows of B series ``(ticker, bars, source)`` of n bars from their features ``(B, n, C)`` and targets
+    ``(B, n, 1)``: each series' last ``context_len`` bars, scaled by its ticker's training statistics, or by the
+    series' own history (its rows after the features' warm-up; those of one warm-up computed together). A series
+    with too few usable bars gets its ValueError in its place."""
+    b_count, n = tgt.shape[:2]
+    finite = np.isfinite(feats).all(axis=2) & np.isfinite(tgt[..., 0])  # (B, n)
+    firsts = np.where(finite.any(axis=1), finite.argmax(axis=1), n)  # (B,) the first usable bar
+    f_mean = np.zeros((b_count, feats.shape[2]))
+    f_std, t_mean, t_std = np.ones_like(f_mean), np.zeros((b_count, tgt.shape[2])), np.ones((b_count, tgt.shape[2]))
+    out: list[SeriesWindow | ValueError | None] = [None] * b_count
+    own_by_first: dict[int, list[int]] = {}  # warm-up rows -> the series scaled by their own history
+    for b, (name, _, source) in enumerate(series):
+        usable = n - int(firsts[b])
+        if usable < context_len:
+            out[b] = ValueError(
+                f"{source}: ticker {name!r} has {usable} usable bars ({n} bars, {firsts[b]} warm-up rows for "
+                f"the features); a forecast needs context_len ({context_len})"
+            )
+        elif name in trained:
+            f_mean[b], f_std[b], t_mean[b], t_std[b] = (np.asarray(v, dtype=np.float64) for v in trained[name])
+        else:
+            # never another ticker's scale: a series in other units (or another market) would be misread
+            own_by_first.setdefault(int(firsts[b]), []).append(b)
+    for first, rows in own_by_first.items():  # the series of one warm-up at once, each its own (tests/kline)
+        (f_mean[rows], f_std[rows]), (t_mean[rows], t_std[rows]) = (
+            _own(feats[rows, first:], 1),
+            _own(tgt[rows, first:], 1),
         )
-    if name in trained:
-        f_mean, f_std, t_mean, t_std = (np.asarray(v, dtype=np.float64) for v in trained[name])
-        scaled_by = f"training statistics of {name!r}"
-    else:
-        # never another ticker's scale: a series in other units (or another market) would be misread
-        f_mean, f_std = _own(feats[first:])
-        t_mean, t_std = _own(tgt[first:])
-        scaled_by = f"its own history ({usable} bars)"
-    return SeriesWindow(
-        name=name,
-        x=(feats[-context_len:] - f_mean) / f_std,  # (L, C)
-        raw_target=tgt[-context_len:],
-        anchor=float(np.asarray(bars["close"], dtype=np.float64)[-1]),
-        target_mean=t_mean,
-        target_std=t_std,
-        scaled_by=scaled_by,
-        bars=bars,
-    )
+    x = (feats[:, -context_len:] - f_mean[:, None, :]) / f_std[:, None, :]  # (B, L, C)
+    for b, (name, bars, _) in enumerate(series):
+        if out[b] is not None:  # too few bars
+            continue
+        usable, own = n - int(firsts[b]), name not in trained
+        out[b] = SeriesWindow(
+            name=name,
+            x=x[b],  # (L, C)
+            raw_target=tgt[b, -context_len:],
+            anchor=float(np.asarray(bars["close"], dtype=np.float64)[-1]),
+            target_mean=t_mean[b],
+            target_std=t_std[b],
+            scaled_by=f"its own history ({usable} bars)" if own else f"training statistics of {name!r}",
+            bars=bars,
+        )
+    return out  # type: ignore[return-value]  # every None was replaced
 
 
 def last_windows(

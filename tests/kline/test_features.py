@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lightning_tf.kline.features import FEATURES, compute_features, compute_target
+from lightning_tf.kline.features import FEATURES, SeriesWindows, compute_features, compute_target, feature_matrix
 from lightning_tf.kline.reader.io import read_bars
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -124,3 +124,36 @@ def test_unknown_features() -> None:
         compute_features(pd.DataFrame(), ["rsi"])
     with pytest.raises(ValueError, match="repeat a name"):
         compute_features(pd.DataFrame(), ["body", "body"])
+
+
+@pytest.mark.parametrize("window", [2, 5, 20])
+def test_the_features_of_many_series_are_each_series_own_bit_for_bit(window: int) -> None:
+    """``feature_matrix`` on the columns of B series at once ``(B, n)``: every feature of every series, the rolling
+    ones included (one pandas pass over the series laid end to end, :class:`SeriesWindows`), equals the series' own
+    features computed alone, bit for bit, whatever the series' levels (1e-5 to 1e7), their holes and the window."""
+    rng = np.random.default_rng(window)
+    b, n = 12, 90
+    scale = 10.0 ** rng.uniform(-5, 7, size=(b, 1))
+    close = scale * np.exp(np.cumsum(rng.normal(0, 0.02, (b, n)), axis=1))
+    open_ = close * np.exp(rng.normal(0, 0.01, (b, n)))
+    columns = {
+        "open": open_,
+        "high": np.fmax(open_, close) * 1.01,
+        "low": np.fmin(open_, close) * 0.99,
+        "close": close,
+        "volume": rng.lognormal(10, 2, (b, n)) * scale,
+    }
+    columns["volume"][3, 40] = np.nan  # a hole: its windows are NaN in that series only
+    columns["volume"][5, :] = 1000.0  # a flat series: z-score 0
+    names = ["log_return", "volatility", "log_volume", "volume_zscore", "body"]
+    together = feature_matrix(columns, names, volatility_window=window, volume_window=window)  # (B, n, C)
+    for k in range(b):
+        alone = feature_matrix({c: v[k] for c, v in columns.items()}, names, window, window)  # (n, C)
+        assert np.array_equal(together[k], alone, equal_nan=True), k
+    assert np.isnan(together[3, 40 : 40 + window, names.index("volume_zscore")]).all()
+    assert not np.isnan(together[4, window + 1 :, names.index("volume_zscore")]).any()
+
+
+def test_series_windows_never_reach_into_the_series_before() -> None:
+    start, end = SeriesWindows(window_size=3, length=4).get_window_bounds(8)
+    assert start.tolist() == [0, 0, 0, 1, 4, 4, 4, 5] and end.tolist() == [1, 2, 3, 4, 5, 6, 7, 8]
