@@ -268,10 +268,17 @@ class KLineAPI(TaskAPI):
         # as are the bars of a model that reads the user's known-future covariates (which a request cannot carry)
         if type(bars) is list and type(ticker) in (str, type(None)) and body.keys() <= _FIELDS:
             if not scale.covariates.get("future"):
-                columns = plain_columns(bars, model_columns(scale))
+                columns = plain_columns(bars, self._columns())
         if columns is None:
             return self._read(self.validate(body))
         return PlainBars(ticker, columns)
+
+    def _columns(self) -> tuple[str, ...]:
+        """:func:`model_columns` of the model served, once per model."""
+        scale = self.model.data_scale
+        if getattr(self, "_wanted", (None,))[0] is not scale:
+            self._wanted = (scale, model_columns(scale))
+        return self._wanted[1]
 
     def _windows(self, plain: list[PlainBars]) -> list[Any]:
         """The last windows of plain bars (:func:`plain_columns`), with their covariates, as the bar reader's

@@ -259,6 +259,27 @@ def test_other_bars_go_to_the_bar_reader(change: Any, why: str) -> None:
     assert plain_columns(change(list(BARS)), ("open", "high", "low", "close", "volume")) is None, why
 
 
+def test_a_batch_of_plain_bars_and_bars_for_the_reader_answers_each_as_alone(api: KLineAPI) -> None:
+    """In one batch, bars that are not plain (a NaN, high below low, bars out of order, a timestamp that is not
+    ISO) are read by the bar reader: its error, or its forecast of the bars sorted, as the request alone gets;
+    the plain ones beside them, of two lengths, get theirs."""
+    good = [bars_records(80, seed=1), bars_records(70, seed=2), bars_records(80, seed=3)]
+    nan = [dict(b) for b in bars_records(80, seed=4)]
+    nan[50]["Close"] = float("nan")
+    low = [dict(b) for b in bars_records(80, seed=5)]
+    low[10]["High"] = low[10]["Low"] / 2
+    shuffled = bars_records(80, seed=6)[::-1]
+    slashes = [{**b, "Date": b["Date"].replace("-", "/")} for b in bars_records(80, seed=7)]
+    bodies = [{"bars": bars} for bars in [good[0], nan, good[1], low, shuffled, slashes, good[2]]]
+    together = served(api, bodies)
+    for body, answer in zip(bodies, together, strict=True):
+        assert answer == served(api, [body])[0]  # as alone
+    assert [status for status, _ in together] == [200, 422, 200, 422, 200, 200, 200]
+    for k, bars in [(0, good[0]), (2, good[1]), (4, shuffled), (5, slashes), (6, good[2])]:
+        assert same_rows(together[k][1]["forecast"], offline(api, bars))
+    assert together[1][1]["error"].startswith("bars: 1 missing values: row 51, column 'close'")
+
+
 @pytest.fixture(scope="module")
 def sectors(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("static") / "sectors.csv"
