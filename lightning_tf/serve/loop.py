@@ -295,7 +295,7 @@ def pipe_queue(size: int = PIPE_BYTES) -> Any:
         try:  # the pipe is the queue's own (multiprocessing.Queue has no public way to size it)
             fcntl.fcntl(queue._writer.fileno(), fcntl.F_SETPIPE_SZ, size)  # type: ignore[attr-defined]
         except OSError:  # above /proc/sys/fs/pipe-max-size for this user: the default
-            log.debug("the request pipe keeps its default size (%d bytes refused)", size)
+            log.debug("a pipe keeps its default size (%d bytes refused)", size)
     return queue
 
 
@@ -381,7 +381,8 @@ def _deliver(inbox: asyncio.Queue, messages: list[Any]) -> None:
 
 class PredictEndpoint(LitSpec):
     """``POST /predict`` of an HTTP server: the request's body goes to a worker as it came (bytes; a form as its
-    fields), named by a counter, and the worker's answer is the response (see the module)."""
+    fields), named by a counter, and the worker's answer is the response (see the module). (LitServe's request
+    callbacks are not called: the project's servers have none.)"""
 
     def __init__(self, path: str = "/predict") -> None:
         super().__init__()
