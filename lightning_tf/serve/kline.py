@@ -209,6 +209,17 @@ def plain_columns(bars: list[dict[str, Any]], wanted: tuple[str, ...]) -> dict[s
 
 
 @dataclass(frozen=True)
+class _ModelFacts:
+    """What reading plain bars needs of a model: its data scale, the bar columns it reads (:func:`model_columns`),
+    the training statistics by ticker and its training tickers in id order."""
+
+    scale: Any
+    columns: tuple[str, ...]
+    trained: dict[str, Any]
+    tickers: list[str]
+
+
+@dataclass(frozen=True)
 class PlainBars:
     """A request's plain bars (:func:`plain_columns`), read into their window with the rest of the batch's."""
 
@@ -268,17 +279,20 @@ class KLineAPI(TaskAPI):
         # as are the bars of a model that reads the user's known-future covariates (which a request cannot carry)
         if type(bars) is list and type(ticker) in (str, type(None)) and body.keys() <= _FIELDS:
             if not scale.covariates.get("future"):
-                columns = plain_columns(bars, self._columns())
+                columns = plain_columns(bars, self._of_model().columns)
         if columns is None:
             return self._read(self.validate(body))
         return PlainBars(ticker, columns)
 
-    def _columns(self) -> tuple[str, ...]:
-        """:func:`model_columns` of the model served, once per model."""
+    def _of_model(self) -> _ModelFacts:
+        """What reading plain bars needs of the model served, worked out once per model (not per request)."""
         scale = self.model.data_scale
-        if getattr(self, "_wanted", (None,))[0] is not scale:
-            self._wanted = (scale, model_columns(scale))
-        return self._wanted[1]
+        facts: _ModelFacts | None = getattr(self, "_facts", None)
+        if facts is None or facts.scale is not scale:
+            stats = zip(scale.feature_mean, scale.feature_std, scale.target_mean, scale.target_std, strict=True)
+            trained = dict(zip(scale.ticker_names, stats, strict=True))
+            facts = self._facts = _ModelFacts(scale, model_columns(scale), trained, list(scale.ticker_names))
+        return facts
 
     def _windows(self, plain: list[PlainBars]) -> list[Any]:
         """The last windows of plain bars (:func:`plain_columns`), with their covariates, as the bar reader's
@@ -286,11 +300,8 @@ class KLineAPI(TaskAPI):
         request's answer."""
         from lightning_tf.kline.inference import windows_of_series
 
-        scale = self.model.data_scale
-        if getattr(self, "_trained", (None,))[0] is not scale:  # the training statistics by ticker, once per model
-            stats = zip(scale.feature_mean, scale.feature_std, scale.target_mean, scale.target_std, strict=True)
-            self._trained = (scale, dict(zip(scale.ticker_names, stats, strict=True)), list(scale.ticker_names))
-        _, trained, tickers = self._trained
+        facts = self._of_model()
+        scale = facts.scale
         windows = windows_of_series(
             [(p.ticker or "series", p.columns, p.ticker or "the bars") for p in plain],
             feature_names=list(scale.feature_names),
@@ -298,10 +309,10 @@ class KLineAPI(TaskAPI):
             context_len=self.model.hparams.context_len,
             volatility_window=scale.volatility_window,
             volume_window=scale.volume_window,
-            trained=trained,
+            trained=facts.trained,
             covariates=scale.covariates,
             horizon=self.model.hparams.horizon,
-            trained_tickers=tickers,
+            trained_tickers=facts.tickers,
         )
         return [
             Rejected(422, one_line(_reader_message(str(w), p.ticker))) if isinstance(w, ValueError) else w
