@@ -28,6 +28,7 @@ from itertools import chain
 from operator import itemgetter
 from typing import Any, Literal, Union
 
+import msgspec
 import numpy as np
 import pandas as pd
 import torch
@@ -186,17 +187,27 @@ def plain_columns(bars: list[dict[str, Any]], wanted: tuple[str, ...]) -> dict[s
     except KeyError:
         return None
     t = names.index("timestamp")
-    text_stamps = columns_of_keys[t]
     numbers = [c for k, c in enumerate(columns_of_keys) if k != t]
-    if set(map(type, text_stamps)) != {str} or not set(map(type, chain.from_iterable(numbers))) <= {float, int}:
+    if set(map(type, columns_of_keys[t])) != {str} or not set(map(type, chain.from_iterable(numbers))) <= {float, int}:
         return None
+    return _plain_arrays(names, columns_of_keys)
+
+
+def _plain_arrays(names: tuple[str, ...], columns_of_keys: list[tuple[Any, ...]]) -> dict[str, np.ndarray] | None:
+    """:func:`plain_columns` of columns whose types are checked (the timestamps text, the rest numbers): the
+    arrays by canonical name (``names``, in the columns' order), or None unless they pass its checks."""
+    t = names.index("timestamp")
+    text_stamps = columns_of_keys[t]
     text = "\n".join(text_stamps)  # one match for all: each an ISO time, none holding a line break
     if text.count("\n") != len(text_stamps) - 1 or not _ISO_LINES.fullmatch(text):
         return None
     stamps = np.array(text_stamps, dtype="datetime64[ns]")
     if len(stamps) > 1 and not (stamps[1:] > stamps[:-1]).all():
         return None
-    values = np.array(numbers, dtype=np.float64)  # (K, n) one row per column
+    try:
+        values = np.array([c for k, c in enumerate(columns_of_keys) if k != t], dtype=np.float64)  # (K, n)
+    except OverflowError:  # an integer beyond float64
+        return None
     if not np.isfinite(values).all():
         return None
     columns = {"timestamp": stamps, **dict(zip((n for n in names if n != "timestamp"), values, strict=True))}
@@ -206,6 +217,26 @@ def plain_columns(bars: list[dict[str, Any]], wanted: tuple[str, ...]) -> dict[s
     if not (columns["volume"] >= 0).all():
         return None
     return columns
+
+
+@lru_cache(maxsize=16)
+def _layout_decoder(keys: tuple[str, ...], timestamp: int) -> msgspec.json.Decoder:
+    """A JSON decoder of the bodies whose bars each have exactly ``keys`` (in any order), the ``timestamp``-th
+    text and the others numbers (a JSON integer or float, as a float: not a boolean, a string or null), with no
+    field but ``bars`` and an optional ``ticker`` (text or null): those :meth:`KLineAPI.parse` reads as plain
+    (:func:`plain_columns`), whose bars it reads in C, types checked, without a dictionary per bar."""
+    fields = [f"c{i}" for i in range(len(keys))]
+    bar = msgspec.defstruct(
+        "Bar",
+        [(f, str if i == timestamp else float) for i, f in enumerate(fields)],
+        rename=dict(zip(fields, keys, strict=True)),
+        forbid_unknown_fields=True,
+        gc=False,  # floats and text only: no reference cycle to collect
+    )
+    body = msgspec.defstruct(
+        "Body", [("bars", list[bar]), ("ticker", Union[str, None], None)], forbid_unknown_fields=True
+    )
+    return msgspec.json.Decoder(body)
 
 
 @dataclass(frozen=True)
@@ -249,6 +280,7 @@ class KLineAPI(TaskAPI):
             raise ValueError(f"on_error must be error, drop or ffill, got {on_error!r}")
         super().__init__(checkpoint, serving)
         self.on_error = on_error
+        self._layout: tuple[str, ...] | None = None  # the keys of the last plain bars read (parse_bytes)
 
     def check_model(self) -> None:
         scale = self.model.data_scale
@@ -282,7 +314,27 @@ class KLineAPI(TaskAPI):
                 columns = plain_columns(bars, self._of_model().columns)
         if columns is None:
             return self._read(self.validate(body))
+        self._layout = tuple(bars[0])  # the next bodies are tried as bars of these keys: parse_bytes
         return PlainBars(ticker, columns)
+
+    def parse_bytes(self, body: bytes) -> PlainBars | None:
+        """A body of plain bars with the keys of the last plain bars :meth:`parse` read (a client sends its bars
+        one way), read by that layout's decoder (:func:`_layout_decoder`): what :meth:`parse` would read, without
+        a dictionary per bar or a check of each value's type. None for any other body: :meth:`parse` reads it."""
+        wanted = self._of_model().columns
+        keys = self._layout
+        if keys is None:
+            return None
+        names = _canonical_names(keys, wanted)
+        assert names is not None, "a layout is learnt from plain bars"
+        try:
+            request = _layout_decoder(keys, names.index("timestamp")).decode(body)
+        except msgspec.DecodeError:  # not JSON msgspec reads, or not this layout's plain bars: parse decides
+            return None
+        if not request.bars:
+            return None
+        columns = _plain_arrays(names, list(zip(*map(msgspec.structs.astuple, request.bars))))
+        return None if columns is None else PlainBars(request.ticker, columns)
 
     def _of_model(self) -> _ModelFacts:
         """What reading plain bars needs of the model served, worked out once per model (not per request)."""
@@ -292,6 +344,7 @@ class KLineAPI(TaskAPI):
             stats = zip(scale.feature_mean, scale.feature_std, scale.target_mean, scale.target_std, strict=True)
             trained = dict(zip(scale.ticker_names, stats, strict=True))
             facts = self._facts = _ModelFacts(scale, model_columns(scale), trained, list(scale.ticker_names))
+            self._layout = None  # learnt again, from this model's plain bars
         return facts
 
     def _windows(self, plain: list[PlainBars]) -> list[Any]:

@@ -137,6 +137,7 @@ def without(column: str) -> list[dict[str, Any]]:
             "bars: 1 non-finite values: row 51, column 'high': inf is not finite. Send finite",
         ),
         ({"bars": with_cell(3, "Close", None)}, "bars: 1 missing values: row 4, column 'close'"),
+        ({"bars": with_cell(3, "Volume", 10**400)}, "bars: 1 non-finite values: row 4, column 'volume': 1000"),
         (
             {"bars": with_cell(3, "Close", "abc")},
             "bars: 1 non-numeric values: row 4, column 'close': 'abc' is not a number",
@@ -348,3 +349,86 @@ def test_iso_strings_are_what_pandas_writes() -> None:
     )
     for values in (stamps[:3], stamps):  # whole seconds (numpy), and with fractions (pandas)
         assert iso_strings(values) == [pd.Timestamp(t).isoformat() for t in values]
+
+
+def same_input(a: Any, b: Any) -> bool:
+    """Two decoded requests are the same: the same plain bars (ticker, each column by name bit for bit), or equal
+    otherwise."""
+    if isinstance(a, PlainBars) or isinstance(b, PlainBars):
+        return (
+            isinstance(a, PlainBars)
+            and isinstance(b, PlainBars)
+            and a.ticker == b.ticker
+            and set(a.columns) == set(b.columns)
+            and all(
+                a.columns[k].dtype == b.columns[k].dtype and np.array_equal(a.columns[k], b.columns[k])
+                for k in a.columns
+            )
+        )
+    if isinstance(a, Rejected) or isinstance(b, Rejected):
+        return a == b
+    return type(a) is type(b) and np.array_equal(a.x, b.x)  # two windows of the bar reader
+
+
+def body_variants(rng: np.random.Generator) -> list[bytes]:
+    """JSON bodies around plain bars: plain ones (two key orders, a ticker or null or none), and bodies that
+    differ from them in one place (a value's type, a big or huge integer, a key missing, added, renamed or
+    given twice, another field, bars that are not plain, JSON msgspec does not read)."""
+    bars = bars_records(60, seed=int(rng.integers(1000)))
+    keys = list(bars[0])
+    out = [
+        json.dumps({"bars": bars}),
+        json.dumps({"bars": bars, "ticker": "TRAINED"}),
+        json.dumps({"ticker": None, "bars": [dict(reversed(list(b.items()))) for b in bars]}),
+    ]
+    row, key = int(rng.integers(len(bars))), keys[1 + int(rng.integers(len(keys) - 1))]
+    for value in [True, "12.5", None, [1.0], 10**30, 10**400, 7, -0.0, 1e308 * 10]:
+        out.append(json.dumps({"bars": [dict(b, **{key: value}) if i == row else b for i, b in enumerate(bars)]}))
+    out += [
+        json.dumps({"bars": [{k: v for k, v in b.items() if k != key or i != row} for i, b in enumerate(bars)]}),
+        json.dumps({"bars": [dict(b, extra=1.0) if i == row else b for i, b in enumerate(bars)]}),
+        json.dumps({"bars": [{k.lower(): v for k, v in b.items()} for b in bars]}),  # another layout, plain
+        json.dumps({"bars": bars, "ticker": 5}),
+        json.dumps({"bars": bars, "horizon": 3}),
+        json.dumps({"bars": []}),
+        json.dumps({"bars": bars[::-1]}),
+        json.dumps({"bars": [dict(b, Date=b["Date"].replace("-", "/")) for b in bars]}),
+        json.dumps({"bars": bars}).replace(f'"{key}": ', f'"{key}": 1.0, "{key}": ', 1),  # a key twice
+        json.dumps({"bars": bars, "ticker": "X"}).replace('"ticker": "X"', '"ticker": "X", "bars": []'),
+        json.dumps({"bars": bars}).replace(f'"{key}": ', f'"{key}": NaN, "{key}": ', 1)[:-30],  # cut short
+        "\ufeff" + json.dumps({"bars": bars}),
+    ]
+    return [text.encode() for text in out]
+
+
+def test_a_body_of_plain_bars_is_read_from_its_bytes_as_parse_reads_it(api: KLineAPI) -> None:
+    """``parse_bytes`` (a decoder per layout of bars) gives for every body what ``parse`` of its JSON gives, or
+    leaves the body to it; it reads the plain bodies of the layout last read by ``parse``, and only those."""
+    rng = np.random.default_rng(0)
+    fast_reads = 0
+    for _ in range(6):
+        for raw in body_variants(rng):
+            fast = api.parse_bytes(raw)
+            try:
+                value = json.loads(raw)
+            except ValueError:
+                assert fast is None
+                continue
+            slow = api.decode_request(value)  # learns the layout of plain bars
+            if fast is not None:
+                fast_reads += 1
+                assert same_input(fast, slow), raw[:200]
+            assert same_input(api.decode_request(raw), slow), raw[:200]
+            again = api.parse_bytes(raw)  # the layout is learnt: plain bars msgspec reads are read fast
+            assert (again is not None) == (isinstance(slow, PlainBars) and not raw.startswith(b"\xef")), raw[:200]
+    assert fast_reads >= 6 * 2  # at least two of the three plain bodies of each round (the layout changes)
+
+
+def test_a_model_change_forgets_the_layout_of_plain_bars() -> None:
+    a = KLineAPI("unused.ckpt", Serving(max_batch_size=8))
+    a.model = tiny_kline()
+    raw = json.dumps({"bars": BARS}).encode()
+    assert a.parse_bytes(raw) is None  # nothing read yet
+    assert isinstance(a.decode_request(raw), PlainBars) and isinstance(a.parse_bytes(raw), PlainBars)
+    a.model = tiny_kline()
+    assert a.parse_bytes(raw) is None

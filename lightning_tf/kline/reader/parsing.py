@@ -327,7 +327,7 @@ def parse_numbers(values: pd.Series, decimal: str = ".", thousands: str = ",") -
     if decimal == ".":
         try:  # clean text columns parse at C speed
             return pd.to_numeric(values).astype("float64"), pd.Series(False, index=values.index)
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, OverflowError):  # OverflowError: an integer beyond float64 (JSON's)
             pass
     text = values.astype(str).str.strip()
     missing = text.str.lower().isin(MISSING) | values.isna()
