@@ -59,7 +59,7 @@ def serve(
         port: TCP port, 1024-65535
         max_batch_size: requests run together at most; 1: no batching
         batch_timeout: seconds a batch may wait to fill after its first request arrived (default: the task's:
-            0.05 for text, 0.005 for vision and kline)
+            0.05 for text, 0.005 for vision, 0 for kline)
         workers_per_device: inference processes per device, each with its own model
         accelerator: where the model runs (auto: CUDA, MPS or the CPU)
         devices: GPUs to use, one set of workers on each (auto: all)

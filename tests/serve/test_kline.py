@@ -179,6 +179,8 @@ def test_info(api: KLineAPI) -> None:
     info = api.describe()
     assert (info["context_len"], info["horizon"], info["trained_tickers"]) == (32, 4, ["TRAINED"])
     assert info["targets"] == ["log_return"] and "log_volume_change" in info["features"]
+    # a K-line worker runs what is queued when it is free, without waiting for a batch to fill
+    assert api.batch_timeout == 0.0 and api.max_batch_size == 8
 
 
 def test_plain_bars_are_read_with_numpy_into_the_window_the_bar_reader_gives(api: KLineAPI) -> None:
