@@ -285,7 +285,9 @@ class KLineAPI(TaskAPI):
             raise ValueError(f"on_error must be error, drop or ffill, got {on_error!r}")
         super().__init__(checkpoint, serving)
         self.on_error = on_error
-        self._layout: tuple[str, ...] | None = None  # the keys of the last plain bars read (parse_bytes)
+        self._facts: _ModelFacts | None = None  # _of_model
+        # the decoder of the layout of the last plain bars read, and their canonical names (parse_bytes)
+        self._layout: tuple[msgspec.json.Decoder, tuple[str, ...]] | None = None
 
     def check_model(self) -> None:
         scale = self.model.data_scale
@@ -319,21 +321,21 @@ class KLineAPI(TaskAPI):
                 columns = plain_columns(bars, self._of_model().columns)
         if columns is None:
             return self._read(self.validate(body))
-        self._layout = tuple(bars[0])  # the next bodies are tried as bars of these keys: parse_bytes
+        keys = tuple(bars[0])  # the next bodies are tried as bars of these keys (parse_bytes)
+        names = _canonical_names(keys, self._of_model().columns)
+        self._layout = (_layout_decoder(keys, names.index("timestamp")), names)
         return PlainBars(ticker, columns)
 
     def parse_bytes(self, body: bytes) -> PlainBars | None:
         """A body of plain bars with the keys of the last plain bars :meth:`parse` read (a client sends its bars
         one way), read by that layout's decoder (:func:`_layout_decoder`): what :meth:`parse` would read, without
         a dictionary per bar or a check of each value's type. None for any other body: :meth:`parse` reads it."""
-        wanted = self._of_model().columns
-        keys = self._layout
-        if keys is None:
+        self._of_model()  # a model of its own forgets the layout
+        if self._layout is None:
             return None
-        names = _canonical_names(keys, wanted)
-        assert names is not None, "a layout is learnt from plain bars"
+        decoder, names = self._layout
         try:
-            request = _layout_decoder(keys, names.index("timestamp")).decode(body)
+            request = decoder.decode(body)
         except msgspec.DecodeError:  # not JSON msgspec reads, or not this layout's plain bars: parse decides
             return None
         if not request.bars:
@@ -344,7 +346,7 @@ class KLineAPI(TaskAPI):
     def _of_model(self) -> _ModelFacts:
         """What reading plain bars needs of the model served, worked out once per model (not per request)."""
         scale = self.model.data_scale
-        facts: _ModelFacts | None = getattr(self, "_facts", None)
+        facts = self._facts
         if facts is None or facts.scale is not scale:
             stats = zip(scale.feature_mean, scale.feature_std, scale.target_mean, scale.target_std, strict=True)
             trained = dict(zip(scale.ticker_names, stats, strict=True))
