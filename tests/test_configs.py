@@ -204,8 +204,14 @@ def test_each_search_space_fits_the_config_its_header_names(path: Path) -> None:
 
 
 @pytest.mark.parametrize("path", [p for p in EXPERIMENTS if _name(p) not in USER_DATA], ids=_name)
-def test_experiment_fast_dev_run(path: Path) -> None:
-    cli("fit", "--config", str(path), "--config", "configs/trainer/debug.yaml")
+def test_experiment_fast_dev_run(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In-process, as the command runs it (a subprocess would add about 10 s of imports to each config): the
+    config's model and data, one training and one validation step."""
+    from lightning_tf.__main__ import main
+
+    monkeypatch.setattr("sys.argv", ["lightning-tf"])
+    monkeypatch.chdir(ROOT)  # the configs' relative paths
+    main(["fit", "--config", str(path), "--config", str(ROOT / "configs/trainer/debug.yaml")])
 
 
 @pytest.mark.parametrize("name", sorted(USER_DATA))
