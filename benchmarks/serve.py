@@ -505,7 +505,7 @@ def kline_covariates_checkpoint(folder: Path) -> Path:
     size is the tour's; its skill does not matter here) on the MSFT bars with a past covariate ``liquidity``
     (:data:`COVARIATES`), the NYSE calendar's features of the forecast days (known in advance) and a ticker
     embedding, channels mixed so that the past covariate reaches the forecast."""
-    out = folder / "kline_covariates"
+    out = (folder / "kline_covariates").resolve()  # the fit runs in it: a relative root would nest under it
     checkpoint = out / "checkpoints" / "last.ckpt"
     if checkpoint.is_file():
         return checkpoint
@@ -529,6 +529,8 @@ def kline_covariates_checkpoint(folder: Path) -> Path:
         *("--trainer.default_root_dir", str(out)),
     ]
     subprocess.run(command, cwd=out, env={**os.environ, "OMP_NUM_THREADS": "1"}, check=True)
+    if not checkpoint.is_file():
+        raise SystemExit(f"the K-line model with covariates trained, but {checkpoint} is not there")
     return checkpoint
 
 
