@@ -269,8 +269,8 @@ def test_two_nodes_train_as_two_processes_of_one_node_and_a_kill_resumes_bitwise
     task: str, ddp_reference: Callable[[str], Path], tmp_path: Path
 ) -> None:
     """``--trainer.num_nodes 2``, one process per node: both nodes SIGKILLed once step=6.ckpt is on disk and
-    restarted from it end bit for bit where 2 processes on one node end uninterrupted (so the 2-node run,
-    stopped or not, is the training of 2 processes on one node); node 1 runs as global rank 1 of 2."""
+    restarted from it end bit for bit where 2 processes on one node end uninterrupted (every step runs on the
+    two nodes, before the kill or after the resume); node 1 runs as global rank 1 of 2."""
     cut = tmp_path / "cut"
     nodes = two_nodes(task, cut)
     wait_for(cut / "checkpoints" / "step=6.ckpt", nodes[0])

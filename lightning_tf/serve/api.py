@@ -238,7 +238,8 @@ class TaskAPI(ls.LitAPI):
     def decode_request(self, request: Any) -> Any:
         """A request's body -> the task's input, or a :class:`~.errors.Rejected` item saying what is wrong.
         ``request`` is what :class:`~.loop.PredictEndpoint` queues: the body's bytes (JSON: read by the task's
-        :meth:`parse_bytes`, or parsed here, :func:`json_body`) or the form of a multipart or url-encoded request; or a JSON value (a caller's own)."""
+        :meth:`parse_bytes`, or parsed here, :func:`json_body`) or the form of a multipart or url-encoded
+        request; or a JSON value (a caller's own)."""
         try:
             if isinstance(request, bytes):
                 fast = self.parse_bytes(request)

@@ -46,3 +46,14 @@ def test_the_covariates_checkpoint_is_found_where_its_fit_wrote_it(
     assert checkpoint.is_absolute() and checkpoint == written[0].resolve()
     assert checkpoint == (tmp_path / "runs/serve_bench/kline_covariates/checkpoints/last.ckpt")
     assert bench.kline_covariates_checkpoint(folder) == checkpoint and len(written) == 1  # trained once
+
+
+def test_a_fit_that_leaves_no_checkpoint_stops_with_one_line_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bench = _benchmark(monkeypatch)
+    monkeypatch.setattr(bench.subprocess, "run", lambda command, **_: subprocess.CompletedProcess(command, 0))
+    with pytest.raises(SystemExit) as stopped:
+        bench.kline_covariates_checkpoint(tmp_path)
+    expected = tmp_path.resolve() / "kline_covariates/checkpoints/last.ckpt"
+    assert str(stopped.value) == f"the K-line model with covariates trained, but {expected} is not there"
