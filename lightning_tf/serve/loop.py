@@ -95,6 +95,7 @@ __all__ = [
     "PipeTransport",
     "PredictEndpoint",
     "collect_batch",
+    "is_form",
     "pipe_queue",
     "stop_workers",
 ]
@@ -392,14 +393,18 @@ class PredictEndpoint(LitSpec):
 
     async def predict(self, request: Request) -> Any:
         """Queue the request for a worker and answer what it answers (a worker's error as its HTTP error)."""
-        content_type = request.headers.get("content-type", "")
-        if content_type == "application/x-www-form-urlencoded" or content_type.startswith("multipart/form-data"):
+        if is_form(request.headers.get("content-type", "")):
             try:
                 payload: Any = await request.form()
             except StarletteHTTPException as err:  # starlette's 400 for a form that does not parse
                 raise HTTPException(err.status_code, f"the form does not parse: {err.detail}") from None
         else:
             payload = await request.body()
+        return await self.exchange(payload)
+
+    async def exchange(self, payload: Any) -> Any:
+        """Queue ``payload`` (a body's bytes, a form's fields) for a worker and return its answer; a worker's error
+        is raised as its HTTP error (an ``HTTPException``)."""
         self._uids += 1  # one event loop per HTTP server: its requests' names never meet
         uid = self._uids
         waiting = ResponseBufferItem(event=asyncio.Event())
@@ -413,6 +418,12 @@ class PredictEndpoint(LitSpec):
         if status == LitAPIStatus.ERROR:
             raise _http_error(data)
         return data
+
+
+def is_form(content_type: str) -> bool:
+    """Whether a request of ``content_type`` holds a form (multipart or url-encoded): its fields go to the worker,
+    parsed in the HTTP server; any other body goes as its bytes."""
+    return content_type == "application/x-www-form-urlencoded" or content_type.startswith("multipart/form-data")
 
 
 def _http_error(data: Any) -> HTTPException:

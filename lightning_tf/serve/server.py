@@ -10,7 +10,7 @@ from typing import Any, Literal
 import litserve as ls
 
 from .api import Serving, TaskAPI
-from .http import BodyLimit, install_error_handlers, install_openapi
+from .http import BodyLimit, DirectPredict, install_error_handlers, install_openapi
 from .kline import KLineAPI
 from .loop import PipeQueueServer
 from .text import TextAPI
@@ -115,8 +115,9 @@ def make_server(api: TaskAPI, info: dict[str, Any], deployment: Deployment) -> l
             **info,
             "max_payload_mb": deployment.max_payload_mb,
         },  # LitServe's own says None: .http.BodyLimit
-        # the body's size limit, checked before LitServe reads it (.http.BodyLimit)
-        middlewares=[(BodyLimit, {"max_size": int(deployment.max_payload_mb * 2**20)})],
+        # the last one given runs first: the body's size limit, checked before anything reads it
+        # (.http.BodyLimit); then POST /predict answered without FastAPI's routing (.http.DirectPredict)
+        middlewares=[(DirectPredict, {"api": api}), (BodyLimit, {"max_size": int(deployment.max_payload_mb * 2**20)})],
     )
     install_error_handlers(server.app)
     install_openapi(server.app, api, f"lightning-tf serve: {info['task']}", __version__)

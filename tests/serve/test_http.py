@@ -8,15 +8,18 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 pytest.importorskip("litserve")
 
+from fastapi import HTTPException, Request
 from fastapi.testclient import TestClient
+from starlette.responses import JSONResponse
 
 from lightning_tf.serve.api import Serving
-from lightning_tf.serve.http import ClientErrorFilter, error_response
+from lightning_tf.serve.http import ClientErrorFilter, DirectPredict, error_response
 from lightning_tf.serve.server import Deployment, TaskOptions, make_api, make_server
 from tests.helpers.serve import save_checkpoint, tiny_vit
 
@@ -109,3 +112,68 @@ def test_a_body_over_the_limit_is_413_before_it_is_read(small: TestClient) -> No
     response = small.post("/predict", content=chunks(), headers={"Content-Type": "application/json"})
     assert "content-length" not in response.request.headers
     assert (response.status_code, response.json()) == (413, too_large)
+
+
+def test_the_direct_predict_answers_every_request_as_the_route_does(vision_ckpt: Path) -> None:
+    """``POST /predict`` with a body that is not a form is answered by :class:`DirectPredict`, without FastAPI's
+    route; a server without it answers through the route. The two answer each request alike (status, headers,
+    body): the key refused, the worker's answer (a response, or a value), its errors, a form (the route's in
+    both), another method. The worker is a stand-in: the endpoint's ``exchange``."""
+    clients, payloads, direct = {}, {}, {}
+    for name in ("direct", "route"):
+        api, info = make_api(str(vision_ckpt), Serving(api_key="k3y"), TaskOptions())
+        server = make_server(api, info, Deployment(accelerator="cpu"))
+        if name == "route":
+            server.app.user_middleware = [m for m in server.app.user_middleware if m.cls is not DirectPredict]
+        received, authorized = payloads.setdefault(name, []), direct.setdefault(name, [])
+
+        async def exchange(payload: Any, received: list = received) -> Any:
+            received.append(payload if isinstance(payload, bytes) else sorted(payload))
+            if payload == b"late":
+                raise HTTPException(504, "Request timed out")
+            if payload == b"bug":
+                raise HTTPException(500, "internal error while answering the request")
+            if payload == b"value":
+                return {"predictions": [{"label": "cat", "score": 0.5}]}
+            if not isinstance(payload, bytes):
+                return {"fields": sorted(payload)}
+            return JSONResponse({"echo": payload.decode()}, headers={"X-Batch-Size": "3"})
+
+        original = api.authorize  # the route's dependency holds this one: only the direct path calls the spy
+
+        async def spy(request: Request, original: Any = original, authorized: list = authorized) -> None:
+            authorized.append(request.headers.get("content-type"))
+            await original(request)
+
+        api.spec.exchange, api.authorize = exchange, spy
+        clients[name] = TestClient(server.app, raise_server_exceptions=False)
+    key = {"X-API-Key": "k3y"}
+    as_json = {"Content-Type": "application/json"}
+    requests = [
+        ("post", {"content": b"{}", "headers": as_json}),  # no key
+        ("post", {"content": b"{}", "headers": {**as_json, "X-API-Key": "wrong"}}),
+        ("post", {"content": b'{"image": "x"}', "headers": {**as_json, **key}}),
+        ("post", {"content": b"late", "headers": {**as_json, **key}}),
+        ("post", {"content": b"bug", "headers": {**as_json, **key}}),
+        ("post", {"content": b"value", "headers": {**as_json, **key}}),
+        ("post", {"content": b"not json at all", "headers": {"Content-Type": "text/plain", **key}}),
+        ("post", {"data": {"top_k": "3"}, "headers": key}),  # url-encoded: a form
+        ("post", {"files": {"image": ("a.png", b"png")}, "headers": key}),  # multipart: a form
+        ("get", {"headers": key}),
+    ]
+
+    def answer(client: TestClient, method: str, kwargs: dict) -> tuple:
+        response = getattr(client, method)("/predict", **kwargs)
+        headers = {k: v for k, v in response.headers.items() if k not in ("date", "server")}
+        return response.status_code, headers, response.content
+
+    answers = {name: [answer(c, m, kw) for m, kw in requests] for name, c in clients.items()}
+    assert answers["direct"] == answers["route"]
+    statuses = [status for status, _, _ in answers["direct"]]
+    assert statuses == [401, 401, 200, 504, 500, 200, 200, 200, 200, 405]
+    assert answers["direct"][2][1]["x-batch-size"] == "3" and json.loads(answers["direct"][3][2]) == {
+        "error": "Request timed out"
+    }
+    assert payloads["direct"] == payloads["route"] and len(payloads["direct"]) == 7
+    # the key and every body that is not a form went the direct way; forms and GET to the route
+    assert direct["route"] == [] and len(direct["direct"]) == 7 and "multipart" not in str(direct["direct"])
