@@ -181,6 +181,54 @@ def test_a_module_report_replaces_the_table(in_tmp: Path, capsys: pytest.Capture
     assert re.fullmatch(r"tiny report: test loss [0-9.]+\n", capsys.readouterr().out)
 
 
+@pytest.mark.parametrize("subcommand", ["validate", "predict"])
+def test_validate_and_predict_run(subcommand: str, in_tmp: Path, capsys: pytest.CaptureFixture) -> None:
+    main([subcommand, *TINY, "--trainer.logger", "false", "--trainer.enable_progress_bar", "false"])
+    if subcommand == "validate":
+        assert re.search(r"^val:\n  loss +[0-9.]+$", capsys.readouterr().out, re.M)
+    else:  # the tiny module's predictions go nowhere: nothing on the console either
+        assert capsys.readouterr().out == ""
+
+
+def test_print_config_merges_config_files_in_order(in_tmp: Path, capsys: pytest.CaptureFixture) -> None:
+    first = in_tmp / "first.yaml"
+    second = in_tmp / "second.yaml"
+    first.write_text("trainer:\n  max_epochs: 7\n  log_every_n_steps: 3\n")
+    second.write_text("trainer:\n  max_epochs: 11\n")
+    with pytest.raises(SystemExit) as done:
+        main(["fit", "--config", str(first), "--config", str(second), *TINY, "--print_config"])
+    assert done.value.code == 0
+    config = yaml.safe_load(capsys.readouterr().out)
+    assert config["trainer"]["max_epochs"] == 11  # the later file wins
+    assert config["trainer"]["log_every_n_steps"] == 3  # keys it does not set survive
+
+
+def test_short_class_names_resolve(in_tmp: Path, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):
+        main(["fit", "--model", "Seq2SeqTransformer", "--data", "TranslationDataModule", "--print_config"])
+    config = yaml.safe_load(capsys.readouterr().out)
+    assert config["model"]["class_path"] == "lightning_tf.text.Seq2SeqTransformer"
+    assert config["data"]["class_path"] == "lightning_tf.text.TranslationDataModule"
+
+
+def test_run_without_logger_writes_no_config_into_the_working_directory(in_tmp: Path) -> None:
+    main(
+        [
+            "fit",
+            *TINY,
+            "--trainer.logger",
+            "false",
+            "--trainer.max_epochs",
+            "1",
+            "--trainer.enable_checkpointing",
+            "false",
+            "--trainer.enable_progress_bar",
+            "false",
+        ]
+    )
+    assert not (in_tmp / "config.yaml").exists()
+
+
 def test_help_lists_every_command(capsys: pytest.CaptureFixture) -> None:
     main(["--help"])
     listed = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
@@ -356,56 +404,10 @@ def test_fit_writes_checkpoints_and_offline_wandb_run(fitted: Path) -> None:
 
 
 @pytest.mark.integration
-def test_test_subcommand_from_checkpoint(fitted: Path, tmp_path: Path) -> None:
-    last = next(fitted.rglob("last.ckpt"))
-    proc = cli(
-        "test",
-        *TINY,
-        "--trainer.logger",
-        "false",
-        "--trainer.default_root_dir",
-        str(tmp_path),
-        "--ckpt_path",
-        str(last),
-    )
-    assert re.search(r"^test:\n  loss +[0-9.]+$", proc.stdout, re.M)
-
-
-@pytest.mark.integration
-@pytest.mark.parametrize("subcommand", ["validate", "predict"])
-def test_validate_and_predict_run(subcommand: str, tmp_path: Path) -> None:
-    proc = cli(
-        subcommand,
-        *TINY,
-        "--trainer.logger",
-        "false",
-        "--trainer.default_root_dir",
-        str(tmp_path),
-        "--trainer.enable_progress_bar",
-        "false",
-    )
-    if subcommand == "validate":
-        assert re.search(r"^val:\n  loss +[0-9.]+$", proc.stdout, re.M)
-
-
-@pytest.mark.integration
-def test_print_config_merges_config_files_in_order(tmp_path: Path) -> None:
-    first = tmp_path / "first.yaml"
-    second = tmp_path / "second.yaml"
-    first.write_text("trainer:\n  max_epochs: 7\n  log_every_n_steps: 3\n")
-    second.write_text("trainer:\n  max_epochs: 11\n")
-    proc = cli("fit", "--config", str(first), "--config", str(second), *TINY, "--print_config")
-    config = yaml.safe_load(proc.stdout)
-    assert config["trainer"]["max_epochs"] == 11  # the later file wins
-    assert config["trainer"]["log_every_n_steps"] == 3  # keys it does not set survive
-
-
-@pytest.mark.integration
-def test_short_class_names_resolve() -> None:
-    proc = cli("fit", "--model", "Seq2SeqTransformer", "--data", "TranslationDataModule", "--print_config")
-    config = yaml.safe_load(proc.stdout)
-    assert config["model"]["class_path"] == "lightning_tf.text.Seq2SeqTransformer"
-    assert config["data"]["class_path"] == "lightning_tf.text.TranslationDataModule"
+def test_test_subcommand_from_checkpoint(fitted: Path, in_tmp: Path, capsys: pytest.CaptureFixture) -> None:
+    """The last checkpoint of the real command's run, tested (in this process)."""
+    main(["test", *TINY, "--trainer.logger", "false", "--ckpt_path", str(next(fitted.rglob("last.ckpt")))])
+    assert re.search(r"^test:\n  loss +[0-9.]+$", capsys.readouterr().out, re.M)
 
 
 @pytest.mark.integration
@@ -414,24 +416,6 @@ def test_unknown_model_class_is_a_clear_error() -> None:
     assert proc.returncode == 2
     assert "NoSuchModel" in proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-
-
-@pytest.mark.integration
-def test_run_without_logger_writes_no_config_into_the_working_directory(tmp_path: Path) -> None:
-    cli(
-        "fit",
-        *TINY,
-        "--trainer.logger",
-        "false",
-        "--trainer.max_epochs",
-        "1",
-        "--trainer.enable_checkpointing",
-        "false",
-        "--trainer.enable_progress_bar",
-        "false",
-        cwd=tmp_path,
-    )
-    assert not (tmp_path / "config.yaml").exists()
 
 
 # A user's run under the default trainer config, typed in a fresh folder, its output piped (as into a
