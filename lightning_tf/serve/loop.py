@@ -9,7 +9,9 @@ server's 0.95 ms of CPU per K-line request. :class:`PredictEndpoint` is a ``LitS
 to bring its own endpoint, registered with the API's authorisation) that queues the body as it came (bytes; a
 form as its fields) under a counter: the worker parses it
 (:meth:`TaskAPI.decode_request <lightning_tf.serve.api.TaskAPI.decode_request>`), in the batch's process rather
-than in the one process every request crosses.
+than in the one process every request crosses. Its :meth:`~PredictEndpoint.exchange` (queue a body, wait for the
+answer) is also what :class:`~lightning_tf.serve.http.DirectPredict` calls, which answers a JSON body before
+FastAPI's routing.
 
 The loop. LitServe 0.2's batched loop (up to 0.2.19, the newest release) starts the batch timeout when the worker
 starts waiting, not when the first request arrives, and polls its request queue every millisecond in the
