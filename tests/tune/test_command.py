@@ -84,6 +84,15 @@ def _training(study: optuna.Study) -> list:
     return [t for t in trials if _alive(t.user_attrs.get("pid", 0)) and t.intermediate_values]
 
 
+def _training_in(tmp: Path, name: str) -> list:
+    """``_training`` of the study in ``tmp``'s journal; none while the command has made the file but not the study."""
+    try:
+        study = load(tmp, name)
+    except KeyError:  # Optuna's "Record does not exist": the journal's first record is not written yet
+        return []
+    return _training(study)
+
+
 def _accounted(study: optuna.Study, trials: int) -> None:
     """``trials`` trials finished, nothing left running or queued, every failed trial run again with its values."""
     from lightning_tf.tune.study import retried
@@ -174,7 +183,7 @@ def test_a_killed_worker_and_a_stopped_command_leave_a_study_the_same_command_fi
         )
     journal = tmp_path / "runs/tune/cont/journal.log"
     try:
-        _wait(lambda: journal.exists() and len(_training(load(tmp_path, "cont"))) == 2, 300, "two trials training")
+        _wait(lambda: journal.exists() and len(_training_in(tmp_path, "cont")) == 2, 300, "two trials training")
         killed = _training(load(tmp_path, "cont"))[0]
         os.kill(killed.user_attrs["pid"], signal.SIGKILL)  # a worker, mid-trial
         # the command fails its trial at once (a journal has no heartbeat) and queues it again
