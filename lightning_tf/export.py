@@ -381,6 +381,8 @@ def export_onnx(
 
     import torch
 
+    from lightning_tf.core import evaluating
+
     missing = [m for m in ("onnx", "onnxscript") if importlib.util.find_spec(m) is None]
     if missing:
         raise ModuleNotFoundError(
@@ -389,9 +391,7 @@ def export_onnx(
         )
     model = load_module(source, model_class)
     path = Path(path)
-    was_training = model.training
-    model.eval()
-    try:
+    with evaluating(model):
         # input and configuration errors surface here, readably, not from inside the tracer. An example batch
         # of 2: torch.export specialises a size-1 dimension to the constant 1
         inputs, input_names, output_name, out_shape = _onnx_spec(model, batch=2)
@@ -430,8 +430,6 @@ def export_onnx(
         program.save(path, external_data=n_bytes > _ONNX_INLINE_LIMIT)
         if verify:
             _verify_onnx(model, path, input_names, atol)
-    finally:
-        model.train(was_training)
     return path
 
 

@@ -31,6 +31,8 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.cli import LightningArgumentParser
 from lightning.pytorch.utilities import rank_zero_only
 
+from lightning_tf.core import evaluating
+
 from .argument_errors import one_line_error
 from .lightning_cli import LightningTFCLI, make_cli
 
@@ -148,15 +150,13 @@ class FoldRecorder(Callback):
                 linear = alone if middle is None else alone[..., middle]  # (B, F, K)
             return point, (out if middle is not None else None), linear
 
-        was_training = pl_module.training
-        pl_module.eval()
         test, device = dm.datasets["test"], pl_module.device
-        frame = window_forecasts(forecast, test, dm.data_scale, levels, device=device)
-        if net.linear is not None and pl_module.hparams.get("residual") in ("on", "blend"):
-            # the Transformer with its whole residual, whatever validation chose: what the backbone itself forecasts
-            whole = window_forecasts(lambda b: forecast(b, gate=1.0), test, dm.data_scale, None, device=device)
-            frame.insert(frame.columns.get_loc("prediction") + 1, "residual", whole["prediction"].to_numpy())
-        pl_module.train(was_training)
+        with evaluating(pl_module):
+            frame = window_forecasts(forecast, test, dm.data_scale, levels, device=device)
+            if net.linear is not None and pl_module.hparams.get("residual") in ("on", "blend"):
+                # the Transformer with its whole residual, whatever validation chose: what the backbone forecasts
+                whole = window_forecasts(lambda b: forecast(b, gate=1.0), test, dm.data_scale, None, device=device)
+                frame.insert(frame.columns.get_loc("prediction") + 1, "residual", whole["prediction"].to_numpy())
         if getattr(dm.hparams, "label", "raw") != "raw" or getattr(dm.hparams, "target", "log_return") != "log_return":
             # the model's target is not the step's log return (a cross-sectional label, a close): keep it as
             # `target`, and judge the forecasts by the returns of the bars

@@ -27,6 +27,7 @@ from .attention import KVCache, MultiHeadAttention
 from .blocks import DecoderLayer, DropPath, EncoderLayer, LayerScale, TokenBatchNorm, make_norm
 from .feedforward import Activation, FeedForward
 from .masks import causal_mask, combine_masks, padding_mask
+from .modes import evaluating
 from .positional import (
     ALiBi,
     LearnedPositionalEncoding,
@@ -68,6 +69,7 @@ __all__ = [
     "alibi_slopes",
     "apply_rotary",
     "causal_mask",
+    "evaluating",
     "combine_masks",
     "make_norm",
     "padding_mask",

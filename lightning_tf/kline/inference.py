@@ -23,6 +23,8 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from lightning_tf.core import evaluating
+
 from .features import compute_target, feature_matrix
 from .scale import DataScale, rebuild_prices
 
@@ -453,17 +455,8 @@ def forecast_columns(
         extra["x_future"] = torch.tensor(np.stack([w.x_future for w in windows]), dtype=torch.float32, device=device)
     if windows[0].static is not None:
         extra["static"] = torch.tensor(np.stack([w.static for w in windows]), dtype=torch.long, device=device)
-    was_training = net.training
-    # a served model is in eval mode already: switching every module costs more than a small batch's forward
-    switch = was_training or any(m.training for m in net.modules())
-    if switch:
-        net.eval()
-    try:
-        with torch.no_grad():
-            out = forward(x, **extra).double().cpu()  # (n, F, K[, Q])
-    finally:
-        if switch:
-            net.train(was_training)
+    with evaluating(net), torch.no_grad():
+        out = forward(x, **extra).double().cpu()  # (n, F, K[, Q])
     mean = torch.tensor(np.stack([w.target_mean for w in windows]))[:, None, :]  # (n, 1, K)
     std = torch.tensor(np.stack([w.target_std for w in windows]))[:, None, :]  # (n, 1, K)
     point = out if quantiles is None else out[..., quantiles.index(0.5)]  # (n, F, K)

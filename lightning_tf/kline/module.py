@@ -28,7 +28,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 from torchmetrics import MeanMetric
 
-from lightning_tf.core import Activation, NormName, PositionalName, TransformerSpec
+from lightning_tf.core import Activation, NormName, PositionalName, TransformerSpec, evaluating
 from lightning_tf.training import (
     CheckedLoading,
     SchedulerName,
@@ -463,10 +463,8 @@ class KLineForecaster(CheckedLoading, LightningModule):
     def attention_maps(self, x: Tensor, layer: int = -1) -> Tensor:
         """Attention of ``layer`` averaged over heads, in eval mode: over each channel's patches ``(B, C, N, N)``,
         across the channels ``(B, 1, C, C)`` or across the bars ``(B, 1, L, L)``, by backbone."""
-        was_training = self.training
-        self.eval()
-        _, weights = self.net.forward_with_attention(x)  # n_layers x (B, G, H, T, T)
-        self.train(was_training)
+        with evaluating(self):
+            _, weights = self.net.forward_with_attention(x)  # n_layers x (B, G, H, T, T)
         return weights[layer].mean(dim=2)  # (B, G, T, T)
 
     @property

@@ -26,7 +26,16 @@ from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.text import Perplexity
 
-from lightning_tf.core import Activation, Decoder, DecoderCache, Encoder, PositionalName, TransformerSpec, padding_mask
+from lightning_tf.core import (
+    Activation,
+    Decoder,
+    DecoderCache,
+    Encoder,
+    PositionalName,
+    TransformerSpec,
+    evaluating,
+    padding_mask,
+)
 from lightning_tf.training import CheckedLoading, SchedulerName, check_agreement, configure_adamw, gather_objects, stamp
 
 from .decoding import beam_search, decode_by_length, greedy_search
@@ -358,16 +367,12 @@ class Seq2SeqTransformer(CheckedLoading, LightningModule):
         if isinstance(texts, str):
             raise TypeError("translate expects a list of sentences, got one str; wrap it in a list")
         tok = self._require_tokenizer()
-        was_training = self.training
-        self.eval()
-        try:
 
-            def decode(src: Tensor) -> list[str]:  # (b, S_b) -> b translations
-                return tok.decode(self.generate(src, beam_size, alpha, extra_len, no_repeat_ngram_size), side="tgt")
+        def decode(src: Tensor) -> list[str]:  # (b, S_b) -> b translations
+            return tok.decode(self.generate(src, beam_size, alpha, extra_len, no_repeat_ngram_size), side="tgt")
 
+        with evaluating(self):
             out = decode_by_length(self.encode_texts(texts), self.hparams.pad_id, batch_size, decode)
-        finally:
-            self.train(was_training)
         return [t if s.strip() else "" for t, s in zip(out, texts, strict=True)]  # an empty line stays empty
 
     # --------------------------------------------------------------- training

@@ -18,6 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from lightning_tf.core import evaluating
+
 from .vit import VisionTransformer
 
 __all__ = [
@@ -89,12 +91,8 @@ def last_layer_attention(
 def attention_maps(model: VisionTransformer, images: Tensor, head_fusion: HeadFusion = "mean") -> dict[str, Tensor]:
     """Logits and both maps for normalised images ``(B, C, H, W)``: ``logits (B, K)``, ``rollout``
     and ``last_layer`` ``(B, gh, gw)``. The model runs in eval mode (its mode is restored)."""
-    was_training = model.training
-    model.eval()
-    try:
+    with evaluating(model):
         logits, weights = model.forward_with_attention(images)  # (B, K), L x (B, H, S, S)
-    finally:
-        model.train(was_training)
     grid = (images.shape[-2] // model.patch_size, images.shape[-1] // model.patch_size)
     return {
         "logits": logits,

@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
+from lightning_tf.core import evaluating
 from lightning_tf.training import CheckedLoading, SchedulerName, check_agreement, configure_adamw, stamp
 
 from .inputs import ImageInput, as_image_list, prepare_images
@@ -544,12 +545,8 @@ class ViTClassifier(CheckedLoading, LightningModule):
         probabilities are the softmax over all classes, in eval mode on the module's device."""
         param = next(self.parameters())
         ks = [top_k] * x.shape[0] if isinstance(top_k, int) else list(top_k)
-        was_training = self.training
-        self.eval()
-        try:
+        with evaluating(self):
             probs = self.net(x.to(param.device, param.dtype)).float().softmax(dim=-1)  # (B, K)
-        finally:
-            self.train(was_training)
         top_p, top_i = probs.topk(min(max(ks, default=1), self.net.num_classes), dim=-1)  # (B, k) each
         return [
             [(self.class_names[i], p) for i, p in zip(i_row[:k], p_row[:k], strict=True)]
