@@ -1,12 +1,14 @@
 """The ViT behind ``POST /predict``: an image file (base64 in JSON, or a multipart upload) -> its most probable
 classes.
 
-Each request is read and prepared by the model's own :meth:`ViTClassifier.prepare
-<lightning_tf.vision.ViTClassifier.prepare>` (the evaluation pipeline of training: channels, resize, centre
-crop, normalisation); a batch is those tensors stacked, run once by :meth:`ViTClassifier.top_classes
+Each request is read and prepared by the model's own pipeline, :meth:`ViTClassifier.prepare
+<lightning_tf.vision.ViTClassifier.prepare>` (the evaluation pipeline of training) in its two halves: a request's
+image is read into the model's channels as it arrives (and resized then if it is large, to hold less); a batch
+is those images resized and centre-cropped (those of one size at once,
+:func:`~lightning_tf.vision.inputs.resize_images`), scaled and normalised at once
+(:func:`~lightning_tf.vision.inputs.normalise_images`) and run once by :meth:`ViTClassifier.top_classes
 <lightning_tf.vision.ViTClassifier.top_classes>`: the labels and probabilities :meth:`classify
-<lightning_tf.vision.ViTClassifier.classify>` gives for the same file.
-"""
+<lightning_tf.vision.ViTClassifier.classify>` gives for the same file."""
 
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ import torch
 from PIL import Image, UnidentifiedImageError
 from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
+
+from lightning_tf.vision.inputs import normalise_images, read_image, resize_images
 
 from .api import Serving, TaskAPI
 from .errors import BadRequest
@@ -115,7 +119,10 @@ class VisionAPI(TaskAPI):
                 if width * height > MAX_PIXELS:
                     raise BadRequest(f"image: {width}x{height} pixels, more than {MAX_PIXELS:,}", status=413)
                 img.load()
-                x = self.model.prepare([img])[0]  # (C, S, S)
+                net = self.model.net
+                x = read_image(img, net.in_chans)  # (C, H, W) uint8
+            if x.shape[-2] * x.shape[-1] > 4 * net.image_size**2:  # a large image is resized now, to hold less
+                x = resize_images([x], net.image_size, net.in_chans)[0]  # (C, S, S)
         except BadRequest:
             raise
         except Image.DecompressionBombError as err:  # PIL's own limit, checked as the file opens
@@ -127,7 +134,9 @@ class VisionAPI(TaskAPI):
         return x, self.top_k if top_k is None else top_k
 
     def run(self, inputs: list[tuple[Tensor, int]]) -> Sequence[list[tuple[str, float]]]:
-        x = torch.stack([image for image, _ in inputs])  # (B, C, S, S)
+        net = self.model.net
+        images = resize_images([image for image, _ in inputs], net.image_size, net.in_chans)  # B x (C, S, S)
+        x = normalise_images(images, self.model.mean, self.model.std)  # (B, C, S, S)
         return self.model.top_classes(x, [k for _, k in inputs])
 
     def encode(self, output: list[tuple[str, float]]) -> dict[str, Any]:

@@ -20,11 +20,20 @@ import torch
 from PIL import Image
 from torch import Tensor
 from torchvision import tv_tensors
+from torchvision.transforms import v2
 
 from .datasets import image_from_pil, load_image
 from .transforms import build_transform
 
-__all__ = ["ImageInput", "as_image_list", "prepare_images", "read_image", "tensor_image"]
+__all__ = [
+    "ImageInput",
+    "as_image_list",
+    "normalise_images",
+    "prepare_images",
+    "read_image",
+    "resize_images",
+    "tensor_image",
+]
 
 #: one image: a file, a PIL image, or a tensor ``(H, W)``, ``(C, H, W)`` or ``(H, W, C)``
 ImageInput = Union[str, os.PathLike, Image.Image, Tensor]
@@ -110,10 +119,51 @@ def read_image(image: ImageInput, in_chans: int) -> Tensor:
 
 
 @functools.lru_cache(maxsize=16)
-def _eval_transform(image_size: int, mean: tuple[float, ...], std: tuple[float, ...]) -> Callable[[Tensor], Tensor]:
-    """The evaluation pipeline for files, built once per size and normalisation (it holds no random state; a
-    server prepares one image per request)."""
-    return build_transform(train=False, image_size=image_size, mean=mean, std=std, source="file")
+def _eval_transform(
+    image_size: int, mean: tuple[float, ...], std: tuple[float, ...]
+) -> tuple[Callable[[Tensor], Tensor], Callable[[Tensor], Tensor]]:
+    """The evaluation pipeline for files in its two halves, built once per size and normalisation (it holds no
+    random state; a server prepares one image per request): the geometry of one image (resize, centre crop;
+    its dtype kept) and the scaling of a batch of same-dtype images (to float in [0, 1], normalise). Each
+    scaling step acts on each value alone, so a batch scaled at once equals its images scaled one by one."""
+    ops = build_transform(train=False, image_size=image_size, mean=mean, std=std, source="file").transforms
+    geometry, scaling = ops[:-2], ops[-2:]
+    assert [type(op) for op in scaling] == [v2.ToDtype, v2.Normalize], ops  # the pipeline's last two steps
+    return v2.Compose(geometry), v2.Compose(scaling)
+
+
+def resize_images(images: Sequence[ImageInput], image_size: int, in_chans: int) -> list[Tensor]:
+    """The geometric half of :func:`prepare_images`: each image read into ``in_chans`` channels, its shorter
+    side resized to ``image_size`` and centre-cropped: ``(in_chans, S, S)`` each, uint8 for files and PIL
+    images, the given dtype for tensors.
+
+    Images of one size and dtype are resized as one batch (the kernels treat each image alone: the values are
+    those of one image at a time, a tenth of the time for 32 small images); an image already ``S x S`` is
+    kept as it is, so resizing twice is resizing once."""
+    geometry, _ = _eval_transform(int(image_size), (0.0,) * in_chans, (1.0,) * in_chans)
+    read = [read_image(image, in_chans) for image in images]  # (C, H_i, W_i) each
+    groups: dict[tuple[torch.dtype, torch.Size], list[int]] = {}
+    for i, x in enumerate(read):
+        groups.setdefault((x.dtype, x.shape), []).append(i)
+    out: list[Tensor] = list(read)
+    for members in groups.values():
+        stacked = tv_tensors.Image(torch.stack([read[i] for i in members]))  # (n, C, H, W)
+        for i, x in zip(members, geometry(stacked).as_subclass(Tensor).unbind(0), strict=True):
+            out[i] = x  # (C, S, S)
+    return out
+
+
+def normalise_images(images: Sequence[Tensor], mean: Sequence[float], std: Sequence[float]) -> Tensor:
+    """The scaling half of :func:`prepare_images`: images of :func:`resize_images` stacked, in [0, 1] and
+    normalised with ``mean`` and ``std``: ``(B, C, S, S)`` float32 (images of one dtype are scaled as one
+    batch, a mixture one by one; the values are the same)."""
+    if not images:
+        raise ValueError("no images to normalise")
+    size = int(images[0].shape[-1])
+    _, scaling = _eval_transform(size, tuple(float(m) for m in mean), tuple(float(s) for s in std))
+    if len({x.dtype for x in images}) == 1:
+        return scaling(tv_tensors.Image(torch.stack(list(images)))).as_subclass(Tensor)  # (B, C, S, S)
+    return torch.stack([scaling(tv_tensors.Image(x)).as_subclass(Tensor) for x in images])  # (B, C, S, S)
 
 
 def prepare_images(
@@ -121,6 +171,4 @@ def prepare_images(
 ) -> Tensor:
     """Images of any size and kind as the model's normalised evaluation batch ``(B, in_chans, S, S)``
     float32, ``S = image_size``: resize (shorter side), centre crop, scale, normalise."""
-    transform = _eval_transform(int(image_size), tuple(float(m) for m in mean), tuple(float(s) for s in std))
-    prepared = [transform(tv_tensors.Image(read_image(image, in_chans))) for image in images]
-    return torch.stack([x.as_subclass(Tensor) for x in prepared])  # (B, C, S, S)
+    return normalise_images(resize_images(images, image_size, in_chans), mean, std)  # (B, C, S, S)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 pytest.importorskip("litserve")
 
@@ -65,6 +66,39 @@ def test_base64_and_uploads_get_what_classify_gives_for_the_file(api: VisionAPI,
     # alone (a batch of one) the same again
     alone = served(api, [{"image": b64(files[0].read_bytes())}])
     assert alone[0][0] == 200 and close(alone[0][1], predictions(offline[0]))
+
+
+def test_a_batch_runs_on_the_tensor_prepare_gives_for_its_files(
+    api: VisionAPI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read as requests arrive, a large image resized then, the rest resized per size and scaled as one batch:
+    the model gets, bit for bit, what ``prepare`` makes of the same files (three of one size, two others, one
+    over four times the model's pixels)."""
+    side = api.model.net.image_size
+    specs = [
+        (5, "RGB", (20, 24)),
+        (6, "L", (20, 24)),
+        (7, "RGB", (20, 24)),
+        (8, "L", (31, 9)),
+        (9, "RGB", (5 * side, 3 * side)),
+    ]
+    files = []
+    for seed, mode, size in specs:
+        path = tmp_path / f"{seed}.png"
+        path.write_bytes(png_bytes(seed, size, mode))
+        files.append(path)
+    seen: list[Any] = []
+    top_classes = api.model.top_classes
+
+    def spy(x: Any, k: Any) -> Any:
+        seen.append(x.clone())
+        return top_classes(x, k)
+
+    monkeypatch.setattr(api.model, "top_classes", spy)
+    results = served(api, [{"image": b64(f.read_bytes())} for f in files])
+    assert [status for status, _ in results] == [200] * len(files)
+    (x,) = seen
+    assert torch.equal(x, api.model.prepare(files))
 
 
 def test_top_k_beyond_the_classes_gives_them_all(api: VisionAPI) -> None:

@@ -10,7 +10,14 @@ import torch
 from PIL import Image
 
 from lightning_tf.vision.data import ImageDataModule
-from lightning_tf.vision.inputs import as_image_list, prepare_images, read_image, tensor_image
+from lightning_tf.vision.inputs import (
+    as_image_list,
+    normalise_images,
+    prepare_images,
+    read_image,
+    resize_images,
+    tensor_image,
+)
 from tests.helpers.vision import make_image_folder, write_image
 
 MEAN, STD = [0.4, 0.5, 0.6], [0.2, 0.25, 0.3]
@@ -33,6 +40,32 @@ def test_the_datamodule_prepares_files_identically(tmp_path: Path) -> None:
     path = write_image(tmp_path / "new.png", 3, size=(30, 11), mode="L")
     dm = ImageDataModule("image_folder", root=str(tmp_path / "data"), image_size=8, mean=MEAN, std=STD)
     assert torch.equal(prepare_images([path], 8, 3, MEAN, STD)[0], dm.load_image(path))
+
+
+def test_a_batch_is_prepared_to_the_values_of_the_whole_pipeline_image_by_image(tmp_path: Path) -> None:
+    """The pipeline is split (geometry, then scaling per batch, as the server runs it) and images of one size
+    are resized at once: each image of the batch equals the evaluation pipeline of training applied to that
+    image alone, bit for bit."""
+    from torchvision import tv_tensors
+
+    from lightning_tf.vision.transforms import build_transform
+
+    sizes, modes = [(9, 17), (12, 16), (9, 17), (9, 17), (15, 15)], ["L", "RGB", "RGB", "L", "L"]
+    files = [write_image(tmp_path / f"{i}.png", i, size=sizes[i], mode=modes[i]) for i in range(5)]  # 3 of 9x17
+    whole = build_transform(train=False, image_size=8, mean=MEAN, std=STD, source="file")
+    expected = [whole(tv_tensors.Image(read_image(f, 3))).as_subclass(torch.Tensor) for f in files]
+    resized = resize_images(files, 8, 3)
+    assert all(x.dtype == torch.uint8 and x.shape == (3, 8, 8) for x in resized)
+    batch = normalise_images(resized, MEAN, STD)  # (5, 3, 8, 8), one dtype: scaled at once
+    mixed = normalise_images([resized[0], resized[1].float() / 255, *resized[2:]], MEAN, STD)  # one by one
+    for i, want in enumerate(expected):
+        assert torch.equal(batch[i], want)
+        assert torch.equal(prepare_images([files[i]], 8, 3, MEAN, STD)[0], want)
+    torch.testing.assert_close(mixed, batch, atol=1e-6, rtol=0)
+    assert torch.equal(mixed[0], batch[0]) and torch.equal(mixed[2:], batch[2:])
+    assert all(torch.equal(x, y) for x, y in zip(resize_images(resized, 8, 3), resized, strict=True))  # idempotent
+    with pytest.raises(ValueError, match="no images"):
+        normalise_images([], MEAN, STD)
 
 
 def test_channel_conversions_follow_pil(tmp_path: Path) -> None:
