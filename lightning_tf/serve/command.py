@@ -59,7 +59,7 @@ def serve(
         port: TCP port, 1024-65535
         max_batch_size: requests run together at most; 1: no batching
         batch_timeout: seconds a batch may wait to fill after its first request arrived (default: the task's:
-            0.05 for text, 0.005 for vision, 0 for kline)
+            0.05 for text, 0 for vision and kline)
         workers_per_device: inference processes per device, each with its own model
         accelerator: where the model runs (auto: CUDA, MPS or the CPU)
         devices: GPUs to use, one set of workers on each (auto: all)
@@ -129,10 +129,11 @@ def serve(
     shown_host = f"[{host}]" if ":" in host else host
     workers = len(server.devices) * workers_per_device
     devices = [d if isinstance(d, str) else "+".join(d) for d in server.devices]  # LitServe: "cpu", or a list per GPU
+    wait = f"within {api.batch_timeout:g} s" if api.batch_timeout > 0 else "of what is queued when a worker is free"
     print(
         f"lightning-tf serve: {info['task']} ({info['class']}, {checkpoint}) on http://{shown_host}:{port}: "
         f"POST /predict, GET /health, /info, /docs; {workers} worker(s) on {', '.join(devices)}, "
-        f"batches of up to {max_batch_size} within {api.batch_timeout:g} s"
+        f"batches of up to {max_batch_size} {wait}"
         f"{'; API key required' if api_key else ''}. SIGTERM or Ctrl+C stops it after the requests in flight.",
         file=sys.stderr,
         flush=True,

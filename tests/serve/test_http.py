@@ -49,7 +49,7 @@ def test_info_needs_the_key_and_says_what_is_served(client: TestClient, vision_c
     info = client.get("/info", headers={"X-API-Key": "k3y"}).json()
     assert info["model"]["task"] == "vision" and info["model"]["checkpoint"] == str(vision_ckpt.resolve())
     assert info["model"]["class_names"] == ["cat", "dog", "bird"]
-    assert info["model"]["batching"] == {"max_batch_size": 32, "batch_timeout": 0.005}
+    assert info["model"]["batching"] == {"max_batch_size": 32, "batch_timeout": 0.0}
     assert info["model"]["max_payload_mb"] == 32.0
     assert info["server"]["devices"] == ["cpu"]
 
