@@ -123,7 +123,7 @@ def _eval_transform(
     image_size: int, mean: tuple[float, ...], std: tuple[float, ...]
 ) -> tuple[Callable[[Tensor], Tensor], Callable[[Tensor], Tensor]]:
     """The evaluation pipeline for files in its two halves, built once per size and normalisation (it holds no
-    random state; a server prepares one image per request): the geometry of one image (resize, centre crop;
+    random state; a server prepares every batch with it): the geometry of one image (resize, centre crop;
     its dtype kept) and the scaling of a batch of same-dtype images (to float in [0, 1], normalise). Each
     scaling step acts on each value alone, so a batch scaled at once equals its images scaled one by one."""
     ops = build_transform(train=False, image_size=image_size, mean=mean, std=std, source="file").transforms
