@@ -22,6 +22,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.utils.data import DataLoader
 
 from lightning_tf.kline import KLineDataModule, KLineForecaster
+from lightning_tf.kline.settings import Loading, Splits
 from lightning_tf.text import BucketBatchSampler, ResumableDataLoader, Seq2SeqTransformer, TranslationDataModule
 from lightning_tf.training import CallbackMetrics, LastCheckpoint, RNGState, get_rng_states, set_rng_states
 from lightning_tf.vision import ImageDataModule, ViTClassifier
@@ -70,7 +71,7 @@ def vision_task() -> tuple[LightningModule, LightningDataModule]:
 
 
 def kline_task() -> tuple[LightningModule, LightningDataModule]:
-    dm = KLineDataModule(str(ROOT / "data" / "msft.csv"), context_len=32, horizon=4, batch_size=32)
+    dm = KLineDataModule(str(ROOT / "data" / "msft.csv"), context_len=32, horizon=4, loading=Loading(batch_size=32))
     model = KLineForecaster(
         n_features=6,
         n_targets=1,
@@ -245,10 +246,9 @@ def panel_task(folder: Path) -> Task:
             str(bars),
             context_len=32,
             horizon=4,
-            batch_size=32,
             cache_dir=str(folder / "cache"),
-            val_start="2000-09-01",
-            test_start="2000-11-01",
+            splits=Splits(val_start="2000-09-01", test_start="2000-11-01"),
+            loading=Loading(batch_size=32),
         )
         return model, dm
 

@@ -28,6 +28,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lightning_tf.cli.argument_errors import OneLineParser, debug_mode, instantiation_error, root_cause
 from lightning_tf.cli.console import metrics_table, quiet, quiet_eval
+from lightning_tf.cli.flat_data import PARSER_MODE, nest_flat_flags
 from lightning_tf.cli.runs import (
     ResumeError,
     RunConfigCallback,
@@ -81,6 +82,11 @@ class LightningTFCLI(LightningCLI):
     """
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        # configs and flags written when the K-line DataModule took flat arguments: moved into its groups
+        if isinstance(args, (list, tuple)):
+            args = nest_flat_flags([str(a) for a in args])
+        elif args is None:
+            sys.argv[1:] = nest_flat_flags(sys.argv[1:])
         # kept for the "next" commands of a fit without a saved config
         self.given_args = [str(a) for a in args] if isinstance(args, (list, tuple)) else sys.argv[1:]
         super().parse_arguments(parser, args)
@@ -132,6 +138,7 @@ class LightningTFCLI(LightningCLI):
 
     def _prepare_subcommand_parser(self, klass: type, subcommand: str, **kwargs: Any) -> LightningArgumentParser:
         parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
+        parser.parser_mode = PARSER_MODE  # YAML, with a K-line data section's flat arguments moved into groups
         if subcommand in ("validate", "test"):
             parser.set_defaults(verbose=False)  # one compact table instead (see _print_results)
         return parser
@@ -323,7 +330,7 @@ def make_cli(
         # LightningCLI's default (True) also seeds 0, after warning "No seed found"
         "seed_everything_default": 0,
         **kwargs,
-        "parser_kwargs": {"prog": "lightning-tf", **kwargs.get("parser_kwargs", {})},
+        "parser_kwargs": {"prog": "lightning-tf", "parser_mode": PARSER_MODE, **kwargs.get("parser_kwargs", {})},
     }
     with quiet():
         return cli_class(

@@ -3,7 +3,7 @@ baselines on the same folds, and one report.
 
 Each fold (:func:`lightning_tf.kline.walkforward.folds`) is an ordinary ``fit`` and test of the given config
 through :func:`~lightning_tf.cli.lightning_cli.make_cli` with the fold's dates as data overrides
-(``train_start``, ``val_start``, ``test_start``, ``test_end``, ``embargo``). A fold writes into
+(``splits``: ``train_start``, ``val_start``, ``test_start``, ``test_end``, ``embargo``). A fold writes into
 ``<out>/fold_<k>/``: ``model.ckpt`` (the tested checkpoint), ``predictions.parquet`` (its test windows, the
 model beside the baselines) and then ``done.json``; a fold with both is finished, so the same command run again
 after a kill goes on from the first unfinished fold. ``--fold k`` runs fold ``k`` alone (one job of a SLURM
@@ -79,7 +79,8 @@ def _datamodule(config: Namespace) -> Any:
     module, _, name = str(data.class_path).rpartition(".")
     cls = getattr(import_module(module), name)
     init = data.get("init_args") or Namespace()
-    dm = cls(**init.as_dict())
+    arguments = init.as_dict()
+    dm = cls.from_arguments(arguments) if hasattr(cls, "from_arguments") else cls(**arguments)
     if not hasattr(dm, "trading_dates"):
         raise ValueError(f"walkforward needs a K-line DataModule with dates; {data.class_path} has none")
     return dm
@@ -157,7 +158,7 @@ class FoldRecorder(Callback):
                 # the Transformer with its whole residual, whatever validation chose: what the backbone forecasts
                 whole = window_forecasts(lambda b: forecast(b, gate=1.0), test, dm.data_scale, None, device=device)
                 frame.insert(frame.columns.get_loc("prediction") + 1, "residual", whole["prediction"].to_numpy())
-        if getattr(dm.hparams, "label", "raw") != "raw" or getattr(dm.hparams, "target", "log_return") != "log_return":
+        if dm.data_scale.target_names[0] != "log_return":
             # the model's target is not the step's log return (a cross-sectional label, a close): keep it as
             # `target`, and judge the forecasts by the returns of the bars
             frame.insert(frame.columns.get_loc("realised") + 1, "target", frame["realised"])
@@ -225,12 +226,20 @@ def _finished(folder: Path) -> bool:
 
 
 def _overrides(fold: Any, embargo: int, folder: Path) -> list[str]:
-    args = [f"--data.init_args.{k}={v}" for k, v in fold.data_overrides(embargo).items()]
+    args = [f"--data.init_args.splits.{k}={v}" for k, v in fold.data_overrides(embargo).items()]
     return [*args, f"--trainer.default_root_dir={folder}"]
 
 
 def _run_fold(
-    fold: Any, n_folds: int, embargo: int, out: Path, refit: str, forwarded: list[str], lightgbm: bool, started: float
+    fold: Any,
+    n_folds: int,
+    embargo: int,
+    out: Path,
+    refit: str,
+    forwarded: list[str],
+    lightgbm: bool,
+    started: float,
+    zero_shot: Path | None = None,
 ) -> None:
     folder = out / f"fold_{fold.number}"
     previous = out / f"fold_{fold.number - 1}" / "model.ckpt"
@@ -242,8 +251,10 @@ def _run_fold(
         flush=True,
     )
     warm_from = None
-    test_only = refit == "once" and fold.number > 1
-    if fold.number > 1 and refit in ("warm", "once"):
+    test_only = (refit == "once" and fold.number > 1) or zero_shot is not None
+    if zero_shot is not None:
+        first = zero_shot  # every fold tests the pretrained model as it is
+    elif fold.number > 1 and refit in ("warm", "once"):
         need = first if refit == "once" else previous
         if not need.exists():
             raise ValueError(f"--refit {refit}: fold {fold.number} needs {need}; run the earlier fold(s) first")
@@ -388,6 +399,7 @@ def walkforward(
     n_drop: int | None = None,
     cost_bps: float = 10.0,
     no_lightgbm: bool = False,
+    zero_shot: Path | None = None,
     forwarded: list[str] | None = None,
 ) -> dict[str, Path] | None:
     """Train and test a K-line config fold by fold over its dates (walk-forward), the baselines on the same
@@ -410,6 +422,9 @@ def walkforward(
         n_drop: most names replaced a date (default: top_k / 5).
         cost_bps: cost in basis points per unit of turnover.
         no_lightgbm: leave the LightGBM baseline out.
+        zero_shot: a pretrained forecaster's checkpoint, tested on every fold as it is (no training; the data config
+            must give it the windows it reads: the same context, horizon and features); a fold whose validation or
+            test dates it has seen is warned of.
     """
     forwarded = list(forwarded or [])
     from lightning_tf.training.resources import bundled_configs
@@ -422,7 +437,7 @@ def walkforward(
     plan = {
         "command": [*sys.argv[2:]] if sys.argv[1:2] == ["walkforward"] else forwarded,
         "folds": [f.row() for f in fold_list],
-        "refit": refit,
+        "refit": refit if zero_shot is None else f"none (zero-shot: {zero_shot})",
         "window": window,
         "embargo": embargo,
     }
@@ -437,7 +452,7 @@ def walkforward(
             if _finished(out / f"fold_{f.number}"):
                 print(f"walk-forward fold {f.number}/{len(fold_list)}: finished earlier, kept", flush=True)
                 continue
-            _run_fold(f, len(fold_list), embargo, out, refit, forwarded, not no_lightgbm, started)
+            _run_fold(f, len(fold_list), embargo, out, refit, forwarded, not no_lightgbm, started, zero_shot)
         if fold is not None or rank_zero_only.rank != 0:
             return None
     return _gather(out, plan, top_k, n_drop, cost_bps, _uses_wandb(config))

@@ -1,6 +1,7 @@
 """K-line (OHLCV candlestick) and multivariate time-series forecasting.
 
-* :class:`KLineDataModule` (:mod:`.data`): OHLCV bars (CSV/Parquet, one file, a folder or a long
+* :class:`KLineDataModule` (:mod:`.data`), its settings in five typed groups (:mod:`.settings`: :class:`Reading`,
+  :class:`Features`, :class:`Splits`, :class:`Covariates`, :class:`Loading`): OHLCV bars (CSV/Parquet, one file, a folder or a long
   table) to feature windows with future log returns or closes as targets; :func:`read_bars`
   (:mod:`.reader`, which needs no torch) parses the common layouts, :mod:`.features` builds the
   per-bar features.
@@ -34,6 +35,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from .evaluation.baselines import LinearBaseline, drift, mean_forecast, moving_average, persistence
     from .evaluation.metrics import ForecastMetrics
     from .evaluation.summary import summary_text
+    from .handover import DataHandover
     from .module import KLineForecaster
     from .multivariate import MultivariateDataModule
     from .networks import (
@@ -50,11 +52,20 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     )
     from .reader.io import read_bars
     from .scale import DataScale, rebuild_prices
+    from .settings import Covariates, Features, Loading, Reading, Splits
+    from .throughput import BarsPerSecond
     from .windows import WindowDataset, chronological_borders, ett_borders, next_timestamps
     from .writer import ForecastWriter
 
 _WHERE = {
     "BarBackbone": ".networks",
+    "BarsPerSecond": ".throughput",
+    "Covariates": ".settings",
+    "DataHandover": ".handover",
+    "Features": ".settings",
+    "Loading": ".settings",
+    "Reading": ".settings",
+    "Splits": ".settings",
     "DataScale": ".scale",
     "ForecastMetrics": ".evaluation.metrics",
     "ForecastNet": ".networks",

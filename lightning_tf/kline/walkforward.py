@@ -44,7 +44,7 @@ class Fold:
     test_end: pd.Timestamp
 
     def data_overrides(self, embargo: int) -> dict[str, str | int]:
-        """The fold as :class:`~lightning_tf.kline.KLineDataModule` arguments."""
+        """The fold as the fields of the :class:`~lightning_tf.kline.KLineDataModule`'s ``splits``."""
         day = lambda t: t.isoformat() if t != t.normalize() else t.strftime("%Y-%m-%d")  # noqa: E731
         return {
             "train_start": day(self.train_start),

@@ -241,13 +241,10 @@ def _layout_decoder(keys: tuple[str, ...], timestamp: int) -> msgspec.json.Decod
 
 @dataclass(frozen=True)
 class _ModelFacts:
-    """What reading plain bars needs of a model: its data scale, the bar columns it reads (:func:`model_columns`),
-    the training statistics by ticker and its training tickers in id order."""
+    """What reading plain bars needs of a model: its data scale and the bar columns it reads (:func:`model_columns`)."""
 
     scale: Any
     columns: tuple[str, ...]
-    trained: dict[str, Any]
-    tickers: list[str]
 
 
 @dataclass(frozen=True)
@@ -348,9 +345,7 @@ class KLineAPI(TaskAPI):
         scale = self.model.data_scale
         facts = self._facts
         if facts is None or facts.scale is not scale:
-            stats = zip(scale.feature_mean, scale.feature_std, scale.target_mean, scale.target_std, strict=True)
-            trained = dict(zip(scale.ticker_names, stats, strict=True))
-            facts = self._facts = _ModelFacts(scale, model_columns(scale), trained, list(scale.ticker_names))
+            facts = self._facts = _ModelFacts(scale, model_columns(scale))
             self._layout = None  # learnt again, from this model's plain bars
         return facts
 
@@ -364,15 +359,9 @@ class KLineAPI(TaskAPI):
         scale = facts.scale
         windows = windows_of_series(
             [(p.ticker or "series", p.columns, p.ticker or "the bars") for p in plain],
-            feature_names=list(scale.feature_names),
-            target=scale.target_names[0],
+            scale=scale,
             context_len=self.model.hparams.context_len,
-            volatility_window=scale.volatility_window,
-            volume_window=scale.volume_window,
-            trained=facts.trained,
-            covariates=scale.covariates,
             horizon=self.model.hparams.horizon,
-            trained_tickers=facts.tickers,
         )
         return [
             Rejected(422, one_line(_reader_message(str(w), p.ticker))) if isinstance(w, ValueError) else w
@@ -383,6 +372,7 @@ class KLineAPI(TaskAPI):
         """The last window of any bars, read by the bar reader."""
         from lightning_tf.kline.inference import last_windows
         from lightning_tf.kline.reader.columns import detect_columns
+        from lightning_tf.kline.settings import Reading
 
         frame = pd.DataFrame.from_records(request.bars)
         scale = self.model.data_scale
@@ -405,7 +395,7 @@ class KLineAPI(TaskAPI):
                 frame,
                 scale=scale,
                 context_len=self.model.hparams.context_len,
-                on_error=self.on_error,
+                reading=Reading(on_error=self.on_error),
                 name=request.ticker,
             )
         except ValueError as err:

@@ -32,7 +32,7 @@ def folder(tmp_path: Path) -> Path:
 
 
 def _built(path: Path, **kw: object) -> KLineDataModule:
-    dm = KLineDataModule(str(path), **{**SETTINGS, **kw})
+    dm = KLineDataModule.from_arguments({"path": str(path), **SETTINGS, **kw})
     dm.prepare_data()
     dm.setup("fit")
     return dm
@@ -62,7 +62,7 @@ def test_a_prepared_panel_equals_the_panel_built_in_memory_and_is_reused_without
     def no_reading(*args: object, **kwargs: object) -> None:
         raise AssertionError("a reused panel read the bars")
 
-    monkeypatch.setattr(kline_data, "read_bars", no_reading)
+    monkeypatch.setattr(kline_data, "read_with_settings", no_reading)
     caplog.clear()
     with caplog.at_level(logging.INFO):
         reused = _built(folder, cache_dir=str(tmp_path / "cache"))
@@ -133,7 +133,7 @@ def test_the_rows_are_mapped_from_the_panel_files(folder: Path, tmp_path: Path) 
 def test_prediction_prepares_nothing(folder: Path, tmp_path: Path) -> None:
     from types import SimpleNamespace
 
-    dm = KLineDataModule(str(folder), cache_dir=str(tmp_path / "cache"), **SETTINGS)
+    dm = KLineDataModule.from_arguments({"path": str(folder), "cache_dir": str(tmp_path / "cache"), **SETTINGS})
     dm.trainer = SimpleNamespace(state=SimpleNamespace(fn="predict"))  # as Lightning's predict sets it
     dm.prepare_data()
     assert not (tmp_path / "cache").exists()
