@@ -52,7 +52,8 @@ class RunConfigCallback(SaveConfigCallback):
     ``save_hyperparameters(logger=False)`` would.
 
     Args:
-        parser, config, config_filename, overwrite, multifile, save_to_log_dir: as SaveConfigCallback.
+        *args: SaveConfigCallback's (parser, config, config_filename, overwrite, multifile, save_to_log_dir),
+            positional or by keyword.
         wandb_given: what :func:`apply_wandb_run_defaults` replaced (WandbLogger index, argument,
             value as given): put back in the saved config, so the name, job type and mode are
             derived again when the file is reused (say, by ``lightning-tf test``).

@@ -529,8 +529,7 @@ class CompactModelSummary(ModelSummary):
     without parameters (the metric collections), the train/eval mode column and its totals, and the
     FLOPs column when nothing was counted (a model without ``example_input_array``).
 
-    Args:
-        max_depth: as ModelSummary: 1 lists the module's direct children, -1 every layer.
+    Its arguments are ModelSummary's: ``max_depth`` 1 lists the module's direct children, -1 every layer.
     """
 
     @staticmethod
