@@ -59,7 +59,7 @@ from .formats import (
 )
 from .parsing import check_timezone, parse_numbers, parse_timestamps, parse_timestamps_described, time_of_day
 from .pool import map_in_order, pool_workers
-from .validation import OnError, check_on_error, clean_order, validate_bars, validate_columns
+from .validation import PER_FILE, OnError, check_on_error, clean_order, validate_bars, validate_columns
 
 __all__ = [
     "BAD_FILES_CHOICES",
@@ -96,6 +96,7 @@ NO_COLUMNS = "without recognisable columns"
 INVALID = "refused by validation"
 AFTER_CUT = "with no bar before the cut"
 _NAMED = 3  # names said per reason in the summary line
+_HANDFUL = 5  # files whose warnings of one kind are said one by one; more are counted in one line
 
 
 def _split_name(path: Path) -> tuple[str, str]:
@@ -401,9 +402,17 @@ def read_bars(
     cut_bars = 0
     read = map_in_order(partial(_read_source, options=options), sources, workers)
     show = progress and len(sources) > 1  # a folder of files
-    with tqdm(
-        total=len(sources), desc=f"reading {path}" if show else "", unit="file", delay=2, disable=not show, leave=False
-    ) as bar:
+    with (
+        _PerFileWarnings(where, path),
+        tqdm(
+            total=len(sources),
+            desc=f"reading {path}" if show else "",
+            unit="file",
+            delay=2,
+            disable=not show,
+            leave=False,
+        ) as bar,
+    ):
         for (file, _), got in zip(sources, read, strict=True):
             bar.update()
             cut_bars += got.cut
@@ -436,6 +445,59 @@ def read_bars(
         "cut_bars": cut_bars,
     }
     return frame
+
+
+class _PerFileWarnings(logging.Filter):
+    """Holds back the reader's warnings about one file (records with a ``PER_FILE`` attribute) while a folder
+    is read, then says each kind file by file when a handful of files have it, else in one line that counts
+    them, names a few and sums their counts (each file's line is then said at INFO level). Records of the
+    reading workers pass: they are held when the parent handles them."""
+
+    def __init__(self, where: str, root: str | Path | pd.DataFrame) -> None:
+        super().__init__()
+        self.where, self.root, self.pid = where, root, os.getpid()
+        self.held: list[logging.LogRecord] = []
+        self.loggers = [logging.getLogger(name) for name in (__name__, __name__.rsplit(".", 1)[0] + ".validation")]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, PER_FILE, None) is None or os.getpid() != self.pid:
+            return True
+        self.held.append(record)
+        return False
+
+    def __enter__(self) -> _PerFileWarnings:
+        for logger in self.loggers:
+            logger.addFilter(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for logger in self.loggers:
+            logger.removeFilter(self)
+        kinds: dict[str, list[logging.LogRecord]] = {}
+        for record in self.held:
+            kinds.setdefault(getattr(record, PER_FILE)[0], []).append(record)
+        summaries = []
+        for record in self.held:
+            logger = logging.getLogger(record.name)
+            if len(kinds[getattr(record, PER_FILE)[0]]) > _HANDFUL:
+                record.levelno, record.levelname = logging.INFO, "INFO"
+            if logger.isEnabledFor(record.levelno):
+                logger.handle(record)
+        for kind, records in kinds.items():
+            if len(records) > _HANDFUL:
+                summaries.append(self._summary(kind, [getattr(r, PER_FILE) for r in records]))
+        for line in summaries:
+            log.warning("%s", line)
+
+    def _summary(self, kind: str, found: list[tuple[str, str, dict[str, int]]]) -> str:
+        totals: dict[str, int] = {}
+        for _, _, counts in found:
+            for what, n in counts.items():
+                totals[what] = totals.get(what, 0) + n
+        shown = ", ".join(_label(Path(file), self.root) for _, file, _ in found[:_NAMED])
+        shown += f" and {len(found) - _NAMED:,} more"
+        summed = ", ".join(f"{n:,} {what}" for what, n in totals.items())
+        return f"{self.where}: {len(found):,} files {kind}: {summed + ' in all; ' if summed else ''}{shown}"
 
 
 def _parse_cut(cut: str | None) -> np.datetime64 | None:
@@ -636,7 +698,11 @@ def _read_bars_of(source: tuple[Any, pd.DataFrame | None], options: _Options) ->
             raw = None if raw is None else raw[keep]
             df = df[keep]
     if "volume" not in found:
-        log.warning("%s: no volume column; volume is set to 0 (volume features are then constant)", file)
+        log.warning(
+            "%s: no volume column; volume is set to 0 (volume features are then constant)",
+            file,
+            extra={PER_FILE: ("have no volume column (volume is set to 0)", str(file), {})},
+        )
     log.info("%s: %s; %s", file, _describe(attrs), how)
     if "volume" not in found:
         canonical["volume"] = np.zeros(len(df))

@@ -294,3 +294,31 @@ def test_every_bar_file_of_a_folder_counts_once(tmp_path: Path) -> None:
     frame = read_bars(tmp_path, cut=CUT)
     assert len(frame) + frame.attrs["read"]["cut_bars"] == total
     assert frame.attrs["read"]["files"] == 8
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_warnings_about_many_files_are_counted_in_one_line(
+    tmp_path: Path, workers: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A handful of files with a repaired row are said one by one, as for a single file; a kind of warning that
+    more files have (gaps in a corpus of thousands of tickers) is one line counting them, each file at INFO."""
+    for k in range(7):
+        bars = make_bars(60, seed=k)
+        bars.drop(index=range(20 + k, 30 + k)).to_csv(tmp_path / f"gap{k}.csv", index=False)  # a 2-week gap
+    for k in range(2):
+        _with_bad_row(tmp_path / f"bad{k}.csv", 10 + k, "Low", -1.0, seed=10 + k)
+    with caplog.at_level(logging.INFO, logger="lightning_tf"):
+        frame = read_bars(tmp_path, on_error="drop", max_gap="7D", read_workers=workers)
+    assert len(frame) == 7 * 50 + 2 * 59
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [
+        f"{tmp_path / 'bad0.csv'}: 1 non-positive prices; dropped the rows (on_error='drop'); 59 rows remain",
+        f"{tmp_path / 'bad1.csv'}: 1 non-positive prices; dropped the rows (on_error='drop'); 59 rows remain",
+        f"{tmp_path}: 7 files have gaps longer than max_gap=7 days 00:00:00 (no window spans them): 7 gaps in all; "
+        "gap0.csv, gap1.csv, gap2.csv and 4 more",
+    ]
+    gaps = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO and "gaps longer" in r.getMessage()]
+    assert gaps == [
+        f"{tmp_path / f'gap{k}.csv'}: 1 gaps longer than max_gap=7 days 00:00:00; no window will span them"
+        for k in range(7)
+    ]
