@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -58,6 +59,8 @@ ROWS = ("x", "y", "raw_target", "anchor", "ticker", "time")
 STATISTICS = ("feature_mean", "feature_std", "target_mean", "target_std")
 FUTURE_STATISTICS = ("future_mean", "future_std")  # (n_tickers, Cf) of the known-future values
 SPLITS = ("train", "val", "test")
+_HANDFUL = 5  # tickers whose warnings are said one by one; more are counted in one line
+_LEFT_OUT = "have fewer than 2 usable training rows and are left out of the panel"
 
 
 def ticker_spans(tickers: np.ndarray) -> list[tuple[str, int, int]]:
@@ -214,7 +217,8 @@ def _date_range(ts: np.ndarray, s: PanelSettings) -> tuple[int, int]:
 def build_panel(frame: pd.DataFrame, s: PanelSettings) -> Panel:
     """The panel of the canonical bars ``frame`` (sorted by ticker, then time). Every ticker is split
     chronologically and scaled with the statistics of its own training rows only; a ticker of a panel
-    without two training rows is left out with a warning (a single one is refused)."""
+    without two training rows is left out with a warning (a single one is refused). Past a handful of
+    tickers, those left out, and those without windows of a split, are counted in one line each."""
     L, F = s.context_len, s.horizon
     past, future_cols = s.covariates.past, s.covariates.future
     n_rows, C, Cf = len(frame), len(s.features.chosen) + len(past), len(s.future_names)
@@ -239,6 +243,7 @@ def build_panel(frame: pd.DataFrame, s: PanelSettings) -> Panel:
     ends: dict[str, list[np.ndarray]] = {split: [] for split in SPLITS}
     stats: list[tuple[np.ndarray, ...]] = []  # per ticker: feature mean, std, target mean, std
     borders: dict[str, dict[str, Any]] = {}
+    said: list[tuple[str, str, str]] = []  # per-ticker warnings (what, ticker, warning): one by one, or counted
     offset = 0
     for name, start, stop in spans:
         bars = {c: v[start:stop] for c, v in columns.items()}  # views
@@ -258,7 +263,7 @@ def build_panel(frame: pd.DataFrame, s: PanelSettings) -> Panel:
             if len(spans) == 1:
                 raise ValueError(f"{problem}; need more bars or a later val_start")
             # In a panel, a ticker listed after val_start has no training statistics to scale it by.
-            log.warning("%s; it is left out of the panel", problem)
+            said.append((_LEFT_OUT, name, f"{problem}; it is left out of the panel"))
             continue
         k = len(names)
         names.append(name)
@@ -282,7 +287,9 @@ def build_panel(frame: pd.DataFrame, s: PanelSettings) -> Panel:
             e = e[segment[e - L + 1] == segment[np.minimum(e + F, n - 1)]]  # no window across a long gap
             ends[split].append(e + offset)
             if len(e) == 0:
-                log.warning("%s: ticker %r has no %s windows (%d bars)", s.path, name, split, n)
+                said.append(
+                    (f"have no {split} windows", name, f"{s.path}: ticker {name!r} has no {split} windows ({n} bars)")
+                )
         rows = slice(offset, offset + n)
         x[rows] = np.where(np.isfinite(feats), (feats - f_mean) / f_std, 0.0)  # warm-up rows are never read
         y[rows, 0] = np.where(np.isfinite(target), (target - t_mean[0]) / t_std[0], 0.0)
@@ -292,6 +299,7 @@ def build_panel(frame: pd.DataFrame, s: PanelSettings) -> Panel:
         times[rows] = stamps[start:stop]
         fut[rows] = np.where(np.isfinite(future), (future - u_mean) / u_std, 0.0)
         offset += n
+    _warn_each_or_count(s.path, said)
     if not names:
         raise ValueError(f"{s.path}: no ticker has training rows before the validation border")
     arrays = (x, y, raw, anchor, ids, times)
@@ -306,6 +314,19 @@ def build_panel(frame: pd.DataFrame, s: PanelSettings) -> Panel:
         ends={split: torch.from_numpy(np.concatenate(parts)) for split, parts in ends.items()},
         statistics={key: torch.tensor(np.stack(v)) for key, v in zip(keys, zip(*stats, strict=True), strict=True)},
     )
+
+
+def _warn_each_or_count(path: str, said: list[tuple[str, str, str]]) -> None:
+    """The tickers' warnings ``(what, ticker, warning)`` in order, each kind (``what``) one by one when a handful
+    of tickers have it; more (a corpus of thousands of tickers) are counted in one line naming a few."""
+    counts = Counter(what for what, _, _ in said)
+    for what, _, warning in said:
+        if counts[what] <= _HANDFUL:
+            log.warning("%s", warning)
+    for what, n in counts.items():
+        if n > _HANDFUL:
+            names = ", ".join([repr(name) for kind, name, _ in said if kind == what][:_HANDFUL])
+            log.warning("%s: %d tickers %s: %s and %d more", path, n, what, names, n - _HANDFUL)
 
 
 def _labels(frame: pd.DataFrame, spans: list[tuple[str, int, int]], s: PanelSettings) -> np.ndarray:

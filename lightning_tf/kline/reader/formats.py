@@ -39,6 +39,7 @@ import pyarrow as pa
 
 __all__ = [
     "COMPRESSED_SUFFIXES",
+    "EmptyTableError",
     "NumberEvidence",
     "TextTable",
     "check_number_options",
@@ -55,6 +56,12 @@ __all__ = [
 ]
 
 COMPRESSED_SUFFIXES = (".gz", ".zip", ".bz2", ".xz")
+
+
+class EmptyTableError(ValueError):
+    """A file or table without a single row (zero bytes, blank lines, or a header alone)."""
+
+
 SEPARATORS = ("\t", ";", ",")
 DECIMALS = (".", ",")
 THOUSANDS = ("", ",", ".", " ", "'")
@@ -205,7 +212,7 @@ def find_table(lines: list[str], source: str) -> TextTable:
     """Locate the table in ``lines``: separator, title lines, header (or none), footer lines."""
     head = _nonblank(lines, range(len(lines)), 50)
     if not head:
-        raise ValueError(f"{source}: the file is empty (no rows)")
+        raise EmptyTableError(f"{source}: the file is empty (no rows)")
     for sep in SEPARATORS:
         counts = [len(split_fields(lines[i], sep)) for i in head]
         widths = Counter(c for c in counts if c > 1)
