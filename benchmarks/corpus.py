@@ -123,43 +123,24 @@ def phase_read(path: str, cut: str | None, workers: int) -> dict[str, Any]:
 def phase_prepare(path: str, cut: str, workers: int, cache: str) -> dict[str, Any]:
     """What ``KLineDataModule._prepared`` does with these settings, into ``cache`` (empty)."""
     from lightning_tf.kline.panel import PanelSettings, panel_spec, prepare_panel
-    from lightning_tf.kline.reader import read_bars
+    from lightning_tf.kline.settings import Covariates, Features, Reading, Splits, read_with_settings
 
     settings = PanelSettings(
         path=path,
-        features=FEATURES,
-        target="log_return",
         context_len=CONTEXT_LEN,
         horizon=HORIZON,
-        train_fraction=0.7,
-        val_fraction=0.1,
-        val_start=val_start(cut),
-        test_start=cut,
+        features=Features(names=list(FEATURES)),
+        splits=Splits(val_start=val_start(cut), test_start=cut),
         max_gap=MAX_GAP,
-        volatility_window=20,
-        volume_window=20,
     )
-    reader = {
-        "columns": None,
-        "ticker_column": None,
-        "on_error": "drop",
-        "decimal": None,
-        "thousands": None,
-        "timezone": None,
-        "covariate_missing": "error",
-        "ffill_limit": None,
-        "cut": cut,
-        "bad_files": "skip",
-    }
+    reading = Reading(on_error="drop", max_gap=MAX_GAP, read_workers=workers, cut=cut, bad_files="skip")
     start = time.perf_counter()
-    spec = panel_spec(settings, Path(path), reader)
+    spec = panel_spec(settings, Path(path), reading)
     spec.key()  # the files' fingerprint: every file's size and CRC-32
     fingerprint_s = time.perf_counter() - start
 
     def read() -> pd.DataFrame:
-        return read_bars(
-            path, on_error="drop", max_gap=MAX_GAP, read_workers=workers, progress=False, cut=cut, bad_files="skip"
-        )
+        return read_with_settings(path, reading, Covariates(), source=path)
 
     folder = prepare_panel(spec, cache, read)
     seconds = time.perf_counter() - start

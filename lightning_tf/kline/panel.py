@@ -382,6 +382,10 @@ def panel_spec(settings: PanelSettings, path: Path, reading: Reading) -> PanelSp
     keys = ("columns", "ticker_column", "on_error", "decimal", "thousands", "timezone")
     reader = {k: getattr(reading, k) for k in keys}
     reader.update(covariate_missing=settings.covariates.missing, ffill_limit=settings.covariates.ffill_limit)
+    # settings added later enter the key only when set, so a panel prepared before them keeps its key
+    reader.update(
+        {k: v for k, v, unset in (("cut", reading.cut, None), ("bad_files", reading.bad_files, "error")) if v != unset}
+    )
     return PanelSpec(settings, tuple(sorted(reader.items())), tuple(list_bar_files(path)))
 
 

@@ -119,11 +119,7 @@ class Reading:
 
     def options(self) -> dict[str, Any]:
         """The keyword arguments of :func:`~lightning_tf.kline.reader.io.read_bars` these settings give."""
-        options = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        for name, unset in (("cut", None), ("bad_files", "error")):
-            if options[name] == unset:
-                del options[name]
-        return options
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from lightning_tf.kline import KLineDataModule
 from lightning_tf.kline import data as kline_data
 from lightning_tf.kline.panel import PanelSettings, build_panel
 from lightning_tf.kline.reader import read_bars
+from lightning_tf.kline.settings import Features, Splits
 from tests.helpers.kline import make_bars
 
 SETTINGS = dict(context_len=8, horizon=2, val_start="2000-05-01", test_start="2000-06-01", batch_size=16)
@@ -199,17 +200,10 @@ def test_the_command_prepares_once_reuses_and_predicts_without_the_panel(folder:
 def _settings(path: Path) -> PanelSettings:
     return PanelSettings(
         path=str(path),
-        features=("log_return", "high_rel", "log_volume_change"),
-        target="log_return",
         context_len=8,
         horizon=2,
-        train_fraction=0.7,
-        val_fraction=0.15,
-        val_start=SETTINGS["val_start"],
-        test_start=SETTINGS["test_start"],
-        max_gap=None,
-        volatility_window=5,
-        volume_window=5,
+        features=Features(names=["log_return", "high_rel", "log_volume_change"], volatility_window=5, volume_window=5),
+        splits=Splits(0.7, 0.15, SETTINGS["val_start"], SETTINGS["test_start"]),
     )
 
 
