@@ -114,10 +114,11 @@ def nest_flat_flags(args: list[str]) -> list[str]:
     if not kline:
         return list(args)
     out, moved = [], []
-    prefix = "--data.init_args."
     for i, arg in enumerate(args):
         name, eq, value = arg.partition("=")
-        field = name[len(prefix) :] if name.startswith(prefix) else ""
+        # --data.init_args.<name>, or jsonargparse's shorthand --data.<name>
+        prefix = next((p for p in ("--data.init_args.", "--data.") if name.startswith(p)), "")
+        field = name[len(prefix) :] if prefix else ""
         if field in FLAT_NAMES and "." not in field:
             following = value if eq else (args[i + 1] if i + 1 < len(args) else "")
             if is_flat(field, _value(following)):

@@ -96,7 +96,7 @@ TASK_ARGS: dict[str, list[str]] = {
     "kline": [
         "--config",
         "configs/kline/msft_daily.yaml",
-        "--data.batch_size",
+        "--data.loading.batch_size",
         "32",
         "--model.d_model",
         "16",

@@ -229,9 +229,10 @@ def test_old_flat_flags_reach_their_group(in_tmp: Path, capsys: pytest.CaptureFi
     is the group's field; the same flag for another data class is left alone."""
     (in_tmp / "more.yaml").write_text("data:\n  init_args:\n    val_fraction: 0.15\n")
     config = ["--config", str(ROOT / "configs/kline/msft_daily.yaml"), "--config", str(in_tmp / "more.yaml")]
-    flags = ["--data.init_args.batch_size", "16", "--data.init_args.features=[log_return]"]
+    flags = ["--data.init_args.batch_size", "16", "--data.init_args.features=[log_return]", "--data.seed", "3"]
     data = _data_section(capsys, [*config, *flags])["init_args"]
     assert data["loading"]["batch_size"] == 16 and data["features"]["names"] == ["log_return"]
+    assert data["loading"]["seed"] == 3  # jsonargparse's shorthand without init_args
     assert data["splits"]["val_fraction"] == 0.15
     other = ["--data", "TranslationDataModule", "--data.init_args.batch_size", "16"]
     assert nest_flat_flags(other) == other
