@@ -158,6 +158,10 @@ class FoldRecorder(Callback):
                 # the Transformer with its whole residual, whatever validation chose: what the backbone forecasts
                 whole = window_forecasts(lambda b: forecast(b, gate=1.0), test, dm.data_scale, None, device=device)
                 frame.insert(frame.columns.get_loc("prediction") + 1, "residual", whole["prediction"].to_numpy())
+                # the Transformer's own part: what it adds to the linear path
+                frame.insert(
+                    frame.columns.get_loc("residual") + 1, "residual_alone", frame["residual"] - frame["linear"]
+                )
         if dm.data_scale.target_names[0] != "log_return":
             # the model's target is not the step's log return (a cross-sectional label, a close): keep it as
             # `target`, and judge the forecasts by the returns of the bars

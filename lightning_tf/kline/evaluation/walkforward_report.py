@@ -24,6 +24,7 @@ __all__ = ["FORECASTERS", "WalkForwardResult", "default_top_k", "evaluate_foreca
 FORECASTERS: dict[str, str] = {
     "prediction": "model",
     "residual": "model, residual always kept",
+    "residual_alone": "the Transformer residual alone",
     "linear": "linear path",
     "lightgbm": "LightGBM",
     "momentum": "momentum (20 bars)",
