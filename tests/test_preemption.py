@@ -20,10 +20,12 @@ text sent SIGTERM on rank 0).
 
 from __future__ import annotations
 
+import os
 import random
 import re
 import shlex
 import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -37,6 +39,7 @@ from tests.helpers.preemption import (
     fit_args,
     free_port,
     log_of,
+    pause_at,
     same_training,
     signal_at,
     start,
@@ -254,6 +257,71 @@ def test_ddp_sigterm_to_rank_zero_alone_stops_both_ranks_after_the_same_step(
     assert torch.load(last(tmp_path), map_location="cpu", weights_only=True)["global_step"] == step
     run(fit_args(task, tmp_path, devices=2, extra=("--ckpt_path", str(last(tmp_path)))), log="resumed.log")
     assert same_training(ddp_reference(task), last(tmp_path)) == []
+
+
+#: the documented bound on the survivors' stop (rank_watch: interval + SETTLE), with room for a loaded CI machine
+SURVIVORS_STOP_WITHIN = 30.0
+
+
+def gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a zombie waiting for a parent that is gone counts as ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def lost_rank_line(log: Path, rank: int, seen_by: int, ckpt: str) -> list[str]:
+    """Check the one line a dead rank leaves in ``log`` (naming ``rank``, seen by ``seen_by``, resuming from
+    ``ckpt``) and that nothing else of it was printed; return its resume command."""
+    text = log.read_text()
+    assert "Traceback" not in text and "GLHF" not in text, text[-3000:]
+    lines = [line for line in text.splitlines() if " died (" in line]
+    assert len(lines) == 1, text[-3000:]
+    m = re.fullmatch(
+        rf"lightning-tf: rank {rank} of 2 died \((.+); seen by rank {seen_by}\); every rank stopped at global step "
+        rf"\d+ \(exit status 1\); resume from (\S+) \(global step \d+\): (lightning-tf fit .*)",
+        lines[0],
+    )
+    assert m, lines[0]
+    assert m[1] == ("killed by SIGKILL" if seen_by == 0 else "its process ended")
+    assert Path(m[2]).name == ckpt, lines[0]
+    command = shlex.split(m[3])
+    assert command[-2:] == ["--ckpt_path", m[2]]
+    return command
+
+
+def test_a_rank_that_dies_stops_the_others_with_one_line_whose_command_resumes_bitwise(
+    ddp_reference: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """2 processes (gloo), each killed with SIGKILL while the other waits for it in a collective: rank 1 after
+    step 7 (inside epoch 1); then, in the run resumed with the printed command, rank 0 (the process the
+    command started, the one that writes checkpoints) after step 10. Each time the survivor stops within the
+    bound and prints one line, naming the dead rank and the command that resumes from the newest
+    checkpoint (step=6.ckpt, then step=9.ckpt), and no traceback; the second printed command ends bitwise
+    where an uninterrupted 2-process run ends."""
+    proc = start(fit_args("kline", tmp_path, devices=2, extra=pause_at("7:1,10:0")))
+    wait_for(tmp_path / "paused-7", proc)
+    killed = time.monotonic()
+    os.kill(int((tmp_path / "paused-7").read_text()), signal.SIGKILL)  # rank 1
+    assert finish(proc) == 1
+    assert time.monotonic() - killed < SURVIVORS_STOP_WITHIN
+    command = lost_rank_line(tmp_path / "run.log", rank=1, seen_by=0, ckpt="step=6.ckpt")
+
+    proc = start(command[1:], log=tmp_path / "resumed.log")
+    wait_for(tmp_path / "paused-10", proc)
+    assert int((tmp_path / "paused-10").read_text()) == proc.pid
+    rank1 = int((tmp_path / "rank1.pid").read_text())
+    killed = time.monotonic()
+    os.kill(proc.pid, signal.SIGKILL)  # rank 0
+    while not gone(rank1):
+        assert time.monotonic() - killed < SURVIVORS_STOP_WITHIN, "rank 1 still runs"
+        time.sleep(0.05)
+    assert finish(proc) == -signal.SIGKILL
+    command = lost_rank_line(tmp_path / "resumed.log", rank=0, seen_by=1, ckpt="step=9.ckpt")
+
+    run(command[1:], log="resumed_again.log")
+    assert same_training(ddp_reference("kline"), last(tmp_path)) == []
 
 
 def two_nodes(task: str, root: Path, extra: tuple[str, ...] = ()) -> list:
