@@ -268,6 +268,22 @@ def test_a_failed_collective_hands_over_and_the_verdict_follows_the_next_look(
     main.join(5)
 
 
+@pytest.mark.parametrize("error", [RuntimeError(GLOO), ValueError("a bad batch")])
+def test_an_error_that_comes_while_the_watch_ends_the_process_prints_nothing_more(
+    error: BaseException, watch: RankWatch, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The verdict came first: Lightning would go on to its teardown and Python to the traceback."""
+    watching(watch, [], None, monkeypatch)
+    watch._state = "ended"
+    main = threading.Thread(target=watch.on_exception, args=(None, None, error), daemon=True)
+    main.start()
+    time.sleep(0.3)
+    assert main.is_alive()
+    watch._state = "off"
+    main.join(5)
+    assert not main.is_alive()
+
+
 def test_a_failed_collective_no_watch_explains_ends_the_rank_after_handover(
     watch: RankWatch, monkeypatch: pytest.MonkeyPatch, no_exit: list[Lost], capsys: pytest.CaptureFixture[str]
 ) -> None:

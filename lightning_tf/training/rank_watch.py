@@ -193,19 +193,19 @@ class RankWatch(Callback):
         self._stand_down()
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
-        if self._state != "running":
-            return
-        stop = isinstance(exception, (SIGTERMException, KeyboardInterrupt))
-        if stop or not lost_connection(exception):
-            self._stand_down()  # this rank's own error or stop: it is reported as usual
-            return
-        with self._lock:
-            self._state, self._exception = "handed over", exception
-        self._stop.wait(self.handover)
-        if self._state == "handed over":  # no watched process died: a peer this rank cannot see
-            text = str(exception).strip()
-            how = f"{type(exception).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
-            self._end(Lost(None, trainer.world_size, how, trainer.global_rank, "collective"))
+        if self._state == "running":
+            stop = isinstance(exception, (SIGTERMException, KeyboardInterrupt))
+            if stop or not lost_connection(exception):
+                self._stand_down()  # this rank's own error or stop: it is reported as usual
+                return
+            with self._lock:
+                if self._state == "running":
+                    self._state, self._exception = "handed over", exception
+            self._stop.wait(self.handover)
+            if self._state == "handed over":  # no watched process died: a peer this rank cannot see
+                text = str(exception).strip()
+                how = f"{type(exception).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
+                self._end(Lost(None, trainer.world_size, how, trainer.global_rank, "collective"))
         while self._state == "ended":  # the watch is ending the process: nothing more may be printed from here
             time.sleep(0.1)
 
