@@ -1,6 +1,7 @@
 """Real ``lightning-tf fit`` runs that the tests stop with real signals: the commands, starting and
 stopping them (a whole process group: DDP ranks included), waiting for a checkpoint file to appear, and the
-comparison of two runs' final checkpoints bit for bit. Also a checkpoint writer made slow on purpose."""
+comparison of two runs' final checkpoints bit for bit. Also a checkpoint writer made slow on purpose, and a
+callback that holds one rank still at a chosen step (to kill it, or the rank waiting for it, at a known point)."""
 
 from __future__ import annotations
 
