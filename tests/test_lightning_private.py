@@ -3,11 +3,15 @@ still mean what it assumes: this fails as soon as a Lightning release moves or c
 
 In process, a tiny model on a few batches: which training batches a validation follows, with the
 epoch's end, ``val_check_interval`` as a number of batches and ``check_val_every_n_epoch``; the cluster
-environment; Lightning's SLURM checkpoint name; the signal flag; ModelCheckpoint's triggers and its save.
+environment; Lightning's SLURM checkpoint name; the signal flag; ModelCheckpoint's triggers and its save;
+the ranks the subprocess launcher started, and stopping its watcher of them.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -15,6 +19,7 @@ from typing import Any
 import pytest
 import torch
 from lightning.fabric.plugins.environments import LightningEnvironment, SLURMEnvironment
+from lightning.fabric.strategies.launchers.subprocess_script import _ChildProcessObserver
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.trainer.connectors.checkpoint_connector import _CheckpointConnector
@@ -165,3 +170,42 @@ def test_model_checkpoint_triggers_and_save_now(tmp_path: Path) -> None:
     )
     trainer.fit(Tiny())
     assert (tmp_path / "last.ckpt").is_file() and Path(last.best_model_path) == tmp_path / "last.ckpt"
+
+
+def test_launched_processes_are_the_launchers_child_ranks(tmp_path: Path) -> None:
+    single = Trainer(accelerator="cpu", devices=1, logger=False, default_root_dir=tmp_path)
+    assert private.launched_processes(single) is None  # no subprocess launcher
+    trainer = Trainer(accelerator="cpu", devices=2, strategy="ddp", logger=False, default_root_dir=tmp_path)
+    assert private.launched_processes(trainer) == []  # before the launch, as in a rank the launcher started
+    rank = subprocess.Popen([sys.executable, "-c", "pass"])
+    trainer.strategy.launcher.procs.append(rank)  # what the launch does for each local rank from 1 on
+    assert private.launched_processes(trainer) == [rank]
+    rank.wait()
+
+
+def test_stop_child_observer_keeps_lightning_from_killing_the_node_when_a_rank_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Lightning's watcher of the launched ranks, started as the launch starts it, would kill every process of
+    the node (this one included) once a rank ends with a non-zero status; stopped, it ends without doing so,
+    and the launcher's own list of the ranks is left as it was."""
+    killed: list[bool] = []
+    monkeypatch.setattr(_ChildProcessObserver, "_terminate_all", lambda self: killed.append(True))
+    rank = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.readline(); raise SystemExit(3)"], stdin=subprocess.PIPE
+    )
+    procs = [rank]
+    observer = _ChildProcessObserver(main_pid=os.getpid(), child_processes=procs, sleep_period=0.05)  # type: ignore[arg-type]
+    observer.start()
+    assert observer.name == private.CHILD_OBSERVER
+    assert private.stop_child_observer()
+    rank.communicate(b"go\n")
+    observer.join(5)
+    assert not observer.is_alive() and killed == [] and procs == [rank]
+    # the same watcher not stopped: what the stop prevents
+    rank = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    rank.wait()
+    observer = _ChildProcessObserver(main_pid=os.getpid(), child_processes=[rank], sleep_period=0.05)  # type: ignore[arg-type]
+    observer.start()
+    observer.join(5)
+    assert killed == [True]

@@ -11,6 +11,7 @@ import inspect
 import logging
 import os
 import sys
+from functools import partial
 from typing import Any, Literal, Optional
 
 import torch
@@ -34,6 +35,7 @@ from lightning_tf.cli.runs import (
     RunConfigCallback,
     apply_wandb_run_defaults,
     fit_summary,
+    lost_rank_line,
     quiet_wandb,
     resume_failure,
     scalars,
@@ -46,7 +48,14 @@ from lightning_tf.cli.runs import (
 # name (`--model KLineForecaster`) and `fit --help` lists them (the task packages load their names lazily).
 from lightning_tf.kline import KLineDataModule, KLineForecaster, MultivariateDataModule  # noqa: F401
 from lightning_tf.text import Seq2SeqTransformer, TranslationDataModule  # noqa: F401
-from lightning_tf.training import CheckpointError, CompactModelSummary, check_agreement, check_checkpoint, run_dir
+from lightning_tf.training import (
+    CheckpointError,
+    CompactModelSummary,
+    RankWatch,
+    check_agreement,
+    check_checkpoint,
+    run_dir,
+)
 from lightning_tf.vision import ImageDataModule, ViTClassifier  # noqa: F401
 
 __all__ = ["DATA_LINKS", "LightningTFCLI", "make_cli", "run"]
@@ -157,12 +166,19 @@ class LightningTFCLI(LightningCLI):
             raise one_line from root_cause(err)
         for name, ours in given.items():
             check_agreement(name, ours, getattr(self.datamodule, name, None))
+        for callback in self.trainer.callbacks:
+            if isinstance(callback, RankWatch):  # a rank that dies: one line with the command that resumes
+                callback.report = partial(lost_rank_line, self.trainer, given_args=getattr(self, "given_args", []))
+                callback.details = debug_mode()
         quiet_wandb(self.trainer)
         _compact_model_summary(self.trainer, config)
 
     def before_instantiate_classes(self) -> None:
         # the wandb run is created with its name, group, tags and job type: they must be set before the logger is built
         config = self.config[self.subcommand] if self.subcommand else self.config
+        # NCCL: a collective that fails or outlives the process group's timeout ends the process instead of
+        # hanging (torch's default where unset; set here before the launcher copies the environment to the ranks)
+        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3")
         if config.get("float32_matmul_precision"):
             torch.set_float32_matmul_precision(config.float32_matmul_precision)
         _check_ckpt_last(config)
