@@ -105,12 +105,17 @@ class FoldRecorder(Callback):
         folder: the fold's folder.
         warm_from: a checkpoint whose weights start training (the linear path is fit again), or None.
         lightgbm: also fit LightGBM on the fold's windows.
+        keep_model: copy the tested checkpoint into the fold's folder (a fold that trains); a fold that only tests
+            another fold's or a pretrained checkpoint keeps none of its own.
     """
 
-    def __init__(self, folder: Path, warm_from: Path | None = None, lightgbm: bool = True) -> None:
+    def __init__(
+        self, folder: Path, warm_from: Path | None = None, lightgbm: bool = True, keep_model: bool = True
+    ) -> None:
         self.folder = folder
         self.warm_from = warm_from
         self.lightgbm = lightgbm
+        self.keep_model = keep_model
         self.notes: list[str] = []
         self.test_summary: dict[str, Any] = {}
         self.residual_kept = False
@@ -178,7 +183,12 @@ class FoldRecorder(Callback):
         self.folder.mkdir(parents=True, exist_ok=True)
         frame.to_parquet(self.folder / PREDICTIONS, index=False)
         best = getattr(trainer.checkpoint_callback, "best_model_path", "") if trainer.checkpoint_callback else ""
-        if best and Path(best).exists() and Path(best).resolve() != (self.folder / "model.ckpt").resolve():
+        if (
+            self.keep_model
+            and best
+            and Path(best).exists()
+            and Path(best).resolve() != (self.folder / "model.ckpt").resolve()
+        ):
             shutil.copyfile(best, self.folder / "model.ckpt")
         self.test_summary = dict(getattr(pl_module, "test_summary", {}) or {})
         self.residual_kept = bool(getattr(pl_module, "residual_kept", False))
@@ -267,7 +277,7 @@ def _run_fold(
     if folder.exists() and zero:  # what a killed run of this fold left: it runs again from the start
         shutil.rmtree(folder)
     t0 = time.perf_counter()
-    recorder = FoldRecorder(folder, warm_from=warm_from, lightgbm=lightgbm)
+    recorder = FoldRecorder(folder, warm_from=warm_from, lightgbm=lightgbm, keep_model=not test_only)
     kwargs = {
         "parser_kwargs": {"exit_on_error": False, "fit": {"exit_on_error": False}, "test": {"exit_on_error": False}}
     }

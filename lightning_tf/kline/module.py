@@ -524,17 +524,29 @@ class KLineForecaster(CheckedLoading, LightningModule):
             and ``scaled_by``: a series this model was trained on is scaled with its training statistics;
             any other series by its own history, never as a trained ticker.
         """
-        return self.forecast_windows(
-            last_windows(
-                bars,
-                scale=self.data_scale,
-                context_len=self.hparams.context_len,
-                reading=reading,
-                name=name,
-                horizon=self.hparams.horizon,
-                future=future,
-            )
+        windows = last_windows(
+            bars,
+            scale=self.data_scale,
+            context_len=self.hparams.context_len,
+            reading=reading,
+            name=name,
+            horizon=self.hparams.horizon,
+            future=future,
         )
+        self._warn_forecast_look_ahead(windows)
+        return self.forecast_windows(windows)
+
+    def _warn_forecast_look_ahead(self, windows: list[SeriesWindow]) -> None:
+        """A forecast from bars that end on a date a pretrained model (this one, trained with a date cut, or its
+        source) has seen is a look-ahead when it is judged against what followed: say so."""
+        sources = [p for p in [self.provenance, *self.pretrained_from] if p.get("cut")]
+        if not sources or not windows:
+            return
+        last = min(pd.Timestamp(np.asarray(w.bars["timestamp"])[-1]) for w in windows).isoformat()
+        for source in sources:
+            line = look_ahead(source, last, "a forecast's context (its last bar)")
+            if line:
+                log.warning(line)
 
     def forecast_windows(self, windows: list[SeriesWindow]) -> pd.DataFrame:
         """:meth:`forecast` of series already read into their last windows (:func:`~.inference.last_windows`), in
@@ -609,19 +621,21 @@ class KLineForecaster(CheckedLoading, LightningModule):
             self.target_channels = theirs  # adopted (the head's shape does not depend on it); saved with the checkpoint
         else:
             check_agreement("target_channels", list(hp.target_channels), theirs)
-        self._check_look_ahead(data.provenance, stage)
+        self._data_provenance = dict(data.provenance)
+        if stage == "fit":
+            self._check_look_ahead(data.provenance, stage)
         if stage == "fit" and data.provenance:
             self.provenance = {**data.provenance, "objective": hp.get("objective", "forecast"), "loss": hp.loss}
 
     def _check_look_ahead(self, data: dict[str, Any], stage: str) -> None:
-        """Warn when the data validates or tests on dates a pretrained source of this model has seen, or (a model
-        tested on other data than its own) the model itself has seen: their weights may know what followed."""
+        """Warn when the data validates or tests on dates a pretrained source of this model has seen, or a trained
+        model is tested on dates it has seen itself (a zero-shot test, an earlier walk-forward fold): their weights
+        may know what followed."""
         if not data:
             return
         sources = list(self.pretrained_from)
-        own = self.provenance
-        if stage in ("test", "validate") and own and own.get("data") != data.get("data"):
-            sources.insert(0, own)
+        if stage in ("test", "validate") and self.provenance:
+            sources.insert(0, self.provenance)
         splits = [("the validation split", "val_from"), ("the test split", "test_from")]
         if stage in ("test", "validate"):
             splits = splits[1:] if stage == "test" else splits[:1]
@@ -859,7 +873,12 @@ class KLineForecaster(CheckedLoading, LightningModule):
             self.log(f"val/{by}", decision.ic_linear)
         self.log("val/loss", chosen, prog_bar=True)
 
+    def on_validation_start(self) -> None:
+        if self.trainer.state.fn == "validate":  # a checkpoint's weights and provenance are restored by now
+            self._check_look_ahead(getattr(self, "_data_provenance", {}), "validate")
+
     def on_test_start(self) -> None:
+        self._check_look_ahead(getattr(self, "_data_provenance", {}), "test")
         self._record = TestRecord()
         if self.hparams.baselines and self.linear_baseline is not None and not self.linear_baseline.fitted:
             log.info("linear baseline skipped: it is fit when training starts, and this model was never trained")

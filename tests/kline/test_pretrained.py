@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from lightning_tf.kline import KLineDataModule, KLineForecaster
+from lightning_tf.kline import BarsPerSecond, KLineDataModule, KLineForecaster
 from lightning_tf.kline.settings import Features, Loading, Reading, Splits
 from lightning_tf.training import parameter_groups
 from tests.helpers.cli import ROOT
@@ -320,3 +320,31 @@ def test_pretraining_on_a_corpus_with_a_pattern_helps_a_small_universe(reversal:
         assert scores["finetuned"] > 0.1, scores
     else:
         assert abs(scores["finetuned"]) < 0.08 and abs(scores["finetuned"] - scores["scratch"]) < 0.08, scores
+
+
+def test_bars_per_second_counts_each_windows_context(corpus: Path) -> None:
+    """``train/bars_per_s`` is the windows' bars: exactly ``context_len`` times ``train/windows_per_s``."""
+    model = KLineForecaster(n_features=4, n_targets=1, context_len=16, horizon=2, channel_mixing=True, **SMALL)
+    trainer = quiet_trainer(max_steps=4, limit_val_batches=1, callbacks=[BarsPerSecond(every_n_steps=2)])
+    trainer.fit(model, _data(corpus))
+    metrics = trainer.callback_metrics
+    assert float(metrics["train/windows_per_s"]) > 0
+    assert float(metrics["train/bars_per_s"]) == pytest.approx(16 * float(metrics["train/windows_per_s"]), rel=1e-6)
+    with pytest.raises(ValueError, match=r"every_n_steps must be >= 1, got 0"):
+        BarsPerSecond(every_n_steps=0)
+
+
+def test_a_zero_shot_forecast_of_bars_the_model_has_seen_is_warned(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    frame = reversal_universe(6, 330, reversal=0.3, seed=9)
+    frame.to_csv(tmp_path / "corpus.csv", index=False)
+    model = _pretrain(tmp_path / "corpus.csv", 3, cut="2016-03-01")
+    one = frame[frame["ticker"] == frame["ticker"].iloc[0]]
+    with caplog.at_level("WARNING"):
+        model.forecast(one[pd.to_datetime(one["date"]) < "2016-01-15"])
+    assert "look-ahead: a forecast's context (its last bar) starts 2016-01-14" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        table = model.forecast(one)  # after the cut: nothing to say
+    assert "look-ahead" not in caplog.text and len(table) == 2

@@ -175,6 +175,25 @@ def test_one_fold_alone_then_gather_equals_the_full_run(universe: dict[str, Path
     assert done["test_start"] == pd.read_csv(full / "folds.csv")["test_start"].iloc[0]
 
 
+def test_zero_shot_tests_one_model_on_every_fold_and_warns_of_dates_it_has_seen(universe: dict[str, Path]) -> None:
+    """``--zero_shot CKPT`` trains nothing: every fold tests that checkpoint. Given fold 2's model, fold 2's forecasts
+    are the full run's, bit for bit; fold 1's test dates come before what that model has seen, and it says so."""
+    full, out = universe["out"], universe["root"] / "zero_shot"
+    model = full / "fold_2" / "model.ckpt"
+    with pytest.warns(UserWarning, match=r"look-ahead: the test split of .* starts"):
+        main(["walkforward", *_args(universe["root"], out, "--zero_shot", str(model), "--no_lightgbm")])
+    for fold in (1, 2):
+        done = json.loads((out / f"fold_{fold}" / "done.json").read_text())
+        assert done["checkpoint"] == str(model)
+        assert not list((out / f"fold_{fold}").rglob("*.ckpt"))  # nothing trained, nothing saved
+    ours, theirs = pd.read_parquet(out / "predictions.parquet"), pd.read_parquet(full / "predictions.parquet")
+    two = ["date", "ticker", "step", "prediction", "realised"]
+    pd.testing.assert_frame_equal(
+        ours[ours["fold"] == 2][two].reset_index(drop=True), theirs[theirs["fold"] == 2][two].reset_index(drop=True)
+    )
+    assert json.loads((out / "walkforward.json").read_text())["refit"].startswith("none (zero-shot")
+
+
 def test_the_charts_go_to_an_offline_wandb_run(universe: dict[str, Path], tmp_path: Path, monkeypatch) -> None:
     from lightning_tf.cli.walkforward import _log_wandb
     from lightning_tf.kline.evaluation.walkforward_report import evaluate_forecasters
