@@ -105,17 +105,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _quick_data(workdir: Path) -> tuple[Path, Path]:
-    """A generated corpus (a folder of 40 files) and universe (20 tickers) sharing one planted pattern."""
+    """A generated corpus (a folder of 20 files) and universe (12 tickers) sharing one planted pattern."""
     sys.path.insert(0, str(ROOT))
     from tests.helpers.universe import reversal_universe
 
     corpus = workdir / "quick_corpus"
     corpus.mkdir(parents=True, exist_ok=True)
-    frame = reversal_universe(40, 900, reversal=0.5, seed=7, start="2005-01-03")
+    frame = reversal_universe(20, 900, reversal=0.5, seed=7, start="2005-01-03")
     for name, part in frame.groupby("ticker"):
         part.drop(columns="ticker").to_csv(corpus / f"{str(name).lower()}.us.txt", index=False)
     universe = workdir / "quick_universe.csv"
-    reversal_universe(20, 2000, reversal=0.5, seed=8, start="2005-01-03").to_csv(universe, index=False)
+    reversal_universe(12, 2000, reversal=0.5, seed=8, start="2005-01-03").to_csv(universe, index=False)
     return corpus, universe
 
 
@@ -179,7 +179,7 @@ def pretrain(args: argparse.Namespace, objective: str, corpus: Path, cache: Path
     if objective == "masked":
         command += ["--model.init_args.objective=masked", "--model.init_args.loss=mse", "--model.init_args.ic_weight=0"]
     if args.quick:
-        command += ["--trainer.max_epochs=1", "--trainer.limit_train_batches=20", "--trainer.limit_val_batches=5"]
+        command += ["--trainer.max_epochs=1", "--trainer.limit_train_batches=10", "--trainer.limit_val_batches=2"]
     print(f"=== pretrain {objective}: lightning-tf {shlex.join(command)}", flush=True)
     seconds, peak, code = _run(command, folder / "fit.log", folder, _env())
     if code != 0:
@@ -383,7 +383,10 @@ def report(result: dict[str, Any], tables: dict[str, Any], args: argparse.Namesp
     lines = [
         "# The K-line foundation model: pretraining, and the universe it has never seen",
         "",
-        "`python benchmarks/pretrain.py" + (" --quick" if args.quick else "") + (" --gpu" if args.gpu else "") + "`"
+        "`python benchmarks/pretrain.py"
+        + (" --quick" if result.get("quick") else "")
+        + (" --gpu" if result.get("gpu") else "")
+        + "`"
         ' (docs/kline.md, "Pretraining").',
         "",
         f"Machine: {info['cpu']}, {info['cores']} cores, torch {info['torch']} ({info['threads']} threads), "
@@ -491,7 +494,12 @@ def main(argv: list[str] | None = None) -> None:
         result = json.loads(Path(f"{args.out}.json").read_text(encoding="utf-8"))
     else:
         info = machine_info(torch.device("cuda" if args.gpu and torch.cuda.is_available() else "cpu"))
-        result: dict[str, Any] = {"machine": info, "load_at_start": ", ".join(f"{v:.1f}" for v in os.getloadavg())}
+        result: dict[str, Any] = {
+            "machine": info,
+            "load_at_start": ", ".join(f"{v:.1f}" for v in os.getloadavg()),
+            "quick": args.quick,
+            "gpu": args.gpu,
+        }
         print(f"machine: {info}", flush=True)
         source, universe = _quick_data(args.workdir) if args.quick else (args.corpus, args.universe)
         for path, what in ((source, "corpus"), (universe, "universe")):
