@@ -89,6 +89,9 @@ from litserve.transport.base import MessageTransport
 from litserve.utils import LitAPIStatus, LoopResponseType, PickleableHTTPException, ResponseBufferItem
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from lightning_tf.training.private import litserve as private
+from lightning_tf.training.private.python import queue_pipe
+
 __all__ = [
     "PIPE_BYTES",
     "STOP",
@@ -266,7 +269,7 @@ class PipeQueueServer(LitServer):
         manager = super()._init_manager(num_api_servers)
         for path in self.litapi_request_queues:
             self.litapi_request_queues[path] = pipe_queue()
-        self._transport = PipeTransport([pipe_queue() for _ in range(num_api_servers)])
+        private.set_transport(self, PipeTransport([pipe_queue() for _ in range(num_api_servers)]))
         return manager
 
     def run(self, *args: Any, **kwargs: Any) -> None:
@@ -278,9 +281,12 @@ class PipeQueueServer(LitServer):
     def close_queues(self) -> None:
         """Close the pipes (no process reads them any more) and release their semaphores now, so that a process
         that ends without the interpreter's teardown leaves none behind."""
-        _close_pipes([*self.litapi_request_queues.values(), *getattr(getattr(self, "_transport", None), "_queues", [])])
+        answers = private.transport(self)
+        pipes = answers._queues if isinstance(answers, PipeTransport) else []
+        _close_pipes([*self.litapi_request_queues.values(), *pipes])
         self.litapi_request_queues.clear()  # in place: the copies of the server LitServe gave the specs share it
-        self.litapi_request_queues, self._transport = {}, None
+        self.litapi_request_queues = {}
+        private.set_transport(self, None)
         for lit_api in self.litapi_connector:
             if isinstance(lit_api.spec, PredictEndpoint):  # its hold on the request queue
                 lit_api.spec.request_queue = lit_api.spec.data_streamer = None
@@ -295,8 +301,8 @@ def pipe_queue(size: int = PIPE_BYTES) -> Any:
     if sys.platform == "linux":
         import fcntl
 
-        try:  # the pipe is the queue's own (multiprocessing.Queue has no public way to size it)
-            fcntl.fcntl(queue._writer.fileno(), fcntl.F_SETPIPE_SZ, size)  # type: ignore[attr-defined]
+        try:
+            fcntl.fcntl(queue_pipe(queue), fcntl.F_SETPIPE_SZ, size)
         except OSError:  # above /proc/sys/fs/pipe-max-size for this user: the default
             log.debug("a pipe keeps its default size (%d bytes refused)", size)
     return queue
