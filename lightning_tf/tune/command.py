@@ -10,6 +10,7 @@ study continues: the same command). ``--report`` writes the report of a study wi
 
 from __future__ import annotations
 
+import inspect
 import os
 import shlex
 import socket
@@ -22,9 +23,6 @@ from typing import Any, Literal
 import yaml
 
 __all__ = ["tune"]
-
-_DEFAULTS = {"trials": 20, "metric": "val/loss", "sampler": "tpe", "seed": 0, "pruner": "median"}
-_DEFAULTS |= {"pruner_startup": 3, "jobs": 1, "heartbeat": 60}
 
 
 def tune(
@@ -185,12 +183,12 @@ def _run(options: dict[str, Any], rest: list[str]) -> None:
         fail_orphans(study)
     left = options["trials"] - held([t for t in study.get_trials(deepcopy=False) if t.state.name != "RUNNING"])
     jobs = max(1, min(options["jobs"], left))
-    pruner = options["pruner"]
-    if pruner == "median":
-        pruner += f" (after {options['pruner_startup']} trials, from epoch {warmup + 1})"
+    pruning = options["pruner"]
+    if pruning == "median":
+        pruning += f" (after {options['pruner_startup']} trials, from epoch {warmup + 1})"
     print(
         f"study {name}: {options['trials'] - left} of {options['trials']} trials held; {jobs} at once; "
-        f"{options['metric']} ({direction}); sampler {options['sampler']} (seed {options['seed']}); pruner {pruner}\n"
+        f"{options['metric']} ({direction}); sampler {options['sampler']} (seed {options['seed']}); pruner {pruning}\n"
         f"  storage {shown(storage)} (watch it: optuna-dashboard {shown(storage)})\n"
         f"  folder {shown(study_dir)}/ (each trial's fit output: trials/<number>/fit.log)",
         flush=True,
@@ -200,14 +198,15 @@ def _run(options: dict[str, Any], rest: list[str]) -> None:
         print(f"the study holds {options['trials']} trials: --trials {2 * options['trials']} runs more", flush=True)
     else:
         sampler = make_sampler(options["sampler"], options["seed"], options["trials"], len(study.trials))
-        pruner_ = make_pruner(options["pruner"], options["pruner_startup"], warmup, max_epochs)
-        study = optuna.load_study(study_name=name, storage=opened, sampler=sampler, pruner=pruner_)
+        pruner = make_pruner(options["pruner"], options["pruner_startup"], warmup, max_epochs)
+        study = optuna.load_study(study_name=name, storage=opened, sampler=sampler, pruner=pruner)
         timeout = None if options["timeout"] is None else max(0.0, t0 + options["timeout"] - time.time())
         status = Trials(study, space, options["trials"], jobs).run(timeout)
         run = {"wall_s": round(time.time() - t0, 1), "jobs": jobs, "trials": options["trials"]}
         study.set_user_attr(f"run:{socket.gethostname()}:{os.getpid()}:{int(t0)}", run)
         if status == 130:
-            given = {k: v for k, v in options.items() if v is not None and v is not False and v != _DEFAULTS.get(k)}
+            defaults = {k: p.default for k, p in inspect.signature(tune).parameters.items()}
+            given = {k: v for k, v in options.items() if v is not None and v is not False and v != defaults[k]}
             argv = [a for k, v in given.items() for a in (f"--{k}", str(v))] + rest
             print(f"stopped; continue the study with the same command: lightning-tf tune {shlex.join(argv)}")
     _report(study)
