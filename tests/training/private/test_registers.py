@@ -7,6 +7,7 @@ each register's own test checks that its names still mean what it assumes."""
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import inspect
 import re
@@ -116,6 +117,14 @@ def _set_attributes(cls: type) -> set[str]:
     }
 
 
+@functools.cache
+def _source(cls: type) -> str:
+    try:
+        return inspect.getsource(cls)
+    except (OSError, TypeError):  # a class without Python source
+        return ""
+
+
 def test_no_class_sets_a_private_attribute_of_a_dependencys_base_class() -> None:
     """``self._x = ...`` in a subclass of a dependency's class that itself uses ``self._x`` changes the dependency's
     state behind its back: that goes through a register (``litserve.set_transport``), where a test guards it."""
@@ -124,13 +133,7 @@ def test_no_class_sets_a_private_attribute_of_a_dependencys_base_class() -> None
         bases = _external(cls)
         if not bases:
             continue
-        sources = []
-        for base in bases:
-            try:
-                sources.append(inspect.getsource(base))
-            except (OSError, TypeError):
-                pass
-        text = "\n".join(sources)
+        text = "\n".join(_source(base) for base in bases)
         shared += [f"{_name(cls)}: self.{a}" for a in _set_attributes(cls) if re.search(rf"self\.{a}\b", text)]
     assert shared == []
 
