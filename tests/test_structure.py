@@ -193,9 +193,7 @@ TOP_FLOOR = {
     "serve": "lightning-tf serve",
     "tune": "lightning-tf tune",
 }
-TOP_MODULES = {"lightning_tf", "lightning_tf.__main__", "lightning_tf.export", "lightning_tf.lazy"}
-#: what any module may import: the package itself and its lazy-export helper
-SHARED = {"lightning_tf", "lightning_tf.lazy"}
+TOP_MODULES = {"lightning_tf", "lightning_tf.__main__", "lightning_tf.export"}
 COMMAND_PACKAGES = ("cli", "serve", "tune")
 
 
@@ -221,9 +219,9 @@ def layout_violations(sources: Sources) -> list[str]:
             target = _floor(dep)
             if target in COMMAND_PACKAGES and target != floor and module != "lightning_tf.__main__":
                 found.append(f"{module} imports {dep}: nothing imports a command package")
-            elif floor in TASKS and target not in ("core", "training", floor) and dep not in SHARED:
+            elif floor in TASKS and target not in ("core", "training", floor) and dep != "lightning_tf":
                 found.append(f"{module} imports {dep}: a task imports only core/ and training/")
-            elif floor == "training" and target not in ("core", "training") and dep not in SHARED:
+            elif floor == "training" and target not in ("core", "training") and dep != "lightning_tf":
                 found.append(f"{module} imports {dep}: training/ imports only core/")
     return found
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lightning_tf.lazy import lazy_exports
+from lightning_tf import lazy_exports
 
 if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from .data import KLineDataModule

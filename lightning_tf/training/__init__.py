@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lightning_tf.lazy import lazy_exports
+from lightning_tf import lazy_exports
 
 if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from .agreement import check_agreement

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lightning_tf.lazy import lazy_exports
+from lightning_tf import lazy_exports
 
 # eager: the function must win over the submodule of the same name (backtest.py needs no torch)
 from .backtest import backtest
