@@ -62,10 +62,14 @@ class Trials:
         space: the search space (config name -> distribution).
         trials: the study's total number of trials (``--trials``).
         jobs: trials run at once; job ``i`` sees GPU ``i mod n`` when there are several.
+        fit: the command that runs a trial, before its arguments (default: this interpreter's ``lightning_tf fit``).
     """
 
-    def __init__(self, study: optuna.Study, space: dict[str, Any], trials: int, jobs: int) -> None:
+    def __init__(
+        self, study: optuna.Study, space: dict[str, Any], trials: int, jobs: int, fit: list[str] | None = None
+    ) -> None:
         self.study, self.space, self.trials, self.jobs = study, space, trials, jobs
+        self.fit = fit or [sys.executable, "-m", "lightning_tf", "fit"]
         self.attrs = study.user_attrs
         self.free: queue.SimpleQueue[int] = queue.SimpleQueue()  # the job numbers no running trial holds
         for job in range(jobs):
@@ -124,7 +128,7 @@ class Trials:
         folder = study_dir / "trials" / f"{trial.number:04d}"
         folder.mkdir(parents=True, exist_ok=True)
         reporter = {"monitor": metric, "study": name, "trial": trial.number, "params": params}
-        cmd = [sys.executable, "-m", "lightning_tf", "fit", *args, *to_overrides(params)]
+        cmd = [*self.fit, *args, *to_overrides(params)]
         cmd += trial_overrides(name, trial.number, str(study_dir), self.attrs["wandb"], args, reporter)
         ours, theirs = socket.socketpair()
         env = {**os.environ, CHANNEL: str(theirs.fileno())}
@@ -144,19 +148,20 @@ class Trials:
             trial.set_user_attr("run_pid", run.pid)
             if self.stops:  # a stop asked while the run was starting
                 run.send_signal(signal.SIGTERM)
-            for line in ours.makefile("rb"):
-                if not line.endswith(b"\n"):  # cut short: the run was killed while it wrote
-                    break
-                record = json.loads(line)
-                if "run_dir" in record:
-                    trial.set_user_attr("run_dir", record["run_dir"])
-                missing = record.get("missing", missing)
-                if "step" in record:
-                    step = int(record["step"])
-                    values[step], metrics[step] = float(record["value"]), record["metrics"]
-                    trial.report(values[step], step)
-                    pruned = trial.should_prune()
-                    with contextlib.suppress(OSError):  # the run ended meanwhile: its status says how
+            # a run that ends before it reads an answer resets the socket: its status says how it ended
+            with contextlib.suppress(ConnectionError):
+                for line in ours.makefile("rb"):
+                    if not line.endswith(b"\n"):  # cut short: the run was killed while it wrote
+                        break
+                    record = json.loads(line)
+                    if "run_dir" in record:
+                        trial.set_user_attr("run_dir", record["run_dir"])
+                    missing = record.get("missing", missing)
+                    if "step" in record:
+                        step = int(record["step"])
+                        values[step], metrics[step] = float(record["value"]), record["metrics"]
+                        trial.report(values[step], step)
+                        pruned = trial.should_prune()
                         ours.sendall(b"p" if pruned else b"g")
             status = run.wait()
             del self.runs[trial.number]
