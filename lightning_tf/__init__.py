@@ -1,4 +1,8 @@
-"""lightning-tf: one Transformer core, three task families, driven by LightningCLI."""
+"""lightning-tf: one Transformer core, three task families, driven by LightningCLI.
+
+The package's own import machinery is here: :func:`lazy_exports`, the names of a package loaded on first use, and
+the old names of modules that moved (:data:`MOVED`).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,9 @@ import importlib
 import importlib.abc
 import importlib.util
 import sys
+from collections.abc import Callable, Mapping
 from types import ModuleType
+from typing import Any
 
 __version__ = "0.1.0"
 
@@ -48,3 +54,35 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 if not any(isinstance(finder, _MovedModules) for finder in sys.meta_path):
     sys.meta_path.append(_MovedModules())
+
+
+def lazy_exports(package: str, where: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """The ``__getattr__`` and ``__dir__`` of ``package`` (its ``__name__``) for the exports ``where``: name -> the
+    module that defines it, relative to the package (``".data"``). A name is imported on its first use (PEP 562)
+    and kept in the package's namespace, so later uses are plain lookups; ``dir()`` lists it before that.
+
+    Importing such a package imports none of its modules: the light parts of ``training``, ``kline``,
+    ``kline.evaluation`` and ``serve`` (the K-line reader, the portfolio evaluation, ``lightning-tf serve --help``)
+    stay free of torch, Lightning and LitServe. Each lists the same imports under ``TYPE_CHECKING`` for type
+    checkers and editors (``tests/test_lazy.py`` checks that both say the same)::
+
+        if TYPE_CHECKING:
+            from .data import KLineDataModule
+
+        _WHERE = {"KLineDataModule": ".data"}
+        __all__ = sorted(_WHERE)
+        __getattr__, __dir__ = lazy_exports(__name__, _WHERE)
+    """
+    table = dict(where)
+
+    def __getattr__(name: str) -> Any:
+        if name not in table:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(table[name], package), name)
+        setattr(sys.modules[package], name, value)  # loaded once
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*vars(sys.modules[package]), *table})
+
+    return __getattr__, __dir__

@@ -56,6 +56,7 @@ from lightning_tf.training import (
     check_checkpoint,
     run_dir,
 )
+from lightning_tf.training.private.lightning import summary_depth
 from lightning_tf.vision import ImageDataModule, ViTClassifier  # noqa: F401
 
 __all__ = ["DATA_LINKS", "LightningTFCLI", "make_cli", "run"]
@@ -247,7 +248,7 @@ def _compact_model_summary(trainer: Trainer, config: Namespace) -> None:
         return
     for i, callback in enumerate(trainer.callbacks):
         if type(callback) in (ModelSummary, RichModelSummary):
-            trainer.callbacks[i] = CompactModelSummary(max_depth=callback._max_depth)
+            trainer.callbacks[i] = CompactModelSummary(max_depth=summary_depth(callback))
 
 
 def _check_ckpt_last(config: Namespace) -> None:

@@ -19,6 +19,7 @@ from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import WandbLogger
 
 from lightning_tf.training import EXIT_STATUS, CheckpointError, LastCheckpoint, Lost, run_dir
+from lightning_tf.training.private import lightning as private
 from lightning_tf.training.rank_watch import EXIT_STATUS as LOST_STATUS
 
 __all__ = [
@@ -80,10 +81,10 @@ class RunConfigCallback(SaveConfigCallback):
         if trainer.logger is None:
             return
         if all(isinstance(logger, WandbLogger) for logger in trainer.loggers):
-            # read by Lightning's `_log_hyperparams` after the setup hooks, in every fit/validate/test/predict
-            pl_module._log_hyperparams = False
+            # the run's config, which save_config uploads, holds them: Lightning would log them again after setup
+            private.skip_hyperparameter_logging(pl_module)
             if trainer.datamodule is not None:
-                trainer.datamodule._log_hyperparams = False
+                private.skip_hyperparameter_logging(trainer.datamodule)
         if self.already_saved:
             return
         # rank zero alone knows the run id (the run exists only there)
@@ -434,12 +435,12 @@ def quiet_wandb(trainer: Trainer) -> None:
     (its banner and closing lines; the fit summary names its folder and the ``wandb sync`` command).
     ``WANDB_SILENT`` in the environment, or ``settings`` given to the logger, decide instead."""
     for logger in trainer.loggers:
-        init = getattr(logger, "_wandb_init", None)  # WandbLogger's arguments for wandb.init
-        if not isinstance(logger, WandbLogger) or logger._experiment is not None or not isinstance(init, dict):
+        if not isinstance(logger, WandbLogger) or private.wandb_started(logger):
             continue
+        init = private.wandb_init_args(logger)
         if init.get("anonymous") is None:
             init.pop("anonymous", None)
-        offline = logger._offline or os.environ.get("WANDB_MODE", "").lower() in ("offline", "dryrun")
+        offline = private.wandb_offline(logger) or os.environ.get("WANDB_MODE", "").lower() in ("offline", "dryrun")
         if offline and init.get("settings") is None and "WANDB_SILENT" not in os.environ:
             import wandb
 

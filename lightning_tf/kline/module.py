@@ -108,7 +108,7 @@ class KLineForecaster(CheckedLoading, LightningModule):
         linear_select_se: 0 (default): the linear path's (and baseline's) input, form, pooling and ridge are
             the ones with the lowest validation error; > 0: the ones with the fewest effective degrees of
             freedom within this many block standard errors of the lowest (1: the one-standard-error rule,
-            worse on ETTh1's test months in 4 of 8 cells; docs/results/ett_etth1_linear_one_se.md).
+            measured on ETTh1 in docs/results/ett_etth1_linear_one_se.md).
         residual_keep_se: how many standard errors (from contiguous blocks of validation windows) the
             residual's cross-validated gain over the linear path must exceed for the residual to be kept
             (1: the one-standard-error rule; 0: any gain); see :mod:`.selection`.

@@ -267,10 +267,9 @@ class KLineAPI(TaskAPI):
 
     task = "kline"
     model_class = "KLineForecaster"
-    # a worker runs at once what is queued when it is free: a request costs the worker about 0.5 ms in a batch and
-    # 2 ms alone, so under a closed loop of 32 clients waiting 5 ms for a batch to fill idled it more than it
-    # saved (2 cores: 12% more requests per second in the median of paired runs), and a lone request waits for
-    # nothing
+    # a worker runs at once what is queued when it is free: a request costs this small model less than a wait for
+    # company would, so waiting for a batch to fill idles the worker more than it saves, and a lone request waits
+    # for nothing (docs/serve.md)
     default_batch_timeout = 0.0
     request_model = KLineRequest
     response_model = KLineResponse

@@ -10,7 +10,7 @@ their next collective, without saying which rank is gone, and NCCL waits out its
   starts the node's other ranks as its child processes, so the operating system tells it, the moment
   one ends, that it ended and how: killed by SIGKILL, exit status 1. Lightning watches them too (every
   5 s) and then kills every process of the node without a word; the watch stops that watcher and does
-  the same after saying why (:mod:`.lightning_private`);
+  the same after saying why (:mod:`.private.lightning`);
 * **the rank that started it.** A rank that Lightning's launcher started sees its parent process, the
   node's first rank, end: its parent process id changes;
 * **what another node saw.** The rank that names a dead rank writes it into torch's rendezvous store,
@@ -73,7 +73,7 @@ from lightning.fabric.plugins.environments import LightningEnvironment
 from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from . import lightning_private as private
+from .private import lightning as private
 
 __all__ = ["EXIT_STATUS", "SETTLE", "STORE_KEY", "Lost", "RankWatch", "lost_connection"]
 

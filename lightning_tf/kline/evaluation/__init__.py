@@ -14,8 +14,9 @@ free of torch.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from lightning_tf import lazy_exports
 
 # eager: the function must win over the submodule of the same name (backtest.py needs no torch)
 from .backtest import backtest
@@ -46,15 +47,4 @@ _WHERE = {
 }
 
 __all__ = sorted([*_WHERE, "backtest"])
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_WHERE[name], __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_WHERE))
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE)

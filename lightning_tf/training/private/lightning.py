@@ -1,10 +1,9 @@
-"""The only place where lightning-tf reaches into Lightning's private names, and why.
+"""Lightning's private names the package relies on, and why; ``tests/training/private/test_lightning.py`` fails
+as soon as a Lightning release moves or changes one of them.
 
-:class:`~lightning_tf.training.preemption.LastCheckpoint` stops a run on SIGTERM (or SLURM's requeue
-signal) at a point from which the resumed run goes on exactly, and
-:class:`~lightning_tf.training.rank_watch.RankWatch` names a rank that died. Lightning's public API cannot
-express six things they need, so they are here, each in one small function, and
-``tests/test_lightning_private.py`` fails as soon as a Lightning release moves or changes one of them:
+:class:`~lightning_tf.training.preemption.LastCheckpoint` stops a run on SIGTERM (or SLURM's requeue signal) at a
+point from which the resumed run goes on exactly, and :class:`~lightning_tf.training.rank_watch.RankWatch` names a
+rank that died. Lightning's public API cannot express six things they need:
 
 * :func:`validation_follows`: whether the trainer runs a validation right after the training batch
   that just ended. Lightning decides it in ``_TrainingEpochLoop._should_check_val_fx`` (``val_check_interval``
@@ -25,6 +24,21 @@ express six things they need, so they are here, each in one small function, and
 * :class:`ModelCheckpoint`'s triggers (:func:`set_triggers`, :func:`triggers`) and its save without a
   monitor (:func:`save_now`, :func:`last_saved_step`): ``LastCheckpoint`` is one ``ModelCheckpoint`` with
   several triggers at once (the public constructor accepts one), and saves on a signal at any step.
+
+The rest of the package:
+
+* :func:`attached_trainer`: a module's trainer, or None before one is attached (the public ``trainer``
+  raises then); a module that adds its own callbacks or reads its data asks it;
+* :func:`skip_hyperparameter_logging`: Lightning logs a module's and a datamodule's hyperparameters to every
+  logger after setup; under wandb the run config (uploaded whole) already holds them;
+* :func:`summary_depth`: the ``max_depth`` a ``ModelSummary`` was built with (no public getter), kept when
+  the compact summary takes its place;
+* :func:`wandb_init_args`, :func:`wandb_started`, :func:`wandb_offline`: what a ``WandbLogger`` will hand
+  ``wandb.init``, whether its run exists yet and whether it is offline, read before the run starts (the public
+  ``experiment`` would start it);
+* :data:`OVERRIDES`: ``LightningCLI``'s steps the commands override, each where no public hook runs at that
+  point: the checkpoint checked before LightningCLI reads it, the summary of a stopped or failed run, the
+  quiet default of ``validate`` and ``test``, a parse-only CLI that seeds nothing.
 """
 
 from __future__ import annotations
@@ -36,10 +50,14 @@ from pathlib import Path
 from typing import Any
 
 from lightning.fabric.plugins.environments import ClusterEnvironment
-from lightning.pytorch import Trainer
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch.callbacks import ModelCheckpoint, ModelSummary
+from lightning.pytorch.core.mixins import HyperparametersMixin
+from lightning.pytorch.loggers import WandbLogger
 
 __all__ = [
+    "OVERRIDES",
+    "attached_trainer",
     "cluster_environment",
     "hpc_save_path",
     "last_saved_step",
@@ -47,10 +65,23 @@ __all__ = [
     "note_sigterm",
     "save_now",
     "set_triggers",
+    "skip_hyperparameter_logging",
     "stop_child_observer",
+    "summary_depth",
     "triggers",
     "validation_follows",
+    "wandb_init_args",
+    "wandb_offline",
+    "wandb_started",
 ]
+
+#: Lightning's private methods that classes of the package override -> those classes
+OVERRIDES = {
+    "lightning.pytorch.cli.LightningCLI._parse_ckpt_path": ("lightning_tf.cli.lightning_cli.LightningTFCLI",),
+    "lightning.pytorch.cli.LightningCLI._prepare_subcommand_parser": ("lightning_tf.cli.lightning_cli.LightningTFCLI",),
+    "lightning.pytorch.cli.LightningCLI._run_subcommand": ("lightning_tf.cli.lightning_cli.LightningTFCLI",),
+    "lightning.pytorch.cli.LightningCLI._set_seed": ("lightning_tf.cli.walkforward._ParseOnly",),
+}
 
 
 def validation_follows(trainer: Trainer) -> bool:
@@ -127,3 +158,35 @@ def stop_child_observer() -> bool:
             thread._child_processes = []
             found = True
     return found
+
+
+def attached_trainer(module: LightningModule) -> Trainer | None:
+    """The trainer ``module`` is attached to, or None (where the public ``module.trainer`` raises)."""
+    return module._trainer
+
+
+def skip_hyperparameter_logging(obj: HyperparametersMixin) -> None:
+    """Keep Lightning from logging the hyperparameters of ``obj`` (a LightningModule or LightningDataModule) to the
+    loggers after setup (what ``save_hyperparameters(logger=False)`` decides when the hyperparameters are saved)."""
+    obj._log_hyperparams = False
+
+
+def summary_depth(callback: ModelSummary) -> int:
+    """The ``max_depth`` ``callback`` was built with."""
+    return int(callback._max_depth)
+
+
+def wandb_init_args(logger: WandbLogger) -> dict[str, Any]:
+    """The keyword arguments ``logger`` will give ``wandb.init`` when its run starts (the dict itself: a change
+    to it changes the run)."""
+    return logger._wandb_init
+
+
+def wandb_started(logger: WandbLogger) -> bool:
+    """Whether ``logger``'s wandb run exists (its public ``experiment`` would start it)."""
+    return logger._experiment is not None
+
+
+def wandb_offline(logger: WandbLogger) -> bool:
+    """Whether ``logger`` was built with ``offline=True``."""
+    return bool(logger._offline)

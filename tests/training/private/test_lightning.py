@@ -1,10 +1,12 @@
-"""The Lightning private names that ``lightning_tf/training/lightning_private.py`` relies on still exist and
+"""The Lightning private names that ``lightning_tf/training/private/lightning.py`` relies on still exist and
 still mean what it assumes: this fails as soon as a Lightning release moves or changes one of them.
 
 In process, a tiny model on a few batches: which training batches a validation follows, with the
 epoch's end, ``val_check_interval`` as a number of batches and ``check_val_every_n_epoch``; the cluster
-environment; Lightning's SLURM checkpoint name; the signal flag; ModelCheckpoint's triggers and its save;
-the ranks the subprocess launcher started, and stopping its watcher of them.
+environment; Lightning's SLURM checkpoint name; the signal flag; ModelCheckpoint's triggers and its save; the
+ranks the subprocess launcher started, and stopping its watcher of them; a module's trainer; the hyperparameters
+Lightning logs; a summary's depth; a WandbLogger's arguments, run and mode; and LightningCLI's steps that the
+commands override, each still called where the override expects it.
 """
 
 from __future__ import annotations
@@ -20,13 +22,15 @@ import pytest
 import torch
 from lightning.fabric.plugins.environments import LightningEnvironment, SLURMEnvironment
 from lightning.fabric.strategies.launchers.subprocess_script import _ChildProcessObserver
-from lightning.pytorch import Callback, LightningModule, Trainer
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch import Callback, LightningDataModule, LightningModule, Trainer
+from lightning.pytorch.callbacks import ModelCheckpoint, ModelSummary, RichModelSummary
+from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from lightning.pytorch.trainer.connectors.checkpoint_connector import _CheckpointConnector
 from torch.utils.data import DataLoader, TensorDataset
 
-from lightning_tf.training import lightning_private as private
 from lightning_tf.training.preemption import LastCheckpoint
+from lightning_tf.training.private import lightning as private
 
 
 class Tiny(LightningModule):
@@ -209,3 +213,136 @@ def test_stop_child_observer_keeps_lightning_from_killing_the_node_when_a_rank_e
     observer.start()
     observer.join(5)
     assert killed == [True]
+
+
+def test_attached_trainer_is_none_until_a_trainer_takes_the_module(tmp_path: Path) -> None:
+    module = Tiny()
+    assert private.attached_trainer(module) is None
+    with pytest.raises(RuntimeError, match="not attached to a `Trainer`"):
+        module.trainer  # noqa: B018 - the public property raises where the register answers None
+    trainer = Trainer(accelerator="cpu", logger=False, default_root_dir=tmp_path)
+    module.trainer = trainer
+    assert private.attached_trainer(module) is trainer
+
+
+class Recorder(CSVLogger):
+    """A logger that records the hyperparameters Lightning logs to it."""
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__(folder)
+        self.logged: list[dict[str, Any]] = []
+
+    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+        self.logged.append(dict(params))
+
+
+class WithHparams(Tiny):
+    def __init__(self, width: int = 3) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+
+
+class Data(LightningDataModule):
+    def __init__(self, rows: int = 12) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(TensorDataset(torch.ones(self.hparams.rows, 2)), batch_size=2)
+
+
+@pytest.mark.parametrize("skip", [False, True])
+def test_skip_hyperparameter_logging_keeps_them_from_the_loggers(tmp_path: Path, skip: bool) -> None:
+    class Skip(Callback):
+        def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+            if skip:
+                private.skip_hyperparameter_logging(pl_module)
+                private.skip_hyperparameter_logging(trainer.datamodule)
+
+    logger = Recorder(tmp_path)
+    trainer = Trainer(
+        max_steps=1,
+        logger=logger,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        accelerator="cpu",
+        default_root_dir=tmp_path,
+        callbacks=[Skip()],
+    )
+    trainer.fit(WithHparams(), datamodule=Data())
+    assert logger.logged == ([] if skip else [{"width": 3, "rows": 12}])
+
+
+def test_summary_depth_is_the_depth_a_summary_was_built_with() -> None:
+    assert private.summary_depth(ModelSummary(max_depth=3)) == 3
+    assert private.summary_depth(RichModelSummary(max_depth=-1)) == -1
+
+
+def test_wandb_logger_arguments_run_and_mode_before_its_run_starts(tmp_path: Path) -> None:
+    logger = WandbLogger(name="run", project="p", save_dir=str(tmp_path), offline=True, tags=["a"])
+    init = private.wandb_init_args(logger)
+    assert (init["name"], init["project"], init["dir"], init["tags"]) == ("run", "p", str(tmp_path), ["a"])
+    assert private.wandb_offline(logger) is True
+    assert private.wandb_offline(WandbLogger(save_dir=str(tmp_path))) is False
+    assert private.wandb_started(logger) is False
+    init["notes"] = "set before the run starts"  # the dict itself: what wandb.init will be given
+    assert private.wandb_init_args(logger)["notes"] == "set before the run starts"
+    run = object()
+    logger._experiment = run  # a started run: the public property gives it, without starting another
+    assert private.wandb_started(logger) is True and logger.experiment is run
+
+
+class SpyCLI(LightningCLI):
+    """Records each overridden step LightningCLI calls, with its arguments."""
+
+    calls: list[tuple[str, tuple[Any, ...]]]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.calls = []
+        super().__init__(*args, **kwargs)
+
+    def _prepare_subcommand_parser(self, klass: type, subcommand: str, **kwargs: Any) -> Any:
+        self.calls.append(("_prepare_subcommand_parser", (klass, subcommand)))
+        return super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
+
+    def _parse_ckpt_path(self) -> None:
+        self.calls.append(("_parse_ckpt_path", (self.config["subcommand"],)))
+        super()._parse_ckpt_path()
+
+    def _set_seed(self) -> None:
+        self.calls.append(("_set_seed", (torch.initial_seed(),)))
+        super()._set_seed()
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        self.calls.append(("_run_subcommand", (subcommand, self.model.global_step)))
+        super()._run_subcommand(subcommand)
+        self.calls.append(("ran", (self.trainer.global_step,)))
+
+
+def test_lightning_cli_calls_each_overridden_step_in_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The steps of :data:`~lightning_tf.training.private.lightning.OVERRIDES`: a parser per subcommand, the
+    checkpoint path after parsing, the seed before anything is built, the subcommand run last."""
+    monkeypatch.setattr(sys, "argv", ["lightning-tf"])
+    args = [
+        "fit",
+        "--seed_everything=7",
+        "--trainer.max_steps=1",
+        "--trainer.logger=false",
+        "--trainer.accelerator=cpu",
+    ]
+    args += [
+        "--trainer.enable_checkpointing=false",
+        "--trainer.enable_progress_bar=false",
+        f"--trainer.default_root_dir={tmp_path}",
+    ]
+    cli = SpyCLI(Tiny, args=args, save_config_callback=None, trainer_defaults={"enable_model_summary": False})
+    assert [c for c in cli.calls if c[0] == "_prepare_subcommand_parser"] == [
+        ("_prepare_subcommand_parser", (Trainer, name)) for name in ("fit", "validate", "test", "predict")
+    ]
+    rest = [c for c in cli.calls if c[0] != "_prepare_subcommand_parser"]
+    assert [c[0] for c in rest] == ["_parse_ckpt_path", "_set_seed", "_run_subcommand", "ran"]
+    assert rest[0][1] == ("fit",) and rest[2][1] == ("fit", 0) and rest[3][1] == (1,)
+    assert torch.initial_seed() == 7  # the step the parse-only CLI skips is the one that seeds
+    for hook in ("_parse_ckpt_path", "_prepare_subcommand_parser", "_run_subcommand", "_set_seed"):
+        assert f"lightning.pytorch.cli.LightningCLI.{hook}" in private.OVERRIDES
