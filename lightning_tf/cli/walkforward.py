@@ -32,6 +32,7 @@ from lightning.pytorch.cli import LightningArgumentParser
 from lightning.pytorch.utilities import rank_zero_only
 
 from lightning_tf.core import evaluating
+from lightning_tf.training.private.jsonargparse import option_strings
 
 from .argument_errors import one_line_error
 from .lightning_cli import LightningTFCLI, make_cli
@@ -50,7 +51,7 @@ class _ParseOnly(LightningTFCLI):
         try:
             super().parse_arguments(parser, args)
         except Exception as err:  # jsonargparse's ArgumentError (exit_on_error=False): one line
-            options = [o for action in parser._actions for o in action.option_strings]
+            options = option_strings(parser)
             raise ValueError(one_line_error(str(err), options)) from None
 
     def _set_seed(self) -> None:

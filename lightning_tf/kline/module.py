@@ -37,6 +37,7 @@ from lightning_tf.training import (
     prediction_path,
     stamp,
 )
+from lightning_tf.training.private.lightning import attached_trainer
 
 from .evaluation.baselines import LinearBaseline
 from .evaluation.metrics import IntervalMetrics, date_correlation, pinball_loss
@@ -946,7 +947,7 @@ class KLineForecaster(CheckedLoading, LightningModule):
     def configure_callbacks(self) -> list[Callback]:
         """A :class:`~.writer.ForecastWriter` for ``predict``, unless the trainer already has a prediction
         writer (one given in the config or on the command line wins)."""
-        callbacks = self.trainer.callbacks if self._trainer is not None else []
+        callbacks = self.trainer.callbacks if attached_trainer(self) is not None else []
         return [] if any(isinstance(cb, BasePredictionWriter) for cb in callbacks) else [ForecastWriter()]
 
     def configure_optimizers(self) -> dict[str, Any]:
