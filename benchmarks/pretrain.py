@@ -62,7 +62,7 @@ ROW_SPECS: dict[str, tuple[str, str | None, list[str]]] = {
     "scratch": ("from scratch (us_universe.yaml)", None, []),
     "control": ("from scratch, the pretrained model's architecture and label", None, ["@control"]),
     "zero_shot": ("pretrained, zero-shot", "forecast", ["@label", "@zero_shot"]),
-    "finetune": ("pretrained, fine-tuned", "forecast", ["@label", "@pretrained"]),
+    "finetune": ("pretrained, fine-tuned", "forecast", ["@label", "@pretrained", "@finetune_lr"]),
     "frozen": (
         "pretrained, frozen backbone",
         "forecast",
@@ -71,9 +71,9 @@ ROW_SPECS: dict[str, tuple[str, str | None, list[str]]] = {
     "decay": (
         "pretrained, layer decay 0.75",
         "forecast",
-        ["@label", "@pretrained", "--model.init_args.layer_decay=0.75"],
+        ["@label", "@pretrained", "@finetune_lr", "--model.init_args.layer_decay=0.75"],
     ),
-    "masked": ("masked-patch pretrained, fine-tuned", "masked", ["@label", "@pretrained"]),
+    "masked": ("masked-patch pretrained, fine-tuned", "masked", ["@label", "@pretrained", "@finetune_lr"]),
 }
 #: (summary key, title, format)
 COLUMNS = (
@@ -98,6 +98,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--workdir", type=Path, default=ROOT / "runs" / "benchmarks" / "pretrain")
     p.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "pretrain", help="writes OUT.md, OUT.json")
     p.add_argument("--report_only", action="store_true", help="write the page from the last run's OUT.json and folders")
+    p.add_argument(
+        "--reuse",
+        action="store_true",
+        help="keep what an earlier run into this --workdir finished: each objective's pretraining, each row",
+    )
     return p.parse_args(argv)
 
 
@@ -163,6 +168,14 @@ def _env() -> dict[str, str]:
 def pretrain(args: argparse.Namespace, objective: str, corpus: Path, cache: Path) -> dict[str, Any]:
     """Pretrain one objective; its checkpoint, time, throughput and memory."""
     folder = args.workdir / f"pretrain_{objective}"
+    saved = folder / "pretrain.json"
+    if args.reuse and saved.exists():
+        print(f"=== pretrain {objective}: finished earlier, kept ({saved})", flush=True)
+        return json.loads(saved.read_text(encoding="utf-8"))
+    if folder.exists():  # what an unfinished run left: a new run would mix its checkpoints with these
+        import shutil
+
+        shutil.rmtree(folder)
     folder.mkdir(parents=True, exist_ok=True)
     command = ["fit", "--config", str(TRAINER), "--config", str(PRETRAIN)]
     if args.gpu:
@@ -187,7 +200,7 @@ def pretrain(args: argparse.Namespace, objective: str, corpus: Path, cache: Path
         raise SystemExit(f"pretraining {objective} failed ({code}); see {folder / 'fit.log'}:\n" + "\n".join(tail))
     checkpoints = sorted(folder.rglob("best-*.ckpt"), key=lambda p: p.stat().st_mtime)
     if not checkpoints:
-        raise SystemExit(f"pretraining {objective} left no best-*.ckpt under {folder}")
+        raise SystemExit(f"pretraining {objective} left no best-*.ckpt under {folder} (no validation ran)")
     import torch
 
     from lightning_tf.training.callbacks import METRICS_KEY
@@ -196,7 +209,7 @@ def pretrain(args: argparse.Namespace, objective: str, corpus: Path, cache: Path
     logged = (ckpt.get(METRICS_KEY) or {"ranks": [{"metrics": {}}]})["ranks"][0]["metrics"]
     metrics = {k: float(v) for k, v in logged.items() if _scalar(v)}
     print(f"=== pretrain {objective}: {seconds / 60:.1f} min, peak {peak:.0f} MB, {checkpoints[-1]}", flush=True)
-    return {
+    result = {
         "checkpoint": str(checkpoints[-1]),
         "seconds": seconds,
         "peak_rss_mb": peak,
@@ -208,6 +221,8 @@ def pretrain(args: argparse.Namespace, objective: str, corpus: Path, cache: Path
         "metrics": metrics,
         "log": str(folder / "fit.log"),
     }
+    saved.write_text(json.dumps(result, indent=1, default=str), encoding="utf-8")
+    return result
 
 
 def _scalar(value: Any) -> bool:
@@ -253,6 +268,8 @@ def _row_command(args: argparse.Namespace, row: str, universe: Path, checkpoints
             ]
         elif item == "@zero_shot":
             command += ["--zero_shot", checkpoints[source]]  # type: ignore[index]
+        elif item == "@finetune_lr":  # a third of the from-scratch rate: the weights start somewhere worth keeping
+            command.append("--model.init_args.lr=0.0003")
         elif item == "@pretrained":
             command.append(f"--model.init_args.pretrained={checkpoints[source]}")  # type: ignore[index]
         else:
@@ -280,9 +297,21 @@ def walkforwards(args: argparse.Namespace, universe: Path, checkpoints: dict[str
     """Each row's walk-forward as its own process, ``args.jobs`` at a time."""
     env = {**_env(), "OMP_NUM_THREADS": "1"}
     rows = [r for r in args.rows if ROW_SPECS[r][1] is None or ROW_SPECS[r][1] in checkpoints]
+    runs: dict[str, dict] = {}
+    for r in list(rows):
+        saved = args.workdir / "walkforward" / f"{r}.json"
+        if args.reuse and saved.exists():
+            print(f"=== {r}: finished earlier, kept", flush=True)
+            runs[r] = json.loads(saved.read_text(encoding="utf-8"))
+            rows.remove(r)
+    for r in rows:  # a row not kept starts afresh (a walk-forward keeps the folds it finds finished)
+        folder = args.workdir / "walkforward" / r
+        if folder.exists() and not args.reuse:
+            import shutil
+
+            shutil.rmtree(folder)
     waiting = [(r, _row_command(args, r, universe, checkpoints)) for r in rows]
     running: dict[int, tuple[str, subprocess.Popen, float, Any]] = {}
-    runs: dict[str, dict] = {}
     (args.workdir / "walkforward").mkdir(parents=True, exist_ok=True)
     while waiting or running:
         while waiting and len(running) < args.jobs:
@@ -308,7 +337,8 @@ def walkforwards(args: argparse.Namespace, universe: Path, checkpoints: dict[str
                 "out": str(args.workdir / "walkforward" / row),
             }
             print(f"=== {row}: done in {runs[row]['seconds'] / 60:.1f} min", flush=True)
-    return runs
+            (args.workdir / "walkforward" / f"{row}.json").write_text(json.dumps(runs[row]), encoding="utf-8")
+    return {r: runs[r] for r in args.rows if r in runs}
 
 
 # ------------------------------------------------------------------------------------------------ report

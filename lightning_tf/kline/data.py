@@ -564,8 +564,8 @@ class KLineDataModule(LightningDataModule):
             if k in state
         }
         self.datasets.pop("predict", None)  # scale the predict windows with these
-        if "train" not in self.datasets:
-            return
+        if "train" not in self.datasets or not set(state["ticker_names"]) & set(self.ticker_names):
+            return  # nothing built to compare, or another data set (a pretrained model tested zero-shot)
         same = state["ticker_names"] == self.ticker_names and all(
             torch.allclose(state[k], getattr(self, k))
             for k in ("feature_mean", "feature_std", "target_mean", "target_std")
