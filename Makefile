@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet $(TORCH)
-	$(PY) -m pip install --quiet -e '.[dev,hf,serve,tune]' $(TORCH)
+	$(PY) -m pip install --quiet -e '.[dev,hf,serve,tune,published]' $(TORCH)
 	touch $(STAMP)
 
 FIT    := $(VENV)/bin/lightning-tf fit --config configs/trainer/default.yaml --test_after_fit true
