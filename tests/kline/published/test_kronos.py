@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 import torch
 
+from lightning_tf.core import RotaryEmbedding
 from lightning_tf.kline.published import (
     KRONOS_PRESETS,
     Kronos,
@@ -107,6 +108,20 @@ def test_the_models_logits_equal_the_references(pair: tuple) -> None:
         torch.testing.assert_close(drawn[1], ref_drawn[1], atol=1e-5, rtol=0)
         # and without stamps
         torch.testing.assert_close(ours.model.hidden(s1, s2), ref_model.decode_s1(s1, s2)[1], atol=1e-5, rtol=0)
+
+
+def test_long_contexts_need_the_references_float32_rope_angles() -> None:
+    """With the published head dimension (64) and 1024 positions, RoPE angles computed in float64 would move the
+    logits by more than 1e-5; the float32 angles the model was trained with give the reference's."""
+    sizes = dict(d_model=128, n_heads=2, ff_dim=64, n_layers=1)
+    ref_tok, ref_model = random_kronos(model=sizes)
+    ours = _ours(ref_tok, ref_model, model=sizes)
+    s1, s2 = torch.randint(0, 16, (1, 1024)), torch.randint(0, 16, (1, 1024))
+    with torch.no_grad():
+        want = ref_model.decode_s1(s1, s2)[0]
+        torch.testing.assert_close(ours.model.s1_logits(ours.model.hidden(s1, s2)), want, atol=1e-5, rtol=0)
+        ours.model.rope = RotaryEmbedding(64)  # float64 angles
+        assert (ours.model.s1_logits(ours.model.hidden(s1, s2)) - want).abs().max() > 1e-5
 
 
 def test_training_mode_logits_equal_the_references_with_dropout_off() -> None:
