@@ -80,9 +80,10 @@ class KronosModel(nn.Module):
 
     # ------------------------------------------------------------------------------------------ backbone
 
-    def init_cache(self) -> list[KVCache]:
-        """Empty key/value caches, one per block, for :meth:`hidden`'s incremental decoding."""
-        return [KVCache() for _ in self.blocks]
+    def init_cache(self, capacity: int = 0) -> list[KVCache]:
+        """Empty key/value caches, one per block, for :meth:`hidden`'s incremental decoding, each preallocating
+        ``capacity`` positions."""
+        return [KVCache(capacity) for _ in self.blocks]
 
     def hidden(
         self, s1: Tensor, s2: Tensor, stamp: Tensor | None = None, *, cache: list[KVCache] | None = None
