@@ -430,8 +430,9 @@ class Kronos(nn.Module):
         expand = torch.arange(B, device=x.device).repeat_interleave(S)  # (N,): row b * S + s continues series b
         tok1 = torch.cat((s1, s1.new_zeros(B, F)), dim=1)  # (B, L + F)
         tok2 = torch.cat((s2, s2.new_zeros(B, F)), dim=1)
-        # the caches serve while the window grows, up to min(L + F, W) positions: allocated once, at that size
-        caches = model.init_cache(min(L + F, W)) if L <= W else None
+        # the caches serve while the window grows, up to min(L + F, W) positions: allocated once, at that size, and
+        # not at all when the window is full from the start (it slides at the second bar)
+        caches = model.init_cache(min(L + F, W)) if L < W else None
         dep_cache = KVCache(min(L + F, W))
         for i in range(F):
             cur = L + i
