@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet $(TORCH)
-	$(PY) -m pip install --quiet -e '.[dev,hf,serve,tune,docs]' $(TORCH)
+	$(PY) -m pip install --quiet -e '.[dev,hf,serve,tune,docs,published]' $(TORCH)
 	touch $(STAMP)
 
 FIT    := $(VENV)/bin/lightning-tf fit --config configs/trainer/default.yaml --test_after_fit true
