@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from core_layers import machine_info
 
-from lightning_tf.kline.evaluation.walkforward_report import default_top_k, evaluate_forecasters
+from lightning_tf.kline.universe.report import default_top_k, evaluate_forecasters
 
 CORPUS = Path(os.environ.get("LIGHTNING_TF_CORPUS", ROOT.parent / "corpus" / "Data"))
 UNIVERSE = ROOT.parent / "shared" / "data" / "kline_us_universe" / "us_stocks_2005_2012.csv.gz"
