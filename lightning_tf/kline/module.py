@@ -567,18 +567,29 @@ class KLineForecaster(CheckedLoading, LightningModule):
             device=self.device,
         )  # type: ignore
 
-    def window_forecasts(self, dataset: WindowDataset, batch_size: int = 1024) -> pd.DataFrame:
-        """The forecasts of every window of ``dataset`` (windows of the data this model was trained on, as a
-        DataModule's splits hold them) in original units, one row per window and step, as a walk-forward fold
-        keeps them (:func:`~.universe.forecasts.window_forecasts`): ``prediction``, the model as selected, from the
-        forward of :meth:`forward`, :meth:`forecast` and predict (compiled under ``compile: true``), with
-        ``realised``, ``linear`` (the linear path alone), the ``q<level>`` columns of a quantile model and, under
-        ``residual: on`` or ``blend``, ``residual`` (the whole residual added, whatever validation chose) and
-        ``residual_alone`` (``residual - linear``: what the Transformer adds). In eval mode on the model's device
-        (the previous mode is restored)."""
-        if self.data_scale is None:
+    def window_forecasts(
+        self, dataset: WindowDataset, scale: DataScale | None = None, batch_size: int = 1024
+    ) -> pd.DataFrame:
+        """The forecasts of every window of ``dataset`` (as a DataModule's splits hold them) in original units, one
+        row per window and step, as a walk-forward fold keeps them (:func:`~.universe.forecasts.window_forecasts`):
+        ``prediction``, the model as selected, from the forward of :meth:`forward`, :meth:`forecast` and predict
+        (compiled under ``compile: true``), with ``realised``, ``linear`` (the linear path alone), the ``q<level>``
+        columns of a quantile model and, under ``residual: on`` or ``blend``, ``residual`` (the whole residual
+        added, whatever validation chose) and ``residual_alone`` (``residual - linear``: what the Transformer adds).
+        In eval mode on the model's device (the previous mode is restored).
+
+        Args:
+            dataset: the windows.
+            scale: the scaling of the data the windows come from (its tickers, its target statistics); None: the
+                model's own, for windows of the data it was trained on. A model tested on other data (zero-shot)
+                reads windows scaled with that data's statistics, and its forecasts are mapped back with them.
+            batch_size: windows per forward pass.
+        """
+        scale = self.data_scale if scale is None else scale
+        if scale is None:
             raise ValueError(
-                "window_forecasts needs the data's scaling: fit or test the model first, or load a checkpoint"
+                "window_forecasts needs the data's scaling: give scale, fit or test the model first, or load a "
+                "checkpoint"
             )
         linear = self.net.linear is not None
         whole = linear and self.hparams.residual in ("on", "blend")
@@ -594,9 +605,7 @@ class KLineForecaster(CheckedLoading, LightningModule):
             )
 
         with evaluating(self):
-            return window_forecasts(
-                forecast, dataset, self.data_scale, self.quantiles, batch_size=batch_size, device=self.device
-            )
+            return window_forecasts(forecast, dataset, scale, self.quantiles, batch_size=batch_size, device=self.device)
 
     @torch.no_grad()
     def attention_maps(self, x: Tensor, layer: int = -1) -> Tensor:

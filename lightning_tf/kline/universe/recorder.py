@@ -59,7 +59,8 @@ class FoldRecorder(Callback):
         if not trainer.is_global_zero:
             return
         dm = trainer.datamodule
-        model = pl_module.window_forecasts(dm.datasets["test"])
+        # mapped back with the data's scaling: a model tested zero-shot keeps its own, of the data it was trained on
+        model = pl_module.window_forecasts(dm.datasets["test"], dm.data_scale)
         frame, notes = fold_predictions(model, dm.bars, dm.datasets, dm.data_scale, lightgbm=self.lightgbm)
         self.notes += notes
         self.folder.mkdir(parents=True, exist_ok=True)

@@ -315,8 +315,31 @@ def test_the_compiled_forward_is_the_one_used() -> None:
     np.testing.assert_allclose(frame["residual"] - eager["residual"], std, rtol=1e-5)
 
 
+def test_windows_of_other_data_are_mapped_back_with_that_datas_scaling() -> None:
+    """A model tested zero-shot keeps the scaling of the data it was trained on; the windows' own data gives the
+    tickers and the target statistics of its rows."""
+    ds, own = _model_windows()
+    model = _model()
+    theirs = dataclasses.replace(
+        own,
+        ticker_names=["XXX", "YYY"],
+        target_mean=torch.tensor([[3.0], [0.0]]),
+        target_std=torch.tensor([[1.0], [5.0]]),
+    )
+    a, b = model.window_forecasts(ds), model.window_forecasts(ds, theirs)
+    assert set(a["ticker"]) == {"AAA", "BBB"} and list(b["ticker"]) == list(
+        a["ticker"].map({"AAA": "XXX", "BBB": "YYY"})
+    )
+    for column in ("prediction", "residual", "realised", "linear"):
+        mean_a, std_a = np.where(a["ticker"] == "AAA", 0.5, -1.0), np.where(a["ticker"] == "AAA", 2.0, 3.0)
+        mean_b, std_b = np.where(b["ticker"] == "XXX", 3.0, 0.0), np.where(b["ticker"] == "XXX", 1.0, 5.0)
+        np.testing.assert_allclose((b[column] - mean_b) / std_b, (a[column] - mean_a) / std_a, rtol=1e-6, atol=1e-9)
+
+
 def test_a_model_without_the_datas_scaling_says_so() -> None:
     model = _model()
     model.data_scale = None
-    with pytest.raises(ValueError, match="window_forecasts needs the data's scaling"):
-        model.window_forecasts(_model_windows()[0])
+    ds, scale = _model_windows()
+    with pytest.raises(ValueError, match="window_forecasts needs the data's scaling: give scale"):
+        model.window_forecasts(ds)
+    assert len(model.window_forecasts(ds, scale)) == len(ds) * HORIZON

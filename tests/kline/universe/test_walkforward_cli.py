@@ -193,6 +193,11 @@ def test_zero_shot_tests_one_model_on_every_fold_and_warns_of_dates_it_has_seen(
     pd.testing.assert_frame_equal(
         ours[ours["fold"] == 2][two].reset_index(drop=True), theirs[theirs["fold"] == 2][two].reset_index(drop=True)
     )
+    # fold 1's rows are fold 1's data, in its units, whatever model forecasts them
+    one = ["date", "ticker", "step", "realised", "momentum"]
+    pd.testing.assert_frame_equal(
+        ours[ours["fold"] == 1][one].reset_index(drop=True), theirs[theirs["fold"] == 1][one].reset_index(drop=True)
+    )
     assert json.loads((out / "walkforward.json").read_text())["refit"].startswith("none (zero-shot")
 
 
