@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from core_layers import machine_info
 
-from lightning_tf.kline.evaluation.walkforward_report import default_top_k, evaluate_forecasters
+from lightning_tf.kline.universe.report import default_top_k, evaluate_forecasters
 
 CORPUS = Path(os.environ.get("LIGHTNING_TF_CORPUS", ROOT.parent / "corpus" / "Data"))
 UNIVERSE = ROOT.parent / "shared" / "data" / "kline_us_universe" / "us_stocks_2005_2012.csv.gz"
@@ -191,8 +191,9 @@ def pretrain(args: argparse.Namespace, objective: str, corpus: Path, cache: Path
     ]
     if objective == "masked":
         command += ["--model.init_args.objective=masked", "--model.init_args.loss=mse", "--model.init_args.ic_weight=0"]
-    if args.quick:
+    if args.quick:  # 10 batches: validated once, at the end (the config's interval counts 400 of them)
         command += ["--trainer.max_epochs=1", "--trainer.limit_train_batches=10", "--trainer.limit_val_batches=2"]
+        command += ["--trainer.val_check_interval=1.0"]
     print(f"=== pretrain {objective}: lightning-tf {shlex.join(command)}", flush=True)
     seconds, peak, code = _run(command, folder / "fit.log", folder, _env())
     if code != 0:

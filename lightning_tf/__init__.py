@@ -16,15 +16,21 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-#: modules that moved when the package took its layout (``core/``, ``training/``, the tasks, ``cli/``): a run
-#: config saved before names ``lightning_tf.callbacks.RNGState``, ``lightning_tf.preemption.LastCheckpoint``,
-#: ``lightning_tf.checkpoints.AtomicCheckpointIO`` and the like, and still loads through these names
+#: modules that moved, by their old names: those of before the package took its layout (``core/``, ``training/``,
+#: the tasks, ``cli/``; a run config saved then names ``lightning_tf.callbacks.RNGState``,
+#: ``lightning_tf.preemption.LastCheckpoint``, ``lightning_tf.checkpoints.AtomicCheckpointIO`` and the like, and still
+#: loads through these names), and the universe workflow's, gathered into ``kline/universe/``
 MOVED = {
     "lightning_tf.argument_errors": "lightning_tf.cli.argument_errors",
     "lightning_tf.callbacks": "lightning_tf.training.callbacks",
     "lightning_tf.checkpoints": "lightning_tf.training.checkpoints",
     "lightning_tf.console": "lightning_tf.cli.console",
     "lightning_tf.distributed": "lightning_tf.training.distributed",
+    "lightning_tf.kline.evaluation.fold_forecasts": "lightning_tf.kline.universe.forecasts",
+    "lightning_tf.kline.evaluation.portfolio": "lightning_tf.kline.universe.portfolio",
+    "lightning_tf.kline.evaluation.universe_baselines": "lightning_tf.kline.universe.baselines",
+    "lightning_tf.kline.evaluation.walkforward_report": "lightning_tf.kline.universe.report",
+    "lightning_tf.kline.walkforward": "lightning_tf.kline.universe.folds",
     "lightning_tf.loaders": "lightning_tf.training.loaders",
     "lightning_tf.memory": "lightning_tf.training.memory",
     "lightning_tf.preemption": "lightning_tf.training.preemption",

@@ -20,6 +20,8 @@
   and a cost-aware backtest; ``forecast(bars)``
   forecasts new bars from a checkpoint alone (:mod:`.inference`); :class:`ForecastWriter`
   (:mod:`.writer`) writes the forecasts of ``predict``.
+* :mod:`.universe`: the model judged over a universe of tickers: walk-forward folds, each fold's forecasts
+  beside LightGBM and momentum, the TopkDropout portfolios after costs and the walk-forward report.
 
 The names below load on first use (PEP 562), so ``import lightning_tf.kline.reader`` stays free of torch
 and Lightning.

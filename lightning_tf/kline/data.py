@@ -588,7 +588,7 @@ class KLineDataModule(LightningDataModule):
 
     def trading_dates(self) -> pd.DatetimeIndex:
         """Every timestamp any ticker of ``path`` has, ascending: the panel's calendar, on which walk-forward
-        folds are laid (:func:`lightning_tf.kline.walkforward.folds`). Reads the bars, builds no panel."""
+        folds are laid (:func:`lightning_tf.kline.universe.folds`). Reads the bars, builds no panel."""
         if self._frame is None:
             self._frame = self._read(self.path)
         return pd.DatetimeIndex(np.unique(self._frame["timestamp"].to_numpy()))

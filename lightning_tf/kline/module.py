@@ -61,7 +61,8 @@ from .pretrained import ARCHITECTURE, load_pretrained, look_ahead, read_pretrain
 from .pretrained import summary as pretrained_summary
 from .scale import DataScale
 from .settings import Reading
-from .windows import check_batch
+from .universe.forecasts import WindowForecast, window_forecasts
+from .windows import WindowDataset, check_batch
 from .writer import ForecastWriter
 
 __all__ = ["DEFAULT_QUANTILES", "FreezeName", "KLineForecaster"]
@@ -565,6 +566,46 @@ class KLineForecaster(CheckedLoading, LightningModule):
             quantiles=self.quantiles,
             device=self.device,
         )  # type: ignore
+
+    def window_forecasts(
+        self, dataset: WindowDataset, scale: DataScale | None = None, batch_size: int = 1024
+    ) -> pd.DataFrame:
+        """The forecasts of every window of ``dataset`` (as a DataModule's splits hold them) in original units, one
+        row per window and step, as a walk-forward fold keeps them (:func:`~.universe.forecasts.window_forecasts`):
+        ``prediction``, the model as selected, from the forward of :meth:`forward`, :meth:`forecast` and predict
+        (compiled under ``compile: true``), with ``realised``, ``linear`` (the linear path alone), the ``q<level>``
+        columns of a quantile model and, under ``residual: on`` or ``blend``, ``residual`` (the whole residual
+        added, whatever validation chose) and ``residual_alone`` (``residual - linear``: what the Transformer adds).
+        In eval mode on the model's device (the previous mode is restored).
+
+        Args:
+            dataset: the windows.
+            scale: the scaling of the data the windows come from (its tickers, its target statistics); None: the
+                model's own, for windows of the data it was trained on. A model tested on other data (zero-shot)
+                reads windows scaled with that data's statistics, and its forecasts are mapped back with them.
+            batch_size: windows per forward pass.
+        """
+        scale = self.data_scale if scale is None else scale
+        if scale is None:
+            raise ValueError(
+                "window_forecasts needs the data's scaling: give scale, fit or test the model first, or load a "
+                "checkpoint"
+            )
+        linear = self.net.linear is not None
+        whole = linear and self.hparams.residual in ("on", "blend")
+
+        def forecast(batch: dict[str, Tensor]) -> WindowForecast:
+            parts = self._parts(batch["x"], batch)  # one forward; the gates only weigh its parts
+            out = self.net.combine(parts)  # (B, F, K[, Q])
+            return WindowForecast(
+                point=self._point(out),  # (B, F, K)
+                quantiles=out if self.quantiles is not None else None,
+                linear=self._point(self.net.combine(parts, gate=0.0)) if linear else None,
+                residual=self._point(self.net.combine(parts, gate=1.0)) if whole else None,
+            )
+
+        with evaluating(self):
+            return window_forecasts(forecast, dataset, scale, self.quantiles, batch_size=batch_size, device=self.device)
 
     @torch.no_grad()
     def attention_maps(self, x: Tensor, layer: int = -1) -> Tensor:

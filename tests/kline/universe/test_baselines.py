@@ -9,13 +9,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lightning_tf.kline.evaluation.portfolio import evaluate_predictions, information_coefficients
-from lightning_tf.kline.evaluation.universe_baselines import (
+from lightning_tf.kline.universe.baselines import (
     LightGBMBaseline,
     flatten_windows,
     momentum_predictions,
     realised_log_returns,
 )
+from lightning_tf.kline.universe.portfolio import evaluate_predictions, information_coefficients
 
 
 def _bars(n_dates=60, tickers=("AAA", "BBB", "CCC", "DDD"), seed=0):
@@ -156,7 +156,7 @@ def test_lightgbm_bad_inputs():
 def test_lightgbm_missing_says_how_to_install(monkeypatch):
     import importlib
 
-    from lightning_tf.kline.evaluation import universe_baselines
+    from lightning_tf.kline.universe import baselines
 
     real = importlib.import_module
 
@@ -165,7 +165,7 @@ def test_lightgbm_missing_says_how_to_install(monkeypatch):
             raise ImportError("No module named 'lightgbm'")
         return real(name, *args)
 
-    monkeypatch.setattr(universe_baselines.importlib, "import_module", fake)
+    monkeypatch.setattr(baselines.importlib, "import_module", fake)
     with pytest.raises(ImportError, match=r"pip install 'lightning-tf\[quant\]'"):
         LightGBMBaseline().fit(np.zeros((4, 2)), np.zeros(4))
 

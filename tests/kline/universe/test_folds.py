@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import json
-import threading
-from pathlib import Path
-
 import pandas as pd
 import pytest
 
-from lightning_tf.kline.walkforward import folds
+from lightning_tf.kline.universe.folds import folds
 
 DATES = pd.bdate_range("2005-01-03", periods=1000)
 
@@ -94,28 +90,3 @@ def test_bad_settings_are_refused(kwargs: dict, match: str) -> None:
     settings = {"n_folds": 2, "test_span": 100, "val_span": 50, "embargo": 5, **kwargs}
     with pytest.raises(ValueError, match=match):
         folds(DATES, **settings)
-
-
-def test_folds_started_together_read_a_whole_plan(tmp_path: Path) -> None:
-    """An array's jobs start at once: each reads the plan another may be writing, and must find it whole."""
-    from lightning_tf.cli.walkforward import PLAN, _check_plan
-
-    plan = {"folds": [{"number": k, "test_start": "2012-01-03" * 50} for k in range(2_000)], "refit": "every"}
-    errors: list[BaseException] = []
-
-    def job(out: Path) -> None:
-        try:
-            _check_plan(out, plan)
-        except BaseException as e:  # noqa: BLE001 (collected for the assertion)
-            errors.append(e)
-
-    for round_ in range(5):
-        out = tmp_path / f"wf{round_}"
-        threads = [threading.Thread(target=job, args=(out,)) for _ in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert json.loads((out / PLAN).read_text(encoding="utf-8"))["folds"] == plan["folds"]
-        assert [p.name for p in out.iterdir()] == [PLAN]  # no partial file left beside it
-    assert not errors, errors[0]

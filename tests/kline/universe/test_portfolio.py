@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lightning_tf.kline.evaluation.portfolio import (
+from lightning_tf.kline.universe.portfolio import (
     PortfolioEvaluation,
     check_predictions,
     evaluate_predictions,
@@ -322,10 +322,12 @@ def test_a_market_move_common_to_every_ticker_leaves_the_long_short_book_unchang
 
 @pytest.mark.integration
 def test_portfolio_module_imports_without_torch():
-    code = (
-        "import sys; import lightning_tf.kline.evaluation.portfolio, lightning_tf.kline.evaluation.universe_baselines;"
-        " assert 'torch' not in sys.modules, 'torch imported'"
-    )
+    """The universe's evaluation side needs no torch, by its names and by the old ones."""
+    modules = [
+        *(f"lightning_tf.kline.universe.{m}" for m in ("portfolio", "baselines", "predictions", "report", "folds")),
+        "lightning_tf.kline.evaluation.portfolio",
+    ]
+    code = f"import sys; import {', '.join(modules)}; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

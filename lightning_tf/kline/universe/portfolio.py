@@ -1,14 +1,10 @@
 """Portfolio evaluation of forecasts over a universe of tickers: the numbers a quant desk reads.
 
-The input is a **predictions frame**, one row per (origin date, ticker, horizon step):
-
-* ``date`` (datetime64): the forecast origin, the date of the last bar the forecast saw;
-* ``ticker`` (str);
-* ``step`` (int, 1..F): the horizon step;
-* ``prediction`` (float): the forecast of that step's log return, or any score whose order across
-  tickers is the signal;
-* ``realised`` (float): the realised log return of that step (bar ``t+step`` over bar ``t+step-1``);
-* optional ``q0.1``, ``q0.5``, ``q0.9``, ... : forecast quantiles of the target (:func:`probabilistic_scores`).
+The input is a **predictions frame** (:mod:`.predictions` declares its columns), one row per (origin date,
+ticker, horizon step): ``date`` (the origin, the date of the last bar the forecast saw), ``ticker``, ``step``
+(1..F), ``prediction`` (the forecast of that step's log return, or any score whose order across tickers is the
+signal), ``realised`` (that step's realised log return, bar ``t+step`` over bar ``t+step-1``) and optionally
+``q0.1``, ``q0.5``, ``q0.9``, ... (forecast quantiles of the target, :func:`probabilistic_scores`).
 
 What is computed, on the rows of one step (step 1 by default: the next bar):
 
@@ -55,12 +51,13 @@ empyrical, scoringrules and properscoring (the ``quant`` extra).
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from .predictions import REQUIRED, quantile_level
 
 __all__ = [
     "PORTFOLIOS",
@@ -79,9 +76,7 @@ __all__ = [
     "topk_dropout_weights",
 ]
 
-PREDICTION_COLUMNS = ("date", "ticker", "step", "prediction", "realised")
 PORTFOLIOS = ("long_only", "long_short")
-_QUANTILE_COLUMN = re.compile(r"^q(0?\.\d+)$")
 
 
 # --------------------------------------------------------------------------------------------- the frame
@@ -96,9 +91,9 @@ def check_predictions(frame: pd.DataFrame, step: int | None = None, min_tickers:
     """
     if not isinstance(frame, pd.DataFrame):
         raise ValueError(f"predictions frame: expected a pandas DataFrame, got {type(frame).__name__}")
-    for column in PREDICTION_COLUMNS:
+    for column in REQUIRED:
         if column not in frame.columns:
-            raise ValueError(f"predictions frame has no column {column!r} (needs {', '.join(PREDICTION_COLUMNS)})")
+            raise ValueError(f"predictions frame has no column {column!r} (needs {', '.join(REQUIRED)})")
     for column in ("prediction", "realised"):
         values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=np.float64)
         bad = ~np.isfinite(values)
@@ -502,9 +497,8 @@ def quantile_columns(frame: pd.DataFrame) -> dict[float, str]:
     """The quantile columns of a predictions frame (``q0.1``, ``q.5``, ...) by level, sorted."""
     found = {}
     for column in frame.columns:
-        match = _QUANTILE_COLUMN.match(str(column))
-        if match:
-            level = float(match.group(1))
+        level = quantile_level(column)
+        if level is not None:
             if not 0.0 < level < 1.0:
                 raise ValueError(f"predictions frame: quantile column {column!r} is not a level in (0, 1)")
             found[level] = str(column)

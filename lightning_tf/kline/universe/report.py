@@ -2,12 +2,13 @@
 (:func:`~.portfolio.evaluate_predictions`: RankIC and its ICIR, a TopkDropout portfolio after costs against the
 equal-weight universe), per fold and pooled, one verdict line per baseline, and two charts (cumulative
 portfolio return, RankIC per month), written as ``report.md`` with PNGs beside it (qlib's workflow report;
-alphalens' tear sheet).
+alphalens' tear sheet), and to a wandb run for a config that logs to wandb (:func:`log_wandb`).
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,18 +18,17 @@ import numpy as np
 import pandas as pd
 
 from .portfolio import PortfolioEvaluation, evaluate_predictions
+from .predictions import FORECASTERS
 
-__all__ = ["FORECASTERS", "WalkForwardResult", "default_top_k", "evaluate_forecasters", "write_report"]
-
-#: the predictions file's column of each forecaster, and its name in the report
-FORECASTERS: dict[str, str] = {
-    "prediction": "model",
-    "residual": "model, residual always kept",
-    "residual_alone": "the Transformer residual alone",
-    "linear": "linear path",
-    "lightgbm": "LightGBM",
-    "momentum": "momentum (20 bars)",
-}
+__all__ = [
+    "FORECASTERS",
+    "WalkForwardResult",
+    "default_top_k",
+    "evaluate_forecasters",
+    "fold_metrics",
+    "log_wandb",
+    "write_report",
+]
 
 
 def default_top_k(predictions: pd.DataFrame) -> int:
@@ -289,3 +289,32 @@ def fold_metrics(result: WalkForwardResult, k: int) -> dict[str, Any]:
         if name == "model":
             row["benchmark_annual_return"] = s.get("benchmark_annual_return", math.nan)
     return row
+
+
+def log_wandb(files: Mapping[str, Path], result: WalkForwardResult, init_args: Mapping[str, Any]) -> None:
+    """The report's charts (``files``, :func:`write_report`'s) and pooled numbers as one wandb run, with the
+    ``init_args`` of the config's ``WandbLogger`` (offline unless they say otherwise)."""
+    import wandb
+
+    offline = init_args.get("offline", True)
+    run = wandb.init(
+        project=init_args.get("project") or "lightning-tf",
+        dir=os.path.abspath(init_args.get("save_dir") or "runs"),  # wandb's service resolves a relative one elsewhere
+        name=f"walkforward-{files['report'].parent.name}",
+        job_type="walkforward",
+        mode="offline" if offline else "online",
+        reinit=True,
+    )
+    run.log(
+        {
+            "walkforward/cumulative_return": wandb.Image(str(files["cumulative_return"])),
+            "walkforward/ic_per_month": wandb.Image(str(files["ic_per_month"])),
+            **{
+                f"walkforward/{name}/{k}": v
+                for name, e in result.pooled.items()
+                for k, v in e.summary.items()
+                if isinstance(v, float) and math.isfinite(v)
+            },
+        }
+    )
+    run.finish()

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from lightning_tf.cli.commands import main
+from lightning_tf.kline.universe.predictions import arrange
 from tests.helpers.cli import cli
 from tests.helpers.kline import make_bars
 
@@ -97,6 +98,7 @@ def test_predictions_file_holds_every_test_window_with_realised_returns(universe
         "fold",
     ):
         assert column in frame, column
+    assert list(arrange(frame).columns) == list(frame.columns)  # in the declared order
     assert set(frame["step"]) == {1, 2} and frame["ticker"].nunique() == 20
     assert frame["prediction"].notna().all()
     # the model with its whole residual: the tested forecast where validation kept it, else a different one
@@ -191,19 +193,23 @@ def test_zero_shot_tests_one_model_on_every_fold_and_warns_of_dates_it_has_seen(
     pd.testing.assert_frame_equal(
         ours[ours["fold"] == 2][two].reset_index(drop=True), theirs[theirs["fold"] == 2][two].reset_index(drop=True)
     )
+    # fold 1's rows are fold 1's data, in its units, whatever model forecasts them
+    one = ["date", "ticker", "step", "realised", "momentum"]
+    pd.testing.assert_frame_equal(
+        ours[ours["fold"] == 1][one].reset_index(drop=True), theirs[theirs["fold"] == 1][one].reset_index(drop=True)
+    )
     assert json.loads((out / "walkforward.json").read_text())["refit"].startswith("none (zero-shot")
 
 
 def test_the_charts_go_to_an_offline_wandb_run(universe: dict[str, Path], tmp_path: Path, monkeypatch) -> None:
-    from lightning_tf.cli.walkforward import _log_wandb
-    from lightning_tf.kline.evaluation.walkforward_report import evaluate_forecasters
+    from lightning_tf.kline.universe.report import evaluate_forecasters, log_wandb
 
     monkeypatch.setenv("WANDB_SILENT", "true")
     out = universe["out"]
     result = evaluate_forecasters(pd.read_parquet(out / "predictions.parquet"), top_k=2, n_drop=1, cost_bps=10.0)
     files = {name: out / f"{name}.png" for name in ("cumulative_return", "ic_per_month")}
     files["report"] = out / "report.md"
-    _log_wandb(files, {"project": "wf-test", "save_dir": str(tmp_path), "offline": True}, result)
+    log_wandb(files, result, {"project": "wf-test", "save_dir": str(tmp_path), "offline": True})
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 1
     media = sorted(p.name for p in runs[0].rglob("*.png"))
