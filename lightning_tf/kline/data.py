@@ -493,8 +493,10 @@ class KLineDataModule(LightningDataModule):
             return {}
         L, F = self.context_len, self.horizon
 
-        def day(row: int) -> str:
-            return pd.Timestamp(int(self._rows["time"][row])).isoformat()
+        time = self._rows["time"]  # (N,): rows of every ticker, ticker by ticker: the earliest is not the first row
+
+        def day(stamp: Tensor) -> str:
+            return pd.Timestamp(int(stamp)).isoformat()
 
         train, val = self.datasets["train"].ends, self.datasets["val"].ends
         last = val if len(val) else train
@@ -505,8 +507,8 @@ class KLineDataModule(LightningDataModule):
         return {
             "data": str(self.path),
             "tickers": len(self.ticker_names),
-            "first": day(int(train.min()) - L + 1) if len(train) else None,
-            "seen_until": day(int(last.max()) + F) if len(last) else None,
+            "first": day(time[train - L + 1].min()) if len(train) else None,
+            "seen_until": day(time[last + F].max()) if len(last) else None,
             "val_from": None if firsts["val_start"] is None else firsts["val_start"].isoformat(),
             "test_from": None if firsts["test_start"] is None else firsts["test_start"].isoformat(),
             "cut": self.reading.cut,

@@ -348,3 +348,16 @@ def test_a_zero_shot_forecast_of_bars_the_model_has_seen_is_warned(
     with caplog.at_level("WARNING"):
         table = model.forecast(one)  # after the cut: nothing to say
     assert "look-ahead" not in caplog.text and len(table) == 2
+
+
+def test_the_provenance_spans_every_tickers_dates(tmp_path: Path) -> None:
+    """The first bar read and the last bar seen are the earliest and latest over all tickers (the rows are stored
+    ticker by ticker: the first row is not the earliest bar)."""
+    late = reversal_universe(3, 200, reversal=0.0, seed=1, start="2015-06-01")
+    early = reversal_universe(3, 330, reversal=0.0, seed=2).assign(ticker=lambda f: "Z" + f["ticker"])
+    pd.concat([late, early]).to_csv(tmp_path / "u.csv", index=False)
+    dm = _data(tmp_path / "u.csv")
+    dm.setup("fit")
+    record = dm.provenance()
+    assert record["first"].startswith("2015-01-") and record["tickers"] == 6  # the Z tickers, stored last
+    assert "2016-02-01" < record["seen_until"] < "2016-03-01"
