@@ -1,11 +1,5 @@
-"""``lightning-tf tune``: search a config's hyperparameters with Optuna.
-
-``lightning-tf tune --config configs/trainer/default.yaml --config configs/vision/digits.yaml
---search configs/search/vision.yaml --trials 8 --jobs 2`` checks the search file against the config
-(``fit --print_config``), creates (or continues) the study in its storage, runs its trials ``--jobs`` at once
-(:mod:`.trials`), printing a line per trial, and at the end writes the report (:mod:`.report`) into
-``runs/tune/<study>/``. Ctrl-C or SIGTERM stops the running trials (they end as interrupted and run again when the
-study continues: the same command). ``--report`` writes the report of a study without running trials.
+"""``lightning-tf tune`` (docs/tune.md): the options checked, the study created or continued, its trials run
+(:mod:`.trials`), the report written (:mod:`.report`); ``--report`` writes the report alone.
 """
 
 from __future__ import annotations
@@ -86,7 +80,13 @@ def tune(
 
 
 def _study_dir(name: str) -> Path:
-    return Path("runs") / "tune" / name
+    return (Path("runs") / "tune" / name).absolute()
+
+
+def _storage(options: dict[str, Any], name: str) -> str:
+    """``--storage`` (a path made absolute), else the journal file in the study's folder."""
+    storage = options["storage"] or str(_study_dir(name) / "journal.log")
+    return storage if "://" in storage else os.path.abspath(storage)
 
 
 def _open(options: dict[str, Any]) -> Any:
@@ -98,9 +98,9 @@ def _open(options: dict[str, Any]) -> Any:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if options["study_name"] is None:
         raise ValueError("--report needs --study_name (the folder name under runs/tune/)")
-    storage = options["storage"] or str(_study_dir(options["study_name"]) / "journal.log")
+    storage = _storage(options, options["study_name"])
     if "://" not in storage and not Path(storage).is_file():
-        raise FileNotFoundError(f"no study {options['study_name']!r}: {storage} not found (give --storage)")
+        raise FileNotFoundError(f"no study {options['study_name']!r}: {shown(storage)} not found (give --storage)")
     try:
         return optuna.load_study(study_name=options["study_name"], storage=open_storage(storage, options["heartbeat"]))
     except KeyError:
@@ -143,7 +143,7 @@ def _run(options: dict[str, Any], rest: list[str]) -> None:
 
     from lightning_tf.training.resources import bundled_configs
 
-    from .overrides import absolute_configs, args_key, check_study_name
+    from .overrides import check_study_name, config_args
     from .report import shown
     from .space import load_space, probe
     from .study import check_continuation, fail_orphans, held, infer_direction, make_pruner, make_sampler, open_storage
@@ -151,25 +151,24 @@ def _run(options: dict[str, Any], rest: list[str]) -> None:
 
     t0 = time.time()
     if options["study_name"] is not None:
-        check_study_name(options["study_name"])
-    args = absolute_configs(bundled_configs(rest))
+        check_study_name(options["study_name"])  # before the configs are read, as the other options
+    args, args_key = config_args(bundled_configs(rest))
     search = bundled_configs(["--config", options["search"]])[1]
     space = load_space(search)  # the search file's own errors before the configs are read
     search = os.path.abspath(search)
     config = resolved_config(args, probe(space), search)
-    files = [Path(a.partition("=")[2] or b).stem for a, b in zip(args, [*args[1:], ""]) if a.startswith("--config")]
+    files = [Path(a).stem for a, k in zip(args, args_key) if a != k]  # the config files: where the key has a digest
     task = str((config.get("model") or {}).get("class_path", "model")).split(".")
-    name = options["study_name"] or "-".join([task[1] if task[0] == "lightning_tf" else task[-1].lower(), *files[-1:]])
-    study_dir = _study_dir(name).absolute()
-    storage = options["storage"] or str(study_dir / "journal.log")
-    storage = storage if "://" in storage else os.path.abspath(storage)
+    task = task[1] if task[0] == "lightning_tf" else task[-1].lower()
+    name = check_study_name(options["study_name"] or "-".join([task, *files[-1:]]))
+    study_dir, storage = _study_dir(name), _storage(options, name)
     direction = options["direction"] or infer_direction(options["metric"])
     trainer = config.get("trainer") or {}
-    max_epochs = trainer.get("max_epochs") if isinstance(trainer.get("max_epochs"), int) else None
-    max_epochs = max_epochs if max_epochs and max_epochs > 0 else None
+    max_epochs = trainer.get("max_epochs")
+    max_epochs = max_epochs if isinstance(max_epochs, int) and max_epochs > 0 else None
     warmup = options["pruner_warmup"] if options["pruner_warmup"] is not None else max(1, (max_epochs or 10) // 10)
     logger = trainer.get("logger")
-    attrs = {"args": args, "args_key": args_key(args), "search": search, "search_text": Path(search).read_text()}
+    attrs = {"args": args, "args_key": args_key, "search": search, "search_text": Path(search).read_text()}
     attrs |= {"metric": options["metric"], "direction": direction, "study_dir": str(study_dir), "config": config}
     attrs |= {"max_epochs": max_epochs, "wandb": str((logger or {}).get("class_path", "")).endswith("WandbLogger")}
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -206,8 +205,7 @@ def _run(options: dict[str, Any], rest: list[str]) -> None:
         study.set_user_attr(f"run:{socket.gethostname()}:{os.getpid()}:{int(t0)}", run)
         if status == 130:
             defaults = {k: p.default for k, p in inspect.signature(tune).parameters.items()}
-            given = {k: v for k, v in options.items() if v is not None and v is not False and v != defaults[k]}
-            argv = [a for k, v in given.items() for a in (f"--{k}", str(v))] + rest
+            argv = [a for k, v in options.items() if v != defaults[k] for a in (f"--{k}", str(v))] + rest
             print(f"stopped; continue the study with the same command: lightning-tf tune {shlex.join(argv)}")
     _report(study)
     if status:
