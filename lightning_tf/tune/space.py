@@ -1,16 +1,6 @@
-"""The search file of ``lightning-tf tune``: a YAML mapping from the config's own dotted names to Optuna
-distributions.
-
-.. code-block:: yaml
-
-    model.init_args.lr: {type: float, low: 1.0e-4, high: 3.0e-3, log: true}
-    model.init_args.n_layers: {type: int, low: 2, high: 6, step: 2}
-    model.init_args.backbone: {type: categorical, choices: [patches, variates, bars]}
-
-Each entry's fields are the arguments of Optuna's ``FloatDistribution``, ``IntDistribution`` or
-``CategoricalDistribution``, which check them; a trial draws each with ``suggest_float``, ``suggest_int`` or
-``suggest_categorical`` under its key, so its parameters read as the ``fit`` overrides they are. Errors are one
-line naming the file and the key.
+"""The search file of ``lightning-tf tune`` (docs/tune.md, the search file): the config's own dotted names mapped to
+the arguments of Optuna's ``FloatDistribution``, ``IntDistribution`` or ``CategoricalDistribution``, which check
+them, each drawn with ``suggest_*`` under its name; errors are one line naming the file and the key.
 """
 
 from __future__ import annotations

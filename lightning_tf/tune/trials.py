@@ -1,10 +1,6 @@
 """The trials a ``lightning-tf tune`` command runs: ``study.optimize`` with ``--jobs`` trials at once (Optuna's
-``n_jobs`` threads). Each trial is an ordinary ``lightning-tf fit`` process, with the trial's parameters as overrides
-and :class:`~lightning_tf.tune.reporter.TrialReporter` as one more callback, which reports each validation epoch over
-a socket the run inherits; the thread that holds the Optuna trial answers with ``trial.report`` and
-``trial.should_prune``. A trial ends complete (its value: the best of its epochs), pruned, failed (the run's own
-error in one line; ``refused`` when the config rejected the values before training) or interrupted (a stop, its run
-killed): failed and queued again, as Optuna's heartbeat does on a database for a command that died.
+``n_jobs`` threads), each an ordinary ``lightning-tf fit`` process whose pruning callback (:mod:`.reporter`) the
+thread that holds the Optuna trial answers over a socket; how a trial ends: docs/tune.md.
 """
 
 from __future__ import annotations
@@ -27,13 +23,11 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from .overrides import CHANNEL, to_overrides, trial_overrides
+from .report import brief
 from .space import suggest
 from .study import held, retry, state_name, tally
 
 __all__ = ["TrialFailed", "Trials", "failure"]
-
-#: a fit's exit status when SIGTERM stopped it (its LastCheckpoint saved it first)
-SIGTERM_STATUS = 128 + signal.SIGTERM
 
 
 class TrialFailed(Exception):
@@ -171,9 +165,8 @@ class Trials:
         trial.set_user_attr("seconds", round(time.time() - t0, 1))
         trial.set_user_attr("val_metrics", metrics[best] if best is not None else {})
         if pruned:
-            trial.set_user_attr("reason", f"pruned after epoch {len(values)}")
-            raise optuna.TrialPruned(f"pruned after epoch {len(values)}")
-        if self.stops or status < 0 or status == SIGTERM_STATUS:
+            reason = f"pruned after epoch {len(values)}"
+        elif self.stops or status < 0 or status == 128 + signal.SIGTERM:  # killed, or SIGTERM (LastCheckpoint saved it)
             reason = "interrupted: " + ("the study was stopped" if self.stops else f"its run ended ({status})")
         elif missing:
             reason = self.stop_reason = missing
@@ -184,7 +177,7 @@ class Trials:
         else:
             return finite[best]
         trial.set_user_attr("reason", reason)
-        raise TrialFailed(reason)
+        raise (optuna.TrialPruned if pruned else TrialFailed)(reason)
 
     def after_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
         """Queue an interrupted trial again, print its line, stop when the study holds ``--trials`` trials (or when
@@ -195,10 +188,7 @@ class Trials:
         trials = study.get_trials(deepcopy=False)
         counts, attrs = tally(trials), trial.user_attrs
         what = f"{self.attrs['metric']} {trial.value:.5g}" if trial.state == TrialState.COMPLETE else reason
-        shown = ", ".join(
-            f"{k.rpartition('.')[2]}={v:.4g}" if isinstance(v, float) else f"{k.rpartition('.')[2]}={v}"
-            for k, v in trial.params.items()
-        )
+        shown = ", ".join(f"{k.rpartition('.')[2]}={brief(v)}" for k, v in trial.params.items())
         best = f"; best {study.best_value:.5g} (trial {study.best_trial.number})" if counts.get("complete") else ""
         failed = counts.get("failed", 0) + counts.get("refused", 0)
         state = "interrupted" if reason.startswith("interrupted") else state_name(trial, set())
