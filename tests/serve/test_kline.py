@@ -438,6 +438,19 @@ def test_covariate_bars_are_read_with_numpy_into_the_window_the_bar_reader_gives
         assert status == 200 and same_rows(body["forecast"], want)
 
 
+def test_a_covariate_under_another_spelling_beside_other_keys_is_read_as_the_reader_reads_it() -> None:
+    api = KLineAPI("unused.ckpt", Serving(max_batch_size=8))
+    api.model = tiny_kline_covariates(calendar=None, ticker_embedding=False)
+    bars = [
+        {"Signal": b.pop("signal"), "OpenInt": 0, "amount": 1.0, **b} for b in bars_records(70, seed=3, signal=True)
+    ]
+    body = {"bars": bars}
+    fast, read = plain_window(api, body), api._read(api.validate(body))
+    assert np.array_equal(fast.x, read.x) and np.array_equal(fast.x[:, -1], read.x[:, -1])  # the covariate's channel
+    ((status, answer),) = served(api, [json.dumps(body).encode()])
+    assert status == 200 and same_rows(answer["forecast"], offline(api, bars))
+
+
 def test_a_model_that_reads_the_users_known_future_covariates_refuses_bars_alone() -> None:
     api = KLineAPI("unused.ckpt", Serving(max_batch_size=8))
     api.model = tiny_kline_covariates(calendar=None, future=["event"])
