@@ -48,6 +48,7 @@ __all__ = [
     "bar_layout",
     "forecast_records",
     "iso_strings",
+    "iso_times",
     "model_columns",
     "plain_bars",
 ]
@@ -147,8 +148,8 @@ def forecast_records(columns: Mapping[str, Any], n: int) -> list[list[dict[str, 
 _FIELDS = frozenset(KLineRequest.model_fields)
 #: an ISO 8601 date or local date and time, as the reader and numpy read them alike (no time zone)
 _ISO = r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?)?"
-#: ISO times, one a line
-_ISO_LINES = re.compile(rf"(?:{_ISO}\n)*{_ISO}", re.ASCII)
+#: one ISO time, and ISO times one a line
+_ISO_ONE, _ISO_LINES = re.compile(_ISO, re.ASCII), re.compile(rf"(?:{_ISO}\n)*{_ISO}", re.ASCII)
 #: the types a cell of a bar may have in a request (:data:`Cell`): what a key the reader ignores may hold
 _CELL_TYPES = frozenset({float, int, str, type(None)})
 #: the canonical columns the reader checks though no model reads them: finite, and adj_close positive, amount not
@@ -156,6 +157,23 @@ _CELL_TYPES = frozenset({float, int, str, type(None)})
 _CHECKED = ("amount", "adj_close")
 #: the layouts a worker keeps, the last read first (a client sends its bars one way; a few clients a few ways)
 _LAYOUTS_KEPT = 8
+
+
+def iso_times(stamps: Sequence[str]) -> bool:
+    """Whether each of ``stamps`` is an ISO 8601 date or local date and time that the reader and numpy read alike
+    (:data:`_ISO`). Stamps of one length are first compared with the first as bytes, all at once: when each has an
+    ASCII digit where the first has one and the first's character everywhere else, each is of the first's form;
+    else they are matched one a line."""
+    first = stamps[0]
+    text = "".join(stamps)
+    if len(text) == len(first) * len(stamps) and text.isascii() and _ISO_ONE.fullmatch(first):
+        chars = np.frombuffer(text.encode("ascii"), dtype=np.uint8).reshape(len(stamps), len(first))  # (n, len)
+        digit = (chars[0] >= ord("0")) & (chars[0] <= ord("9"))
+        digits = chars[:, digit]
+        if ((digits >= ord("0")) & (digits <= ord("9"))).all() and (chars[:, ~digit] == chars[0, ~digit]).all():
+            return True
+    text = "\n".join(stamps)  # one match for all: each an ISO time, none holding a line break
+    return text.count("\n") == len(stamps) - 1 and _ISO_LINES.fullmatch(text) is not None
 
 
 def model_columns(scale: Any) -> tuple[str, ...]:
@@ -194,10 +212,8 @@ class BarLayout:
         the timestamp and the ticker, numbers for the columns read and checked); or None unless they pass the
         reader's checks as they are: ISO 8601 local times in increasing order, finite numbers, positive prices
         with high and low around open and close, volume and amount not negative, adj_close positive, one ticker."""
-        t = self.columns[0][1]
-        text_stamps = values[t]
-        text = "\n".join(text_stamps)  # one match for all: each an ISO time, none holding a line break
-        if text.count("\n") != len(text_stamps) - 1 or not _ISO_LINES.fullmatch(text):
+        text_stamps = values[self.columns[0][1]]
+        if not iso_times(text_stamps):
             return None
         stamps = np.array(text_stamps, dtype="datetime64[ns]")
         if len(stamps) > 1 and not (stamps[1:] > stamps[:-1]).all():

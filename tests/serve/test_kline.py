@@ -5,6 +5,7 @@ request gets its 4xx and one line."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ pytest.importorskip("litserve")
 
 from lightning_tf.serve.api import Serving
 from lightning_tf.serve.errors import Rejected
-from lightning_tf.serve.kline import KLineAPI, PlainBars, iso_strings, model_columns, plain_bars
+from lightning_tf.serve.kline import KLineAPI, PlainBars, iso_strings, iso_times, model_columns, plain_bars
 from tests.helpers.serve import bars_records, tiny_kline, tiny_kline_covariates
 
 BARS = bars_records(80, seed=0)
@@ -473,6 +474,27 @@ def test_iso_strings_are_what_pandas_writes() -> None:
     )
     for values in (stamps[:3], stamps):  # whole seconds (numpy), and with fractions (pandas)
         assert iso_strings(values) == [pd.Timestamp(t).isoformat() for t in values]
+
+
+def test_iso_times_are_the_stamps_each_of_which_the_iso_pattern_matches() -> None:
+    """Stamps of one length are checked as bytes against the first, others one by one: both say what matching each
+    stamp alone says, on stamps of one form and of mixed forms with one character changed to a digit, a letter, a
+    separator, a line break or a non-ASCII digit."""
+    one = re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?)?", re.ASCII)
+    rng = np.random.default_rng(0)
+    forms = ["2024-01-02", "2024-01-02T09:30", "2024-01-02 09:30:15", "2024-01-02T09:30:15.123456"]
+    checked = {True: 0, False: 0}
+    for _ in range(400):
+        form = forms[int(rng.integers(len(forms)))]
+        stamps = [form] * 5 if rng.random() < 0.7 else [forms[int(rng.integers(len(forms)))] for _ in range(5)]
+        if rng.random() < 0.8:
+            i, j = int(rng.integers(5)), int(rng.integers(len(stamps[0])))
+            row = stamps[i] if j < len(stamps[i]) else stamps[i] + "0"
+            stamps[i] = row[:j] + str(rng.choice(list("07x-T :/.\n\u0662"))) + row[j + 1 :]
+        want = all(one.fullmatch(s) for s in stamps)
+        assert iso_times(stamps) == want, stamps
+        checked[want] += 1
+    assert min(checked.values()) > 50
 
 
 def same_input(a: Any, b: Any) -> bool:
