@@ -479,7 +479,7 @@ def test_iso_strings_are_what_pandas_writes() -> None:
 def test_iso_times_are_the_stamps_each_of_which_the_iso_pattern_matches() -> None:
     """Stamps of one length are checked as bytes against the first, others one by one: both say what matching each
     stamp alone says, on stamps of one form and of mixed forms with one character changed to a digit, a letter, a
-    separator, a line break or a non-ASCII digit."""
+    separator, a line break or a non-ASCII digit, in one stamp or in all."""
     one = re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?)?", re.ASCII)
     rng = np.random.default_rng(0)
     forms = ["2024-01-02", "2024-01-02T09:30", "2024-01-02 09:30:15", "2024-01-02T09:30:15.123456"]
@@ -491,6 +491,8 @@ def test_iso_times_are_the_stamps_each_of_which_the_iso_pattern_matches() -> Non
             i, j = int(rng.integers(5)), int(rng.integers(len(stamps[0])))
             row = stamps[i] if j < len(stamps[i]) else stamps[i] + "0"
             stamps[i] = row[:j] + str(rng.choice(list("07x-T :/.\n\u0662"))) + row[j + 1 :]
+            if rng.random() < 0.3:  # every stamp of that one's form
+                stamps = [stamps[i]] * 5
         want = all(one.fullmatch(s) for s in stamps)
         assert iso_times(stamps) == want, stamps
         checked[want] += 1
