@@ -326,7 +326,7 @@ def _warn_each_or_count(path: str, said: list[tuple[str, str, str]]) -> None:
     for what, n in counts.items():
         if n > _HANDFUL:
             names = ", ".join([repr(name) for kind, name, _ in said if kind == what][:_HANDFUL])
-            log.warning("%s: %d tickers %s: %s and %d more", path, n, what, names, n - _HANDFUL)
+            log.warning("%s: %s tickers %s: %s and %s more", path, f"{n:,}", what, names, f"{n - _HANDFUL:,}")
 
 
 def _labels(frame: pd.DataFrame, spans: list[tuple[str, int, int]], s: PanelSettings) -> np.ndarray:
