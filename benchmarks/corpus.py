@@ -259,8 +259,7 @@ def markdown(results: dict[str, Any]) -> str:
     lines = [
         "# The pretraining corpus at full size",
         "",
-        f"`{results['command']}` (`benchmarks/corpus.py`; how to build the corpus: docs/kline.md, "
-        '"The pretraining corpus").',
+        f'`{results["command"]}` (how to build the corpus: docs/kline.md, "The pretraining corpus").',
         "",
         f"Machine: {results['machine']}. Load average at the start {results['load_start']}, at the end "
         f"{results['load_end']} (1, 5 and 15 minutes).",
