@@ -6,6 +6,8 @@
 #   make test-integration   CLI subprocesses, DDP, resume, config builds, wandb content, benchmark smoke runs
 #   make test-slow          quality thresholds (minutes of training)
 #   make lint               ruff format --check and ruff check over the package, tests and benchmarks
+#   make docs               the documentation site into site/ (mkdocs build --strict: a broken link or anchor, or a
+#                           docstring griffe cannot read, fails it); mkdocs serve shows it while editing
 
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -13,7 +15,7 @@ PY     := $(VENV)/bin/python
 TORCH  := torch==2.14.1 torchvision==0.29.1
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run run-text run-vision run-kline test test-integration test-slow lint bench clean
+.PHONY: install run run-text run-vision run-kline test test-integration test-slow lint docs bench clean
 
 install: $(STAMP)
 
@@ -21,7 +23,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet $(TORCH)
-	$(PY) -m pip install --quiet -e '.[dev,hf,serve,tune]' $(TORCH)
+	$(PY) -m pip install --quiet -e '.[dev,hf,serve,tune,docs,published]' $(TORCH)
 	touch $(STAMP)
 
 FIT    := $(VENV)/bin/lightning-tf fit --config configs/trainer/default.yaml --test_after_fit true
@@ -52,8 +54,12 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check lightning_tf tests benchmarks
 	$(VENV)/bin/ruff check lightning_tf tests benchmarks
 
+# NO_MKDOCS_2_WARNING: Material's notice about MkDocs 2, printed on every build
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
 bench: $(STAMP)
 	$(PY) benchmarks/core_layers.py
 
 clean:
-	rm -rf runs wandb lightning_logs .pytest_cache
+	rm -rf runs wandb lightning_logs .pytest_cache site

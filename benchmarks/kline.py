@@ -63,7 +63,7 @@ FORECASTS = ("model", "persistence", "mean", "drift", "linear")
 def accuracy(args: argparse.Namespace) -> dict:
     model_args, data_args, trainer_args, stopping = load_config(CONFIG, args.model)
     L.seed_everything(0, verbose=False)
-    dm = KLineDataModule(**data_args)
+    dm = KLineDataModule.from_arguments(data_args)
     model = KLineForecaster(**model_args)
     epochs = args.epochs or trainer_args.get("max_epochs", 10)
     ckpt = ModelCheckpoint(dirpath=args.workdir, monitor="val/loss", mode="min", save_top_k=1)
@@ -175,7 +175,9 @@ def speed(args: argparse.Namespace) -> list[dict]:
     ref.net.backbone.encoder = TorchEncoder(
         ours.net.backbone.encoder, h.d_model, h.n_heads, h.n_layers, d_ff, h.dropout
     )
-    dm = KLineDataModule(**{**data_args, "batch_size": args.batch_size})
+    dm = KLineDataModule.from_arguments(
+        {**data_args, "loading": {**data_args.get("loading", {}), "batch_size": args.batch_size}}
+    )
     dm.setup("fit")
     ours.target_channels = ref.target_channels = dm.target_channels
     batch = next(iter(dm.train_dataloader()))

@@ -60,6 +60,8 @@ from typing import Any
 
 import numpy as np
 
+from lightning_tf.kline.settings import Reading
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 SAMPLE_S = 0.2  # the PSS sampling period of a measured process tree
@@ -372,7 +374,7 @@ def kline_pandas(path: str) -> dict[str, Any]:
 def kline_setup(path: str, read_workers: int | None = None) -> dict[str, Any]:
     from lightning_tf.kline.data import KLineDataModule
 
-    dm = KLineDataModule(path=path, read_workers=read_workers)
+    dm = KLineDataModule(path=path, reading=Reading(read_workers=read_workers))
     dm.setup("fit")
     KEPT.append(dm)
     setup_s = time.perf_counter()

@@ -171,7 +171,9 @@ def kline_workload(model: Any, n: int, bars: int | None = None, plain: bool = Fa
     def forecast(batch: list[list[dict[str, Any]]]) -> list[Any]:
         # zero-padded names: the reader sorts a long table by ticker, so the rows come back in batch order
         table = pd.concat([pd.DataFrame(s).assign(ticker=f"s{i:05d}") for i, s in enumerate(batch)], ignore_index=True)
-        out = model.forecast(table, ticker_column="ticker")
+        from lightning_tf.kline.settings import Reading
+
+        out = model.forecast(table, reading=Reading(ticker_column="ticker"))
         horizon = model.hparams.horizon
         return [out.iloc[i * horizon : (i + 1) * horizon]["pred_log_return"].tolist() for i in range(len(batch))]
 
@@ -530,9 +532,9 @@ def kline_covariates_checkpoint(folder: Path) -> Path:
         *("--config", str(ROOT / "configs" / "trainer" / "default.yaml")),
         *("--config", str(ROOT / "configs" / "kline" / "msft_daily.yaml")),
         *("--data.init_args.path", str(out / "msft.csv")),
-        *("--data.init_args.covariates", "[liquidity]"),
-        *("--data.init_args.calendar", "XNYS"),
-        *("--data.init_args.ticker_embedding", "true"),
+        *("--data.init_args.covariates.past", "[liquidity]"),
+        *("--data.init_args.covariates.calendar", "XNYS"),
+        *("--data.init_args.covariates.ticker_embedding", "true"),
         *("--model.init_args.channel_mixing", "true"),
         *("--trainer.max_epochs", "1"),
         *("--trainer.logger", "false"),

@@ -1,4 +1,4 @@
-"""``lightning-tf tune`` measured: does pruning pay, do parallel workers pay, does a study survive a kill, and
+"""``lightning-tf tune`` measured: does pruning pay, do parallel trials pay, does a study survive a kill, and
 does a tuned Transformer residual beat the closed-form linear model on ETTh1?
 
 Every study is the real command (``python -m lightning_tf tune ...``) in a working folder of its own, timed
@@ -360,7 +360,7 @@ def page(results: dict[str, Any]) -> str:
         "# lightning-tf tune, measured",
         "",
         f"Machine: {info['cpu']}, {info['cores']} cores, torch {info['torch']}. Each study is "
-        "`lightning-tf tune` timed from outside (wall time of the whole command, worker start-up included). "
+        "`lightning-tf tune` timed from outside (wall time of the whole command, its start-up included). "
         f"Written by `python benchmarks/tune.py{' --smoke' if smoke else ''}` on {results['date']}; a rerun "
         "rewrites this page (`--sections` a subset of it). Each section is measured in one run.",
         "",
@@ -418,14 +418,14 @@ def page(results: dict[str, Any]) -> str:
     q = results.get("parallel")
     if q:
         lines += [
-            "## Parallel workers",
+            "## Parallel trials",
             "",
             f"Measured {q.get('date', results['date'])}. The same budget twice: {q['trials']} trials of the "
             "digits ViT over its optimisation settings "
             "(learning rate, weight decay, label smoothing, drop path; size fixed, no pruner, so every trial "
-            "is the same work), one worker against two on this machine's cores.",
+            "is the same work), one trial at a time against two on this machine's cores.",
             "",
-            "| workers | wall time | trials | trials per hour |",
+            "| jobs | wall time | trials | trials per hour |",
             "|---|---|---|---|",
         ]
         for jobs, r in q["rows"].items():
@@ -433,12 +433,12 @@ def page(results: dict[str, Any]) -> str:
         k = q["kill"]
         lines += [
             "",
-            f"Two workers run **{q['speedup']:.2f}x** the trials per hour of one.",
+            f"Two jobs run **{q['speedup']:.2f}x** the trials per hour of one.",
             "",
             f"Killed and continued: a {k['trials']}-trial study (`--jobs 2`) was killed with SIGKILL once "
             f"{k['finished_before_kill']} trials had finished ({_min(k['first_wall_s'])} in), leaving trials "
             f"{k['left_running'] or 'none'} running in the storage. The same command continued it "
-            f"({_min(k['second_wall_s'])}): the killed trials were marked failed (their worker gone), their "
+            f"({_min(k['second_wall_s'])}): the killed trials were marked failed (their command gone), their "
             f"parameters ran again ({'yes' if k['rerun_with_same_params'] else 'NO'}), and the study ended with "
             f"{k['finished_after']} finished trials ({_states(k['states'])}).",
             "",

@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from core_layers import machine_info
 
-from lightning_tf.kline.evaluation.walkforward_report import default_top_k, evaluate_forecasters
+from lightning_tf.kline.universe.report import default_top_k, evaluate_forecasters
 
 DATA = ROOT.parent / "shared" / "data" / "kline_us_universe" / "us_stocks_2005_2012.csv.gz"
 CONFIG = ROOT / "configs" / "kline" / "us_universe.yaml"

@@ -6,10 +6,13 @@ in a subprocess (integration tier) where the console or the files of a whole run
 from __future__ import annotations
 
 import logging
+import os
 import re
 import shlex
+import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
@@ -22,8 +25,8 @@ from torchmetrics import MeanSquaredError
 
 from lightning_tf.__main__ import COMMANDS, main
 from lightning_tf.cli.lightning_cli import make_cli
-from lightning_tf.cli.runs import link_wandb_run, quiet_wandb
-from lightning_tf.training import CompactModelSummary
+from lightning_tf.cli.runs import link_wandb_run, lost_rank_line, quiet_wandb
+from lightning_tf.training import CompactModelSummary, Lost, RankWatch
 from tests.helpers.cli import ROOT, LogCollector, cli, run_dir_args
 
 TINY = ["--model", "tests.helpers.tiny.TinyRegressor", "--data", "tests.helpers.tiny.TinyDataModule"]
@@ -360,6 +363,118 @@ def test_offline_wandb_runs_start_silent_and_without_the_anonymous_argument(monk
     again = WandbLogger(offline=True)
     quiet_wandb(SimpleNamespace(loggers=[again]))
     assert again._wandb_init.get("settings") is None
+
+
+# ------------------------------------------------------------------------------- a rank that dies
+
+
+def _checkpoint(path: Path, step: int, age: float) -> str:
+    """A checkpoint file at ``step``, written ``age`` seconds ago."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"global_step": step}, path)
+    os.utime(path, (time.time() - age, time.time() - age))
+    return str(path)
+
+
+def _rank(rank: int, callbacks: list[Any], loggers: list[Any] | None = None, fn: str = "fit") -> Any:
+    """What the line reads of a Trainer on ``rank`` of 2."""
+    return SimpleNamespace(
+        global_step=7,
+        is_global_zero=rank == 0,
+        state=SimpleNamespace(fn=fn),
+        checkpoint_callbacks=callbacks,
+        loggers=loggers or [],
+    )
+
+
+LOST = Lost(0, 2, "its process ended", 1, "parent")
+
+
+def test_a_dead_rank_is_one_line_resuming_from_the_newest_checkpoint_the_run_wrote(in_tmp: Path) -> None:
+    """The newest by time among every checkpoint callback's files (a file gone, or another run's, is not one);
+    without a logger the command repeats the fit's arguments, without its old --ckpt_path."""
+    folder = in_tmp / "checkpoints"
+    best = _checkpoint(folder / "best-epoch=00-step=5.ckpt", 5, age=30)
+    step = _checkpoint(folder / "step=6.ckpt", 6, age=10)
+    last = _checkpoint(folder / "last.ckpt", 5, age=20)
+    _checkpoint(folder / "other.ckpt", 9, age=0)  # in the folder, not the run's
+    callbacks = [
+        SimpleNamespace(best_model_path=best, last_model_path="", best_k_models={best: 1.0}),
+        SimpleNamespace(
+            best_model_path=step, last_model_path="", best_k_models={step: 0, str(folder / "gone.ckpt"): 0}
+        ),
+        SimpleNamespace(best_model_path=last, last_model_path=""),
+    ]
+    given = ["fit", "--config", "a.yaml", "--ckpt_path", "old.ckpt", "--trainer.devices", "2"]
+    assert lost_rank_line(_rank(1, callbacks), LOST, given) == (
+        "lightning-tf: rank 0 of 2 died (its process ended; seen by rank 1); every rank stopped at global step 7 "
+        "(exit status 1); resume from checkpoints/step=6.ckpt (global step 6): lightning-tf fit --config a.yaml "
+        "--trainer.devices 2 --ckpt_path checkpoints/step=6.ckpt"
+    )
+    assert lost_rank_line(_rank(1, callbacks[:1]), LOST, given).endswith(
+        "resume from checkpoints/best-epoch=00-step=5.ckpt (global step 5): lightning-tf fit --config a.yaml "
+        "--trainer.devices 2 --ckpt_path checkpoints/best-epoch=00-step=5.ckpt"
+    )
+    assert lost_rank_line(_rank(1, []), LOST, given).endswith(
+        "(exit status 1); no checkpoint was written yet: run the same command again"
+    )
+    assert lost_rank_line(_rank(1, callbacks, fn="validate"), LOST, given).endswith(
+        "(exit status 1); run the same command again"
+    )
+
+
+def test_a_rank_other_than_0_resumes_a_wandb_run_with_its_saved_config_and_id(in_tmp: Path) -> None:
+    """Rank 0 alone knows the wandb run's id: the others take the run folder from the checkpoints' folder."""
+    run = in_tmp / "runs" / "lightning-tf" / "cy91sd2d"
+    last = _checkpoint(run / "checkpoints" / "last.ckpt", 4127, age=0)
+    (run / "config.yaml").write_text("trainer: {}\n")
+    logger = WandbLogger(project="lightning-tf", save_dir=str(in_tmp / "runs"), offline=True)
+    trainer = _rank(1, [SimpleNamespace(best_model_path=last, last_model_path="")], [logger])
+    assert lost_rank_line(trainer, LOST, ["fit", "--config", "a.yaml"]).endswith(
+        "resume from runs/lightning-tf/cy91sd2d/checkpoints/last.ckpt (global step 4127): lightning-tf fit --config "
+        "runs/lightning-tf/cy91sd2d/config.yaml --ckpt_path runs/lightning-tf/cy91sd2d/checkpoints/last.ckpt "
+        "--trainer.logger.init_args.id cy91sd2d"
+    )
+
+
+def test_the_command_gives_the_rank_watch_its_line_and_nccl_its_error_handling(
+    in_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", raising=False)
+    monkeypatch.delenv("LIGHTNING_TF_DEBUG", raising=False)
+    cli = make_cli(["--config", DEFAULT, *TINY, "--trainer.logger", "false"], run=False)
+    (watch,) = [cb for cb in cli.trainer.callbacks if isinstance(cb, RankWatch)]
+    assert watch.report is not None and watch.details is False
+    assert watch.report(LOST).startswith(
+        "lightning-tf: rank 0 of 2 died (its process ended; seen by rank 1); every rank stopped at global step 0 "
+        "(exit status 1); "
+    )
+    assert os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "3"  # a failed or timed-out collective ends the process
+    monkeypatch.setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")  # the user's choice stays
+    monkeypatch.setenv("LIGHTNING_TF_DEBUG", "1")
+    cli = make_cli(["--config", DEFAULT, *TINY, "--trainer.logger", "false"], run=False)
+    assert [cb.details for cb in cli.trainer.callbacks if isinstance(cb, RankWatch)] == [True]
+    assert os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+
+
+@pytest.mark.parametrize("name", ["ddp", "fsdp"])
+def test_the_parallel_trainer_configs_bound_a_collective_at_ten_minutes(
+    name: str, in_tmp: Path, capsys: pytest.CaptureFixture
+) -> None:
+    with pytest.raises(SystemExit):
+        main(
+            [
+                "fit",
+                "--config",
+                DEFAULT,
+                "--config",
+                str(ROOT / f"configs/trainer/{name}.yaml"),
+                *TINY,
+                "--print_config",
+            ]
+        )
+    strategy = yaml.safe_load(capsys.readouterr().out)["trainer"]["strategy"]
+    assert strategy["init_args"]["timeout"] == "0:10:00"
 
 
 # ------------------------------------------------------------------ the real command, in subprocesses

@@ -80,7 +80,7 @@ def one_class_folder(tmp_path: Path) -> Path:
         ),
         pytest.param(
             [*TEXT, "--model.pos_encoding", "wavelet"],
-            "model.pos_encoding: 'wavelet' is not one of sinusoidal, sinusoidal_halves, learned, rope, alibi, none",
+            "model.pos_encoding: 'wavelet' is not one of sinusoidal, sinusoidal_halves, learned, rope, alibi, relative, none",
             id="invalid-choice",
         ),
         pytest.param(

@@ -25,6 +25,7 @@ from lightning_tf.export import (
     onnx_metadata,
 )
 from lightning_tf.kline import KLineDataModule, KLineForecaster
+from lightning_tf.kline.settings import Covariates, Features, Loading, Splits
 from lightning_tf.text import BPETokenizer, Seq2SeqTransformer, TranslationDataModule
 from lightning_tf.vision import ViTClassifier
 
@@ -95,7 +96,9 @@ def text_ckpt(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Seq2SeqTr
 def kline_ckpt(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, KLineForecaster, KLineDataModule]:
     root = tmp_path_factory.mktemp("kline")
     torch.manual_seed(0)
-    dm = KLineDataModule(path=str(write_bars(root / "bars.csv")), context_len=32, horizon=4, batch_size=32)
+    dm = KLineDataModule(
+        path=str(write_bars(root / "bars.csv")), context_len=32, horizon=4, loading=Loading(batch_size=32)
+    )
     model = KLineForecaster(n_features=6, n_targets=1, **KLINE_TINY)
     return fit(model, dm, root), model.eval(), dm
 
@@ -425,15 +428,16 @@ def test_cli_exports_a_covariate_checkpoint_that_forecasts_as_the_model_does(
         str(tmp_path / "u.csv"),
         context_len=16,
         horizon=2,
-        batch_size=64,
-        features=["log_return"],
-        covariates=["signal"],
-        future_covariates=["event"],
-        calendar="XNYS",
-        ticker_embedding=True,
-        static_file=str(tmp_path / "sectors.csv"),
-        val_start="2015-10-01",
-        test_start="2015-12-15",
+        features=Features(names=["log_return"]),
+        splits=Splits(val_start="2015-10-01", test_start="2015-12-15"),
+        covariates=Covariates(
+            past=["signal"],
+            future=["event"],
+            calendar="XNYS",
+            ticker_embedding=True,
+            static_file=str(tmp_path / "sectors.csv"),
+        ),
+        loading=Loading(batch_size=64),
     )
     torch.manual_seed(0)
     model = KLineForecaster(n_features=2, context_len=16, horizon=2, channel_mixing=True, d_model=8, n_heads=2)

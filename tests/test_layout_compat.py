@@ -1,5 +1,6 @@
 """What was written before the package took its layout (``training/``, ``cli/``) still works: checkpoints saved
-then load, and run configs naming the moved callback and plugin classes by their old paths still build."""
+then load, and run configs naming the moved callback and plugin classes by their old paths still build; code that
+imports the universe workflow by its old module names gets the same objects."""
 
 from __future__ import annotations
 
@@ -42,6 +43,23 @@ def test_an_old_class_path_is_the_class_at_its_new_place(old: str) -> None:
 def test_every_moved_module_keeps_its_old_name() -> None:
     for old, new in lightning_tf.MOVED.items():
         assert importlib.import_module(old) is importlib.import_module(new), old
+
+
+#: what code written before the universe workflow moved into ``kline/universe/`` imports by the old module names
+UNIVERSE_NAMES = {
+    "lightning_tf.kline.walkforward": ("Fold", "folds"),
+    "lightning_tf.kline.evaluation.portfolio": ("PortfolioEvaluation", "evaluate_predictions", "probabilistic_scores"),
+    "lightning_tf.kline.evaluation.universe_baselines": ("LightGBMBaseline", "flatten_windows", "momentum_predictions"),
+    "lightning_tf.kline.evaluation.walkforward_report": ("FORECASTERS", "default_top_k", "evaluate_forecasters"),
+    "lightning_tf.kline.evaluation.fold_forecasts": ("lightgbm_column", "momentum_column", "realised_column"),
+}
+
+
+@pytest.mark.parametrize("old", sorted(UNIVERSE_NAMES))
+def test_the_universe_workflows_old_imports_give_its_objects(old: str) -> None:
+    new = importlib.import_module(lightning_tf.MOVED[old])
+    for name in UNIVERSE_NAMES[old]:
+        assert _import(f"{old}.{name}") is getattr(new, name), f"{old}.{name}"
 
 
 def test_a_saved_config_with_old_class_paths_builds_its_callbacks(tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """Runs stopped with real signals continue as if they never stopped: ``lightning-tf fit`` subprocesses
 SIGKILLed once a chosen checkpoint file is on disk, or sent SIGTERM, resumed, and compared bit for bit
 (weights, optimizer state, LR schedule, best validation loss) with a run never stopped; a kill during a
-checkpoint save; DDP and two "nodes" on 127.0.0.1; every broken-checkpoint case through the CLI.
+checkpoint save; DDP and two "nodes" on 127.0.0.1; one rank of a DDP run killed alone (the other stops with
+one line and its command resumes); every broken-checkpoint case through the CLI.
 
 Every run trains a tiny model for 2 epochs of 5 steps with a checkpoint every 3 steps (step=3, 6, 9): step 6
 is the first batch of epoch 1 and step 9 the fourth, both inside an epoch. One uninterrupted
@@ -14,16 +15,20 @@ for kline without loader workers and for vision with 2 (the task whose workers d
 during a save (the atomic checkpoint writer, the same for every task) for kline. Each ``lightning-tf`` process
 costs CI about 10 s of CPU on two cores before its first step (importing torch and Lightning), so a case of
 two runs is about half a minute. Every task is still stopped and resumed bitwise in CI: each is sent SIGTERM
-with 2 loader workers, and each is resumed under two processes (kline killed in DDP and across two nodes,
-text sent SIGTERM on rank 0).
+with 2 loader workers, and each is resumed under two processes (kline across two nodes and after one rank of
+two died, text sent SIGTERM on rank 0). A rank that dies is one case of three runs: rank 1 killed, then rank 0
+in the resumed run, then the resume to the end; it also stands for the whole of a 2-process run killed inside
+an epoch (the same resume), whose kline copy is in the slow tier.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import re
 import shlex
 import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -37,6 +42,7 @@ from tests.helpers.preemption import (
     fit_args,
     free_port,
     log_of,
+    pause_at,
     same_training,
     signal_at,
     start,
@@ -232,7 +238,8 @@ def ddp_reference(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], P
     return get
 
 
-@pytest.mark.parametrize("task", [in_slow_tier("vision"), "kline"])
+# CI kills a single rank of a 2-process run instead (the dead-rank test below): the same resume, inside an epoch
+@pytest.mark.parametrize("task", [in_slow_tier("vision"), in_slow_tier("kline")])
 def test_ddp_killed_inside_an_epoch_resumes_bitwise(
     task: str, ddp_reference: Callable[[str], Path], tmp_path: Path
 ) -> None:
@@ -254,6 +261,71 @@ def test_ddp_sigterm_to_rank_zero_alone_stops_both_ranks_after_the_same_step(
     assert torch.load(last(tmp_path), map_location="cpu", weights_only=True)["global_step"] == step
     run(fit_args(task, tmp_path, devices=2, extra=("--ckpt_path", str(last(tmp_path)))), log="resumed.log")
     assert same_training(ddp_reference(task), last(tmp_path)) == []
+
+
+#: the documented bound on the survivors' stop (rank_watch: interval + SETTLE), with room for a loaded CI machine
+SURVIVORS_STOP_WITHIN = 30.0
+
+
+def gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a zombie waiting for a parent that is gone counts as ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def lost_rank_line(log: Path, rank: int, seen_by: int, ckpt: str) -> list[str]:
+    """Check the one line a dead rank leaves in ``log`` (naming ``rank``, seen by ``seen_by``, resuming from
+    ``ckpt``) and that nothing else of it was printed; return its resume command."""
+    text = log.read_text()
+    assert "Traceback" not in text and "GLHF" not in text, text[-3000:]
+    lines = [line for line in text.splitlines() if " died (" in line]
+    assert len(lines) == 1, text[-3000:]
+    m = re.fullmatch(
+        rf"lightning-tf: rank {rank} of 2 died \((.+); seen by rank {seen_by}\); every rank stopped at global step "
+        rf"\d+ \(exit status 1\); resume from (\S+) \(global step \d+\): (lightning-tf fit .*)",
+        lines[0],
+    )
+    assert m, lines[0]
+    assert m[1] == ("killed by SIGKILL" if seen_by == 0 else "its process ended")
+    assert Path(m[2]).name == ckpt, lines[0]
+    command = shlex.split(m[3])
+    assert command[-2:] == ["--ckpt_path", m[2]]
+    return command
+
+
+def test_a_rank_that_dies_stops_the_others_with_one_line_whose_command_resumes_bitwise(
+    ddp_reference: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """2 processes (gloo), each killed with SIGKILL while the other waits for it in a collective: rank 1 after
+    step 7 (inside epoch 1); then, in the run resumed with the printed command, rank 0 (the process the
+    command started, the one that writes checkpoints) after step 10. Each time the survivor stops within the
+    bound and prints one line, naming the dead rank and the command that resumes from the newest
+    checkpoint (step=6.ckpt, then step=9.ckpt), and no traceback; the second printed command ends bitwise
+    where an uninterrupted 2-process run ends."""
+    proc = start(fit_args("kline", tmp_path, devices=2, extra=pause_at("7:1,10:0")))
+    wait_for(tmp_path / "paused-7", proc)
+    killed = time.monotonic()
+    os.kill(int((tmp_path / "paused-7").read_text()), signal.SIGKILL)  # rank 1
+    assert finish(proc) == 1
+    assert time.monotonic() - killed < SURVIVORS_STOP_WITHIN
+    command = lost_rank_line(tmp_path / "run.log", rank=1, seen_by=0, ckpt="step=6.ckpt")
+
+    proc = start(command[1:], log=tmp_path / "resumed.log")
+    wait_for(tmp_path / "paused-10", proc)
+    assert int((tmp_path / "paused-10").read_text()) == proc.pid
+    rank1 = int((tmp_path / "rank1.pid").read_text())
+    killed = time.monotonic()
+    os.kill(proc.pid, signal.SIGKILL)  # rank 0
+    while not gone(rank1):
+        assert time.monotonic() - killed < SURVIVORS_STOP_WITHIN, "rank 1 still runs"
+        time.sleep(0.05)
+    assert finish(proc) == -signal.SIGKILL
+    command = lost_rank_line(tmp_path / "resumed.log", rank=0, seen_by=1, ckpt="step=9.ckpt")
+
+    run(command[1:], log="resumed_again.log")
+    assert same_training(ddp_reference("kline"), last(tmp_path)) == []
 
 
 def two_nodes(task: str, root: Path, extra: tuple[str, ...] = ()) -> list:

@@ -22,6 +22,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.utils.data import DataLoader
 
 from lightning_tf.kline import KLineDataModule, KLineForecaster
+from lightning_tf.kline.settings import Features, Loading, Reading, Splits
 from lightning_tf.text import BucketBatchSampler, ResumableDataLoader, Seq2SeqTransformer, TranslationDataModule
 from lightning_tf.training import CallbackMetrics, LastCheckpoint, RNGState, get_rng_states, set_rng_states
 from lightning_tf.vision import ImageDataModule, ViTClassifier
@@ -70,7 +71,7 @@ def vision_task() -> tuple[LightningModule, LightningDataModule]:
 
 
 def kline_task() -> tuple[LightningModule, LightningDataModule]:
-    dm = KLineDataModule(str(ROOT / "data" / "msft.csv"), context_len=32, horizon=4, batch_size=32)
+    dm = KLineDataModule(str(ROOT / "data" / "msft.csv"), context_len=32, horizon=4, loading=Loading(batch_size=32))
     model = KLineForecaster(
         n_features=6,
         n_targets=1,
@@ -245,24 +246,69 @@ def panel_task(folder: Path) -> Task:
             str(bars),
             context_len=32,
             horizon=4,
-            batch_size=32,
             cache_dir=str(folder / "cache"),
-            val_start="2000-09-01",
-            test_start="2000-11-01",
+            splits=Splits(val_start="2000-09-01", test_start="2000-11-01"),
+            loading=Loading(batch_size=32),
         )
         return model, dm
 
     return task
 
 
-@pytest.mark.parametrize("name", [*TASKS, "kline_panel"])
+def pretrain_task(folder: Path, objective: str) -> Task:
+    """K-line pretraining as configs/kline/pretrain.yaml trains (a Transformer alone, each batch one date's universe,
+    the cross-sectional label, quantiles and the IC term; or the masked-patch objective, whose masks are drawn from
+    the RNG) on a corpus with a date cut, prepared once."""
+    from tests.helpers.universe import reversal_universe
+
+    path = folder / "corpus.csv"
+    reversal_universe(12, 300, reversal=0.5, seed=3).to_csv(path, index=False)
+
+    def task() -> tuple[LightningModule, LightningDataModule]:
+        dm = KLineDataModule(
+            str(path),
+            context_len=16,
+            horizon=2,
+            features=Features(names=["log_return", "high_rel", "low_rel", "volatility"], label="cs_rank"),
+            reading=Reading(cut="2016-01-04"),
+            splits=Splits(val_start="2015-11-02", test_start="2016-01-04"),
+            loading=Loading(batch_size=64, batch_by_date=True),
+            cache_dir=str(folder / "cache"),
+        )
+        model = KLineForecaster(
+            n_features=4,
+            n_targets=1,
+            context_len=16,
+            horizon=2,
+            residual="only",
+            channel_mixing=True,
+            objective=objective,  # type: ignore[arg-type]
+            loss="quantile",
+            ic_weight=1.0 if objective == "forecast" else 0.0,
+            d_model=16,
+            n_heads=2,
+            n_layers=1,
+            d_ff=32,
+            dropout=0.2,
+            warmup_steps=3,
+            baselines=False,
+        )
+        return model, dm
+
+    return task
+
+
+@pytest.mark.parametrize("name", [*TASKS, "kline_panel", "kline_pretrain_masked"])
 def test_resume_mid_epoch_is_exact(name: str, tmp_path: Path) -> None:
     """ModelCheckpoint(every_n_train_steps=3) saves inside epochs (steps 3, 9) and at an epoch's last
     batch (step 12, before its validation). Killed at step 10, resumed from step 9 (batch 2 of epoch
     3): the stateful loader goes on with the epoch's 2nd batch (vision: with that batch's own
     augmentation draws) and the RNG is restored after the new iterator exists, so the result is
     bitwise the uninterrupted run. Text trains on its prepared corpus, ``kline_panel`` on a prepared panel."""
-    task = TASKS[name] if name in TASKS else panel_task(tmp_path)
+    if name.startswith("kline_pretrain"):
+        task = pretrain_task(tmp_path, name.rpartition("_")[2])
+    else:
+        task = TASKS[name] if name in TASKS else panel_task(tmp_path)
     full = fit(task, tmp_path / "full", max_epochs=4, every_n_train_steps=3)
     fit(task, tmp_path / "cut", max_epochs=4, every_n_train_steps=3, kill_at_step=10)
     ckpt = torch.load(tmp_path / "cut" / "last.ckpt", weights_only=True)

@@ -3,7 +3,8 @@ and inside functions,
 task packages do not import each other, the core imports nothing of the package outside itself, no
 LightningModule file imports its DataModule's module, no function outside a LightningModule's class takes a
 LightningModule (read from the annotations, so every parameter has one), the K-line networks are torch modules
-that import nothing of the rest, and the layout rules of the top floor hold (:func:`layout_violations`). Each checker is also run on a tiny
+that import nothing of the rest, the layout rules of the top floor hold (:func:`layout_violations`), and a
+dependency's private names are used only in its register (:func:`private_uses`). Each checker is also run on a tiny
 synthetic package, so the checks can fail."""
 
 from __future__ import annotations
@@ -406,11 +407,17 @@ EXPORT_MODULE_TAKERS = frozenset(
 )
 
 
+#: The Lightning register's reader of a field Lightning keeps on every LightningModule (its trainer, or None): it
+#: takes Lightning's class, whose private field it reads, not a task's module.
+REGISTER_MODULE_TAKERS = frozenset({("lightning_tf.training.private.lightning", "attached_trainer")})
+
+
 def test_no_function_outside_a_lightning_module_takes_one() -> None:
     """A helper receives what it uses, never the whole LightningModule (that is what keeps imports one-way)."""
     found = _module_takers(_sources(), _lightning_hooks())
-    assert not found - EXPORT_MODULE_TAKERS, f"these take a LightningModule: {sorted(found - EXPORT_MODULE_TAKERS)}"
-    assert not EXPORT_MODULE_TAKERS - found, f"no longer take one: remove {sorted(EXPORT_MODULE_TAKERS - found)}"
+    allowed = EXPORT_MODULE_TAKERS | REGISTER_MODULE_TAKERS
+    assert not found - allowed, f"these take a LightningModule: {sorted(found - allowed)}"
+    assert not allowed - found, f"no longer take one: remove {sorted(allowed - found)}"
 
 
 def _unannotated(sources: Sources) -> set[tuple[str, str, str]]:
@@ -470,4 +477,134 @@ def test_the_signature_check_finds_a_function_that_takes_a_lightning_module() ->
     assert _module_takers(sources, frozenset({"on_test_end"})) == {
         ("pkg.helpers", f)
         for f in ("log_samples", "quoted", "build", "load", "Plots.figure", "Writer.write", "Writer.write.inner")
+    }
+
+
+# ------------------------------------------------------------- a dependency's private names: only in the registers
+
+#: where the registers live (one module per library; ``training/private/__init__.py`` lists them)
+REGISTERS = "lightning_tf.training.private"
+#: names that start with ``_`` and are public all the same (documented as such)
+PUBLIC_UNDERSCORE = frozenset({"os._exit"})
+#: private reads not yet moved into a register, in modules another change is rewriting: each is to call its
+#: register's function (``option_strings``, ``attached_trainer``) and leave this list. It must not grow.
+NOT_YET_IN_A_REGISTER: frozenset[tuple[str, str]] = frozenset()
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _class_attributes(trees: dict[str, ast.Module]) -> dict[str, set[str]]:
+    """Per class of the package (by name), the names it and its package base classes define: methods,
+    class-level names, ``self.<name>`` it sets."""
+    own: dict[str, set[str]] = {}
+    bases: dict[str, list[str]] = {}
+    for tree in trees.values():
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            names = own.setdefault(node.name, set())
+            bases.setdefault(node.name, []).extend(ast.unparse(b).split(".")[-1].split("[")[0] for b in node.bases)
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    names.add(item.name)
+                elif isinstance(item, (ast.Assign, ast.AnnAssign)):
+                    targets = item.targets if isinstance(item, ast.Assign) else [item.target]
+                    names.update(t.id for t in targets if isinstance(t, ast.Name))
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Attribute) and isinstance(sub.ctx, ast.Store):
+                    if isinstance(sub.value, ast.Name) and sub.value.id in ("self", "cls"):
+                        names.add(sub.attr)
+
+    def defined(name: str, seen: frozenset[str] = frozenset()) -> set[str]:
+        found = set(own.get(name, ()))
+        for base in bases.get(name, []):
+            if base in own and base not in seen:
+                found |= defined(base, seen | {name})
+        return found
+
+    return {name: defined(name) for name in own}
+
+
+def private_uses(sources: Sources) -> set[tuple[str, str]]:
+    """``(module, expression)`` of every use of a dependency's private name outside the registers: ``self._name``
+    that neither its class nor the class's package bases define, ``x._name`` that no class of the package
+    defines, the same through ``getattr``, ``setattr`` or ``hasattr``, and an import of a private name or from a
+    private module of another package. (A private method a class overrides is listed in its register's
+    ``OVERRIDES`` instead, and checked by ``tests/training/private/test_registers.py``.)"""
+    trees = {name: _parse(source) for name, (source, _) in sources.items()}
+    classes = _class_attributes(trees)
+    anywhere = set().union(*classes.values())
+    found: set[tuple[str, str]] = set()
+
+    def visit(node: ast.AST, module: str, owner: str | None) -> None:
+        if isinstance(node, ast.ClassDef):
+            owner = node.name
+        if isinstance(node, ast.Attribute) and _is_private(node.attr):
+            mine = isinstance(node.value, ast.Name) and node.value.id in ("self", "cls") and owner is not None
+            if node.attr not in (classes[owner] if mine else anywhere):  # type: ignore[index]
+                found.add((module, ast.unparse(node)))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            if node.func.id in ("getattr", "setattr", "hasattr") and len(node.args) > 1:
+                key = node.args[1]
+                if isinstance(key, ast.Constant) and isinstance(key.value, str) and _is_private(key.value):
+                    if key.value not in anywhere:
+                        found.add((module, ast.unparse(node)))
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            name = node.module or ""
+            if name.split(".")[0] != module.split(".")[0]:
+                if any(_is_private(part) for part in name.split(".")):
+                    found.add((module, f"from {name} import ..."))
+                found.update((module, f"{name}.{a.name}") for a in node.names if _is_private(a.name))
+        for child in ast.iter_child_nodes(node):
+            visit(child, module, owner)
+
+    for name, tree in trees.items():
+        if name != REGISTERS and not name.startswith(REGISTERS + "."):
+            visit(tree, name, None)
+    return {(module, expr) for module, expr in found if expr not in PUBLIC_UNDERSCORE}
+
+
+def test_a_dependencys_private_names_are_used_only_in_its_register() -> None:
+    found = private_uses(_sources())
+    assert found - NOT_YET_IN_A_REGISTER == set(), f"move these into lightning_tf/training/private/: {sorted(found)}"
+    assert NOT_YET_IN_A_REGISTER <= found, f"moved: remove from the list {sorted(NOT_YET_IN_A_REGISTER - found)}"
+
+
+def test_the_private_name_check_finds_each_kind_of_use() -> None:
+    """The checker itself, on a tiny package: reads, writes, ``getattr`` and imports of another package's private
+    names are found; the package's own private names, ``os._exit`` and the registers themselves are not."""
+    sources: Sources = {
+        "lightning_tf": ("", True),
+        "lightning_tf.training.private.lib": ("def read(x):\n    return x._hidden\n", False),
+        "lightning_tf.task": (
+            "import os\n"
+            "from lib import _Secret\n"
+            "from lib._impl import thing\n"
+            "from lightning_tf._own import x\n"  # the package's own module
+            "class Model(Base):\n"
+            "    _table = {}\n"
+            "    def _step(self):\n"
+            "        self._cache = 1\n"
+            "        return self._trainer, self._cache, self._step, other._table\n"
+            "class Watch(Callback):\n"
+            "    def setup(self, trainer):\n"
+            "        self._trainer = trainer\n"  # its own attribute: Model's self._trainer is still Lightning's
+            "class Child(Model):\n"
+            "    def go(self):\n"
+            "        return self._cache, self._step\n"  # defined by its package base
+            "def f(trainer, logger):\n"
+            "    trainer._connector.flag = True\n"
+            "    os._exit(0)\n"
+            "    return getattr(logger, '_init', None), getattr(logger, '_cache')\n",
+            False,
+        ),
+    }
+    assert private_uses(sources) == {
+        ("lightning_tf.task", "lib._Secret"),
+        ("lightning_tf.task", "from lib._impl import ..."),
+        ("lightning_tf.task", "self._trainer"),
+        ("lightning_tf.task", "trainer._connector"),
+        ("lightning_tf.task", "getattr(logger, '_init', None)"),
     }

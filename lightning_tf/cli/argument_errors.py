@@ -18,6 +18,8 @@ from typing import NoReturn
 
 from lightning.pytorch.cli import LightningArgumentParser
 
+from lightning_tf.training.private.jsonargparse import option_strings
+
 __all__ = ["OneLineParser", "debug_mode", "instantiation_error", "one_line_error", "root_cause"]
 
 _KEY = re.compile(r'Parser key "([^"]+)"')
@@ -169,6 +171,5 @@ class OneLineParser(LightningArgumentParser):
         if debug_mode() or not self.exit_on_error:
             super().error(message, ex)
         parser = getattr(ex, "subcommand_parser", None) or self
-        options = [o for action in parser._actions for o in action.option_strings]
-        sys.stderr.write(f"lightning-tf: error: {one_line_error(message, options)}\n")
+        sys.stderr.write(f"lightning-tf: error: {one_line_error(message, option_strings(parser))}\n")
         self.exit(2)

@@ -11,6 +11,7 @@ import inspect
 import logging
 import os
 import sys
+from functools import partial
 from typing import Any, Literal, Optional
 
 import torch
@@ -28,11 +29,13 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lightning_tf.cli.argument_errors import OneLineParser, debug_mode, instantiation_error, root_cause
 from lightning_tf.cli.console import metrics_table, quiet, quiet_eval
+from lightning_tf.cli.flat_data import PARSER_MODE, nest_flat_flags
 from lightning_tf.cli.runs import (
     ResumeError,
     RunConfigCallback,
     apply_wandb_run_defaults,
     fit_summary,
+    lost_rank_line,
     quiet_wandb,
     resume_failure,
     scalars,
@@ -45,7 +48,15 @@ from lightning_tf.cli.runs import (
 # name (`--model KLineForecaster`) and `fit --help` lists them (the task packages load their names lazily).
 from lightning_tf.kline import KLineDataModule, KLineForecaster, MultivariateDataModule  # noqa: F401
 from lightning_tf.text import Seq2SeqTransformer, TranslationDataModule  # noqa: F401
-from lightning_tf.training import CheckpointError, CompactModelSummary, check_agreement, check_checkpoint, run_dir
+from lightning_tf.training import (
+    CheckpointError,
+    CompactModelSummary,
+    RankWatch,
+    check_agreement,
+    check_checkpoint,
+    run_dir,
+)
+from lightning_tf.training.private.lightning import summary_depth
 from lightning_tf.vision import ImageDataModule, ViTClassifier  # noqa: F401
 
 __all__ = ["DATA_LINKS", "LightningTFCLI", "make_cli", "run"]
@@ -81,6 +92,11 @@ class LightningTFCLI(LightningCLI):
     """
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        # configs and flags written when the K-line DataModule took flat arguments: moved into its groups
+        if isinstance(args, (list, tuple)):
+            args = nest_flat_flags([str(a) for a in args])
+        elif args is None:
+            sys.argv[1:] = nest_flat_flags(sys.argv[1:])
         # kept for the "next" commands of a fit without a saved config
         self.given_args = [str(a) for a in args] if isinstance(args, (list, tuple)) else sys.argv[1:]
         super().parse_arguments(parser, args)
@@ -132,6 +148,7 @@ class LightningTFCLI(LightningCLI):
 
     def _prepare_subcommand_parser(self, klass: type, subcommand: str, **kwargs: Any) -> LightningArgumentParser:
         parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
+        parser.parser_mode = PARSER_MODE  # YAML, with a K-line data section's flat arguments moved into groups
         if subcommand in ("validate", "test"):
             parser.set_defaults(verbose=False)  # one compact table instead (see _print_results)
         return parser
@@ -150,12 +167,19 @@ class LightningTFCLI(LightningCLI):
             raise one_line from root_cause(err)
         for name, ours in given.items():
             check_agreement(name, ours, getattr(self.datamodule, name, None))
+        for callback in self.trainer.callbacks:
+            if isinstance(callback, RankWatch):  # a rank that dies: one line with the command that resumes
+                callback.report = partial(lost_rank_line, self.trainer, given_args=getattr(self, "given_args", []))
+                callback.details = debug_mode()
         quiet_wandb(self.trainer)
         _compact_model_summary(self.trainer, config)
 
     def before_instantiate_classes(self) -> None:
         # the wandb run is created with its name, group, tags and job type: they must be set before the logger is built
         config = self.config[self.subcommand] if self.subcommand else self.config
+        # NCCL: a collective that fails or outlives the process group's timeout ends the process instead of
+        # hanging (torch's default where unset; set here before the launcher copies the environment to the ranks)
+        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3")
         if config.get("float32_matmul_precision"):
             torch.set_float32_matmul_precision(config.float32_matmul_precision)
         _check_ckpt_last(config)
@@ -224,7 +248,7 @@ def _compact_model_summary(trainer: Trainer, config: Namespace) -> None:
         return
     for i, callback in enumerate(trainer.callbacks):
         if type(callback) in (ModelSummary, RichModelSummary):
-            trainer.callbacks[i] = CompactModelSummary(max_depth=callback._max_depth)
+            trainer.callbacks[i] = CompactModelSummary(max_depth=summary_depth(callback))
 
 
 def _check_ckpt_last(config: Namespace) -> None:
@@ -323,7 +347,7 @@ def make_cli(
         # LightningCLI's default (True) also seeds 0, after warning "No seed found"
         "seed_everything_default": 0,
         **kwargs,
-        "parser_kwargs": {"prog": "lightning-tf", **kwargs.get("parser_kwargs", {})},
+        "parser_kwargs": {"prog": "lightning-tf", "parser_mode": PARSER_MODE, **kwargs.get("parser_kwargs", {})},
     }
     with quiet():
         return cli_class(

@@ -11,13 +11,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
 from jsonargparse import Namespace
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import WandbLogger
 
-from lightning_tf.training import EXIT_STATUS, CheckpointError, LastCheckpoint, run_dir
+from lightning_tf.training import EXIT_STATUS, CheckpointError, LastCheckpoint, Lost, run_dir
+from lightning_tf.training.private import lightning as private
+from lightning_tf.training.rank_watch import EXIT_STATUS as LOST_STATUS
 
 __all__ = [
     "ResumeError",
@@ -26,8 +29,11 @@ __all__ = [
     "fit_summary",
     "latest_checkpoint",
     "link_wandb_run",
+    "lost_rank_line",
+    "newest_checkpoint",
     "quiet_wandb",
     "resolved_config",
+    "resume_command",
     "resume_failure",
     "run_name",
     "scalars",
@@ -52,7 +58,8 @@ class RunConfigCallback(SaveConfigCallback):
     ``save_hyperparameters(logger=False)`` would.
 
     Args:
-        parser, config, config_filename, overwrite, multifile, save_to_log_dir: as SaveConfigCallback.
+        *args: SaveConfigCallback's (parser, config, config_filename, overwrite, multifile, save_to_log_dir),
+            positional or by keyword.
         wandb_given: what :func:`apply_wandb_run_defaults` replaced (WandbLogger index, argument,
             value as given): put back in the saved config, so the name, job type and mode are
             derived again when the file is reused (say, by ``lightning-tf test``).
@@ -74,10 +81,10 @@ class RunConfigCallback(SaveConfigCallback):
         if trainer.logger is None:
             return
         if all(isinstance(logger, WandbLogger) for logger in trainer.loggers):
-            # read by Lightning's `_log_hyperparams` after the setup hooks, in every fit/validate/test/predict
-            pl_module._log_hyperparams = False
+            # the run's config, which save_config uploads, holds them: Lightning would log them again after setup
+            private.skip_hyperparameter_logging(pl_module)
             if trainer.datamodule is not None:
-                trainer.datamodule._log_hyperparams = False
+                private.skip_hyperparameter_logging(trainer.datamodule)
         if self.already_saved:
             return
         # rank zero alone knows the run id (the run exists only there)
@@ -350,12 +357,7 @@ def stopped_summary(trainer: Trainer, given_args: list[str]) -> str:
             f"lightning-tf: stopped by SIGTERM at global step {trainer.global_step} (exit status {EXIT_STATUS}); "
             "no checkpoint was written: run the same command again to go on"
         )
-    folder = run_dir(trainer) if trainer.loggers else None
-    config = folder / "config.yaml" if folder is not None and (folder / "config.yaml").is_file() else None
-    command = _next_command("fit", config, stop["path"], given_args)
-    logger = next((lg for lg in trainer.loggers if isinstance(lg, WandbLogger)), None)
-    if config is not None and logger is not None and logger.version:
-        command += f" --trainer.logger.init_args.id {logger.version}"
+    command = resume_command(trainer, stop["path"], given_args)
     lines = [
         f"lightning-tf: stopped by {stop['signal']} after global step {stop['global_step']} (batch {stop['batch']} "
         f"of epoch {stop['epoch']}; exit status {EXIT_STATUS}); checkpoint: {shown(stop['path'])}",
@@ -364,6 +366,53 @@ def stopped_summary(trainer: Trainer, given_args: list[str]) -> str:
     if stop.get("hpc"):  # SLURM: the same command (no --ckpt_path) resumes from Lightning's hpc checkpoint
         lines.append(f"SLURM: {stop['hpc']}")
     return "\n".join(lines)
+
+
+def resume_command(trainer: Trainer, ckpt: str, given_args: list[str]) -> str:
+    """The command that resumes the run from ``ckpt``: the run's saved config (with the same wandb run id,
+    so the run goes on in the same folder and wandb run), else the fit's own arguments, with ``--ckpt_path``.
+    On any rank: the others do not know the wandb run id, and take the run folder from the checkpoint's
+    (``<run folder>/checkpoints/``)."""
+    logger = next((lg for lg in trainer.loggers if isinstance(lg, WandbLogger)), None)
+    if not trainer.loggers:
+        folder = None
+    elif trainer.is_global_zero:
+        folder = run_dir(trainer)
+    else:
+        folder = Path(ckpt).parent.parent
+    config = folder / "config.yaml" if folder is not None and (folder / "config.yaml").is_file() else None
+    command = _next_command("fit", config, ckpt, given_args)
+    run_id = (logger.version if trainer.is_global_zero else folder.name) if logger is not None and folder else None
+    if config is not None and run_id:
+        command += f" --trainer.logger.init_args.id {run_id}"
+    return command
+
+
+def newest_checkpoint(trainer: Trainer) -> str:
+    """The newest file (by modification time) among those the run's checkpoint callbacks have written or
+    resumed with: a file that exists is complete (checkpoints are renamed into place whole). "" when none."""
+    paths: set[str] = set()
+    for cb in trainer.checkpoint_callbacks:
+        paths.update(str(p) for p in (getattr(cb, "best_model_path", ""), getattr(cb, "last_model_path", "")) if p)
+        paths.update(str(p) for p in getattr(cb, "best_k_models", {}))
+    found = [p for p in paths if os.path.isfile(p)]
+    return max(found, key=lambda p: os.stat(p).st_mtime_ns, default="")
+
+
+def lost_rank_line(trainer: Trainer, lost: Lost, given_args: list[str]) -> str:
+    """The one line printed when a rank of a data-parallel run dies (:class:`~lightning_tf.training.RankWatch`):
+    which rank, how, where the run was, and the command that resumes it from the newest checkpoint."""
+    head = f"lightning-tf: {lost}; every rank stopped at global step {trainer.global_step} (exit status {LOST_STATUS})"
+    if trainer.state.fn != "fit":
+        return f"{head}; run the same command again"
+    ckpt = newest_checkpoint(trainer)
+    if not ckpt:
+        return f"{head}; no checkpoint was written yet: run the same command again"
+    try:
+        step = f" (global step {torch.load(ckpt, map_location='cpu', mmap=True, weights_only=True)['global_step']})"
+    except Exception:  # the line goes out without the step rather than not at all
+        step = ""
+    return f"{head}; resume from {shown(ckpt)}{step}: {resume_command(trainer, ckpt, given_args)}"
 
 
 class ResumeError(CheckpointError):
@@ -386,12 +435,12 @@ def quiet_wandb(trainer: Trainer) -> None:
     (its banner and closing lines; the fit summary names its folder and the ``wandb sync`` command).
     ``WANDB_SILENT`` in the environment, or ``settings`` given to the logger, decide instead."""
     for logger in trainer.loggers:
-        init = getattr(logger, "_wandb_init", None)  # WandbLogger's arguments for wandb.init
-        if not isinstance(logger, WandbLogger) or logger._experiment is not None or not isinstance(init, dict):
+        if not isinstance(logger, WandbLogger) or private.wandb_started(logger):
             continue
+        init = private.wandb_init_args(logger)
         if init.get("anonymous") is None:
             init.pop("anonymous", None)
-        offline = logger._offline or os.environ.get("WANDB_MODE", "").lower() in ("offline", "dryrun")
+        offline = private.wandb_offline(logger) or os.environ.get("WANDB_MODE", "").lower() in ("offline", "dryrun")
         if offline and init.get("settings") is None and "WANDB_SILENT" not in os.environ:
             import wandb
 

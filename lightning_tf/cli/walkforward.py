@@ -1,21 +1,23 @@
 """``lightning-tf walkforward``: the K-line model trained and tested fold by fold on a universe's dates, with the
-baselines on the same folds, and one report.
+baselines on the same folds, and one report. The command holds the plan, the run and the gather; what a fold
+computes and keeps is the universe workflow's (:mod:`lightning_tf.kline.universe`).
 
-Each fold (:func:`lightning_tf.kline.walkforward.folds`) is an ordinary ``fit`` and test of the given config
-through :func:`~lightning_tf.cli.lightning_cli.make_cli` with the fold's dates as data overrides
-(``train_start``, ``val_start``, ``test_start``, ``test_end``, ``embargo``). A fold writes into
-``<out>/fold_<k>/``: ``model.ckpt`` (the tested checkpoint), ``predictions.parquet`` (its test windows, the
-model beside the baselines) and then ``done.json``; a fold with both is finished, so the same command run again
-after a kill goes on from the first unfinished fold. ``--fold k`` runs fold ``k`` alone (one job of a SLURM
-array, each on its own GPUs); ``--gather`` writes the report from the finished folds. The report
-(:mod:`lightning_tf.kline.evaluation.walkforward_report`): ``folds.csv``, ``predictions.parquet`` (every test
-date), ``report.md`` with its charts, and the charts to wandb (offline) when the config logs to wandb.
+The plan: the folds (:func:`lightning_tf.kline.universe.folds`) on the config's trading dates, kept as
+``<out>/walkforward.json``. The run: each fold is an ordinary ``fit`` and test of the given config through
+:func:`~lightning_tf.cli.lightning_cli.make_cli` with the fold's dates as data overrides (``splits``:
+``train_start``, ``val_start``, ``test_start``, ``test_end``, ``embargo``), and its
+:class:`~lightning_tf.kline.universe.FoldRecorder` writes into ``<out>/fold_<k>/``: ``model.ckpt`` (the tested
+checkpoint) and ``predictions.parquet`` (its test windows, the model beside the baselines); then ``done.json``. A
+fold with both is finished, so the same command run again after a kill goes on from the first unfinished fold.
+``--fold k`` runs fold ``k`` alone (one job of a SLURM array, each on its own GPUs). The gather (``--gather``, or
+after the last fold): the report (:mod:`lightning_tf.kline.universe.report`) from the finished folds:
+``folds.csv``, ``predictions.parquet`` (every test date), ``report.md`` with its charts, and the charts to wandb
+(offline) when the config logs to wandb.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import sys
@@ -27,20 +29,28 @@ from typing import Any, Literal
 
 import pandas as pd
 from jsonargparse import Namespace
-from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.cli import LightningArgumentParser
 from lightning.pytorch.utilities import rank_zero_only
 
-from lightning_tf.core import evaluating
+from lightning_tf.kline.universe.folds import Fold
+from lightning_tf.kline.universe.folds import folds as make_folds
+from lightning_tf.kline.universe.recorder import MODEL, PREDICTIONS, FoldRecorder
+from lightning_tf.kline.universe.report import (
+    default_top_k,
+    evaluate_forecasters,
+    fold_metrics,
+    log_wandb,
+    write_report,
+)
+from lightning_tf.training.private.jsonargparse import option_strings
 
 from .argument_errors import one_line_error
 from .lightning_cli import LightningTFCLI, make_cli
 
-__all__ = ["FoldRecorder", "walkforward"]
+__all__ = ["walkforward"]
 
 PLAN = "walkforward.json"
 DONE = "done.json"
-PREDICTIONS = "predictions.parquet"
 
 
 class _ParseOnly(LightningTFCLI):
@@ -50,7 +60,7 @@ class _ParseOnly(LightningTFCLI):
         try:
             super().parse_arguments(parser, args)
         except Exception as err:  # jsonargparse's ArgumentError (exit_on_error=False): one line
-            options = [o for action in parser._actions for o in action.option_strings]
+            options = option_strings(parser)
             raise ValueError(one_line_error(str(err), options)) from None
 
     def _set_seed(self) -> None:
@@ -79,7 +89,8 @@ def _datamodule(config: Namespace) -> Any:
     module, _, name = str(data.class_path).rpartition(".")
     cls = getattr(import_module(module), name)
     init = data.get("init_args") or Namespace()
-    dm = cls(**init.as_dict())
+    arguments = init.as_dict()
+    dm = cls.from_arguments(arguments) if hasattr(cls, "from_arguments") else cls(**arguments)
     if not hasattr(dm, "trading_dates"):
         raise ValueError(f"walkforward needs a K-line DataModule with dates; {data.class_path} has none")
     return dm
@@ -94,100 +105,13 @@ def _uses_wandb(config: Namespace) -> dict[str, Any] | None:
     return None
 
 
-class FoldRecorder(Callback):
-    """What one fold keeps: warm-starts the model from the previous fold's checkpoint when training starts
-    (``warm_from``), and when the test on the tested checkpoint ends, writes the test windows' forecasts of the
-    model, its linear path, LightGBM on the same inputs and momentum (:mod:`lightning_tf.kline.evaluation.fold_forecasts`)
-    to ``folder/predictions.parquet`` and the tested checkpoint to ``folder/model.ckpt``.
-
-    Args:
-        folder: the fold's folder.
-        warm_from: a checkpoint whose weights start training (the linear path is fit again), or None.
-        lightgbm: also fit LightGBM on the fold's windows.
-    """
-
-    def __init__(self, folder: Path, warm_from: Path | None = None, lightgbm: bool = True) -> None:
-        self.folder = folder
-        self.warm_from = warm_from
-        self.lightgbm = lightgbm
-        self.notes: list[str] = []
-        self.test_summary: dict[str, Any] = {}
-        self.residual_kept = False
-
-    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if self.warm_from is None:
-            return
-        import torch
-
-        state = torch.load(self.warm_from, map_location=pl_module.device, weights_only=True)["state_dict"]
-        pl_module.load_state_dict(state)
-        linear = getattr(getattr(pl_module, "net", None), "linear", None)
-        if linear is not None:
-            linear.fitted.fill_(False)  # the closed form is fit again on this fold's training windows
-
-    def on_test_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if not trainer.is_global_zero:
-            return
-        from lightning_tf.kline.evaluation.fold_forecasts import (
-            lightgbm_column,
-            momentum_column,
-            realised_column,
-            window_forecasts,
-        )
-
-        dm = trainer.datamodule
-        net, levels = pl_module.net, pl_module.quantiles
-        middle = None if levels is None else levels.index(0.5)
-
-        def forecast(batch: dict[str, Any], gate: float | None = None) -> tuple[Any, Any, Any]:
-            covariates = {k: batch[k] for k in ("x_future", "static") if k in batch}
-            parts = net.parts(batch["x"], **covariates)[0]
-            out = net.combine(parts) if gate is None else net.combine(parts, gate=gate)  # (B, F, K[, Q])
-            point = out if middle is None else out[..., middle]  # (B, F, K)
-            linear = None
-            if net.linear is not None:
-                alone = net.combine(parts, gate=0.0)
-                linear = alone if middle is None else alone[..., middle]  # (B, F, K)
-            return point, (out if middle is not None else None), linear
-
-        test, device = dm.datasets["test"], pl_module.device
-        with evaluating(pl_module):
-            frame = window_forecasts(forecast, test, dm.data_scale, levels, device=device)
-            if net.linear is not None and pl_module.hparams.get("residual") in ("on", "blend"):
-                # the Transformer with its whole residual, whatever validation chose: what the backbone forecasts
-                whole = window_forecasts(lambda b: forecast(b, gate=1.0), test, dm.data_scale, None, device=device)
-                frame.insert(frame.columns.get_loc("prediction") + 1, "residual", whole["prediction"].to_numpy())
-        if getattr(dm.hparams, "label", "raw") != "raw" or getattr(dm.hparams, "target", "log_return") != "log_return":
-            # the model's target is not the step's log return (a cross-sectional label, a close): keep it as
-            # `target`, and judge the forecasts by the returns of the bars
-            frame.insert(frame.columns.get_loc("realised") + 1, "target", frame["realised"])
-            frame["realised"] = realised_column(frame, dm.bars)
-        if self.lightgbm:
-            try:
-                frame["lightgbm"] = lightgbm_column(
-                    frame, dm.datasets["train"], dm.datasets["val"], dm.datasets["test"], dm.data_scale
-                )
-            except ImportError as err:
-                self.notes.append(f"LightGBM left out: {err}")
-        frame["momentum"] = momentum_column(frame, dm.bars)
-        self.folder.mkdir(parents=True, exist_ok=True)
-        frame.to_parquet(self.folder / PREDICTIONS, index=False)
-        best = getattr(trainer.checkpoint_callback, "best_model_path", "") if trainer.checkpoint_callback else ""
-        if best and Path(best).exists() and Path(best).resolve() != (self.folder / "model.ckpt").resolve():
-            shutil.copyfile(best, self.folder / "model.ckpt")
-        self.test_summary = dict(getattr(pl_module, "test_summary", {}) or {})
-        self.residual_kept = bool(getattr(pl_module, "residual_kept", False))
-
-
 def _day(t: Any) -> str:
     return pd.Timestamp(t).strftime("%Y-%m-%d")
 
 
 def _plan(
     dm: Any, n_folds: int, test_span: int, val_span: int, embargo: int | None, window: str, train_span: int | None
-) -> tuple[list[Any], int]:
-    from lightning_tf.kline.walkforward import folds as make_folds
-
+) -> tuple[list[Fold], int]:
     horizon = int(dm.horizon)
     embargo = horizon if embargo is None else embargo
     if embargo < horizon:
@@ -224,17 +148,25 @@ def _finished(folder: Path) -> bool:
     return (folder / PREDICTIONS).exists() and (folder / DONE).exists()
 
 
-def _overrides(fold: Any, embargo: int, folder: Path) -> list[str]:
-    args = [f"--data.init_args.{k}={v}" for k, v in fold.data_overrides(embargo).items()]
+def _overrides(fold: Fold, embargo: int, folder: Path) -> list[str]:
+    args = [f"--data.init_args.splits.{k}={v}" for k, v in fold.data_overrides(embargo).items()]
     return [*args, f"--trainer.default_root_dir={folder}"]
 
 
 def _run_fold(
-    fold: Any, n_folds: int, embargo: int, out: Path, refit: str, forwarded: list[str], lightgbm: bool, started: float
+    fold: Fold,
+    n_folds: int,
+    embargo: int,
+    out: Path,
+    refit: str,
+    forwarded: list[str],
+    lightgbm: bool,
+    started: float,
+    zero_shot: Path | None = None,
 ) -> None:
     folder = out / f"fold_{fold.number}"
-    previous = out / f"fold_{fold.number - 1}" / "model.ckpt"
-    first = out / "fold_1" / "model.ckpt"
+    previous = out / f"fold_{fold.number - 1}" / MODEL
+    first = out / "fold_1" / MODEL
     print(
         f"walk-forward fold {fold.number}/{n_folds}: train {_day(fold.train_start)} .. {_day(fold.train_end)}, "
         f"validate {_day(fold.val_start)} .. {_day(fold.val_end)}, test {_day(fold.test_start)} .. "
@@ -242,8 +174,10 @@ def _run_fold(
         flush=True,
     )
     warm_from = None
-    test_only = refit == "once" and fold.number > 1
-    if fold.number > 1 and refit in ("warm", "once"):
+    test_only = (refit == "once" and fold.number > 1) or zero_shot is not None
+    if zero_shot is not None:
+        first = zero_shot  # every fold tests the pretrained model as it is
+    elif fold.number > 1 and refit in ("warm", "once"):
         need = first if refit == "once" else previous
         if not need.exists():
             raise ValueError(f"--refit {refit}: fold {fold.number} needs {need}; run the earlier fold(s) first")
@@ -252,7 +186,7 @@ def _run_fold(
     if folder.exists() and zero:  # what a killed run of this fold left: it runs again from the start
         shutil.rmtree(folder)
     t0 = time.perf_counter()
-    recorder = FoldRecorder(folder, warm_from=warm_from, lightgbm=lightgbm)
+    recorder = FoldRecorder(folder, warm_from=warm_from, lightgbm=lightgbm, keep_model=not test_only)
     kwargs = {
         "parser_kwargs": {"exit_on_error": False, "fit": {"exit_on_error": False}, "test": {"exit_on_error": False}}
     }
@@ -271,7 +205,7 @@ def _run_fold(
         **fold.row(),
         "seconds": round(time.perf_counter() - t0, 1),
         "residual_kept": recorder.residual_kept,
-        "checkpoint": str(first if test_only else folder / "model.ckpt"),
+        "checkpoint": str(first if test_only else folder / MODEL),
         "test": {scale: metrics for scale, metrics in model.items() if isinstance(metrics, dict)},
         "notes": recorder.notes,
     }
@@ -292,13 +226,6 @@ def _gather(
     cost_bps: float,
     wandb_args: dict[str, Any] | None,
 ) -> dict[str, Path]:
-    from lightning_tf.kline.evaluation.walkforward_report import (
-        default_top_k,
-        evaluate_forecasters,
-        fold_metrics,
-        write_report,
-    )
-
     numbers = [f["number"] for f in plan["folds"]]
     missing = [k for k in numbers if not _finished(out / f"fold_{k}")]
     if missing:
@@ -337,40 +264,12 @@ def _gather(
     files = write_report(result, table.rename(columns={"number": "fold"}), out, about=about, notes=notes)
     files.update(folds=out / "folds.csv", predictions=out / PREDICTIONS)
     if wandb_args is not None:
-        _log_wandb(files, wandb_args, result)
+        log_wandb(files, result, wandb_args)
     print(f"walk-forward report: {files['report']}", flush=True)
     for line in (files["report"]).read_text(encoding="utf-8").splitlines():
         if line.startswith("* the model"):
             print(line, flush=True)
     return files
-
-
-def _log_wandb(files: dict[str, Path], init_args: dict[str, Any], result: Any) -> None:
-    """The report's charts and pooled numbers as one wandb run (offline unless the config says otherwise)."""
-    import wandb
-
-    offline = init_args.get("offline", True)
-    run = wandb.init(
-        project=init_args.get("project") or "lightning-tf",
-        dir=os.path.abspath(init_args.get("save_dir") or "runs"),  # wandb's service resolves a relative one elsewhere
-        name=f"walkforward-{files['report'].parent.name}",
-        job_type="walkforward",
-        mode="offline" if offline else "online",
-        reinit=True,
-    )
-    run.log(
-        {
-            "walkforward/cumulative_return": wandb.Image(str(files["cumulative_return"])),
-            "walkforward/ic_per_month": wandb.Image(str(files["ic_per_month"])),
-            **{
-                f"walkforward/{name}/{k}": v
-                for name, e in result.pooled.items()
-                for k, v in e.summary.items()
-                if isinstance(v, float) and math.isfinite(v)
-            },
-        }
-    )
-    run.finish()
 
 
 def walkforward(
@@ -388,6 +287,7 @@ def walkforward(
     n_drop: int | None = None,
     cost_bps: float = 10.0,
     no_lightgbm: bool = False,
+    zero_shot: Path | None = None,
     forwarded: list[str] | None = None,
 ) -> dict[str, Path] | None:
     """Train and test a K-line config fold by fold over its dates (walk-forward), the baselines on the same
@@ -410,6 +310,9 @@ def walkforward(
         n_drop: most names replaced a date (default: top_k / 5).
         cost_bps: cost in basis points per unit of turnover.
         no_lightgbm: leave the LightGBM baseline out.
+        zero_shot: a pretrained forecaster's checkpoint, tested on every fold as it is (no training; the data config
+            must give it the windows it reads: the same context, horizon and features); a fold whose validation or
+            test dates it has seen is warned of.
     """
     forwarded = list(forwarded or [])
     from lightning_tf.training.resources import bundled_configs
@@ -422,7 +325,7 @@ def walkforward(
     plan = {
         "command": [*sys.argv[2:]] if sys.argv[1:2] == ["walkforward"] else forwarded,
         "folds": [f.row() for f in fold_list],
-        "refit": refit,
+        "refit": refit if zero_shot is None else f"none (zero-shot: {zero_shot})",
         "window": window,
         "embargo": embargo,
     }
@@ -437,7 +340,7 @@ def walkforward(
             if _finished(out / f"fold_{f.number}"):
                 print(f"walk-forward fold {f.number}/{len(fold_list)}: finished earlier, kept", flush=True)
                 continue
-            _run_fold(f, len(fold_list), embargo, out, refit, forwarded, not no_lightgbm, started)
+            _run_fold(f, len(fold_list), embargo, out, refit, forwarded, not no_lightgbm, started, zero_shot)
         if fold is not None or rank_zero_only.rank != 0:
             return None
     return _gather(out, plan, top_k, n_drop, cost_bps, _uses_wandb(config))

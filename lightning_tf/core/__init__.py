@@ -24,7 +24,7 @@ Masks are bool and True means "may attend", broadcastable to ``(B, H, T, S)``. A
 """
 
 from .attention import KVCache, MultiHeadAttention
-from .blocks import DecoderLayer, DropPath, EncoderLayer, LayerScale, TokenBatchNorm, make_norm
+from .blocks import DecoderLayer, DropPath, EncoderLayer, LayerScale, RMSNorm, TokenBatchNorm, make_norm
 from .feedforward import Activation, FeedForward
 from .masks import causal_mask, combine_masks, padding_mask
 from .modes import evaluating
@@ -33,11 +33,14 @@ from .positional import (
     LearnedPositionalEncoding,
     PositionalEncoding,
     PositionalName,
+    RelativePositionBias,
+    RopePrecision,
     RotaryEmbedding,
     SinusoidalLayout,
     SinusoidalPositionalEncoding,
     alibi_slopes,
     apply_rotary,
+    relative_position_buckets,
     sincos_2d,
     sinusoidal_table,
 )
@@ -61,6 +64,9 @@ __all__ = [
     "NormName",
     "PositionalEncoding",
     "PositionalName",
+    "RMSNorm",
+    "RelativePositionBias",
+    "RopePrecision",
     "RotaryEmbedding",
     "SinusoidalLayout",
     "SinusoidalPositionalEncoding",
@@ -73,6 +79,7 @@ __all__ = [
     "combine_masks",
     "make_norm",
     "padding_mask",
+    "relative_position_buckets",
     "sincos_2d",
     "sinusoidal_table",
 ]

@@ -78,16 +78,20 @@ class KVCache:
 class MultiHeadAttention(nn.Module):
     """Multi-head scaled dot-product attention.
 
-    Self-attention projects queries, keys and values with one fused ``(D, 3D)`` matrix;
+    Self-attention projects queries, keys and values with one fused ``(D, 3 H Dh)`` matrix;
     cross-attention (``cross_attention=True``) projects queries from ``x`` and keys/values from
-    ``context`` with a fused ``(D, 2D)`` matrix.
+    ``context`` with a fused ``(D, 2 H Dh)`` matrix.
 
     Args:
         d_model: model width D.
-        n_heads: number of heads H; ``d_model`` must be divisible by it.
+        n_heads: number of heads H; ``d_model`` must be divisible by it unless ``d_head`` is given.
         dropout: dropout on the attention weights (training only).
         bias: whether the projections have biases.
         cross_attention: attend from ``x`` to a separate ``context``.
+        d_head: head dimension Dh; None: ``d_model // n_heads``. T5's sizes set it apart from D / H (the heads
+            then span ``H * Dh`` channels, projected back to D).
+        scale: the factor of the dot products; None: ``1 / sqrt(Dh)``. T5 uses 1 (its initialisation holds the
+            scale).
     """
 
     def __init__(
@@ -98,19 +102,26 @@ class MultiHeadAttention(nn.Module):
         dropout: float = 0.0,
         bias: bool = True,
         cross_attention: bool = False,
+        d_head: int | None = None,
+        scale: float | None = None,
     ) -> None:
         super().__init__()
-        if n_heads <= 0 or d_model % n_heads:
+        if n_heads <= 0 or (d_head is None and d_model % n_heads):
             raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
-        self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_model // n_heads
+        if d_head is not None and d_head <= 0:
+            raise ValueError(f"d_head must be positive, got {d_head}")
+        self.d_model, self.n_heads = d_model, n_heads
+        self.d_head = d_model // n_heads if d_head is None else d_head
+        inner = n_heads * self.d_head
+        self.scale = scale
         self.dropout = dropout
         self.cross_attention = cross_attention
         if cross_attention:
-            self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-            self.kv_proj = nn.Linear(d_model, 2 * d_model, bias=bias)
+            self.q_proj = nn.Linear(d_model, inner, bias=bias)
+            self.kv_proj = nn.Linear(d_model, 2 * inner, bias=bias)
         else:
-            self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias)
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+            self.qkv_proj = nn.Linear(d_model, 3 * inner, bias=bias)
+        self.out_proj = nn.Linear(inner, d_model, bias=bias)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -126,6 +137,15 @@ class MultiHeadAttention(nn.Module):
         B, T, _ = x.shape
         x = x.view(B, T, n, self.n_heads, self.d_head)  # (B, T, n, H, Dh)
         return x.permute(2, 0, 3, 1, 4).unbind(0)  # n x (B, H, T, Dh)
+
+    def project_kv(self, context: Tensor) -> tuple[Tensor, Tensor]:
+        """Cross-attention's keys and values of ``context`` (B, S, D), each ``(B, H, S, Dh)``: what a caller
+        appends to a :class:`KVCache` it fills itself, for a source that grows by a few positions at a time
+        (the cache then serves :meth:`forward` as a filled cross-attention cache)."""
+        if not self.cross_attention:
+            raise ValueError("project_kv is for cross-attention (cross_attention=True)")
+        k, v = self._split(self.kv_proj(context), 2)  # (B, H, S, Dh) each
+        return k, v
 
     def forward(
         self,
@@ -147,9 +167,11 @@ class MultiHeadAttention(nn.Module):
                 cross-attention ``cache`` is already filled.
             mask: bool, True = may attend, broadcastable to ``(B, H, T, S)``.
             is_causal: additionally hide keys after each query (the newest T of S positions).
-            bias: additive score bias broadcastable to ``(B, H, T, S)`` (ALiBi).
+            bias: additive score bias broadcastable to ``(B, H, T, S)`` (ALiBi, T5's relative bias).
             rotary: RoPE ``(cos, sin)`` of the new positions, each ``(T, Dh/2)``; applied to
-                queries and to the new keys before they are cached (self-attention only).
+                queries and to the new keys before they are cached. In cross-attention the keys computed from
+                ``context`` are rotated by the same angles, so it needs ``S == T`` (Kronos's dependency layer;
+                a filled cross-attention cache is used as it is).
             cache: :class:`KVCache` for incremental decoding.
             need_weights: take the explicit path and also return the weights.
 
@@ -157,7 +179,7 @@ class MultiHeadAttention(nn.Module):
             Output ``(B, T, D)`` and, if ``need_weights``, the weights ``(B, H, T, S)`` (else None).
             A query with no visible key gets a zero output and zero weights.
         """
-        B, T, D = x.shape
+        B, T, _ = x.shape
         if self.cross_attention:
             (q,) = self._split(self.q_proj(x), 1)  # (B, H, T, Dh)
             if cache is not None and cache.length > 0:
@@ -166,6 +188,9 @@ class MultiHeadAttention(nn.Module):
                 if context is None:
                     raise ValueError("cross-attention needs a context (B, S, D) unless its cache is already filled")
                 k, v = self._split(self.kv_proj(context), 2)  # (B, H, S, Dh) each
+                if rotary is not None:
+                    cos, sin = rotary
+                    q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
                 if cache is not None:
                     k, v = cache.update(k, v)
         else:
@@ -198,7 +223,8 @@ class MultiHeadAttention(nn.Module):
         dropout_p = self.dropout if self.training else 0.0
         weights: Tensor | None = None
         if need_weights:
-            scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.d_head)  # (B, H, T, S)
+            scores = q @ k.transpose(-2, -1)  # (B, H, T, S)
+            scores = scores / math.sqrt(self.d_head) if self.scale is None else scores * self.scale
             if attn_mask is not None:
                 scores = (
                     scores.masked_fill(~attn_mask, float("-inf"))
@@ -211,9 +237,9 @@ class MultiHeadAttention(nn.Module):
             out = F.dropout(weights, dropout_p, self.training) @ v  # (B, H, T, Dh)
         else:
             out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal
+                q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=self.scale
             )  # (B, H, T, Dh)
         if visible is not None:
             out = out.masked_fill(~visible, 0.0)
-        out = out.transpose(1, 2).reshape(B, T, D)  # (B, T, D)
+        out = out.transpose(1, 2).reshape(B, T, self.n_heads * self.d_head)  # (B, T, H Dh)
         return self.out_proj(out), weights

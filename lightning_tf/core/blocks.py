@@ -16,7 +16,7 @@ from .attention import KVCache, MultiHeadAttention
 from .feedforward import FeedForward
 from .spec import NormName, TransformerSpec
 
-__all__ = ["DropPath", "EncoderLayer", "DecoderLayer", "LayerScale"]
+__all__ = ["DropPath", "EncoderLayer", "DecoderLayer", "LayerScale", "RMSNorm", "TokenBatchNorm", "make_norm"]
 
 
 class DropPath(nn.Module):
@@ -73,13 +73,56 @@ class TokenBatchNorm(nn.Module):
         return self.bn(x.transpose(1, 2)).transpose(1, 2)  # (B, T, D) -> (B, D, T) -> (B, T, D)
 
 
+class RMSNorm(nn.Module):
+    """Root-mean-square layer norm (Zhang and Sennrich 2019): ``x / sqrt(mean(x^2) + eps) * weight``, no mean
+    subtracted and no bias; T5's layer norm and LLaMA's (and Kronos's). The statistics are taken in float32
+    whatever the input's type, and the result is cast back before the weight multiplies it.
+
+    Args:
+        d_model: width D.
+        eps: added to the mean square.
+    """
+
+    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+
+    def forward(self, x: Tensor) -> Tensor:
+        """(..., D) -> (..., D)."""
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)  # (..., D)
+        return h.to(x.dtype) * self.weight
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, eps={self.eps}"
+
+
 def make_norm(norm: NormName, d_model: int, eps: float = 1e-5) -> nn.Module:
-    """``layer`` -> :class:`torch.nn.LayerNorm`, ``batch`` -> :class:`TokenBatchNorm`."""
+    """``layer`` -> :class:`torch.nn.LayerNorm`, ``rms`` -> :class:`RMSNorm`, ``batch`` -> :class:`TokenBatchNorm`."""
     if norm == "layer":
         return nn.LayerNorm(d_model, eps=eps)
+    if norm == "rms":
+        return RMSNorm(d_model, eps=eps)
     if norm == "batch":
         return TokenBatchNorm(d_model, eps=eps)
-    raise ValueError(f"norm must be 'layer' or 'batch', got {norm!r}")
+    raise ValueError(f"norm must be 'layer', 'rms' or 'batch', got {norm!r}")
+
+
+def _attention(spec: TransformerSpec, cross_attention: bool = False) -> MultiHeadAttention:
+    return MultiHeadAttention(
+        spec.d_model,
+        spec.n_heads,
+        dropout=spec.attn_dropout,
+        bias=spec.bias,
+        cross_attention=cross_attention,
+        d_head=spec.d_head,
+        scale=spec.attn_scale,
+    )
+
+
+def _feedforward(spec: TransformerSpec) -> FeedForward:
+    return FeedForward(spec.d_model, spec.d_ff, spec.activation, spec.ffn_rate, spec.use_ffn_bias)
 
 
 def _branch_regularizers(d_model: int, drop_path: float, layer_scale: float | None) -> tuple[nn.Module, nn.Module]:
@@ -101,8 +144,8 @@ class EncoderLayer(nn.Module):
         super().__init__()
         D = spec.d_model
         self.norm_first = spec.norm_first
-        self.self_attn = MultiHeadAttention(D, spec.n_heads, dropout=spec.attn_dropout, bias=spec.bias)
-        self.ff = FeedForward(D, spec.d_ff, spec.activation, spec.ffn_rate, spec.bias)
+        self.self_attn = _attention(spec)
+        self.ff = _feedforward(spec)
         self.norm1 = make_norm(spec.norm, D, spec.layer_norm_eps)
         self.norm2 = make_norm(spec.norm, D, spec.layer_norm_eps)
         self.dropout1 = nn.Dropout(spec.dropout)
@@ -119,18 +162,30 @@ class EncoderLayer(nn.Module):
         is_causal: bool = False,
         bias: Tensor | None = None,
         rotary: tuple[Tensor, Tensor] | None = None,
+        cache: KVCache | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, Tensor | None]:
-        """(B, T, D) -> (B, T, D), and the attention weights (B, H, T, T) if ``need_weights``."""
+        """(B, T, D) -> (B, T, D), and the attention weights (B, H, T, T') if ``need_weights``.
+
+        With ``is_causal`` and a ``cache`` (a :class:`KVCache` of the earlier positions, updated in place) the
+        layer is a decoder-only model's layer decoding incrementally: ``x`` holds the newest T positions and
+        attends to the T' = cached + T positions.
+        """
         if self.norm_first:
             a, w = self.self_attn(
-                self.norm1(x), mask=mask, is_causal=is_causal, bias=bias, rotary=rotary, need_weights=need_weights
+                self.norm1(x),
+                mask=mask,
+                is_causal=is_causal,
+                bias=bias,
+                rotary=rotary,
+                cache=cache,
+                need_weights=need_weights,
             )
             x = x + self.drop_path1(self.ls1(self.dropout1(a)))
             x = x + self.drop_path2(self.ls2(self.dropout2(self.ff(self.norm2(x)))))
         else:
             a, w = self.self_attn(
-                x, mask=mask, is_causal=is_causal, bias=bias, rotary=rotary, need_weights=need_weights
+                x, mask=mask, is_causal=is_causal, bias=bias, rotary=rotary, cache=cache, need_weights=need_weights
             )
             x = self.norm1(x + self.dropout1(a))
             x = self.norm2(x + self.dropout2(self.ff(x)))
@@ -141,22 +196,22 @@ class DecoderLayer(nn.Module):
     """Masked self-attention, cross-attention to the encoder memory, then feed-forward.
 
     Args:
-        spec: the sizes and options (:class:`~.spec.TransformerSpec`); LayerNorm only, without
+        spec: the sizes and options (:class:`~.spec.TransformerSpec`); norm ``layer`` or ``rms``, without
             ``drop_path`` or ``layer_scale``.
     """
 
     def __init__(self, spec: TransformerSpec) -> None:
         super().__init__()
-        if spec.norm != "layer" or spec.drop_path > 0 or spec.layer_scale is not None:
-            raise ValueError("a decoder layer takes norm 'layer' and neither drop_path nor layer_scale")
-        D, H = spec.d_model, spec.n_heads
+        if spec.norm == "batch" or spec.drop_path > 0 or spec.layer_scale is not None:
+            raise ValueError("a decoder layer takes norm 'layer' or 'rms' and neither drop_path nor layer_scale")
+        D = spec.d_model
         self.norm_first = spec.norm_first
-        self.self_attn = MultiHeadAttention(D, H, dropout=spec.attn_dropout, bias=spec.bias)
-        self.cross_attn = MultiHeadAttention(D, H, dropout=spec.attn_dropout, bias=spec.bias, cross_attention=True)
-        self.ff = FeedForward(D, spec.d_ff, spec.activation, spec.ffn_rate, spec.bias)
-        self.norm1 = nn.LayerNorm(D, eps=spec.layer_norm_eps)
-        self.norm2 = nn.LayerNorm(D, eps=spec.layer_norm_eps)
-        self.norm3 = nn.LayerNorm(D, eps=spec.layer_norm_eps)
+        self.self_attn = _attention(spec)
+        self.cross_attn = _attention(spec, cross_attention=True)
+        self.ff = _feedforward(spec)
+        self.norm1 = make_norm(spec.norm, D, spec.layer_norm_eps)
+        self.norm2 = make_norm(spec.norm, D, spec.layer_norm_eps)
+        self.norm3 = make_norm(spec.norm, D, spec.layer_norm_eps)
         self.dropout1 = nn.Dropout(spec.dropout)
         self.dropout2 = nn.Dropout(spec.dropout)
         self.dropout3 = nn.Dropout(spec.dropout)

@@ -22,6 +22,19 @@ from .spec import TransformerSpec
 __all__ = ["Encoder", "Decoder", "DecoderCache"]
 
 
+def _positional(spec: TransformerSpec, bidirectional: bool) -> PositionalEncoding:
+    return PositionalEncoding(
+        spec.pos_encoding,
+        spec.d_model,
+        spec.n_heads,
+        spec.max_len,
+        d_head=spec.d_head,
+        relative_buckets=spec.relative_buckets,
+        relative_max_distance=spec.relative_max_distance,
+        bidirectional=bidirectional,
+    )
+
+
 def _init_linear(module: nn.Module) -> None:
     for m in module.modules():
         if isinstance(m, nn.Linear):
@@ -67,7 +80,7 @@ class Encoder(nn.Module):
         super().__init__()
         self.spec = spec
         self.norm_kind = spec.norm
-        self.pos = PositionalEncoding(spec.pos_encoding, spec.d_model, spec.n_heads, spec.max_len)
+        self.pos = _positional(spec, bidirectional=True)
         self.dropout = nn.Dropout(spec.dropout)
         n = spec.n_layers
         self.layers = nn.ModuleList(EncoderLayer(spec, drop_path=spec.drop_path * i / max(n - 1, 1)) for i in range(n))
@@ -110,17 +123,17 @@ class Decoder(nn.Module):
     target positions only.
 
     Args:
-        spec: the sizes and options (:class:`~.spec.TransformerSpec`; LayerNorm only, without
-            ``drop_path`` or ``layer_scale``).
+        spec: the sizes and options (:class:`~.spec.TransformerSpec`; norm ``layer`` or ``rms``, without
+            ``drop_path`` or ``layer_scale``). ``pos_encoding: relative`` is the causal (unidirectional) bias.
     """
 
     def __init__(self, spec: TransformerSpec) -> None:
         super().__init__()
         self.spec = spec
-        self.pos = PositionalEncoding(spec.pos_encoding, spec.d_model, spec.n_heads, spec.max_len)
+        self.pos = _positional(spec, bidirectional=False)
         self.dropout = nn.Dropout(spec.dropout)
         self.layers = nn.ModuleList(DecoderLayer(spec) for _ in range(spec.n_layers))
-        self.norm = nn.LayerNorm(spec.d_model, eps=spec.layer_norm_eps) if spec.use_final_norm else None
+        self.norm = make_norm(spec.norm, spec.d_model, spec.layer_norm_eps) if spec.use_final_norm else None
         _init_linear(self.layers)
 
     def init_cache(self, capacity: int = 0) -> DecoderCache:

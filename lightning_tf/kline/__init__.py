@@ -1,6 +1,7 @@
 """K-line (OHLCV candlestick) and multivariate time-series forecasting.
 
-* :class:`KLineDataModule` (:mod:`.data`): OHLCV bars (CSV/Parquet, one file, a folder or a long
+* :class:`KLineDataModule` (:mod:`.data`), its settings in five typed groups (:mod:`.settings`: :class:`Reading`,
+  :class:`Features`, :class:`Splits`, :class:`Covariates`, :class:`Loading`): OHLCV bars (CSV/Parquet, one file, a folder or a long
   table) to feature windows with future log returns or closes as targets; :func:`read_bars`
   (:mod:`.reader`, which needs no torch) parses the common layouts, :mod:`.features` builds the
   per-bar features.
@@ -19,6 +20,8 @@
   and a cost-aware backtest; ``forecast(bars)``
   forecasts new bars from a checkpoint alone (:mod:`.inference`); :class:`ForecastWriter`
   (:mod:`.writer`) writes the forecasts of ``predict``.
+* :mod:`.universe`: the model judged over a universe of tickers: walk-forward folds, each fold's forecasts
+  beside LightGBM and momentum, the TopkDropout portfolios after costs and the walk-forward report.
 
 The names below load on first use (PEP 562), so ``import lightning_tf.kline.reader`` stays free of torch
 and Lightning.
@@ -26,14 +29,16 @@ and Lightning.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from lightning_tf import lazy_exports
 
 if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from .data import KLineDataModule
     from .evaluation.baselines import LinearBaseline, drift, mean_forecast, moving_average, persistence
     from .evaluation.metrics import ForecastMetrics
     from .evaluation.summary import summary_text
+    from .handover import DataHandover
     from .module import KLineForecaster
     from .multivariate import MultivariateDataModule
     from .networks import (
@@ -50,11 +55,20 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     )
     from .reader.io import read_bars
     from .scale import DataScale, rebuild_prices
+    from .settings import Covariates, Features, Loading, Reading, Splits
+    from .throughput import BarsPerSecond
     from .windows import WindowDataset, chronological_borders, ett_borders, next_timestamps
     from .writer import ForecastWriter
 
 _WHERE = {
     "BarBackbone": ".networks",
+    "BarsPerSecond": ".throughput",
+    "Covariates": ".settings",
+    "DataHandover": ".handover",
+    "Features": ".settings",
+    "Loading": ".settings",
+    "Reading": ".settings",
+    "Splits": ".settings",
     "DataScale": ".scale",
     "ForecastMetrics": ".evaluation.metrics",
     "ForecastNet": ".networks",
@@ -85,15 +99,4 @@ _WHERE = {
 }
 
 __all__ = sorted(_WHERE)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _WHERE:
-        value = getattr(importlib.import_module(_WHERE[name], __name__), name)
-        globals()[name] = value  # loaded once
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE)

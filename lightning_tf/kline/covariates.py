@@ -57,6 +57,7 @@ CALENDAR_FEATURES = ("cal_day_of_week", "cal_month", "cal_gap_days", "cal_pre_ho
 BUSINESS = "business"
 
 
+@lru_cache(maxsize=64)  # a server checks the model's calendar for every batch
 def check_calendar(name: str | None) -> None:
     """Refuse an unknown calendar name in one line (``business``, or an ``exchange_calendars`` code such as
     ``XNYS``, ``XSHG``, ``XSHE``)."""

@@ -27,6 +27,7 @@ from lightning_tf.core import evaluating
 
 from .features import compute_target, feature_matrix
 from .scale import DataScale, rebuild_prices
+from .settings import Reading
 
 __all__ = [
     "SeriesWindow",
@@ -85,48 +86,30 @@ def _own(values: np.ndarray, axis: int = 0) -> tuple[np.ndarray, np.ndarray]:
 def series_windows(
     frame: pd.DataFrame,
     *,
-    feature_names: list[str],
-    target: str,
+    scale: DataScale,
     context_len: int,
-    volatility_window: int,
-    volume_window: int,
-    trained: Mapping[str, Statistics],
     source: str,
-    covariates: Mapping[str, Any] | None = None,
     horizon: int | None = None,
     future: pd.DataFrame | None = None,
-    trained_tickers: list[str] | None = None,
 ) -> list[SeriesWindow]:
     """The scaled last window of every ticker of ``frame`` (canonical bars, see :func:`~.io.read_bars`).
 
     Args:
         frame: the bars.
-        feature_names: the model's input features, in order.
-        target: the model's target (``log_return`` or ``close``).
+        scale: the model's data scale: its features (the past covariates last), target, rolling windows,
+            covariate specification and every trained ticker's statistics.
         context_len: bars per window L.
-        volatility_window: bars of the rolling volatility feature (as in training).
-        volume_window: bars of the rolling volume z-score feature.
-        trained: the training statistics of each ticker the model was trained on.
         source: the file (or name) the bars came from, for the errors.
-        covariates: the model's covariate specification (:meth:`~.data.KLineDataModule.covariate_spec`);
-            None or empty: none. ``feature_names`` then ends with the past covariates (columns of ``frame``).
-        horizon: bars forecast F (for the known-future covariates).
+        horizon: bars forecast F (for the known-future covariates and the forecast bars' timestamps).
         future: the user's known-future covariates of the forecast bars: ``ticker`` (optional), ``timestamp``
             and one column per name; needed when the model reads some.
-        trained_tickers: the model's training tickers, in id order (the ticker embedding's vocabulary).
     """
     windows = windows_of_series(
         [(str(name), bars.reset_index(drop=True), source) for name, bars in frame.groupby("ticker", sort=False)],
-        feature_names=feature_names,
-        target=target,
+        scale=scale,
         context_len=context_len,
-        volatility_window=volatility_window,
-        volume_window=volume_window,
-        trained=trained,
-        covariates=covariates,
         horizon=horizon,
         future=future,
-        trained_tickers=trained_tickers,
     )
     for window in windows:  # the first ticker that cannot be read, as one would read them one by one
         if isinstance(window, ValueError):
@@ -146,13 +129,12 @@ def _future_windows(
     """The scaled known-future covariates ``(F, Cf)`` of each series' forecast bars ``stamps`` (None without
     any); the calendar's features of all the series' forecast bars in one call."""
     from .panel import PanelSettings, future_matrix
+    from .settings import Covariates
 
     feature_names, user = list(cov.get("future_names", [])), list(cov.get("future", []))
     if not feature_names:
         return [None] * len(names)
-    settings = PanelSettings(
-        source, (), "log_return", 1, 1, 0.5, 0.1, None, None, None, 2, 2, (), tuple(user), cov.get("calendar")
-    )
+    settings = PanelSettings(source, 1, 1, covariates=Covariates(future=user, calendar=cov.get("calendar")))
     if user:  # the user's columns, looked up series by series
         raws = [_user_future(user, name, s, future, settings, source) for name, s in zip(names, stamps, strict=True)]
     else:
@@ -239,16 +221,10 @@ def _static_windows(cov: Mapping[str, Any], names: list[str], trained_tickers: l
 def windows_of_series(
     series: list[tuple[str, pd.DataFrame | Mapping[str, np.ndarray], str]],
     *,
-    feature_names: list[str],
-    target: str,
+    scale: DataScale,
     context_len: int,
-    volatility_window: int,
-    volume_window: int,
-    trained: Mapping[str, Statistics],
-    covariates: Mapping[str, Any] | None = None,
     horizon: int | None = None,
     future: pd.DataFrame | None = None,
-    trained_tickers: list[str] | None = None,
 ) -> list[SeriesWindow | ValueError]:
     """The scaled last window of each ``(ticker, bars, source)`` of ``series`` (the arguments are
     :func:`series_windows`'s), read together: the features of series of the same length in one call (as each
@@ -256,9 +232,10 @@ def windows_of_series(
     cannot be read (too few usable bars, a missing known-future value) gets its ValueError in its place."""
     from .windows import next_timestamps_of
 
-    cov = covariates or {}
+    cov, trained, trained_tickers = scale.covariates, scale.statistics, list(scale.ticker_names)
     past = list(cov.get("past", []))
-    builtin = feature_names[: len(feature_names) - len(past)]
+    builtin = list(scale.feature_names[: len(scale.feature_names) - len(past)])
+    volatility_window, volume_window, target = scale.volatility_window, scale.volume_window, scale.target
     columns = ["open", "high", "low", "close", "volume", *past]
     if {"day_of_week", "time_of_day"} & set(builtin):
         columns.append("timestamp")
@@ -374,18 +351,15 @@ def last_windows(
     *,
     scale: DataScale | None,
     context_len: int,
-    columns: Mapping[str, str] | None = None,
-    ticker_column: str | None = None,
-    on_error: str = "error",
-    timezone: str | None = None,
+    reading: Reading | None = None,
     name: str | None = None,
     horizon: int | None = None,
     future: pd.DataFrame | None = None,
 ) -> list[SeriesWindow]:
-    """The scaled last window of every series of ``bars`` (read with :func:`~.reader.read_bars`, see
+    """The scaled last window of every series of ``bars`` (read as ``reading`` says, see
     :meth:`KLineForecaster.forecast <lightning_tf.kline.KLineForecaster.forecast>` for the arguments), for a
     model of this ``scale`` and ``context_len``."""
-    from .reader.io import read_bars
+    from .settings import Covariates, read_with_settings
     from .windows import resolve_path
 
     if scale is None or not scale.has_prices:
@@ -396,37 +370,20 @@ def last_windows(
     source = name or (str(bars) if not isinstance(bars, pd.DataFrame) else "the bars")
     data = bars if isinstance(bars, pd.DataFrame) else resolve_path(str(bars))
     cov = scale.covariates
-    names = [*cov.get("past", []), *cov.get("future", [])]
-    frame = read_bars(
-        data,
-        columns=columns,
-        ticker_column=ticker_column,
-        on_error=on_error,  # type: ignore[arg-type]
-        timezone=timezone,
-        name=name,
-        extra_columns=names,
+    covariates = Covariates(
+        past=list(cov.get("past", [])),
+        future=list(cov.get("future", [])),
+        missing=cov.get("missing", "error"),
+        ffill_limit=cov.get("ffill_limit"),
     )
-    if names:
-        from .covariates import apply_missing
-
-        frame = apply_missing(frame, names, cov.get("missing", "error"), cov.get("ffill_limit"), source)
-    trained = {
-        t: (scale.feature_mean[k], scale.feature_std[k], scale.target_mean[k], scale.target_std[k])
-        for k, t in enumerate(scale.ticker_names)
-    }
+    frame = read_with_settings(data, reading or Reading(), covariates, source=source, name=name)
     return series_windows(
         frame,
-        feature_names=list(scale.feature_names),
-        target=scale.target_names[0],
+        scale=scale,
         context_len=context_len,
-        volatility_window=scale.volatility_window,
-        volume_window=scale.volume_window,
-        trained=trained,
         source=source,
-        covariates=cov,
         horizon=horizon if horizon is not None else cov.get("horizon"),
         future=future,
-        trained_tickers=list(scale.ticker_names),
     )
 
 

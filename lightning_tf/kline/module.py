@@ -37,6 +37,7 @@ from lightning_tf.training import (
     prediction_path,
     stamp,
 )
+from lightning_tf.training.private.lightning import attached_trainer
 
 from .evaluation.baselines import LinearBaseline
 from .evaluation.metrics import IntervalMetrics, date_correlation, pinball_loss
@@ -44,18 +45,32 @@ from .evaluation.report import TestFigures, TestRecord, report_text
 from .evaluation.selection import ResidualSelection, selection_line
 from .evaluation.summary import BASELINES, SCALES, baseline_forecasts, naive_model_scale, score, stage_metrics
 from .fitting import fit_linear_parts
+from .handover import DataHandover
 from .inference import SeriesWindow, forecast_columns, last_windows, predict_outputs
-from .networks import BackboneName, ForecastNet, ForecastParts, LinearInput, Pooling, ResidualMode, check_training
-from .reader.validation import OnError
+from .networks import (
+    BackboneName,
+    ForecastNet,
+    ForecastParts,
+    LinearInput,
+    Objective,
+    Pooling,
+    ResidualMode,
+    check_training,
+)
+from .pretrained import ARCHITECTURE, load_pretrained, look_ahead, read_pretrained
+from .pretrained import summary as pretrained_summary
 from .scale import DataScale
-from .windows import check_batch
+from .settings import Reading
+from .universe.forecasts import WindowForecast, window_forecasts
+from .windows import WindowDataset, check_batch
 from .writer import ForecastWriter
 
-__all__ = ["DEFAULT_QUANTILES", "KLineForecaster"]
+__all__ = ["DEFAULT_QUANTILES", "FreezeName", "KLineForecaster"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_QUANTILES = [0.1, 0.5, 0.9]
+FreezeName = Literal["none", "backbone", "first_n_blocks"]
 
 
 class KLineForecaster(CheckedLoading, LightningModule):
@@ -95,7 +110,7 @@ class KLineForecaster(CheckedLoading, LightningModule):
         linear_select_se: 0 (default): the linear path's (and baseline's) input, form, pooling and ridge are
             the ones with the lowest validation error; > 0: the ones with the fewest effective degrees of
             freedom within this many block standard errors of the lowest (1: the one-standard-error rule,
-            worse on ETTh1's test months in 4 of 8 cells; docs/results/ett_etth1_linear_one_se.md).
+            measured on ETTh1 in docs/results/ett_etth1_linear_one_se.md).
         residual_keep_se: how many standard errors (from contiguous blocks of validation windows) the
             residual's cross-validated gain over the linear path must exceed for the residual to be kept
             (1: the one-standard-error rule; 0: any gain); see :mod:`.selection`.
@@ -147,6 +162,21 @@ class KLineForecaster(CheckedLoading, LightningModule):
         backtest_cost_bps: trading cost per side, in basis points, of the test backtest (price data).
         backtest_short: the backtest goes short on a negative forecast (else flat).
         compile: compile the forecast's forward with torch.compile (the attention-map path stays eager).
+        objective: what training minimises: ``forecast`` (the loss of the forecast) or ``masked`` (PatchTST's
+            masked-patch reconstruction, self-supervised pretraining of a ``patches`` backbone with ``residual:
+            only``; its forecast head stays untrained: fine-tune it, ``pretrained:``).
+        mask_ratio: ``masked``: the share of each channel's patches hidden from the encoder.
+        pretrained: start from a pretrained K-line forecaster (a ``.ckpt`` or an export folder,
+            :mod:`.pretrained`): its architecture (backbone, Transformer, RevIN) is taken whole, its backbone's
+            weights load, and so does every other tensor of the same name and shape (the head for the same horizon
+            and targets); heads for another horizon, targets or covariates start fresh, and the linear path is fit
+            on this data. What it was trained on comes along and is checked against this data's dates.
+        freeze: ``none``; ``backbone`` (the Transformer's embedding and encoder stay fixed: only the heads and the
+            linear path train); ``first_n_blocks`` (the embedding and the first ``freeze_blocks`` encoder layers).
+        freeze_blocks: encoder layers frozen by ``freeze: first_n_blocks``.
+        layer_decay: layer-wise learning-rate decay (BEiT): encoder layer ``i`` of ``n`` trains at
+            ``lr * layer_decay ** (n - i)``, the embedding (and RevIN) at ``lr * layer_decay ** (n + 1)``, the heads
+            at ``lr``; None: one rate.
     """
 
     # ONNX export (lightning_tf.export): the graph's output name (its inputs: onnx_input_names); axis 0 (the
@@ -205,8 +235,47 @@ class KLineForecaster(CheckedLoading, LightningModule):
         backtest_cost_bps: float = 5.0,
         backtest_short: bool = False,
         compile: bool = False,
+        objective: Objective = "forecast",
+        mask_ratio: float = 0.4,
+        pretrained: str | None = None,
+        freeze: FreezeName = "none",
+        freeze_blocks: int = 0,
+        layer_decay: float | None = None,
     ) -> None:
         super().__init__()
+        source = None
+        if pretrained is not None:
+            source = read_pretrained(pretrained, model_class=type(self))
+            given = {k: v for k, v in locals().items() if k in ARCHITECTURE}
+            arch = source.architecture
+            ignored = {k: v for k, v in given.items() if k in arch and v != arch[k]}
+            if ignored:
+                log.info(
+                    "pretrained=%s fixes the architecture: %s replaced by the source's %s",
+                    pretrained,
+                    ignored,
+                    {k: arch[k] for k in ignored},
+                )
+            backbone, channel_mixing, patch_len = arch["backbone"], arch["channel_mixing"], arch["patch_len"]
+            stride, pad_end, d_model, n_heads = arch["stride"], arch["pad_end"], arch["d_model"], arch["n_heads"]
+            n_layers, d_ff, activation, norm_first = (
+                arch["n_layers"],
+                arch["d_ff"],
+                arch["activation"],
+                arch["norm_first"],
+            )
+            norm, pos_encoding, causal = arch["norm"], arch["pos_encoding"], arch["causal"]
+            revin, revin_affine = arch["revin"], arch["revin_affine"]
+        if freeze not in ("none", "backbone", "first_n_blocks"):
+            raise ValueError(f"freeze must be 'none', 'backbone' or 'first_n_blocks', got {freeze!r}")
+        if freeze == "first_n_blocks" and not 0 <= freeze_blocks <= n_layers:
+            raise ValueError(f"freeze_blocks ({freeze_blocks}) must be in [0, {n_layers}] (n_layers)")
+        if layer_decay is not None and not 0.0 < layer_decay <= 1.0:
+            raise ValueError(f"layer_decay must be in (0, 1], got {layer_decay}")
+        if not 0.0 < mask_ratio < 1.0:
+            raise ValueError(f"mask_ratio must be in (0, 1), got {mask_ratio}")
+        if freeze != "none" and residual in ("off", False):
+            raise ValueError(f"freeze {freeze!r} freezes the Transformer, and residual 'off' has none")
         residual, levels = check_training(
             residual, linear, loss, quantiles, DEFAULT_QUANTILES, linear_ridge, linear_select_se
         )
@@ -249,7 +318,19 @@ class KLineForecaster(CheckedLoading, LightningModule):
             causal=causal,
             revin=revin,
             revin_affine=revin_affine,
+            objective=objective,
         )
+        # what this model was trained on (set when it trains, kept in checkpoints), and what its starting
+        # weights were trained on, newest first
+        self.provenance: dict[str, Any] = {}
+        self.pretrained_from: list[dict[str, Any]] = []
+        if source is not None:
+            loaded, fresh = load_pretrained(self.net, source)
+            log.info("pretrained=%s: %s", pretrained, pretrained_summary(loaded, fresh))
+            # a checkpoint of this model holds every weight: it rebuilds without the source
+            self.hparams.update(source.architecture, pretrained=None)
+            self.pretrained_from = [{**source.provenance, "path": source.path}, *source.pretrained_from]
+        self._freeze(freeze, freeze_blocks)
         self.metrics = stage_metrics(levels)  # "<stage>_<scale>", "test_<baseline>_<scale>", "<stage>_intervals"
         # the validation loss of the model with its residual; per window, what weighs the residual against
         # the linear path alone (residual: on)
@@ -270,6 +351,28 @@ class KLineForecaster(CheckedLoading, LightningModule):
         self.backtest_curves: pd.DataFrame | None = None  # equity curves of the last test's backtest
         self._compiled: Any = None  # torch.compile(self.net.parts) under compile: true
         self._record = TestRecord()  # what a test keeps for its report, figures and backtest
+
+    def _freeze(self, freeze: str, n_blocks: int) -> None:
+        """``requires_grad=False`` for what ``freeze`` names (left out of the optimizer: no gradient, no step)."""
+        if freeze == "none":
+            return
+        for name, p in self.net.named_parameters():
+            if freeze == "backbone":
+                p.requires_grad_(not name.startswith("backbone."))
+            elif name.startswith("backbone."):
+                p.requires_grad_(self.layer_depth(name) > n_blocks)  # depth 0: the embedding; i + 1: layer i
+
+    def layer_depth(self, name: str) -> int:
+        """A parameter's depth for layer-wise decay: 0 for the backbone's embedding and positions (and RevIN, which
+        reads the input), ``i + 1`` for encoder layer ``i``, ``n_layers + 1`` for the final norm, the heads, the
+        linear path and the covariates' head."""
+        name = name.removeprefix("net.")
+        layers = "backbone.encoder.layers."
+        if name.startswith(layers):
+            return int(name[len(layers) :].split(".")[0]) + 1
+        if name.startswith("revin.") or (name.startswith("backbone.") and not name.startswith("backbone.encoder.norm")):
+            return 0
+        return int(self.hparams.n_layers) + 1
 
     @property
     def target_channels(self) -> list[int] | None:
@@ -397,10 +500,7 @@ class KLineForecaster(CheckedLoading, LightningModule):
         self,
         bars: pd.DataFrame | str | Path,
         *,
-        columns: dict[str, str] | None = None,
-        ticker_column: str | None = None,
-        on_error: OnError = "error",
-        timezone: str | None = None,
+        reading: Reading | None = None,
         name: str | None = None,
         future: pd.DataFrame | None = None,
     ) -> pd.DataFrame:
@@ -412,10 +512,9 @@ class KLineForecaster(CheckedLoading, LightningModule):
             bars: OHLCV bars: a DataFrame or a file (or folder) in any layout :func:`~.reader.read_bars` reads;
                 several tickers (a ticker column) give one forecast each. Needs ``context_len`` bars after
                 the features' warm-up.
-            columns: canonical name -> column, overriding the column detection.
-            ticker_column: the ticker column of a long table (detected by name when None).
-            on_error: bad rows raise (``error``), are dropped (``drop``) or forward-filled (``ffill``).
-            timezone: the exchange's time zone for Unix epoch timestamps.
+            reading: how the bars are read (:class:`~.settings.Reading`: column names, the ticker column of a long
+                table, what a bad row becomes, the time zone of epoch timestamps); None: the defaults (columns
+                detected, a bad row refused).
             name: the ticker of bars without a ticker column (default: the file name; ``series`` for a DataFrame).
             future: for a model with known-future user covariates, their values for the forecast bars: a
                 frame with ``timestamp``, ``ticker`` (several tickers) and one column per covariate.
@@ -427,20 +526,29 @@ class KLineForecaster(CheckedLoading, LightningModule):
             and ``scaled_by``: a series this model was trained on is scaled with its training statistics;
             any other series by its own history, never as a trained ticker.
         """
-        return self.forecast_windows(
-            last_windows(
-                bars,
-                scale=self.data_scale,
-                context_len=self.hparams.context_len,
-                columns=columns,
-                ticker_column=ticker_column,
-                on_error=on_error,
-                timezone=timezone,
-                name=name,
-                horizon=self.hparams.horizon,
-                future=future,
-            )
+        windows = last_windows(
+            bars,
+            scale=self.data_scale,
+            context_len=self.hparams.context_len,
+            reading=reading,
+            name=name,
+            horizon=self.hparams.horizon,
+            future=future,
         )
+        self._warn_forecast_look_ahead(windows)
+        return self.forecast_windows(windows)
+
+    def _warn_forecast_look_ahead(self, windows: list[SeriesWindow]) -> None:
+        """A forecast from bars that end on a date a pretrained model (this one, trained with a date cut, or its
+        source) has seen is a look-ahead when it is judged against what followed: say so."""
+        sources = [p for p in [self.provenance, *self.pretrained_from] if p.get("cut")]
+        if not sources or not windows:
+            return
+        last = min(pd.Timestamp(np.asarray(w.bars["timestamp"])[-1]) for w in windows).isoformat()
+        for source in sources:
+            line = look_ahead(source, last, "a forecast's context (its last bar)")
+            if line:
+                log.warning(line)
 
     def forecast_windows(self, windows: list[SeriesWindow]) -> pd.DataFrame:
         """:meth:`forecast` of series already read into their last windows (:func:`~.inference.last_windows`), in
@@ -459,6 +567,46 @@ class KLineForecaster(CheckedLoading, LightningModule):
             device=self.device,
         )  # type: ignore
 
+    def window_forecasts(
+        self, dataset: WindowDataset, scale: DataScale | None = None, batch_size: int = 1024
+    ) -> pd.DataFrame:
+        """The forecasts of every window of ``dataset`` (as a DataModule's splits hold them) in original units, one
+        row per window and step, as a walk-forward fold keeps them (:func:`~.universe.forecasts.window_forecasts`):
+        ``prediction``, the model as selected, from the forward of :meth:`forward`, :meth:`forecast` and predict
+        (compiled under ``compile: true``), with ``realised``, ``linear`` (the linear path alone), the ``q<level>``
+        columns of a quantile model and, under ``residual: on`` or ``blend``, ``residual`` (the whole residual
+        added, whatever validation chose) and ``residual_alone`` (``residual - linear``: what the Transformer adds).
+        In eval mode on the model's device (the previous mode is restored).
+
+        Args:
+            dataset: the windows.
+            scale: the scaling of the data the windows come from (its tickers, its target statistics); None: the
+                model's own, for windows of the data it was trained on. A model tested on other data (zero-shot)
+                reads windows scaled with that data's statistics, and its forecasts are mapped back with them.
+            batch_size: windows per forward pass.
+        """
+        scale = self.data_scale if scale is None else scale
+        if scale is None:
+            raise ValueError(
+                "window_forecasts needs the data's scaling: give scale, fit or test the model first, or load a "
+                "checkpoint"
+            )
+        linear = self.net.linear is not None
+        whole = linear and self.hparams.residual in ("on", "blend")
+
+        def forecast(batch: dict[str, Tensor]) -> WindowForecast:
+            parts = self._parts(batch["x"], batch)  # one forward; the gates only weigh its parts
+            out = self.net.combine(parts)  # (B, F, K[, Q])
+            return WindowForecast(
+                point=self._point(out),  # (B, F, K)
+                quantiles=out if self.quantiles is not None else None,
+                linear=self._point(self.net.combine(parts, gate=0.0)) if linear else None,
+                residual=self._point(self.net.combine(parts, gate=1.0)) if whole else None,
+            )
+
+        with evaluating(self):
+            return window_forecasts(forecast, dataset, scale, self.quantiles, batch_size=batch_size, device=self.device)
+
     @torch.no_grad()
     def attention_maps(self, x: Tensor, layer: int = -1) -> Tensor:
         """Attention of ``layer`` averaged over heads, in eval mode: over each channel's patches ``(B, C, N, N)``,
@@ -476,34 +624,36 @@ class KLineForecaster(CheckedLoading, LightningModule):
     # ------------------------------------------------------------------ the data, once
 
     def setup(self, stage: str) -> None:
-        """Take what the model must know of the data from the DataModule's plain attributes, once: the
-        sizes (checked), the target channels (adopted when the model has none) and the data's scaling."""
+        """Take what the model must know of the data from the DataModule's :class:`~.handover.DataHandover`, once:
+        the sizes (checked), the target channels (adopted when the model has none), the data's scaling and the
+        covariates' sizes. Data without a handover (not a K-line DataModule) gives nothing."""
         dm = self.trainer.datamodule
-        if dm is None:
-            return
+        handover = dm.handover() if dm is not None and callable(getattr(dm, "handover", None)) else None
+        if handover is not None:
+            self.adopt(handover, stage)
+
+    def adopt(self, data: DataHandover, stage: str = "fit") -> None:
+        """Take the data's :class:`~.handover.DataHandover` (see :meth:`setup`)."""
         hp = self.hparams
         for name in ("n_features", "n_targets", "context_len", "horizon"):
-            check_agreement(name, hp[name], getattr(dm, name, None))
-        scale = getattr(dm, "data_scale", None)
+            check_agreement(name, hp[name], getattr(data, name))
+        scale = data.data_scale
         if scale is not None:
-            scale = scale if isinstance(scale, DataScale) else DataScale.from_dict(scale)
             check_agreement("n_features", hp.n_features, len(scale.feature_names))
             check_agreement("n_targets", hp.n_targets, len(scale.target_names))
             if stage != "predict" or self.data_scale is None:
                 # at predict, a trained model keeps its own scale (the checkpoint's); the data's is only
                 # the unseen series' own (see KLineDataModule.setup("predict"))
                 self.data_scale = scale
-        if getattr(dm, "covariate_names", None) and hp.backbone == "patches" and not hp.channel_mixing:
+        if data.covariate_names and hp.backbone == "patches" and not hp.channel_mixing:
             rank_zero_warn(
-                f"past covariates {dm.covariate_names} are input channels, but the channel-independent patches "
+                f"past covariates {data.covariate_names} are input channels, but the channel-independent patches "
                 "model forecasts each target from its own channel only: set model channel_mixing: true (or "
                 "backbone: variates / bars) for the covariates to reach the forecast"
             )
-        if hasattr(dm, "n_future") and (dm.n_future or getattr(dm, "static_sizes", None)):
-            self._set_covariates(int(dm.n_future), list(getattr(dm, "static_sizes", []) or []))
-        if not hasattr(dm, "target_channels"):
-            return
-        theirs = None if dm.target_channels is None else [int(c) for c in dm.target_channels]
+        if data.n_future or data.static_sizes:
+            self._set_covariates(int(data.n_future), list(data.static_sizes))
+        theirs = None if data.target_channels is None else [int(c) for c in data.target_channels]
         if theirs is None and not hp.channel_mixing:
             raise ValueError(
                 "the data's targets are not input channels (target_channels is None), so the "
@@ -513,6 +663,29 @@ class KLineForecaster(CheckedLoading, LightningModule):
             self.target_channels = theirs  # adopted (the head's shape does not depend on it); saved with the checkpoint
         else:
             check_agreement("target_channels", list(hp.target_channels), theirs)
+        self._data_provenance = dict(data.provenance)
+        if stage == "fit":
+            self._check_look_ahead(data.provenance, stage)
+        if stage == "fit" and data.provenance:
+            self.provenance = {**data.provenance, "objective": hp.get("objective", "forecast"), "loss": hp.loss}
+
+    def _check_look_ahead(self, data: dict[str, Any], stage: str) -> None:
+        """Warn when the data validates or tests on dates a pretrained source of this model has seen, or a trained
+        model is tested on dates it has seen itself (a zero-shot test, an earlier walk-forward fold): their weights
+        may know what followed."""
+        if not data:
+            return
+        sources = list(self.pretrained_from)
+        if stage in ("test", "validate") and self.provenance:
+            sources.insert(0, self.provenance)
+        splits = [("the validation split", "val_from"), ("the test split", "test_from")]
+        if stage in ("test", "validate"):
+            splits = splits[1:] if stage == "test" else splits[:1]
+        for source in sources:
+            for what, key in splits:
+                line = look_ahead(source, data.get(key), f"{what} of {data.get('data')}")
+                if line:
+                    rank_zero_warn(line)
 
     def _set_covariates(self, n_future: int, static_sizes: list[int]) -> None:
         """Give the network the data's known-future and static covariates (sized by the data, kept in checkpoints)."""
@@ -544,6 +717,10 @@ class KLineForecaster(CheckedLoading, LightningModule):
             checkpoint["covariate_sizes"] = {"n_future": n_future, "static_sizes": static_sizes}
         if self.data_scale is not None:
             checkpoint["data_scale"] = self.data_scale.to_dict()
+        if self.provenance:
+            checkpoint["provenance"] = dict(self.provenance)
+        if self.pretrained_from:
+            checkpoint["pretrained_from"] = [dict(p) for p in self.pretrained_from]
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if "target_channels" in checkpoint:
@@ -553,6 +730,8 @@ class KLineForecaster(CheckedLoading, LightningModule):
             self._set_covariates(int(sizes["n_future"]), [int(v) for v in sizes["static_sizes"]])
         if checkpoint.get("data_scale") is not None:
             self.data_scale = DataScale.from_dict(checkpoint["data_scale"])
+        self.provenance = dict(checkpoint.get("provenance") or {})
+        self.pretrained_from = [dict(p) for p in checkpoint.get("pretrained_from") or []]
 
     # ------------------------------------------------------------------ steps
 
@@ -581,9 +760,21 @@ class KLineForecaster(CheckedLoading, LightningModule):
             **kw,
         )
 
+    def _masked_step(self, x: Tensor, stage: str) -> Tensor:
+        """``objective: masked``: the masked-patch reconstruction loss of the windows ``x`` (B, L, C) is the loss
+        of every stage (``val/loss`` chooses the checkpoint; no forecast is scored)."""
+        loss = self.net.masked_patch_loss(x, self.hparams.mask_ratio)
+        if stage == "val":
+            self.val_loss.update(loss.detach(), float(x.shape[0]))
+        else:
+            self.log(f"{stage}/loss", loss, prog_bar=True, batch_size=float(x.shape[0]), sync_dist=stage != "train")
+        return loss
+
     def _shared_step(self, batch: dict[str, Tensor], stage: str) -> Tensor:
         x, y = batch["x"], batch["y"]
         check_batch(x, y, self.hparams)
+        if self.hparams.get("objective", "forecast") == "masked":
+            return self._masked_step(x, stage)
         parts = self._parts(x, batch)
         B = float(x.shape[0])
         # training and validation score the model with its residual; test scores it as selected
@@ -724,7 +915,12 @@ class KLineForecaster(CheckedLoading, LightningModule):
             self.log(f"val/{by}", decision.ic_linear)
         self.log("val/loss", chosen, prog_bar=True)
 
+    def on_validation_start(self) -> None:
+        if self.trainer.state.fn == "validate":  # a checkpoint's weights and provenance are restored by now
+            self._check_look_ahead(getattr(self, "_data_provenance", {}), "validate")
+
     def on_test_start(self) -> None:
+        self._check_look_ahead(getattr(self, "_data_provenance", {}), "test")
         self._record = TestRecord()
         if self.hparams.baselines and self.linear_baseline is not None and not self.linear_baseline.fitted:
             log.info("linear baseline skipped: it is fit when training starts, and this model was never trained")
@@ -740,6 +936,9 @@ class KLineForecaster(CheckedLoading, LightningModule):
         )
 
     def on_test_epoch_end(self) -> None:
+        if self.hparams.get("objective", "forecast") == "masked":
+            self.test_summary = {}  # a reconstruction loss, logged as test/loss: no forecast to report
+            return
         summary: dict[str, Any] = {}
         for name in ("model", *BASELINES):  # each scored forecast's metrics per scale, logged as test/[<name>/]...
             key, stem = ("test", "test/") if name == "model" else (f"test_{name}", f"test/{name}/")
@@ -789,9 +988,15 @@ class KLineForecaster(CheckedLoading, LightningModule):
     def configure_callbacks(self) -> list[Callback]:
         """A :class:`~.writer.ForecastWriter` for ``predict``, unless the trainer already has a prediction
         writer (one given in the config or on the command line wins)."""
-        callbacks = self.trainer.callbacks if self._trainer is not None else []
+        callbacks = self.trainer.callbacks if attached_trainer(self) is not None else []
         return [] if any(isinstance(cb, BasePredictionWriter) for cb in callbacks) else [ForecastWriter()]
 
     def configure_optimizers(self) -> dict[str, Any]:
         """AdamW (matrices decay; what :meth:`no_weight_decay` lists does not) and the ``scheduler``."""
-        return configure_adamw(self, self.hparams, self.trainer.estimated_stepping_batches)
+        return configure_adamw(
+            self,
+            self.hparams,
+            self.trainer.estimated_stepping_batches,
+            layer_of=self.layer_depth,
+            n_depths=int(self.hparams.n_layers) + 1,
+        )

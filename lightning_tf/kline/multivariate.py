@@ -16,6 +16,7 @@ from sklearn.preprocessing import StandardScaler
 from torch import Tensor
 from torch.utils.data import DataLoader
 
+from .handover import DataHandover
 from .reader.io import parse_timestamps
 from .scale import DataScale, TargetKind
 from .windows import WindowDataset, ett_borders, next_timestamps, resolve_path, split_ends, window_loader
@@ -224,6 +225,17 @@ class MultivariateDataModule(LightningDataModule):
         )
 
     # ------------------------------------------------------------------ loaders
+    def handover(self) -> DataHandover:
+        """What the model takes from this data (:class:`~.handover.DataHandover`): sizes, target channels, scale."""
+        return DataHandover(
+            n_features=self.n_features,
+            n_targets=self.n_targets,
+            context_len=self.context_len,
+            horizon=self.horizon,
+            target_channels=self.target_channels,
+            data_scale=self.data_scale,
+        )
+
     def _loader(self, split: str) -> DataLoader:
         h = self.hparams
         return window_loader(

@@ -15,9 +15,10 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -31,13 +32,24 @@ from lightning_tf.training import file_identity, prepare_folder, sha256, write_m
 
 from .covariates import CALENDAR_FEATURES, cross_sectional
 from .covariates import calendar_features as calendar_matrix
-from .features import Target, compute_target, feature_matrix
+from .features import compute_target, feature_matrix
 from .reader.io import list_bar_files
 from .reader.pool import RecordKeeper
 from .scale import standard_scaler_fit
+from .settings import Covariates, Features, Reading, Splits
 from .windows import chronological_borders, split_ends
 
-__all__ = ["PANEL_VERSION", "Panel", "PanelSettings", "build_panel", "load_panel", "prepare_panel", "ticker_spans"]
+__all__ = [
+    "PANEL_VERSION",
+    "STATISTICS",
+    "Panel",
+    "PanelSettings",
+    "build_panel",
+    "load_panel",
+    "panel_spec",
+    "prepare_panel",
+    "ticker_spans",
+]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +59,8 @@ ROWS = ("x", "y", "raw_target", "anchor", "ticker", "time")
 STATISTICS = ("feature_mean", "feature_std", "target_mean", "target_std")
 FUTURE_STATISTICS = ("future_mean", "future_std")  # (n_tickers, Cf) of the known-future values
 SPLITS = ("train", "val", "test")
+_HANDFUL = 5  # tickers whose warnings are said one by one; more are counted in one line
+_LEFT_OUT = "have fewer than 2 usable training rows and are left out of the panel"
 
 
 def ticker_spans(tickers: np.ndarray) -> list[tuple[str, int, int]]:
@@ -63,42 +77,68 @@ def ticker_spans(tickers: np.ndarray) -> list[tuple[str, int, int]]:
 
 @dataclass(frozen=True)
 class PanelSettings:
-    """What a panel depends on beyond the bars: the :class:`~lightning_tf.kline.KLineDataModule` arguments of
-    the same names (``path`` names the data in messages)."""
+    """What a panel depends on beyond the bars: the :class:`~lightning_tf.kline.KLineDataModule`'s window sizes and
+    settings groups (``path`` names the data in messages; ``max_gap`` is the reading's)."""
 
     path: str
-    features: tuple[str, ...]
-    target: Target
     context_len: int
     horizon: int
-    train_fraction: float
-    val_fraction: float
-    val_start: str | None
-    test_start: str | None
-    max_gap: str | None
-    volatility_window: int
-    volume_window: int
-    covariates: tuple[str, ...] = ()
-    future_covariates: tuple[str, ...] = ()
-    calendar: str | None = None
-    label: str = "raw"
-    # the date range and embargo of a walk-forward fold (after the fields some callers give by position)
-    train_start: str | None = None
-    test_end: str | None = None
-    embargo: int = 0
+    features: Features = Features()
+    splits: Splits = Splits()
+    covariates: Covariates = Covariates()
+    max_gap: str | None = None
+    cut: str | None = None  # the reading's date cut: on or before test_start, no test window is expected
+
+    @property
+    def tests(self) -> bool:
+        """Whether the test split can hold windows (not when the bars are cut before it: a pretraining corpus)."""
+        sp = self.splits
+        return not (self.cut and sp.test_start and pd.Timestamp(self.cut) <= pd.Timestamp(sp.test_start))
 
     @property
     def future_names(self) -> list[str]:
         """The known-future columns of ``x_future``: the calendar's features, then the user's."""
-        return [*(CALENDAR_FEATURES if self.calendar else ()), *self.future_covariates]
+        return [*(CALENDAR_FEATURES if self.covariates.calendar else ()), *self.covariates.future]
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The settings a prepared panel is keyed by, by their names before the settings were grouped (so a panel
+        prepared then keeps its key)."""
+        f, sp, c = self.features, self.splits, self.covariates
+        flat: dict[str, Any] = {
+            "features": list(f.chosen),
+            "target": f.target,
+            "context_len": self.context_len,
+            "horizon": self.horizon,
+            "train_fraction": sp.train_fraction,
+            "val_fraction": sp.val_fraction,
+            "val_start": sp.val_start,
+            "test_start": sp.test_start,
+            "max_gap": self.max_gap,
+            "volatility_window": f.volatility_window,
+            "volume_window": f.volume_window,
+            "covariates": list(c.past),
+            "future_covariates": list(c.future),
+            "calendar": c.calendar,
+            "label": f.label,
+        }
+        # settings added later enter the key only when set
+        for name, value, unset in (
+            ("train_start", sp.train_start, None),
+            ("test_end", sp.test_end, None),
+            ("embargo", sp.embargo, 0),
+        ):
+            if value != unset:
+                flat[name] = value
+        return flat
 
 
 def future_matrix(bars: dict[str, np.ndarray] | pd.DataFrame, s: PanelSettings) -> np.ndarray:
     """The known-future values of every bar ``(n, Cf)`` float64: calendar features of its timestamp, then the
     ``future_covariates`` columns."""
     n = len(bars["timestamp"])
-    parts = [calendar_matrix(np.asarray(bars["timestamp"]), s.calendar)] if s.calendar else []
-    parts += [np.asarray(bars[c], dtype=np.float64)[:, None] for c in s.future_covariates]
+    calendar = s.covariates.calendar
+    parts = [calendar_matrix(np.asarray(bars["timestamp"]), calendar)] if calendar else []
+    parts += [np.asarray(bars[c], dtype=np.float64)[:, None] for c in s.covariates.future]
     return np.concatenate(parts, axis=1) if parts else np.zeros((n, 0))
 
 
@@ -133,21 +173,22 @@ def _series(
     where they and the known-future values are finite, segment ids ``(n,)`` (a new segment after every gap
     longer than ``max_gap``) and known-future values ``(n, Cf)`` of ticker ``name``'s bars (its canonical
     columns as arrays)."""
-    feats = feature_matrix(bars, list(s.features), s.volatility_window, s.volume_window)
-    if s.covariates:
-        feats = np.concatenate([feats, np.stack([np.asarray(bars[c], np.float64) for c in s.covariates], 1)], 1)
+    f, past = s.features, s.covariates.past
+    feats = feature_matrix(bars, f.chosen, f.volatility_window, f.volume_window)
+    if past:
+        feats = np.concatenate([feats, np.stack([np.asarray(bars[c], np.float64) for c in past], 1)], 1)
     future = future_matrix(bars, s)
-    target = compute_target(bars, s.target)
+    target = compute_target(bars, f.target)
     n = len(target)
     finite = np.isfinite(feats).all(axis=1) & np.isfinite(target) & np.isfinite(future).all(axis=1)
     first = int(np.argmax(finite)) if finite.any() else n
     bad = np.flatnonzero(~finite[first:])
     if len(bad):
         i = first + int(bad[0])
-        names = [*s.features, *s.covariates]
+        names = [*f.chosen, *past]
         col = [f for f, ok in zip(names, np.isfinite(feats[i]), strict=True) if not ok]
         col += [f for f, ok in zip(s.future_names, np.isfinite(future[i]), strict=True) if not ok]
-        col = col or [s.target]
+        col = col or [f.target]
         raise ValueError(
             f"{s.path}: ticker {name!r} at {pd.Timestamp(bars['timestamp'][i])}: feature(s) {col} "
             "are not finite after the warm-up rows"
@@ -160,30 +201,34 @@ def _series(
 
 
 def _borders(ts: np.ndarray, s: PanelSettings) -> tuple[int, int]:
-    if s.val_start is not None:
+    sp = s.splits
+    if sp.by_date:
         return (
-            int(np.searchsorted(ts, np.datetime64(pd.Timestamp(s.val_start)))),
-            int(np.searchsorted(ts, np.datetime64(pd.Timestamp(s.test_start)))),
+            int(np.searchsorted(ts, np.datetime64(pd.Timestamp(sp.val_start)))),
+            int(np.searchsorted(ts, np.datetime64(pd.Timestamp(sp.test_start)))),
         )
-    return chronological_borders(len(ts), s.train_fraction, s.val_fraction)
+    return chronological_borders(len(ts), sp.train_fraction, sp.val_fraction)
 
 
 def _date_range(ts: np.ndarray, s: PanelSettings) -> tuple[int, int]:
     """The first row at or after ``train_start`` (0 without one) and the row after the last one on or before
     ``test_end`` (``len(ts)`` without one)."""
-    lo = 0 if s.train_start is None else int(np.searchsorted(ts, np.datetime64(pd.Timestamp(s.train_start))))
+    sp = s.splits
+    lo = 0 if sp.train_start is None else int(np.searchsorted(ts, np.datetime64(pd.Timestamp(sp.train_start))))
     hi = len(ts)
-    if s.test_end is not None:
-        hi = int(np.searchsorted(ts, np.datetime64(pd.Timestamp(s.test_end)), side="right"))
+    if sp.test_end is not None:
+        hi = int(np.searchsorted(ts, np.datetime64(pd.Timestamp(sp.test_end)), side="right"))
     return lo, hi
 
 
 def build_panel(frame: pd.DataFrame, s: PanelSettings) -> Panel:
     """The panel of the canonical bars ``frame`` (sorted by ticker, then time). Every ticker is split
     chronologically and scaled with the statistics of its own training rows only; a ticker of a panel
-    without two training rows is left out with a warning (a single one is refused)."""
+    without two training rows is left out with a warning (a single one is refused). Past a handful of
+    tickers, those left out, and those without windows of a split, are counted in one line each."""
     L, F = s.context_len, s.horizon
-    n_rows, C, Cf = len(frame), len(s.features) + len(s.covariates), len(s.future_names)
+    past, future_cols = s.covariates.past, s.covariates.future
+    n_rows, C, Cf = len(frame), len(s.features.chosen) + len(past), len(s.future_names)
     # Every row's arrays, allocated once and filled ticker by ticker in the dtypes the batches use
     # (rows of a ticker left out of the panel are cut off the end).
     x = np.empty((n_rows, C), dtype=np.float32)
@@ -193,18 +238,19 @@ def build_panel(frame: pd.DataFrame, s: PanelSettings) -> Panel:
     ids = np.empty(n_rows, dtype=np.int64)
     times = np.empty(n_rows, dtype=np.int64)
     fut = np.empty((n_rows, Cf), dtype=np.float32)
-    extra = [c for c in (*s.covariates, *s.future_covariates) if c not in frame.columns]
+    extra = [c for c in (*past, *future_cols) if c not in frame.columns]
     if extra:
         raise ValueError(f"{s.path}: covariate column(s) {extra} not found among the bars' columns")
-    names_read = ("timestamp", "open", "high", "low", "close", "volume", *s.covariates, *s.future_covariates)
+    names_read = ("timestamp", "open", "high", "low", "close", "volume", *past, *future_cols)
     columns = {c: frame[c].to_numpy() for c in dict.fromkeys(names_read)}
     close, stamps = columns["close"], columns["timestamp"].view(np.int64)
     spans = ticker_spans(frame["ticker"].to_numpy())
-    labels = _labels(frame, spans, s) if s.label != "raw" else None
+    labels = _labels(frame, spans, s) if s.features.label != "raw" else None
     names: list[str] = []
     ends: dict[str, list[np.ndarray]] = {split: [] for split in SPLITS}
     stats: list[tuple[np.ndarray, ...]] = []  # per ticker: feature mean, std, target mean, std
     borders: dict[str, dict[str, Any]] = {}
+    said: list[tuple[str, str, str]] = []  # per-ticker warnings (what, ticker, warning): one by one, or counted
     offset = 0
     for name, start, stop in spans:
         bars = {c: v[start:stop] for c, v in columns.items()}  # views
@@ -224,7 +270,7 @@ def build_panel(frame: pd.DataFrame, s: PanelSettings) -> Panel:
             if len(spans) == 1:
                 raise ValueError(f"{problem}; need more bars or a later val_start")
             # In a panel, a ticker listed after val_start has no training statistics to scale it by.
-            log.warning("%s; it is left out of the panel", problem)
+            said.append((_LEFT_OUT, name, f"{problem}; it is left out of the panel"))
             continue
         k = len(names)
         names.append(name)
@@ -244,11 +290,13 @@ def build_panel(frame: pd.DataFrame, s: PanelSettings) -> Panel:
             "val_start": pd.Timestamp(bars["timestamp"][train_end]) if train_end < n else None,
             "test_start": pd.Timestamp(bars["timestamp"][val_end]) if val_end < n else None,
         }
-        for split, e in split_ends(train_end, val_end, end, first, L, F, embargo=s.embargo).items():
+        for split, e in split_ends(train_end, val_end, end, first, L, F, embargo=s.splits.embargo).items():
             e = e[segment[e - L + 1] == segment[np.minimum(e + F, n - 1)]]  # no window across a long gap
             ends[split].append(e + offset)
-            if len(e) == 0:
-                log.warning("%s: ticker %r has no %s windows (%d bars)", s.path, name, split, n)
+            if len(e) == 0 and (split != "test" or s.tests):
+                said.append(
+                    (f"have no {split} windows", name, f"{s.path}: ticker {name!r} has no {split} windows ({n} bars)")
+                )
         rows = slice(offset, offset + n)
         x[rows] = np.where(np.isfinite(feats), (feats - f_mean) / f_std, 0.0)  # warm-up rows are never read
         y[rows, 0] = np.where(np.isfinite(target), (target - t_mean[0]) / t_std[0], 0.0)
@@ -258,6 +306,7 @@ def build_panel(frame: pd.DataFrame, s: PanelSettings) -> Panel:
         times[rows] = stamps[start:stop]
         fut[rows] = np.where(np.isfinite(future), (future - u_mean) / u_std, 0.0)
         offset += n
+    _warn_each_or_count(s.path, said)
     if not names:
         raise ValueError(f"{s.path}: no ticker has training rows before the validation border")
     arrays = (x, y, raw, anchor, ids, times)
@@ -274,6 +323,19 @@ def build_panel(frame: pd.DataFrame, s: PanelSettings) -> Panel:
     )
 
 
+def _warn_each_or_count(path: str, said: list[tuple[str, str, str]]) -> None:
+    """The tickers' warnings ``(what, ticker, warning)`` in order, each kind (``what``) one by one when a handful
+    of tickers have it; more (a corpus of thousands of tickers) are counted in one line naming a few."""
+    counts = Counter(what for what, _, _ in said)
+    for what, _, warning in said:
+        if counts[what] <= _HANDFUL:
+            log.warning("%s", warning)
+    for what, n in counts.items():
+        if n > _HANDFUL:
+            names = ", ".join([repr(name) for kind, name, _ in said if kind == what][:_HANDFUL])
+            log.warning("%s: %s tickers %s: %s and %s more", path, f"{n:,}", what, names, f"{n - _HANDFUL:,}")
+
+
 def _labels(frame: pd.DataFrame, spans: list[tuple[str, int, int]], s: PanelSettings) -> np.ndarray:
     """The cross-sectional label of every row (:func:`~.covariates.cross_sectional`), grouped by the split
     each row's target belongs to (from its ticker's borders) and its date: each split's labels come from its
@@ -283,11 +345,11 @@ def _labels(frame: pd.DataFrame, spans: list[tuple[str, int, int]], s: PanelSett
     stamps = frame["timestamp"].to_numpy()
     for _, start, stop in spans:
         bars = {"close": frame["close"].to_numpy()[start:stop]}
-        target[start:stop] = compute_target(bars, s.target)
+        target[start:stop] = compute_target(bars, s.features.target)
         train_end, val_end = _borders(stamps[start:stop], s)
         split[start + train_end : stop] = 1
         split[start + val_end : stop] = 2
-    return cross_sectional(target, stamps, split, s.label)  # type: ignore[arg-type]
+    return cross_sectional(target, stamps, split, s.features.label)
 
 
 # ------------------------------------------------------------------------------------------- prepared
@@ -309,13 +371,8 @@ class PanelSpec:
 
     @cached_property
     def _fingerprint(self) -> dict[str, Any]:  # the files are read once per spec
-        settings = asdict(self.settings)
-        settings.pop("path")  # a moved folder of the same files is the same panel
-        for name, unset in (("train_start", None), ("test_end", None), ("embargo", 0)):
-            if settings[name] == unset:  # panels prepared before these settings existed keep their keys
-                settings.pop(name)
         return {
-            "settings": settings,
+            "settings": self.settings.fingerprint(),  # without the path: a moved folder of the same files is the same panel
             "reader": {k: v for k, v in self.reader},
             "files": [file_identity(p) for p in self.files],
             "version": PANEL_VERSION,
@@ -327,8 +384,15 @@ class PanelSpec:
         return f"{label}-{sha256(self.fingerprint())[:16]}"
 
 
-def panel_spec(settings: PanelSettings, path: Path, reader: dict[str, Any]) -> PanelSpec:
-    """The :class:`PanelSpec` of the bars at ``path`` (a file or a folder of files) read with ``reader``."""
+def panel_spec(settings: PanelSettings, path: Path, reading: Reading) -> PanelSpec:
+    """The :class:`PanelSpec` of the bars at ``path`` (a file or a folder of files) read as ``reading`` says."""
+    keys = ("columns", "ticker_column", "on_error", "decimal", "thousands", "timezone")
+    reader = {k: getattr(reading, k) for k in keys}
+    reader.update(covariate_missing=settings.covariates.missing, ffill_limit=settings.covariates.ffill_limit)
+    # settings added later enter the key only when set, so a panel prepared before them keeps its key
+    reader.update(
+        {k: v for k, v, unset in (("cut", reading.cut, None), ("bad_files", reading.bad_files, "error")) if v != unset}
+    )
     return PanelSpec(settings, tuple(sorted(reader.items())), tuple(list_bar_files(path)))
 
 

@@ -178,6 +178,23 @@ class DataScale:
         cov = self.covariates
         return ["open", "high", "low", "close", "volume", *cov.get("past", []), *cov.get("future", [])]
 
+    @property
+    def target(self) -> str:
+        """The quantity forecast, of the bars: ``log_return`` or ``close`` (a cross-sectional label's own)."""
+        name = self.target_names[0]
+        prefix = f"{self.label}_"
+        return name[len(prefix) :] if self.label != "raw" and name.startswith(prefix) else name
+
+    @cached_property
+    def statistics(self) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        """Each trained ticker's training statistics, by name: feature mean and std ``(C,)``, target mean and std
+        ``(K,)`` float64."""
+        rows = zip(self.feature_mean, self.feature_std, self.target_mean, self.target_std, strict=True)
+        return {
+            name: tuple(np.asarray(v, dtype=np.float64) for v in row)  # type: ignore[misc]
+            for name, row in zip(self.ticker_names, rows, strict=True)
+        }
+
     @cached_property
     def _target_stats(self) -> tuple[Tensor, Tensor]:
         return torch.tensor(self.target_mean, dtype=torch.float64), torch.tensor(self.target_std, dtype=torch.float64)

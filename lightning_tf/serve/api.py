@@ -329,7 +329,7 @@ class TaskAPI(ls.LitAPI):
 
 
 #: msgspec's JSON parser: the value ``json.loads`` gives for every body it reads (numbers of any size included),
-#: five times faster on a K-line request
+#: several times faster (docs/serve.md)
 _JSON = msgspec.json.Decoder()
 
 

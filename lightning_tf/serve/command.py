@@ -141,7 +141,7 @@ def serve(
     install_signal_handlers(server)
     # The queues' manager and the HTTP servers are forked from this process, which has loaded the checkpoint:
     # frozen, its objects are never visited by their garbage collector, so the pages holding them stay shared
-    # (a first full collection in an HTTP server would touch them all and copy ~140 MB of them for good).
+    # (a first full collection in an HTTP server would touch them all and copy those pages for good).
     gc.collect()
     gc.freeze()
     server.run(

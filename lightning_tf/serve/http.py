@@ -99,8 +99,9 @@ class DirectPredict:
     the API's own :meth:`~.api.TaskAPI.authorize`, the body handed to a worker by the endpoint's own
     :meth:`~.loop.PredictEndpoint.exchange`, and the worker's answer sent, or its error as
     :func:`error_response` (what the app's error handlers answer). The same exchange as the route, without
-    FastAPI's routing, dependency solving and exception middleware: the HTTP server's CPU per K-line request
-    under 32 clients fell from 0.41 to 0.25 ms. A form, and every other method and path, goes on to the app."""
+    FastAPI's routing, dependency solving and exception middleware, work the HTTP server (the one process every
+    request crosses) would do for each request (docs/serve.md measures it). A form, and every other method and
+    path, goes on to the app."""
 
     def __init__(self, app: Any, api: TaskAPI) -> None:
         self.app, self.api = app, api

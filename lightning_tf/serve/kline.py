@@ -341,13 +341,10 @@ def plain_bars(
 
 @dataclass(frozen=True)
 class _ModelFacts:
-    """What reading plain bars needs of a model: its data scale, the bar columns it reads (:func:`model_columns`),
-    the training statistics by ticker and its training tickers in id order."""
+    """What reading plain bars needs of a model: its data scale and the bar columns it reads (:func:`model_columns`)."""
 
     scale: Any
     columns: tuple[str, ...]
-    trained: dict[str, Any]
-    tickers: list[str]
 
 
 @dataclass(frozen=True)
@@ -377,10 +374,9 @@ class KLineAPI(TaskAPI):
 
     task = "kline"
     model_class = "KLineForecaster"
-    # a worker runs at once what is queued when it is free: a request costs the worker about 0.5 ms in a batch and
-    # 2 ms alone, so under a closed loop of 32 clients waiting 5 ms for a batch to fill idled it more than it
-    # saved (2 cores: 12% more requests per second in the median of paired runs), and a lone request waits for
-    # nothing
+    # a worker runs at once what is queued when it is free: a request costs this small model less than a wait for
+    # company would, so waiting for a batch to fill idles the worker more than it saves, and a lone request waits
+    # for nothing (docs/serve.md)
     default_batch_timeout = 0.0
     request_model = KLineRequest
     response_model = KLineResponse
@@ -463,9 +459,7 @@ class KLineAPI(TaskAPI):
         scale = self.model.data_scale
         facts = self._facts
         if facts is None or facts.scale is not scale:
-            stats = zip(scale.feature_mean, scale.feature_std, scale.target_mean, scale.target_std, strict=True)
-            trained = dict(zip(scale.ticker_names, stats, strict=True))
-            facts = self._facts = _ModelFacts(scale, model_columns(scale), trained, list(scale.ticker_names))
+            facts = self._facts = _ModelFacts(scale, model_columns(scale))
             self._layouts = []  # learnt again, from this model's plain bars
         return facts
 
@@ -479,15 +473,9 @@ class KLineAPI(TaskAPI):
         scale = facts.scale
         windows = windows_of_series(
             [(p.name, p.columns, p.ticker or "the bars") for p in plain],
-            feature_names=list(scale.feature_names),
-            target=scale.target_names[0],
+            scale=scale,
             context_len=self.model.hparams.context_len,
-            volatility_window=scale.volatility_window,
-            volume_window=scale.volume_window,
-            trained=facts.trained,
-            covariates=scale.covariates,
             horizon=self.model.hparams.horizon,
-            trained_tickers=facts.tickers,
         )
         return [
             Rejected(422, one_line(_reader_message(str(w), p.ticker))) if isinstance(w, ValueError) else w
@@ -498,6 +486,7 @@ class KLineAPI(TaskAPI):
         """The last window of any bars, read by the bar reader."""
         from lightning_tf.kline.inference import last_windows
         from lightning_tf.kline.reader.columns import detect_columns
+        from lightning_tf.kline.settings import Reading
 
         frame = pd.DataFrame.from_records(request.bars)
         scale = self.model.data_scale
@@ -520,7 +509,7 @@ class KLineAPI(TaskAPI):
                 frame,
                 scale=scale,
                 context_len=self.model.hparams.context_len,
-                on_error=self.on_error,
+                reading=Reading(on_error=self.on_error),
                 name=request.ticker,
             )
         except ValueError as err:

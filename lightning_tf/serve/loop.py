@@ -1,48 +1,43 @@
 """The plumbing between the HTTP servers and the workers: ``POST /predict``, the worker loop with a batch
-collected the way ``--batch_timeout`` says, and the queues between them as pipes. The ONE module that relies on
-how LitServe works inside (tests/serve/test_loop.py checks each of those points, so a LitServe release that changes
-one of them fails there, not in production).
+collected the way ``--batch_timeout`` says, and the queues between them as pipes. It relies on how LitServe works
+inside (listed below; ``tests/serve/test_loop.py`` checks each point, so a LitServe release that changes one fails
+there, not in production); the private names among them are in LitServe's register,
+:mod:`lightning_tf.training.private.litserve`.
 
 The endpoint. LitServe's own ``/predict`` parses a JSON body in the HTTP server (``await request.json()``), names
-the request with a ``uuid4`` and pickles the parsed value for the worker: on 2 cores that was most of the HTTP
-server's 0.95 ms of CPU per K-line request. :class:`PredictEndpoint` is a ``LitSpec`` (LitServe's way for an API
-to bring its own endpoint, registered with the API's authorisation) that queues the body as it came (bytes; a
-form as its fields) under a counter: the worker parses it
-(:meth:`TaskAPI.decode_request <lightning_tf.serve.api.TaskAPI.decode_request>`), in the batch's process rather
-than in the one process every request crosses. Its :meth:`~PredictEndpoint.exchange` (queue a body, wait for the
-answer) is also what :class:`~lightning_tf.serve.http.DirectPredict` calls, which answers a JSON body before
-FastAPI's routing.
+the request with a ``uuid4`` and pickles the parsed value for the worker: work done in the one process every
+request crosses. :class:`PredictEndpoint` is a ``LitSpec`` (LitServe's way for an API to bring its own endpoint,
+registered with the API's authorisation) that queues the body as it came (bytes; a form as its fields) under a
+counter: the worker parses it (:meth:`TaskAPI.decode_request <lightning_tf.serve.api.TaskAPI.decode_request>`), in
+the batch's process. Its :meth:`~PredictEndpoint.exchange` (queue a body, wait for the answer) is also what
+:class:`~lightning_tf.serve.http.DirectPredict` calls, which answers a JSON body before FastAPI's routing.
 
-The loop. LitServe 0.2's batched loop (up to 0.2.19, the newest release) starts the batch timeout when the worker
-starts waiting, not when the first request arrives, and polls its request queue every millisecond in the
-meantime. Its request queue is a multiprocessing manager's, so each poll is a round trip to the manager process:
-an idle worker keeps two processes busy, and under a closed loop of clients a batch is cut while its requests
-are still on their way, so it runs half full. Its public API (``LitAPI(max_batch_size=, batch_timeout=)``) has
-no way to say "from the first request"; its documented extension point is a loop (``LitAPI(loop=...)``).
-:class:`FirstRequestBatchLoop` is the public ``litserve.loops.BatchedLoop`` with its batches collected by
-:func:`collect_batch`: block until a first request is there (no polling), take requests until the batch holds
-``max_batch_size`` or ``batch_timeout`` has passed since that first request arrived (was queued by the HTTP
-server), then still take, without waiting, those already queued (up to ``max_batch_size``). So no request waits
-longer than ``batch_timeout`` for its batch to fill, and a worker that finds requests queued while it ran the
-previous batch runs them at once, instead of idling while more come. A request that waited longer than
-``--timeout`` is answered 504. Its cycle is LitServe's (``decode_request`` per request, ``batch``, ``predict``,
-``unbatch``, ``encode_response`` per request; an exception answers the whole batch) without the
-``inspect.signature`` LitServe's loop takes of each hook at each call (about 5% of a K-line worker), and the
-answers of a batch go to each HTTP server as one message. It serves unbatched servers too (``max_batch_size``
-1), so that every worker reads the same stop value, :data:`STOP`.
+The loop. LitServe's batched loop starts the batch timeout when the worker starts waiting, not when the first
+request arrives, and polls its request queue meanwhile: an idle worker keeps the queue's process busy, and under a
+closed loop of clients a batch is cut while its requests are still on their way, so it runs part full. Its public
+API (``LitAPI(max_batch_size=, batch_timeout=)``) has no way to say "from the first request"; its documented
+extension point is a loop (``LitAPI(loop=...)``). :class:`FirstRequestBatchLoop` is the public
+``litserve.loops.BatchedLoop`` with its batches collected by :func:`collect_batch`: block until a first request is
+there (no polling), take requests until the batch holds ``max_batch_size`` or ``batch_timeout`` has passed since
+that first request arrived (was queued by the HTTP server), then still take, without waiting, those already queued
+(up to ``max_batch_size``). So no request waits longer than ``batch_timeout`` for its batch to fill, and a worker
+that finds requests queued while it ran the previous batch runs them at once, instead of idling while more come. A
+request that waited longer than ``--timeout`` is answered 504. Its cycle is LitServe's (``decode_request`` per
+request, ``batch``, ``predict``, ``unbatch``, ``encode_response`` per request; an exception answers the whole
+batch) without the ``inspect.signature`` LitServe's loop takes of each hook at each call, and the answers of a
+batch go to each HTTP server as one message. It serves unbatched servers too (``max_batch_size`` 1), so that every
+worker reads the same stop value, :data:`STOP`.
 
-The pipes. LitServe 0.2's queues, the request queue (HTTP server -> workers) and the answer queues (worker ->
-each HTTP server), are a multiprocessing manager's, whatever ``fast_queue`` says (LitServe 0.2.19 passes the
-transport's type under a name its configuration ignores, and its ZeroMQ transport is wired with its two addresses
-swapped: Lightning-AI/LitServe#751). Every put and get on a manager's queue is a round trip to the manager
-process, which then does the work of a third process: on 2 cores, a K-line request cost the three of them about
-1.7 ms of CPU in queue traffic, more than the model in a batch. :class:`PipeQueueServer` keeps LitServe's manager
-(the workers' status, the shutdown event) and gives the request queue as a ``multiprocessing.Queue`` (a pipe
-between the processes, written by a thread of the sender) and the answers to a :class:`PipeTransport` (LitServe's
-``MessageTransport`` interface, one such pipe per HTTP server, read by a thread of the HTTP server that wakes its
-event loop once for all the answers already there). Each pipe holds up to :data:`PIPE_BYTES` where the system
-allows it (Linux: ``F_SETPIPE_SZ``): a pipe of the default 64 KiB holds five K-line requests of 13 KB, so a
-worker that found five queued took five, while the rest waited in the HTTP server's writing thread.
+The pipes. LitServe's request queue (HTTP server -> workers) and answer queues (worker -> each HTTP server) are a
+multiprocessing manager's, whatever ``fast_queue`` says (Lightning-AI/LitServe#751): every put and get is a round
+trip to the manager, a third process that does work of its own for each request. :class:`PipeQueueServer` keeps
+LitServe's manager (the workers' status, the shutdown event) and gives the request queue as a
+``multiprocessing.Queue`` (a pipe between the processes, written by a thread of the sender) and the answers to a
+:class:`PipeTransport` (LitServe's ``MessageTransport`` interface, one such pipe per HTTP server, read by a thread
+of the HTTP server that wakes its event loop once for all the answers already there). Each pipe holds up to
+:data:`PIPE_BYTES` where the system allows it (Linux: ``F_SETPIPE_SZ``): a pipe of the default 64 KiB holds a few
+K-line requests, so a worker would take batches of a few while the rest waited in the HTTP server's writing
+thread.
 
 What it relies on beyond LitServe's public names (``litserve.loops.BatchedLoop``, ``LitLoop.put_response``,
 ``litserve.specs.LitSpec``, ``litserve.utils.LitAPIStatus``, ``LoopResponseType`` and ``ResponseBufferItem``):
@@ -56,10 +51,10 @@ What it relies on beyond LitServe's public names (``litserve.loops.BatchedLoop``
   -> ``ResponseBufferItem``, whose ``event`` the HTTP server sets once ``response`` holds ``(data, status)``)
   before the workers are spawned, and ``response_queue_id`` is set on it before each HTTP server is forked;
 * ``LitServer._init_manager(num_api_servers)`` makes the manager, the request queue of each API in
-  ``litapi_request_queues`` and the answer transport in ``_transport``, before the workers are spawned (each
-  gets its request queue and the transport as arguments) and the HTTP servers forked (they read both from the
-  server); an HTTP server reads its answers with ``await transport.areceive(consumer_id)`` in one task for as
-  long as it runs, and skips a None;
+  ``litapi_request_queues`` and the answer transport, before the workers are spawned (each gets its request queue
+  and the transport as arguments) and the HTTP servers forked (they read both from the server); an HTTP server
+  reads its answers with ``await transport.areceive(consumer_id)`` in one task for as long as it runs, and skips
+  a None;
 * a ``LitServer`` that runs holds its workers' processes in ``inference_workers`` and the request queue of each
   API in ``litapi_request_queues`` (:func:`stop_workers`, for the shutdown that answers the requests in flight).
 
@@ -89,6 +84,9 @@ from litserve.transport.base import MessageTransport
 from litserve.utils import LitAPIStatus, LoopResponseType, PickleableHTTPException, ResponseBufferItem
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from lightning_tf.training.private import litserve as private
+from lightning_tf.training.private.python import queue_pipe
+
 __all__ = [
     "PIPE_BYTES",
     "STOP",
@@ -110,7 +108,8 @@ IDLE_WAIT = 1.0
 #: the stop value a worker leaves its loop on (put on its request queue by :func:`stop_workers`)
 STOP = "lightning-tf: stop"
 
-#: the bytes each pipe holds where the system lets a process say (Linux's default limit, 1 MiB): 78 K-line requests
+#: the bytes each pipe holds where the system lets a process say (Linux's default limit for a user: 1 MiB), so that a
+#: batch's worth of requests fits in it
 PIPE_BYTES = 2**20
 
 #: an answer on its way to an HTTP server: (response_queue_id, uid, data, status)
@@ -266,7 +265,7 @@ class PipeQueueServer(LitServer):
         manager = super()._init_manager(num_api_servers)
         for path in self.litapi_request_queues:
             self.litapi_request_queues[path] = pipe_queue()
-        self._transport = PipeTransport([pipe_queue() for _ in range(num_api_servers)])
+        private.set_transport(self, PipeTransport([pipe_queue() for _ in range(num_api_servers)]))
         return manager
 
     def run(self, *args: Any, **kwargs: Any) -> None:
@@ -278,9 +277,12 @@ class PipeQueueServer(LitServer):
     def close_queues(self) -> None:
         """Close the pipes (no process reads them any more) and release their semaphores now, so that a process
         that ends without the interpreter's teardown leaves none behind."""
-        _close_pipes([*self.litapi_request_queues.values(), *getattr(getattr(self, "_transport", None), "_queues", [])])
+        answers = private.transport(self)
+        pipes = answers._queues if isinstance(answers, PipeTransport) else []
+        _close_pipes([*self.litapi_request_queues.values(), *pipes])
         self.litapi_request_queues.clear()  # in place: the copies of the server LitServe gave the specs share it
-        self.litapi_request_queues, self._transport = {}, None
+        self.litapi_request_queues = {}
+        private.set_transport(self, None)
         for lit_api in self.litapi_connector:
             if isinstance(lit_api.spec, PredictEndpoint):  # its hold on the request queue
                 lit_api.spec.request_queue = lit_api.spec.data_streamer = None
@@ -295,8 +297,8 @@ def pipe_queue(size: int = PIPE_BYTES) -> Any:
     if sys.platform == "linux":
         import fcntl
 
-        try:  # the pipe is the queue's own (multiprocessing.Queue has no public way to size it)
-            fcntl.fcntl(queue._writer.fileno(), fcntl.F_SETPIPE_SZ, size)  # type: ignore[attr-defined]
+        try:
+            fcntl.fcntl(queue_pipe(queue), fcntl.F_SETPIPE_SZ, size)
         except OSError:  # above /proc/sys/fs/pipe-max-size for this user: the default
             log.debug("a pipe keeps its default size (%d bytes refused)", size)
     return queue

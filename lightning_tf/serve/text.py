@@ -46,8 +46,8 @@ class TextAPI(TaskAPI):
 
     task = "text"
     model_class = "Seq2SeqTransformer"
-    # a batch of 32 sentences decodes for hundreds of milliseconds on a CPU: waiting 50 ms for the batch to fill
-    # raised the requests per second at concurrency 32 by a third (2 cores)
+    # decoding a batch takes far longer than a short wait for the batch to fill, and is where batching saves: a
+    # batch that waits 50 ms for company is fuller (docs/serve.md)
     default_batch_timeout = 0.05
     request_model = TextRequest
     response_model = TextResponse

@@ -77,9 +77,9 @@ class VisionAPI(TaskAPI):
 
     task = "vision"
     model_class = "ViTClassifier"
-    # a worker runs at once what is queued when it is free: for the digits ViT on 2 cores, a lone request answered
-    # 2.2x as fast as when it waited 5 ms for company (8 clients: 1.4x), and 32 or 64 clients were answered as
-    # fast either way (paired runs); a larger model's longer batches gather the requests that come meanwhile
+    # a worker runs at once what is queued when it is free: a lone request or a few answer sooner than after a wait
+    # for company, and under many clients the requests that come while a batch runs make the next one
+    # (docs/serve.md); a larger model's longer batches gather more of them
     default_batch_timeout = 0.0
     request_model = VisionRequest
     response_model = VisionResponse

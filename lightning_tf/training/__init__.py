@@ -4,7 +4,9 @@
   :mod:`.distributed`: the unpadded evaluation sampler and the gathering helpers for DDP.
 * :mod:`.checkpoints`: atomic checkpoint writes, the format stamp, one-line checks of a checkpoint path;
   :mod:`.preemption`: :class:`LastCheckpoint` (``last.ckpt`` every epoch, every 30 minutes, on SIGTERM or
-  SLURM's requeue signal); :mod:`.callbacks`: :class:`RNGState` and :class:`CallbackMetrics` (exact resume) and :class:`NaNGuard`.
+  SLURM's requeue signal); :mod:`.callbacks`: :class:`RNGState` and :class:`CallbackMetrics` (exact resume) and :class:`NaNGuard`;
+  :mod:`.rank_watch`: :class:`RankWatch` (a rank that dies under data parallelism: the others stop within
+  seconds, one line names it).
 * :mod:`.optim`: parameter groups (one weight-decay rule, layer-wise rate decay) and the learning-rate schedules;
   :mod:`.averaging`: checkpoint averaging.
 * :mod:`.outputs`: the run's folder and its prediction files; :mod:`.agreement`: the data -> model check.
@@ -19,8 +21,9 @@ neither torch nor Lightning, so the torch-free K-line reader can use it.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from lightning_tf import lazy_exports
 
 if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from .agreement import check_agreement
@@ -86,6 +89,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
         sha256,
         write_manifest,
     )
+    from .rank_watch import Lost, RankWatch, lost_connection
     from .resources import bundled_configs, find, repository_root
 
 _WHERE = {
@@ -116,6 +120,8 @@ _WHERE = {
     "interleave": ".distributed",
     "last_checkpoint": ".callbacks",
     "LastCheckpoint": ".preemption",
+    "Lost": ".rank_watch",
+    "lost_connection": ".rank_watch",
     "MissingCheckpointError": ".checkpoints",
     "NaNGuard": ".callbacks",
     "newest_complete": ".checkpoints",
@@ -131,6 +137,7 @@ _WHERE = {
     "find": ".resources",
     "repository_root": ".resources",
     "ResumableDataLoader": ".loaders",
+    "RankWatch": ".rank_watch",
     "RNGState": ".callbacks",
     "CallbackMetrics": ".callbacks",
     "run_dir": ".outputs",
@@ -150,15 +157,4 @@ _WHERE = {
 }
 
 __all__ = sorted(_WHERE)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _WHERE:
-        value = getattr(importlib.import_module(_WHERE[name], __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_WHERE])
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE)

@@ -124,11 +124,11 @@ class RNGState(Callback):
       (its base seed), ``validation_step`` and the validation hooks may draw random numbers, some of
       them after a checkpoint is written (a checkpoint taken at a training batch's end comes before
       the validation that follows it), and a resumed run repeats a validation in some restarts and
-      not in others. The states are therefore taken after every training batch (about 0.1 ms) and
+      not in others. The states are therefore taken after every training batch (a few small copies) and
       put back when validation ends (during ``fit``; Lightning already isolates the sanity check),
       so whatever validation does, the training stream is the same, and a checkpoint written at
       validation end or epoch end holds the state of the end of the training batches. A side effect
-      worth having: ``val_check_interval`` and ``limit_val_batches`` no longer change the training
+      worth having: ``val_check_interval`` and ``limit_val_batches`` do not change the training
       run.
     * **Epoch-end checkpoint** (saved at the end of an epoch's validation or at epoch end, as
       ``ModelCheckpoint`` on ``val/loss`` does): the uninterrupted run next creates the training
@@ -175,7 +175,7 @@ class RNGState(Callback):
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         if self.isolate_validation:
-            self._train_states = _capture()  # about 0.1 ms
+            self._train_states = _capture()  # the generators' states: a few small copies per batch
 
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         # callbacks run before ModelCheckpoint, so a checkpoint saved now holds the training states
@@ -529,8 +529,7 @@ class CompactModelSummary(ModelSummary):
     without parameters (the metric collections), the train/eval mode column and its totals, and the
     FLOPs column when nothing was counted (a model without ``example_input_array``).
 
-    Args:
-        max_depth: as ModelSummary: 1 lists the module's direct children, -1 every layer.
+    Its arguments are ModelSummary's: ``max_depth`` 1 lists the module's direct children, -1 every layer.
     """
 
     @staticmethod

@@ -28,7 +28,7 @@ validation follows and that does not end the epoch, or the end of an epoch. A si
 epoch's last step or a step a validation follows, or during a validation, stops the run after that
 validation (Lightning resumes a checkpoint taken there without the validation, and one taken at an
 epoch's last step also without the epoch's end). The few Lightning internals this needs are in
-:mod:`.lightning_private`.
+:mod:`.private.lightning`.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from . import lightning_private as private
+from .private import lightning as private
 
 __all__ = ["EXIT_STATUS", "LastCheckpoint", "Stop"]
 

@@ -2,19 +2,17 @@
 
 ``lightning-tf tune --config configs/trainer/default.yaml --config configs/vision/digits.yaml
 --search configs/search/vision.yaml --trials 8 --jobs 2`` checks the search file against the config
-(``fit --print_config``), creates (or continues) the study in its storage, starts ``--jobs`` workers (this same
-command with :data:`~.worker.ENV` set, :mod:`.worker`), which print a line per trial, and at the end writes the
-report (:mod:`.report`) into ``runs/tune/<study>/``. Ctrl-C or SIGTERM stops the workers (the running trials
-end as interrupted and run again when the study continues: the same command). ``--report`` writes the report
-of a study without running trials.
+(``fit --print_config``), creates (or continues) the study in its storage, runs its trials ``--jobs`` at once
+(:mod:`.trials`), printing a line per trial, and at the end writes the report (:mod:`.report`) into
+``runs/tune/<study>/``. Ctrl-C or SIGTERM stops the running trials (they end as interrupted and run again when the
+study continues: the same command). ``--report`` writes the report of a study without running trials.
 """
 
 from __future__ import annotations
 
-import json
+import inspect
 import os
 import shlex
-import signal
 import socket
 import subprocess
 import sys
@@ -25,11 +23,6 @@ from typing import Any, Literal
 import yaml
 
 __all__ = ["tune"]
-
-#: the environment variable that makes this command a worker (:mod:`.worker`)
-WORKER = "LIGHTNING_TF_TUNE_WORKER"
-_DEFAULTS = {"trials": 20, "metric": "val/loss", "sampler": "tpe", "seed": 0, "pruner": "median"}
-_DEFAULTS |= {"pruner_startup": 3, "jobs": 1, "heartbeat": 60}
 
 
 def tune(
@@ -70,9 +63,9 @@ def tune(
         storage: an Optuna storage URL (sqlite:///tune.db, postgresql+psycopg://..., redis://...) or a journal
             file; default runs/tune/<study>/journal.log
         study_name: the study (default: <task>-<last config's name>); re-running continues it
-        jobs: worker processes on this machine
+        jobs: trials run at once on this machine
         heartbeat: database storages: seconds between a running trial's heartbeats; a trial silent for twice
-            as long (its worker died, on any machine) is failed and run again
+            as long (its command died, on any machine) is failed and run again
         report: write the study's report and exit
         forwarded: the arguments each trial's fit gets
     """
@@ -83,10 +76,6 @@ def tune(
             raise ValueError(f"--{name} must be >= {low}, got {options[name]}")
     if timeout is not None and timeout <= 0:
         raise ValueError(f"--timeout must be > 0 seconds, got {timeout}")
-    if os.environ.get(WORKER):
-        from .worker import Worker
-
-        raise SystemExit(Worker(json.loads(os.environ[WORKER]), options).run())
     if report:
         if rest:
             raise ValueError(f"--report takes only --study_name and --storage, not {' '.join(rest)}")
@@ -100,16 +89,10 @@ def _study_dir(name: str) -> Path:
     return Path("runs") / "tune" / name
 
 
-def _shown(path: str | Path) -> str:
-    """``path`` relative to the working directory when below it (a storage URL as it is)."""
-    if "://" in str(path):
-        return str(path)
-    return os.path.relpath(path) if Path(path).absolute().is_relative_to(Path.cwd()) else str(Path(path).absolute())
-
-
 def _open(options: dict[str, Any]) -> Any:
     import optuna
 
+    from .report import shown
     from .study import open_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -121,24 +104,22 @@ def _open(options: dict[str, Any]) -> Any:
     try:
         return optuna.load_study(study_name=options["study_name"], storage=open_storage(storage, options["heartbeat"]))
     except KeyError:
-        raise ValueError(f"no study {options['study_name']!r} in {_shown(storage)}") from None
+        raise ValueError(f"no study {options['study_name']!r} in {shown(storage)}") from None
 
 
 def _report(study: Any) -> None:
     """Write the report (into the folder the study recorded when it exists here, else ``runs/tune/<study>``)
     and say where it is."""
-    from .report import write_report
+    from .report import shown, write_report
 
     recorded = study.user_attrs.get("study_dir")
     folder = Path(recorded) if recorded and Path(recorded).is_dir() else _study_dir(study.study_name)
     written = write_report(study, folder)
-    print(f"report: {_shown(written['summary'])}, {_shown(written['trials'])}", flush=True)
+    print(f"report: {shown(written['summary'])}, {shown(written['trials'])}", flush=True)
     figures = [p.name for k, p in written.items() if k.endswith(".png")]
     print(f"figures: {', '.join(figures)}" if figures else "figures: none yet", flush=True)
     if "best" in written:
-        print(
-            f"best config: {_shown(written['best'])}\n  train it: lightning-tf fit --config {_shown(written['best'])}"
-        )
+        print(f"best config: {shown(written['best'])}\n  train it: lightning-tf fit --config {shown(written['best'])}")
     else:
         print("no trial has completed: no best.yaml", flush=True)
 
@@ -148,7 +129,7 @@ def resolved_config(args: list[str], values: dict[str, Any], source: str) -> dic
     writes it; what the config rejects is one ValueError line naming ``source`` (the search file)."""
     from .overrides import to_overrides
 
-    env = {k: v for k, v in os.environ.items() if k not in ("LIGHTNING_TF_DEBUG", WORKER)}
+    env = {k: v for k, v in os.environ.items() if k != "LIGHTNING_TF_DEBUG"}
     cmd = [sys.executable, "-m", "lightning_tf", "fit", *args, *to_overrides(values), "--print_config"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if proc.returncode != 0:
@@ -162,13 +143,15 @@ def _run(options: dict[str, Any], rest: list[str]) -> None:
 
     from lightning_tf.training.resources import bundled_configs
 
-    from .overrides import absolute_configs, args_key, trial_overrides
+    from .overrides import absolute_configs, args_key, check_study_name
+    from .report import shown
     from .space import load_space, probe
-    from .study import check_continuation, fail_orphans, held, infer_direction, open_storage
+    from .study import check_continuation, fail_orphans, held, infer_direction, make_pruner, make_sampler, open_storage
+    from .trials import Trials
 
     t0 = time.time()
     if options["study_name"] is not None:
-        trial_overrides(options["study_name"], 0, "", False, [])  # a name that can name folders and runs
+        check_study_name(options["study_name"])
     args = absolute_configs(bundled_configs(rest))
     search = bundled_configs(["--config", options["search"]])[1]
     space = load_space(search)  # the search file's own errors before the configs are read
@@ -190,97 +173,42 @@ def _run(options: dict[str, Any], rest: list[str]) -> None:
     attrs |= {"metric": options["metric"], "direction": direction, "study_dir": str(study_dir), "config": config}
     attrs |= {"max_epochs": max_epochs, "wandb": str((logger or {}).get("class_path", "")).endswith("WandbLogger")}
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(
-        study_name=name, storage=open_storage(storage, options["heartbeat"]), direction=direction, load_if_exists=True
-    )
+    opened = open_storage(storage, options["heartbeat"])
+    study = optuna.create_study(study_name=name, storage=opened, direction=direction, load_if_exists=True)
     if "args" in study.user_attrs:
         check_continuation(study, attrs)
     for key, value in attrs.items():
         study.set_user_attr(key, value)
-    journal = "://" not in storage or storage.startswith("redis://")  # no heartbeat: the command looks itself
-    if journal:
+    if "://" not in storage or storage.startswith("redis://"):  # a journal has no heartbeat: look here
         fail_orphans(study)
     left = options["trials"] - held([t for t in study.get_trials(deepcopy=False) if t.state.name != "RUNNING"])
-    pruner = options["pruner"]
-    if pruner == "median":
-        pruner += f" (after {options['pruner_startup']} trials, from epoch {warmup + 1})"
+    jobs = max(1, min(options["jobs"], left))
+    pruning = options["pruner"]
+    if pruning == "median":
+        pruning += f" (after {options['pruner_startup']} trials, from epoch {warmup + 1})"
     print(
-        f"study {name}: {options['trials'] - left} of {options['trials']} trials held; {options['jobs']} worker(s); "
-        f"{options['metric']} ({direction}); sampler {options['sampler']} (seed {options['seed']}); pruner {pruner}\n"
-        f"  storage {_shown(storage)} (watch it: optuna-dashboard {_shown(storage)})\n"
-        f"  folder {_shown(study_dir)}/ (each trial's fit output: trials/<number>/fit.log)",
+        f"study {name}: {options['trials'] - left} of {options['trials']} trials held; {jobs} at once; "
+        f"{options['metric']} ({direction}); sampler {options['sampler']} (seed {options['seed']}); pruner {pruning}\n"
+        f"  storage {shown(storage)} (watch it: optuna-dashboard {shown(storage)})\n"
+        f"  folder {shown(study_dir)}/ (each trial's fit output: trials/<number>/fit.log)",
         flush=True,
     )
     status = 0
     if left <= 0:
         print(f"the study holds {options['trials']} trials: --trials {2 * options['trials']} runs more", flush=True)
     else:
-        deadline = None if options["timeout"] is None else t0 + options["timeout"]
-        settings = {"parent": os.getpid(), "study": name, "storage": storage, "deadline": deadline}
-        settings |= {"warmup": warmup, "max_epochs": max_epochs}
-        given = {k: v for k, v in options.items() if v is not None and v is not False and v != _DEFAULTS.get(k)}
-        argv = [a for k, v in given.items() for a in (f"--{k}", str(v))] + rest  # the same command
-        status = _supervise(settings, left, options["jobs"], argv, study if journal else None)
-        run = {"wall_s": round(time.time() - t0, 1), "jobs": options["jobs"], "trials": options["trials"]}
+        sampler = make_sampler(options["sampler"], options["seed"], options["trials"], len(study.trials))
+        pruner = make_pruner(options["pruner"], options["pruner_startup"], warmup, max_epochs)
+        study = optuna.load_study(study_name=name, storage=opened, sampler=sampler, pruner=pruner)
+        timeout = None if options["timeout"] is None else max(0.0, t0 + options["timeout"] - time.time())
+        status = Trials(study, space, options["trials"], jobs).run(timeout)
+        run = {"wall_s": round(time.time() - t0, 1), "jobs": jobs, "trials": options["trials"]}
         study.set_user_attr(f"run:{socket.gethostname()}:{os.getpid()}:{int(t0)}", run)
         if status == 130:
+            defaults = {k: p.default for k, p in inspect.signature(tune).parameters.items()}
+            given = {k: v for k, v in options.items() if v is not None and v is not False and v != defaults[k]}
+            argv = [a for k, v in given.items() for a in (f"--{k}", str(v))] + rest
             print(f"stopped; continue the study with the same command: lightning-tf tune {shlex.join(argv)}")
     _report(study)
     if status:
         raise SystemExit(status)
-
-
-def _supervise(settings: dict[str, Any], left: int, jobs: int, argv: list[str], journal_study: Any) -> int:
-    """Start the workers (this command again, with :data:`WORKER` set), forward Ctrl-C / SIGTERM, fail the trials
-    of a worker that died (a journal: no heartbeat); the command's exit status."""
-    from .study import fail_orphans
-
-    gpus = 0
-    if jobs > 1:
-        import torch
-
-        gpus = torch.cuda.device_count()
-    procs = []
-    for i in range(jobs):
-        share = left // jobs + (i < left % jobs)
-        env = {**os.environ, WORKER: json.dumps({**settings, "index": i, "trials": share})}
-        if gpus > 1 and "CUDA_VISIBLE_DEVICES" not in env:
-            env["CUDA_VISIBLE_DEVICES"] = str(i % gpus)
-        if share:
-            cmd = [sys.executable, "-m", "lightning_tf", "tune", *argv]
-            procs.append(subprocess.Popen(cmd, env=env, start_new_session=True))
-    stops = [0]
-
-    def on_signal(signum: int, frame: Any) -> None:
-        stops[0] += 1
-        if stops[0] == 1:
-            print(
-                "\nstopping: the running trials end as interrupted and run again when the study continues "
-                "(Ctrl-C again: kill them now)",
-                flush=True,
-            )
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM if stops[0] == 1 else signal.SIGKILL)
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    wrong_metric, failed, ended = False, False, set()
-    try:
-        while len(ended) < len(procs):
-            time.sleep(0.5)
-            for i, proc in enumerate(procs):
-                if i in ended or proc.poll() is None:
-                    continue
-                ended.add(i)
-                if proc.returncode == 3:  # every trial would fail alike (a wrong --metric): the study stops
-                    wrong_metric = True
-                    on_signal(signal.SIGTERM, None)
-                elif proc.returncode != 0 and not stops[0]:
-                    print(f"worker {i} ended with status {proc.returncode}", flush=True)
-                    failed = True
-                    if journal_study is not None:
-                        fail_orphans(journal_study)
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-    return 1 if wrong_metric else 130 if stops[0] else 1 if failed else 0

@@ -1,5 +1,6 @@
 """A trial's parameters as the overrides ``lightning-tf fit`` takes (``--model.init_args.lr=0.0012``), the few that
-give a trial its own folder and wandb run, and the study's ``--config`` files as absolute paths and as digests.
+give a trial its own folder, wandb run and pruning callback, and the study's ``--config`` files as absolute paths
+and as digests.
 
 A value is written so that the config parser reads back exactly Optuna's value: strings as they are (``on``
 stays the string), floats with a decimal point (YAML 1.1 reads ``1e-05`` as text), the rest as YAML.
@@ -15,7 +16,11 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["absolute_configs", "args_key", "format_value", "given_names", "to_overrides", "trial_overrides"]
+__all__ = ["CHANNEL", "absolute_configs", "args_key", "check_study_name", "format_value", "given_names"]
+__all__ += ["to_overrides", "trial_overrides"]
+
+#: the environment variable that gives a trial's run the descriptor of its socket to the command
+CHANNEL = "LIGHTNING_TF_TUNE_CHANNEL"
 
 
 def format_value(value: Any) -> str:
@@ -42,20 +47,30 @@ def given_names(args: Iterable[str]) -> set[str]:
     return {a[2:].split("=", 1)[0] for a in args if a.startswith("--") and not a.startswith("--config")}
 
 
-def trial_overrides(study_name: str, number: int, study_dir: str, wandb: bool, user_args: Iterable[str]) -> list[str]:
+def check_study_name(name: str) -> str:
+    """``name``, which names folders and wandb runs: letters, digits, ``-`` and ``_``."""
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", name):
+        raise ValueError(f"study name {name!r}: use letters, digits, '-' and '_' only")
+    return name
+
+
+def trial_overrides(
+    study_name: str, number: int, study_dir: str, wandb: bool, user_args: Iterable[str], reporter: Mapping[str, Any]
+) -> list[str]:
     """What makes trial ``number`` a run of its own: its folder under ``study_dir``, under a WandbLogger its run id
     and name (``<study>-0007``), group (the study) and job type (``tune``); no progress bar or model summary; one
-    device (pruning reports from one process). What ``user_args`` set is left to them. ``study_name``: letters,
-    digits, ``-`` and ``_`` (it names folders and wandb runs)."""
-    if not re.fullmatch(r"[A-Za-z0-9_-]+", study_name):
-        raise ValueError(f"study name {study_name!r}: use letters, digits, '-' and '_' only")
-    run, logger = f"{study_name}-{number:04d}", "trainer.logger.init_args"
-    out = {"trainer.default_root_dir": study_dir if wandb else f"{study_dir}/trials/{number:04d}"}
+    device (pruning reports from one process); the pruning callback, ``TrialReporter(**reporter)``. What
+    ``user_args`` set is left to them."""
+    run, logger = f"{check_study_name(study_name)}-{number:04d}", "trainer.logger.init_args"
+    out: dict[str, Any] = {"trainer.default_root_dir": study_dir if wandb else f"{study_dir}/trials/{number:04d}"}
     if wandb:
         out |= {f"{logger}.save_dir": study_dir, f"{logger}.id": run, f"{logger}.name": run}
         out |= {f"{logger}.group": study_name, f"{logger}.job_type": "tune"}
     out |= {"trainer.enable_progress_bar": "false", "trainer.enable_model_summary": "false", "trainer.devices": "1"}
     given = given_names(user_args)
+    out["trainer.callbacks+"] = json.dumps(
+        {"class_path": "lightning_tf.tune.reporter.TrialReporter", "init_args": reporter}
+    )
     return [f"--{name}={value}" for name, value in out.items() if name not in given]
 
 

@@ -19,7 +19,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from .study import retried, state_name, tally
 
-__all__ = ["FIGURES", "best_config", "ranked_trials", "trial_rows", "write_report"]
+__all__ = ["FIGURES", "best_config", "ranked_trials", "shown", "trial_rows", "write_report"]
 
 #: figure file -> Optuna's matplotlib function that draws it
 FIGURES = {
@@ -44,7 +44,10 @@ def best_config(config: dict[str, Any], params: dict[str, Any]) -> dict[str, Any
     return out
 
 
-def _shown(path: str | Path) -> str:
+def shown(path: str | Path) -> str:
+    """``path`` relative to the working directory when below it (a storage URL as it is)."""
+    if "://" in str(path):
+        return str(path)
     full = Path(path).absolute()
     return str(full.relative_to(Path.cwd())) if full.is_relative_to(Path.cwd()) else str(full)
 
@@ -62,7 +65,7 @@ def ranked_trials(study: optuna.Study) -> list[FrozenTrial]:
 
 def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
     """One row per trial: number, state, value, epochs, seconds, each parameter, the validation metrics of its
-    best epoch, why it ended, its folder, its worker, the trial it runs again, start and end."""
+    best epoch, why it ended, its folder, its job, the trial it runs again, start and end."""
     trials, again = study.trials, retried(study.trials)
     names = list(dict.fromkeys(name for t in trials for name in t.params))
     metrics = sorted({k for t in trials for k in t.user_attrs.get("val_metrics", {})})
@@ -73,7 +76,7 @@ def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
         row |= {"epochs": attrs.get("epochs", len(t.intermediate_values)), "seconds": attrs.get("seconds")}
         row |= {name: t.params.get(name) for name in names}
         row |= {name: attrs.get("val_metrics", {}).get(name) for name in metrics}
-        row |= {"reason": attrs.get("reason", ""), "run_dir": attrs.get("run_dir", ""), "worker": attrs.get("worker")}
+        row |= {"reason": attrs.get("reason", ""), "run_dir": attrs.get("run_dir", ""), "job": attrs.get("job")}
         row["retry_of"] = optuna.storages.RetryHeartbeatStaleTrialCallback.retried_trial_number(t)
         row["started"] = t.datetime_start.isoformat(timespec="seconds") if t.datetime_start else ""
         row["finished"] = t.datetime_complete.isoformat(timespec="seconds") if t.datetime_complete else ""
@@ -115,88 +118,90 @@ def write_report(study: optuna.Study, folder: str | Path) -> dict[str, Path]:
     and the study holds its config)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    written: dict[str, Path] = {}
-    metric, config = study.user_attrs.get("metric", "value"), study.user_attrs.get("config")
-    ranked = ranked_trials(study)
-    best = ranked[0] if ranked else None
-    best_path = folder / "best.yaml"
-    if best is not None and config:
-        header = (
+    metric, config, ranked = (
+        study.user_attrs.get("metric", "value"),
+        study.user_attrs.get("config"),
+        ranked_trials(study),
+    )
+    written = {"trials": folder / "trials.csv", "summary": folder / "summary.md"}
+    if ranked and config:
+        best, written["best"] = ranked[0], folder / "best.yaml"
+        written["best"].write_text(
             f"# The best trial of study {study.study_name}: trial {best.number}, {metric} {best.value:.6g}"
             f" ({study.direction.name.lower()}).\n"
             f"# Its parameters: {', '.join(f'{k}={_value(v)}' for k, v in best.params.items())}\n"
-            f"#   lightning-tf fit --config {_shown(best_path)}\n"
+            f"#   lightning-tf fit --config {shown(written['best'])}\n"
+            + yaml.safe_dump(best_config(config, best.params), sort_keys=False)
         )
-        best_path.write_text(header + yaml.safe_dump(best_config(config, best.params), sort_keys=False))
-        written["best"] = best_path
-
     rows = trial_rows(study)
-    with open(folder / "trials.csv", "w", newline="") as handle:
+    with open(written["trials"], "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]) if rows else ["number", "state", "value"])
         writer.writeheader()
         writer.writerows(rows)
-    written["trials"] = folder / "trials.csv"
     figures = _figures(study, folder) if study.trials else {}
     written |= {name: folder / name for name, why in figures.items() if not why}
+    written["summary"].write_text("\n".join(_summary(study, rows, ranked, figures, folder)) + "\n")
+    return written
 
-    runs = [v for k, v in study.user_attrs.items() if k.startswith("run:") and isinstance(v, dict)]
-    wall = sum(float(r.get("wall_s", 0.0)) for r in runs)
-    trial_s = sum(float(t.user_attrs.get("seconds") or 0.0) for t in study.trials)
+
+def _summary(
+    study: optuna.Study, rows: list[dict[str, Any]], ranked: list[FrozenTrial], figures: dict[str, str], folder: Path
+) -> list[str]:
+    """The lines of ``summary.md``."""
+    metric, max_epochs = study.user_attrs.get("metric", "value"), study.user_attrs.get("max_epochs")
     counts = tally(study.trials)
+    wall = sum(float(v.get("wall_s", 0.0)) for k, v in study.user_attrs.items() if k.startswith("run:"))
+    epochs, trained = sum(r["epochs"] or 0 for r in rows), sum(1 for r in rows if r["epochs"])
     lines = [
         f"# Study {study.study_name}",
         "",
-        f"{len(study.trials)} trials: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + ".",
-        f"Wall time {wall / 60:.1f} min; the trials' own time {trial_s / 60:.1f} min.",
+        f"{len(rows)} trials: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + ".",
+        f"Wall time {wall / 60:.1f} min; the trials' own time {sum(r['seconds'] or 0 for r in rows) / 60:.1f} min.",
         f"Objective: {metric}, {study.direction.name.lower()}d; search space: "
-        f"{_shown(study.user_attrs['search']) if 'search' in study.user_attrs else '?'}.",
+        f"{shown(study.user_attrs['search']) if 'search' in study.user_attrs else '?'}.",
     ]
-    max_epochs = study.user_attrs.get("max_epochs")
-    epochs = sum(int(t.user_attrs.get("epochs") or 0) for t in study.trials)
-    full = sum(1 for t in study.trials if t.user_attrs.get("epochs")) * (max_epochs or 0)
-    if full:
+    if trained and max_epochs:
+        full = trained * max_epochs
         lines.append(
             f"Epochs run: {epochs} of the {full} that full runs of the trials that trained would take "
             f"({100 * (1 - epochs / full):.0f}% saved by pruning and early stopping)."
         )
-    lines.append("")
-    if best is not None:
-        run = best.user_attrs.get("run_dir", "")
-        lines += [
-            "## Best trial",
-            "",
-            f"Trial {best.number}: {metric} **{best.value:.6g}** after {best.user_attrs.get('epochs', '?')} epochs "
-            f"({float(best.user_attrs.get('seconds') or 0):.0f} s), run folder `{os.path.relpath(run, folder) if run else ''}`.",
-            "",
-            *_table([[f"`{k}`", _value(v)] for k, v in best.params.items()], ["parameter", "value"]),
-            "",
-            f"Train it: `lightning-tf fit --config {_shown(best_path)}`",
-            "",
-            "## Top 10",
-            "",
-        ]
+    if ranked:
+        best, run = ranked[0], ranked[0].user_attrs.get("run_dir", "")
         names = list(dict.fromkeys(k for t in ranked[:10] for k in t.params))
-        table = [
+        top = [
             [str(i + 1), str(t.number), f"{t.value:.6g}", str(t.user_attrs.get("epochs", ""))]
             + [_value(t.params.get(n)) for n in names]
             for i, t in enumerate(ranked[:10])
         ]
-        lines += [*_table(table, ["rank", "trial", metric, "epochs", *(n.rpartition(".")[2] for n in names)]), ""]
+        lines += [
+            "",
+            "## Best trial",
+            "",
+            f"Trial {best.number}: {metric} **{best.value:.6g}** after {best.user_attrs.get('epochs', '?')} epochs "
+            f"({float(best.user_attrs.get('seconds') or 0):.0f} s), run folder "
+            f"`{os.path.relpath(run, folder) if run else ''}`.",
+            "",
+            *_table([[f"`{k}`", _value(v)] for k, v in best.params.items()], ["parameter", "value"]),
+            "",
+            f"Train it: `lightning-tf fit --config {shown(folder / 'best.yaml')}`",
+            "",
+            "## Top 10",
+            "",
+            *_table(top, ["rank", "trial", metric, "epochs", *(n.rpartition(".")[2] for n in names)]),
+        ]
     else:
-        lines += ["No trial has completed yet.", ""]
-    again = retried(study.trials)
-    ended = [t for t in study.trials if state_name(t, again) in ("failed", "refused", "interrupted")]
+        lines += ["", "No trial has completed yet."]
+    ended = [r for r in rows if r["state"] in ("failed", "refused", "interrupted")]
     if ended:
-        lines += ["## Failed, refused and interrupted trials", ""]
-        for t in ended:
-            why = t.user_attrs.get("reason") or "interrupted: its worker stopped (a kill, a lost machine)"
-            lines.append(f"- trial {t.number} ({state_name(t, again)}): {why}")
-        lines.append("")
+        lines += ["", "## Failed, refused and interrupted trials", ""]
+        why = "interrupted: its command stopped (a kill, a lost machine)"
+        lines += [f"- trial {r['number']} ({r['state']}): {r['reason'] or why}" for r in ended]
     if figures:
-        lines += ["## Figures", ""]
+        lines += ["", "## Figures", ""]
         lines += [f"![{name}]({name})" if not why else f"- {name}: not drawn ({why})" for name, why in figures.items()]
-        lines.append("")
-    lines.append(f"Written {datetime.datetime.now().isoformat(timespec='seconds')}; trials.csv holds every trial.")
-    (folder / "summary.md").write_text("\n".join(lines) + "\n")
-    written["summary"] = folder / "summary.md"
-    return written
+    return [
+        *lines,
+        "",
+        f"Written {datetime.datetime.now().isoformat(timespec='seconds')}; trials.csv holds every trial.",
+    ]

@@ -1,6 +1,6 @@
 """The study's bookkeeping, on Optuna's public API: the storage (a journal file by default; a database gets
-Optuna's heartbeat), trials queued again with Optuna's ``RetryHeartbeatStaleTrialCallback``, what counts against
-``--trials``, and the trials a dead worker left running in a journal (which has no heartbeat).
+Optuna's heartbeat), the sampler and pruner, trials queued again with Optuna's ``RetryHeartbeatStaleTrialCallback``,
+what counts against ``--trials``, and the trials a dead command left running in a journal (which has no heartbeat).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import optuna
 from optuna.storages import RetryHeartbeatStaleTrialCallback as Retry
 from optuna.trial import FrozenTrial, TrialState
 
-__all__ = ["check_continuation", "fail_orphans", "held", "infer_direction", "open_storage", "retried", "retry"]
-__all__ += ["state_name", "tally"]
+__all__ = ["check_continuation", "fail_orphans", "held", "infer_direction", "make_pruner", "make_sampler"]
+__all__ += ["open_storage", "retried", "retry", "state_name", "tally"]
 
 #: at most this many runs again of one trial's parameters
 MAX_RETRY = 3
@@ -34,8 +34,8 @@ def infer_direction(metric: str) -> str:
 
 def open_storage(storage: str, heartbeat: int = 60) -> optuna.storages.BaseStorage:
     """A journal file for a path, a journal on Redis for ``redis://``, else Optuna's RDB storage with a heartbeat
-    every ``heartbeat`` seconds: a trial silent for twice as long (its worker died, on any machine) is failed and
-    queued again by Optuna when a worker next asks for a trial."""
+    every ``heartbeat`` seconds: a trial silent for twice as long (its command died, on any machine) is failed and
+    queued again by Optuna when a command next asks for a trial."""
     from optuna.storages.journal import JournalFileBackend, JournalRedisBackend
 
     if storage.startswith("redis://"):
@@ -47,6 +47,27 @@ def open_storage(storage: str, heartbeat: int = 60) -> optuna.storages.BaseStora
         )
     Path(storage).parent.mkdir(parents=True, exist_ok=True)
     return optuna.storages.JournalStorage(JournalFileBackend(storage))
+
+
+def make_sampler(kind: str, seed: int, trials: int, n_existing: int) -> optuna.samplers.BaseSampler:
+    """TPE (random for the first quarter of ``trials``, 4 to 10, then model-based, with the constant liar so that
+    trials run at once do not pick the same point) or random; seeded by ``seed`` and the ``n_existing`` trials
+    the study holds, so a continued study does not draw again what it drew."""
+    seed += 1_000_003 * n_existing
+    if kind == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    startup = max(4, min(10, trials // 4))
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, constant_liar=True)
+
+
+def make_pruner(kind: str, startup: int, warmup: int, max_epochs: int | None) -> optuna.pruners.BasePruner:
+    """The median pruner (after ``startup`` trials and ``warmup`` epochs), successive halving from one epoch to
+    ``max_epochs`` (``hyperband``), or none."""
+    if kind == "median":
+        return optuna.pruners.MedianPruner(startup, n_warmup_steps=warmup)
+    if kind == "hyperband":
+        return optuna.pruners.HyperbandPruner(min_resource=1, max_resource=max_epochs or "auto")
+    return optuna.pruners.NopPruner()
 
 
 def retry(study: optuna.Study, trial: FrozenTrial) -> None:
@@ -84,7 +105,7 @@ def held(trials: list[FrozenTrial]) -> int:
 
 def _alive(pid: int | None) -> bool:
     if pid is None:
-        return True  # not recorded yet: its worker is starting it
+        return True  # not recorded yet: its command is starting it
     try:
         os.kill(int(pid), 0)
     except ProcessLookupError:
@@ -95,17 +116,17 @@ def _alive(pid: int | None) -> bool:
 
 
 def fail_orphans(study: optuna.Study) -> list[int]:
-    """Fail the running trials of this machine whose worker is gone and queue them again; their numbers. (A
-    journal has no heartbeat; a worker records its host and pid on each trial.)"""
+    """Fail the running trials of this machine whose command is gone and queue them again; their numbers. (A
+    journal has no heartbeat; a command records its host and pid on each trial.)"""
     gone, trials = [], study.get_trials(deepcopy=False)
     for t in trials:
         pid, origin = t.user_attrs.get("pid"), Retry.retry_history(t)[-1:]
         if origin and trials[origin[0]].user_attrs.get("pid") == pid:
-            continue  # a retry whose worker has not recorded itself yet (its attributes are the original's)
+            continue  # a retry whose command has not recorded itself yet (its attributes are the original's)
         if t.state == TrialState.RUNNING and t.user_attrs.get("host") == socket.gethostname() and not _alive(pid):
             study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
             retry(study, t)
-            print(f"trial {t.number} was left running by a worker that is gone: failed, queued again", flush=True)
+            print(f"trial {t.number} was left running by a command that is gone: failed, queued again", flush=True)
             gone.append(t.number)
     return gone
 

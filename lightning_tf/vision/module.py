@@ -25,6 +25,7 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionM
 
 from lightning_tf.core import evaluating
 from lightning_tf.training import CheckedLoading, SchedulerName, check_agreement, configure_adamw, stamp
+from lightning_tf.training.private.lightning import attached_trainer
 
 from .inputs import ImageInput, as_image_list, prepare_images
 from .vit import PoolName, PosEncodingName, PresetName, VisionTransformer, preset_config
@@ -305,7 +306,7 @@ class ViTClassifier(CheckedLoading, LightningModule):
     def setup(self, stage: str) -> None:
         """Check the model against its data and take what inference needs of it (class names,
         normalisation), from the DataModule's plain attributes."""
-        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        dm = getattr(attached_trainer(self), "datamodule", None)
         if dm is None:
             return
         hp = self.hparams
@@ -556,7 +557,8 @@ class ViTClassifier(CheckedLoading, LightningModule):
     def configure_callbacks(self) -> list[Callback]:
         """A :class:`~.writer.ClassificationWriter` for ``predict``, unless the trainer already has a
         prediction writer (one given in the config or on the command line wins)."""
-        callbacks = self.trainer.callbacks if self._trainer is not None else []
+        trainer = attached_trainer(self)
+        callbacks = trainer.callbacks if trainer is not None else []
         if any(isinstance(cb, BasePredictionWriter) for cb in callbacks):
             return []
         return [ClassificationWriter()]

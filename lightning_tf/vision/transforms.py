@@ -36,6 +36,8 @@ from torch import Tensor
 from torchvision.transforms import RandomErasing as RandomErasingV1
 from torchvision.transforms import v2
 
+from lightning_tf.training.private.torchvision import apply_augmentation, augmentation_space
+
 if TYPE_CHECKING:
     from timm.data import Mixup
 
@@ -107,7 +109,7 @@ class BatchAutoAugment(torch.nn.Module):
         if images.ndim == 3:
             return self.forward(images[None])[0]
         policy = self.policy
-        space = list(policy._AUGMENTATION_SPACE.items())
+        space = list(augmentation_space(policy).items())
         B, _, H, W = images.shape
         trivial = isinstance(policy, v2.TrivialAugmentWide)
         bins = policy.num_magnitude_bins
@@ -128,9 +130,7 @@ class BatchAutoAugment(torch.nn.Module):
             for (name, magnitude), members in groups.items():
                 if name != "Identity":
                     idx = torch.tensor(members)
-                    out[idx] = policy._apply_image_or_video_transform(
-                        out[idx], name, magnitude, interpolation=policy.interpolation, fill=policy._fill
-                    )  # (G, C, H, W)
+                    out[idx] = apply_augmentation(policy, out[idx], name, magnitude)  # (G, C, H, W)
         return out
 
     def extra_repr(self) -> str:

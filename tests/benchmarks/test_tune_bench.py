@@ -85,7 +85,7 @@ def test_the_page_states_each_measurement_and_its_verdict() -> None:
     )
     assert "Pruning saves **50%** of the wall time" in text and "+0.25 points" in text and "**met**" in text
     assert "| 1 | 8.0 min | 8 complete | 60 |" in text and "| 2 | 4.5 min | 8 complete | 107 |" in text
-    assert "Two workers run **1.78x** the trials per hour of one." in text
+    assert "Two jobs run **1.78x** the trials per hour of one." in text
     assert "leaving trials [2, 3] running" in text and "their parameters ran again (yes)" in text
     assert "| best trial (3: lr 0.00123, d_model 64; val loss 0.4123) | **0.3688** | 0.3905 |" in text
     assert "| closed-form linear model, same windows | 0.3700 | 0.3914 |" in text

@@ -19,6 +19,7 @@ from lightning_tf.core import (
     KVCache,
     MultiHeadAttention,
     RotaryEmbedding,
+    apply_rotary,
     causal_mask,
     combine_masks,
     padding_mask,
@@ -511,3 +512,80 @@ def test_cross_attention_without_context_or_filled_cache_is_a_clear_error() -> N
 def test_empty_cache_says_so() -> None:
     with pytest.raises(RuntimeError, match="KVCache is empty"):
         KVCache().keys
+
+
+# --- T5's and Kronos's options: a head dimension apart from D / H, another scale, rotated cross-attention -------
+
+
+def _heads_reference(mha: MultiHeadAttention, x: Tensor, src: Tensor, scale: float, bias: Tensor | None) -> Tensor:
+    """Attention written out for any head dimension: ``scale * q.k + bias``, softmax, heads concatenated."""
+    inner = mha.n_heads * mha.d_head
+    if mha.cross_attention:
+        wq, wk, wv = mha.q_proj.weight, mha.kv_proj.weight[:inner], mha.kv_proj.weight[inner:]
+    else:
+        wq, wk, wv = mha.qkv_proj.weight.split(inner)
+    q = (x @ wq.T).unflatten(-1, (mha.n_heads, mha.d_head)).transpose(1, 2)  # (B, H, T, Dh)
+    k = (src @ wk.T).unflatten(-1, (mha.n_heads, mha.d_head)).transpose(1, 2)
+    v = (src @ wv.T).unflatten(-1, (mha.n_heads, mha.d_head)).transpose(1, 2)
+    scores = scale * q @ k.transpose(-2, -1) + (0.0 if bias is None else bias)
+    out = (scores.softmax(-1) @ v).transpose(1, 2).flatten(2)  # (B, T, H Dh)
+    return out @ mha.out_proj.weight.T
+
+
+@pytest.mark.parametrize("cross_attention", [False, True], ids=["self", "cross"])
+@pytest.mark.parametrize("need_weights", [False, True], ids=["fused", "explicit"])
+def test_a_head_dimension_apart_from_d_over_h_and_an_unscaled_product(
+    cross_attention: bool, need_weights: bool
+) -> None:
+    """T5's sizes: 3 heads of 12 channels in a width of 16, dot products not divided by sqrt(Dh), a bias."""
+    mha = MultiHeadAttention(16, 3, bias=False, cross_attention=cross_attention, d_head=12, scale=1.0).eval()
+    assert mha.out_proj.weight.shape == (16, 36)
+    x, ctx = torch.randn(B, T, 16), torch.randn(B, S, 16)
+    src = ctx if cross_attention else x
+    bias = torch.randn(3, T, src.shape[1])
+    out, _ = mha(x, ctx if cross_attention else None, bias=bias, need_weights=need_weights)
+    torch.testing.assert_close(out, _heads_reference(mha, x, src, 1.0, bias), atol=REF_ATOL, rtol=0)
+    scaled = MultiHeadAttention(16, 3, bias=False, cross_attention=cross_attention, d_head=12)
+    scaled.load_state_dict(mha.state_dict())
+    out_scaled, _ = scaled(x, ctx if cross_attention else None, bias=bias, need_weights=need_weights)
+    torch.testing.assert_close(out_scaled, _heads_reference(mha, x, src, 12**-0.5, bias), atol=REF_ATOL, rtol=0)
+    assert not torch.allclose(out, out_scaled, atol=1e-3)
+
+
+def test_bad_head_dimension_raises() -> None:
+    with pytest.raises(ValueError, match=r"d_head must be positive, got 0"):
+        MultiHeadAttention(16, 3, d_head=0)
+    MultiHeadAttention(16, 3, d_head=4)  # with d_head, H need not divide D
+
+
+def _heads_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    return apply_rotary(x.unflatten(-1, (H, DH)).transpose(1, 2), cos, sin)  # (B, H, T, Dh)
+
+
+def test_cross_attention_rotates_queries_and_keys_at_the_same_positions() -> None:
+    """Kronos's dependency layer: with RoPE angles, queries and the keys made from the context are rotated
+    alike, so (as in self-attention) the scores depend on positions only through their difference."""
+    mha = MultiHeadAttention(D, H, cross_attention=True).eval()
+    x, ctx = torch.randn(B, T, D), torch.randn(B, T, D)
+    cos, sin = RotaryEmbedding(DH)(T)
+    out, w = mha(x, ctx, rotary=(cos, sin), need_weights=True)
+    q, k = mha.q_proj(x), mha.kv_proj(ctx)[..., :D]
+    q, k = _heads_rotary(q, cos, sin), _heads_rotary(k, cos, sin)
+    torch.testing.assert_close(w, (q @ k.transpose(-2, -1) / math.sqrt(DH)).softmax(-1), atol=REF_ATOL, rtol=0)
+    assert not torch.allclose(out, mha(x, ctx)[0], atol=1e-3)
+    # position 0 rotates nothing
+    cos0, sin0 = RotaryEmbedding(DH)(1)
+    torch.testing.assert_close(mha(x[:, :1], ctx, rotary=(cos0, sin0))[0], mha(x[:, :1], ctx)[0], atol=0, rtol=0)
+
+
+def test_a_cache_filled_by_project_kv_serves_a_growing_source() -> None:
+    """Kronos's sampling appends the newest hidden state's keys to a cross-attention cache step by step."""
+    mha = MultiHeadAttention(D, H, cross_attention=True).eval()
+    _randomize_biases(mha)
+    ctx, cache = torch.randn(B, S, D), KVCache()
+    for end in (3, 4, 7):
+        cache.update(*mha.project_kv(ctx[:, cache.length : end]))
+        q = torch.randn(B, 1, D)
+        torch.testing.assert_close(mha(q, cache=cache)[0], mha(q, ctx[:, :end])[0], atol=ATOL, rtol=0)
+    with pytest.raises(ValueError, match=r"project_kv is for cross-attention"):
+        MultiHeadAttention(D, H).project_kv(ctx)

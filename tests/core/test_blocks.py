@@ -12,7 +12,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lightning_tf.core import DecoderLayer, EncoderLayer, FeedForward, TransformerSpec, padding_mask
+from lightning_tf.core import (
+    DecoderLayer,
+    EncoderLayer,
+    FeedForward,
+    KVCache,
+    RMSNorm,
+    RotaryEmbedding,
+    TransformerSpec,
+    padding_mask,
+)
 from tests.helpers.core import copy_decoder_layer, copy_encoder_layer
 
 D, H, D_FF = 16, 4, 32
@@ -223,6 +232,8 @@ def test_swiglu_matches_hand_computation() -> None:
         ("relu", F.relu),
         ("gelu", lambda h: 0.5 * h * (1 + torch.erf(h / 2**0.5))),
         ("silu", lambda h: h / (1 + torch.exp(-h))),  # swish: x * sigmoid(x)
+        # GPT-2's and T5's gelu_new
+        ("gelu_tanh", lambda h: 0.5 * h * (1 + torch.tanh((2 / torch.pi) ** 0.5 * (h + 0.044715 * h**3)))),
     ],
 )
 def test_feedforward_matches_hand_computation(activation: str, fn) -> None:
@@ -235,11 +246,21 @@ def test_feedforward_matches_hand_computation(activation: str, fn) -> None:
         torch.testing.assert_close(ff(x), expected, atol=ATOL, rtol=0)
 
 
-@pytest.mark.parametrize("activation", ["relu", "gelu", "silu", "swiglu"])
+def test_geglu_is_t5s_gated_gelu() -> None:
+    """T5 v1.1: ``wo(gelu_new(wi_0 x) * wi_1 x)``; ``linear1`` holds wi_0 (the gate) then wi_1."""
+    ff = FeedForward(D, 24, activation="geglu", bias=False).eval()
+    x = torch.randn(B, T, D)
+    gate, value = x @ ff.linear1.weight[:24].T, x @ ff.linear1.weight[24:].T
+    gelu_new = 0.5 * gate * (1 + torch.tanh((2 / torch.pi) ** 0.5 * (gate + 0.044715 * gate**3)))
+    with torch.no_grad():
+        torch.testing.assert_close(ff(x), (gelu_new * value) @ ff.linear2.weight.T, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu"])
 def test_feedforward_default_width_is_four_d_model(activation: str) -> None:
     ff = FeedForward(D, activation=activation)
     assert ff.linear2.in_features == 4 * D
-    assert ff.linear1.out_features == (2 if activation == "swiglu" else 1) * 4 * D
+    assert ff.linear1.out_features == (2 if activation in ("swiglu", "geglu") else 1) * 4 * D
 
 
 def test_feedforward_unknown_activation() -> None:
@@ -274,5 +295,56 @@ def test_encoder_with_batch_norm_uses_it_everywhere_and_refuses_a_padding_mask()
     assert enc(x).shape == (3, 5, 16)
     with pytest.raises(ValueError, match=r"Encoder\(norm='batch'\) cannot take a padding mask"):
         enc(x, torch.ones(3, 1, 1, 5, dtype=torch.bool))
-    with pytest.raises(ValueError, match="norm must be 'layer' or 'batch', got 'group'"):
+    with pytest.raises(ValueError, match="norm must be 'layer', 'rms' or 'batch', got 'group'"):
         Encoder(TransformerSpec(16, 4, 1, norm="group"))  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------------ RMSNorm, decoder-only caching
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rms_norm_is_the_root_mean_square_scaled(dtype: torch.dtype) -> None:
+    norm = RMSNorm(D, eps=1e-6)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+    x = (torch.randn(B, T, D) * 3 + 1).to(dtype)
+    h = x.double()
+    expected = h / torch.sqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * norm.weight.double()
+    got = norm.to(dtype)(x)
+    assert got.dtype == dtype
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(got.double(), expected.to(dtype).double(), atol=tol, rtol=tol)
+    # no mean is taken out: a shifted input does not give the same output, unlike LayerNorm
+    assert not torch.allclose(norm.float()(x.float() + 5), norm.float()(x.float()), atol=1e-2)
+
+
+def test_rms_spec_builds_rms_norms_in_encoder_and_decoder_layers() -> None:
+    spec = TransformerSpec(D, 4, 1, D_FF, dropout=0.0, norm="rms")
+    for layer in (EncoderLayer(spec), DecoderLayer(spec)):
+        norms = [m for m in layer.modules() if isinstance(m, (RMSNorm, nn.LayerNorm))]
+        assert norms and all(isinstance(m, RMSNorm) for m in norms)
+
+
+def test_spec_options_reach_the_layers() -> None:
+    """T5's settings: biases off but (Kronos) the feed-forward's apart, a head dimension, an unscaled product."""
+    spec = TransformerSpec(D, 3, 1, D_FF, bias=True, ffn_bias=False, d_head=8, attn_scale=1.0)
+    layer = DecoderLayer(spec)
+    assert layer.self_attn.qkv_proj.bias is not None and layer.ff.linear1.bias is None
+    assert layer.self_attn.qkv_proj.weight.shape == (72, D) and layer.cross_attn.d_head == 8
+    assert layer.self_attn.scale == 1.0 and layer.cross_attn.scale == 1.0
+
+
+def test_a_causal_encoder_layer_with_a_cache_equals_its_full_pass() -> None:
+    """The decoder-only use (Kronos): the newest positions against the cached ones, RoPE at their offsets."""
+    spec = TransformerSpec(D, 4, 1, D_FF, dropout=0.0, norm="rms", pos_encoding="rope", activation="swiglu")
+    layer = EncoderLayer(spec).eval()
+    rope = RotaryEmbedding(D // 4)
+    x = torch.randn(B, 9, D)
+    with torch.no_grad():
+        full, _ = layer(x, is_causal=True, rotary=rope(9))
+        cache, outs, start = KVCache(), [], 0
+        for n in (4, 1, 3, 1):
+            out, _ = layer(x[:, start : start + n], is_causal=True, rotary=rope(n, start), cache=cache)
+            outs.append(out)
+            start += n
+    torch.testing.assert_close(torch.cat(outs, 1), full, atol=1e-5, rtol=0)

@@ -2,7 +2,8 @@
 
 Sinusoidal: Vaswani et al. 2017, sec. 3.5. RoPE: Su et al. 2021 (checked through its defining
 property, scores depend only on relative position, and against a complex-number rotation).
-ALiBi: Press et al. 2022 and the slope algorithm of its reference code. 2-D sin-cos: MAE.
+ALiBi: Press et al. 2022 and the slope algorithm of its reference code. 2-D sin-cos: MAE. T5's relative
+bias: its buckets written out by hand from the paper's description, and against transformers' own.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from lightning_tf.core import (
     ALiBi,
     LearnedPositionalEncoding,
     PositionalEncoding,
+    RelativePositionBias,
     RotaryEmbedding,
     SinusoidalPositionalEncoding,
     alibi_slopes,
     apply_rotary,
+    relative_position_buckets,
     sincos_2d,
     sinusoidal_table,
 )
@@ -364,7 +367,7 @@ def test_sincos_2d_bad_d_model_raises() -> None:
 def test_positional_encoding_unknown_name_lists_valid_names() -> None:
     with pytest.raises(ValueError, match=r"unknown pos_encoding 'rotary'") as info:
         PositionalEncoding("rotary", d_model=16, n_heads=4)  # type: ignore[arg-type]
-    for name in ("sinusoidal", "sinusoidal_halves", "learned", "rope", "alibi", "none"):
+    for name in ("sinusoidal", "sinusoidal_halves", "learned", "rope", "alibi", "relative", "none"):
         assert repr(name) in str(info.value)
 
 
@@ -411,3 +414,107 @@ def test_alibi_slopes_survive_a_16_bit_cast() -> None:
 def test_positional_encoding_rejects_indivisible_heads() -> None:
     with pytest.raises(ValueError, match=r"d_model \(32\) must be divisible by n_heads \(0\)"):
         PositionalEncoding("alibi", 32, 0)
+
+
+# --- RoPE precision ----------------------------------------------------------------------------
+
+
+def test_rope_float32_angles_are_the_reference_codes_float32_arithmetic() -> None:
+    """``precision="float32"`` gives, bit for bit, the angles of code that computes frequencies, positions and
+    their products in float32 (Kronos's); float64 differs from them by more than 1e-5 at position 2048."""
+    dh, n = 64, 2048
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, dh, 2).float() / dh))
+    angles = torch.einsum("i,j->ij", torch.arange(n).float(), inv_freq)
+    cos, sin = RotaryEmbedding(dh, precision="float32")(n)
+    assert torch.equal(cos, angles.cos()) and torch.equal(sin, angles.sin())
+    cos64, _ = RotaryEmbedding(dh)(n)
+    assert (cos64 - cos).abs().max() > 1e-5
+
+
+def test_rope_unknown_precision_raises() -> None:
+    with pytest.raises(ValueError, match=r"RoPE precision must be one of \['float64', 'float32'\], got 'half'"):
+        RotaryEmbedding(8, precision="half")  # type: ignore[arg-type]
+
+
+# --- T5's relative position bias -----------------------------------------------------------------
+
+
+def _t5_bucket(rel: int, n_buckets: int, max_distance: int, bidirectional: bool) -> int:
+    """One bucket, from the paper's description: the sign halves the buckets (bidirectional), distances below
+    half of a half are exact, the rest log-spaced up to max_distance, then the last bucket."""
+    base = 0
+    if bidirectional:
+        n_buckets //= 2
+        base = n_buckets if rel > 0 else 0
+        d = abs(rel)
+    else:
+        d = max(-rel, 0)
+    exact = n_buckets // 2
+    if d < exact:
+        return base + d
+    far = exact + int(math.log(d / exact) / math.log(max_distance / exact) * (n_buckets - exact))
+    return base + min(far, n_buckets - 1)
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+@pytest.mark.parametrize(("n_buckets", "max_distance"), [(32, 128), (8, 20), (16, 64)])
+def test_relative_buckets_follow_the_papers_scheme(bidirectional: bool, n_buckets: int, max_distance: int) -> None:
+    rel = torch.arange(-300, 301)
+    got = relative_position_buckets(rel, n_buckets, max_distance, bidirectional)
+    assert got.tolist() == [_t5_bucket(int(r), n_buckets, max_distance, bidirectional) for r in rel]
+    assert got.min() == 0 and got.max() == n_buckets - 1
+    if not bidirectional:
+        assert got[rel > 0].eq(0).all()  # keys after the query share bucket 0
+
+
+# T5's buckets (32 of them, max_distance 128) of these relative positions, as transformers' T5Attention gives them
+T5_RELATIVE = [-200, -128, -127, -64, -33, -32, -16, -9, -8, -7, -1, 0, 1, 7, 8, 9, 15, 16, 32, 64, 127, 128, 200]
+T5_ENCODER = [15, 15, 15, 14, 12, 12, 10, 8, 8, 7, 1, 0, 17, 23, 24, 24, 25, 26, 28, 30, 31, 31, 31]
+T5_DECODER = [31, 31, 31, 26, 21, 21, 16, 9, 8, 7, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+
+
+def test_relative_buckets_are_t5s() -> None:
+    rel = torch.tensor(T5_RELATIVE)
+    assert relative_position_buckets(rel, 32, 128, True).tolist() == T5_ENCODER
+    assert relative_position_buckets(rel, 32, 128, False).tolist() == T5_DECODER
+
+
+def test_relative_bias_values_come_from_its_table_by_bucket() -> None:
+    rel = RelativePositionBias(4, 8, 20)
+    bias = rel(3, 6, offset=2)  # (H, T, S)
+    assert bias.shape == (4, 3, 6)
+    for i in range(3):
+        for j in range(6):
+            bucket = relative_position_buckets(torch.tensor(j - (i + 2)), 8, 20, True)
+            assert torch.equal(bias[:, i, j], rel.embedding.weight[bucket])
+    # a decoding step is the last row of the full bias
+    assert torch.equal(rel(1, 6), rel(6, 6)[:, -1:])
+
+
+def test_relative_bias_of_a_decoder_is_causal_bucketing() -> None:
+    enc, dec = RelativePositionBias(2, 8, 20), RelativePositionBias(2, 8, 20, bidirectional=False)
+    dec.embedding.weight.data.copy_(enc.embedding.weight)
+    assert not torch.equal(enc(5, 5), dec(5, 5))
+    b = dec(5, 5)
+    assert torch.equal(b[:, 0, 1], b[:, 0, 4])  # every later key in bucket 0
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        (dict(n_buckets=3), r"relative position bias needs at least 4 buckets, got 3"),
+        (dict(n_buckets=8, max_distance=2), r"max_distance \(2\) must exceed the 2 exact buckets"),
+    ],
+)
+def test_relative_bias_bad_sizes_raise(kw: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        RelativePositionBias(4, **kw)
+
+
+def test_positional_encoding_relative_dispatch() -> None:
+    pe = PositionalEncoding("relative", 16, 4, relative_buckets=8, relative_max_distance=20)
+    x = torch.randn(2, 5, 16)
+    assert torch.equal(pe(x), x) and pe.rotary(5) is None
+    assert pe.relative is not None and torch.equal(pe.bias(3, 5), pe.relative(3, 5))
+    causal = PositionalEncoding("relative", 16, 4, bidirectional=False)
+    assert causal.relative is not None and not causal.relative.bidirectional

@@ -40,7 +40,9 @@ def test_defaults_resolve_ffn_dropout_and_final_norm() -> None:
 @pytest.mark.parametrize("change", [{"norm": "batch"}, {"drop_path": 0.1}, {"layer_scale": 1e-4}])
 def test_a_decoder_refuses_what_only_encoders_have(change: dict) -> None:
     spec = TransformerSpec(16, 4, 1).replace(**change)
-    with pytest.raises(ValueError, match="a decoder layer takes norm 'layer' and neither drop_path nor layer_scale"):
+    with pytest.raises(
+        ValueError, match="a decoder layer takes norm 'layer' or 'rms' and neither drop_path nor layer_scale"
+    ):
         Decoder(spec)
     with pytest.raises(ValueError, match="a decoder layer takes"):
         DecoderLayer(spec)
@@ -55,3 +57,14 @@ def test_the_spec_is_frozen() -> None:
     torch.manual_seed(0)
     b = Encoder(TransformerSpec(16, 4, 1))
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
+
+
+def test_a_head_dimension_frees_d_model_from_the_head_count() -> None:
+    spec = TransformerSpec(16, 3, 1, d_head=8)
+    assert Encoder(spec).layers[0].self_attn.qkv_proj.out_features == 72
+    with pytest.raises(ValueError, match=r"d_head must be positive, got 0"):
+        TransformerSpec(16, 3, 1, d_head=0)
+    with pytest.raises(ValueError, match=r"d_model \(16\) must be divisible by n_heads \(3\)"):
+        TransformerSpec(16, 3, 1)
+    assert TransformerSpec(16, 4, 1, bias=False).use_ffn_bias is False
+    assert TransformerSpec(16, 4, 1, bias=False, ffn_bias=True).use_ffn_bias is True

@@ -24,8 +24,8 @@ from tests.helpers.core import copy_decoder_layer, copy_encoder_layer
 D, H, N_LAYERS, D_FF = 32, 4, 2, 64
 B, T, S = 3, 7, 6
 ATOL = 1e-5
-ALL_PE = ["sinusoidal", "learned", "rope", "alibi", "none"]
-PE_ON = ["sinusoidal", "learned", "rope", "alibi"]
+ALL_PE = ["sinusoidal", "learned", "rope", "alibi", "relative", "none"]
+PE_ON = ["sinusoidal", "learned", "rope", "alibi", "relative"]
 
 
 def make_encoder(pos_encoding: str = "none", **kwargs) -> Encoder:
@@ -540,3 +540,10 @@ def test_cache_offset_beyond_max_len(pos_encoding: str) -> None:
         dec(torch.randn(1, 3, D), memory, cache=cache)  # chunked: 3 fit, 2 more do not
         with pytest.raises(ValueError, match=r"positions up to 5 requested \(length 2, offset 3\)"):
             dec(torch.randn(1, 2, D), memory, cache=cache)
+
+
+def test_t5s_relative_bias_is_bidirectional_in_an_encoder_and_causal_in_a_decoder() -> None:
+    enc, dec = make_encoder("relative", relative_buckets=8), make_decoder("relative", relative_buckets=8)
+    assert enc.pos.relative is not None and enc.pos.relative.bidirectional
+    assert dec.pos.relative is not None and not dec.pos.relative.bidirectional
+    assert enc.pos.relative.embedding.weight.shape == (8, H)

@@ -229,7 +229,7 @@ def run_kline(devices: int, out: Path) -> None:
     pl.seed_everything(SEED, verbose=False)
     # the two processes read a panel prepared once (rank 0 prepares, both map it); one process builds it in memory
     cache = {"cache_dir": str(out / "panel_cache")} if devices > 1 else {}
-    dm = KLineDataModule(batch_size=b * 2 // devices, **data_kw, **cache)
+    dm = KLineDataModule.from_arguments({"batch_size": b * 2 // devices, **data_kw, **cache})
     model = KLineForecaster(**model_kw)
     t = trainer(devices, max_steps=6, limit_val_batches=0)
     t.fit(model, datamodule=dm)
@@ -244,7 +244,7 @@ def run_kline(devices: int, out: Path) -> None:
     trainer(devices, callbacks=[writer]).predict(model, datamodule=dm, return_predictions=False)
     # one ticker, one window, two processes: the second process forecasts it too, the file has it once
     one_ticker = write_once(out / "bars_bbb.csv", _bbb(path))
-    dm = KLineDataModule(batch_size=b, predict_path=str(one_ticker), **data_kw)
+    dm = KLineDataModule.from_arguments({"batch_size": b, "predict_path": str(one_ticker), **data_kw})
     writer = ForecastWriter(output_file=str(out / "forecast_one" / "forecast.csv"), plot_bars=20)
     trainer(devices, callbacks=[writer]).predict(model, datamodule=dm, return_predictions=False)
     save(out, "kline", record, t.global_rank)

@@ -16,7 +16,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
 from lightning_tf.core import TransformerSpec
-from lightning_tf.kline import DataScale
+from lightning_tf.kline import DataHandover, DataScale
 from lightning_tf.kline.networks import DEFAULT_SPEC
 
 __all__ = [
@@ -184,6 +184,11 @@ class SineDataModule(LightningDataModule):
         self.train_set = _Windows(self.series, 0, a, L, F)
         self.val_set = _Windows(self.series, a - L, b, L, F)
         self.test_set = _Windows(self.series, b - L, T, L, F)
+
+    def handover(self) -> DataHandover:
+        return DataHandover(
+            self.n_features, self.n_targets, self.context_len, self.horizon, self.target_channels, self.data_scale
+        )
 
     def train_dataloader(self) -> DataLoader:
         return DataLoader(self.train_set, batch_size=self.batch_size, shuffle=True, drop_last=True)

@@ -1,6 +1,7 @@
 """Real ``lightning-tf fit`` runs that the tests stop with real signals: the commands, starting and
 stopping them (a whole process group: DDP ranks included), waiting for a checkpoint file to appear, and the
-comparison of two runs' final checkpoints bit for bit. Also a checkpoint writer made slow on purpose."""
+comparison of two runs' final checkpoints bit for bit. Also a checkpoint writer made slow on purpose, and a
+callback that holds one rank still at a chosen step (to kill it, or the rank waiting for it, at a known point)."""
 
 from __future__ import annotations
 
@@ -21,11 +22,13 @@ from lightning.pytorch import Callback
 from lightning_tf.training import AtomicCheckpointIO
 
 __all__ = [
+    "PauseAt",
     "SignalAt",
     "SlowCheckpointIO",
     "TASK_ARGS",
     "fit_args",
     "free_port",
+    "pause_at",
     "same_training",
     "signal_at",
     "start",
@@ -96,7 +99,7 @@ TASK_ARGS: dict[str, list[str]] = {
     "kline": [
         "--config",
         "configs/kline/msft_daily.yaml",
-        "--data.batch_size",
+        "--data.loading.batch_size",
         "32",
         "--model.d_model",
         "16",
@@ -362,6 +365,42 @@ class SignalAt(Callback):
     def on_validation_batch_end(self, trainer: Any, *args: Any, **kwargs: Any) -> None:
         if self._armed and not trainer.sanity_checking:
             self._send()
+
+
+class PauseAt(Callback):
+    """Holds one rank still after a chosen training step, so that a test can kill it, or the rank that goes
+    on and then waits for it in the next collective, at a known point: at the end of global step ``step``
+    rank ``rank`` writes its process id into ``<default_root_dir>/paused-<step>`` and sleeps (``pause``
+    seconds at most). Several pauses as ``"7:1,10:0"`` (step:rank). A pause whose file exists has been
+    taken (by an earlier part of the run) and is skipped, so the command that resumes the run carries the
+    same arguments and pauses only where it has not yet. Every rank writes its process id into
+    ``rank<r>.pid`` there as training starts.
+
+    Args:
+        at: ``step:rank`` pairs, separated by commas.
+        pause: the longest sleep, in seconds.
+    """
+
+    def __init__(self, at: str = "7:1", pause: float = 120.0) -> None:
+        self.at = [tuple(int(x) for x in pair.split(":")) for pair in at.split(",")]
+        self.pause = pause
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        (Path(trainer.default_root_dir) / f"rank{trainer.global_rank}.pid").write_text(str(os.getpid()))
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        for step, rank in self.at:
+            cue = Path(trainer.default_root_dir) / f"paused-{step}"
+            if trainer.global_step == step and trainer.global_rank == rank and not cue.exists():
+                part = cue.with_suffix(".partial")
+                part.write_text(str(os.getpid()))
+                part.rename(cue)
+                time.sleep(self.pause)
+
+
+def pause_at(at: str) -> tuple[str, ...]:
+    """The ``fit`` arguments that add :class:`PauseAt` to a run."""
+    return ("--trainer.callbacks+", "tests.helpers.preemption.PauseAt", "--trainer.callbacks.at", at)
 
 
 def signal_at(epoch: int, batch: int, where: str = "train") -> tuple[str, ...]:

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-__all__ = ["make_universe", "spearman", "write_universe"]
+__all__ = ["make_universe", "reversal_universe", "spearman", "write_universe"]
 
 
 def make_universe(
@@ -61,6 +61,39 @@ def make_universe(
                     "noise": rng.normal(0, 1, n_days),
                     "own_return": np.concatenate([[0.0], np.diff(np.log(close))]),
                     "turnover": volume * close,
+                }
+            )
+        )
+    return pd.concat(parts, ignore_index=True)
+
+
+def reversal_universe(
+    n_tickers: int, n_days: int, *, reversal: float, seed: int = 0, start: str = "2015-01-02", sigma: float = 0.01
+) -> pd.DataFrame:
+    """A long table (``date, ticker, open, high, low, close, volume``) whose every ticker follows one pattern
+    learnable from its own bars: after a large move (beyond one ``sigma``) the next day gives back ``reversal`` of
+    it, ``r_t = -reversal * r_{t-1} * [|r_{t-1}| > sigma] + eps_t``; ``reversal = 0`` is a pure random walk."""
+    rng = np.random.default_rng(seed)
+    dates = pd.bdate_range(start, periods=n_days)
+    parts = []
+    for k in range(n_tickers):
+        eps = rng.normal(0, sigma, n_days) * rng.choice([0.5, 1.0, 2.0], n_days)  # calm and wild days
+        r = np.zeros(n_days)
+        for t in range(n_days):
+            back = -reversal * r[t - 1] if t and abs(r[t - 1]) > sigma else 0.0
+            r[t] = back + eps[t]
+        close = 20 * (1 + k % 7) * np.exp(np.cumsum(r))
+        open_ = close * np.exp(rng.normal(0, 0.002, n_days))
+        parts.append(
+            pd.DataFrame(
+                {
+                    "date": dates.strftime("%Y-%m-%d"),
+                    "ticker": f"R{seed:02d}{k:03d}",
+                    "open": open_,
+                    "high": np.maximum(open_, close) * np.exp(np.abs(rng.normal(0, 0.003, n_days))),
+                    "low": np.minimum(open_, close) * np.exp(-np.abs(rng.normal(0, 0.003, n_days))),
+                    "close": close,
+                    "volume": rng.integers(10_000, 50_000, n_days).astype(float),
                 }
             )
         )

@@ -17,6 +17,7 @@ from lightning_tf.kline import KLineDataModule, KLineForecaster
 from lightning_tf.kline.covariates import calendar_features, cross_sectional
 from lightning_tf.kline.inference import last_windows
 from lightning_tf.kline.reader.io import read_bars
+from lightning_tf.kline.settings import Covariates
 from lightning_tf.kline.windows import next_timestamps, xy_pairs
 from tests.helpers.universe import make_universe, spearman, write_universe
 
@@ -26,7 +27,7 @@ DATES = {"val_start": "2015-10-01", "test_start": "2015-12-15"}  # business days
 
 def _dm(path: Path, **kw: object) -> KLineDataModule:
     args = {"context_len": 8, "horizon": 1, "batch_size": 512, "features": ["log_return"], **DATES, **kw}
-    dm = KLineDataModule(str(path), **args)  # type: ignore[arg-type]
+    dm = KLineDataModule.from_arguments({"path": str(path), **args})
     dm.setup("fit")
     return dm
 
@@ -215,9 +216,9 @@ def test_bad_covariate_inputs_get_one_line(tmp_path: Path, planted: Path) -> Non
     dropped = _dm(tmp_path / "gaps.csv", covariates=["signal"], covariate_missing="drop")
     assert len(filled.bars) == 640 and len(dropped.bars) == 637
     with pytest.raises(ValueError, match=r"calendar 'XXXX' is not an exchange calendar"):
-        KLineDataModule(calendar="XXXX")
+        KLineDataModule(covariates=Covariates(calendar="XXXX"))
     with pytest.raises(ValueError, match=r"have the name of a built-in or calendar feature"):
-        KLineDataModule(covariates=["volatility"])
+        KLineDataModule(covariates=Covariates(past=["volatility"]))
 
 
 def test_static_table_and_unknown_ticker_slot(tmp_path: Path, planted: Path) -> None:
@@ -249,7 +250,9 @@ def universe_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path,
         "static_file": str(root / "sectors.csv"),
         "horizon": 2,
     }
-    dm = KLineDataModule(str(root / "u.csv"), context_len=16, batch_size=64, features=["log_return"], **DATES, **kw)
+    dm = KLineDataModule.from_arguments(
+        {"path": str(root / "u.csv"), "context_len": 16, "batch_size": 64, "features": ["log_return"], **DATES, **kw}
+    )
     L.seed_everything(0)
     model = KLineForecaster(
         n_features=2, context_len=16, horizon=2, channel_mixing=True, revin=False, d_model=8, n_heads=2, n_layers=1
@@ -296,16 +299,18 @@ def test_the_checkpoint_carries_the_covariates_and_forecast_requires_their_colum
     bars.to_csv(root / "new.csv", index=False)
     future.to_csv(root / "future.csv", index=False)
     kw = {"covariates": ["signal"], "future_covariates": ["event"], "calendar": "XNYS", "ticker_embedding": True}
-    pdm = KLineDataModule(
-        str(root / "gone.csv"),
-        context_len=16,
-        horizon=2,
-        features=["log_return"],
-        static_file=str(root / "sectors.csv"),
-        predict_path=str(root / "new.csv"),
-        predict_future_path=str(root / "future.csv"),
-        **DATES,
-        **kw,
+    pdm = KLineDataModule.from_arguments(
+        {
+            "path": str(root / "gone.csv"),
+            "context_len": 16,
+            "horizon": 2,
+            "features": ["log_return"],
+            "static_file": str(root / "sectors.csv"),
+            "predict_path": str(root / "new.csv"),
+            "predict_future_path": str(root / "future.csv"),
+            **DATES,
+            **kw,
+        }
     )
     pdm.setup("predict")
     pdm.load_state_dict(torch.load(ckpt, weights_only=True)["KLineDataModule"])
@@ -329,7 +334,16 @@ def test_predict_through_the_data_module_matches_forecast(tmp_path: Path) -> Non
 
     frame = write_universe(tmp_path / "u.csv", n_tickers=3, n_days=320)
     kw = {"covariates": ["signal"], "calendar": "XSHG", "ticker_embedding": True, "horizon": 3}
-    dm = KLineDataModule(str(tmp_path / "u.csv"), context_len=16, batch_size=64, features=["log_return"], **DATES, **kw)
+    dm = KLineDataModule.from_arguments(
+        {
+            "path": str(tmp_path / "u.csv"),
+            "context_len": 16,
+            "batch_size": 64,
+            "features": ["log_return"],
+            **DATES,
+            **kw,
+        }
+    )
     model = KLineForecaster(
         n_features=2, context_len=16, horizon=3, channel_mixing=True, residual="off", linear="tuned"
     )
@@ -350,13 +364,15 @@ def test_predict_through_the_data_module_matches_forecast(tmp_path: Path) -> Non
     new.to_csv(tmp_path / "new.csv", index=False)
     loaded = KLineForecaster.load_from_checkpoint(tmp_path / "model.ckpt", map_location="cpu").eval()
     table = loaded.forecast(tmp_path / "new.csv")
-    pdm = KLineDataModule(
-        str(tmp_path / "gone.csv"),
-        context_len=16,
-        predict_path=str(tmp_path / "new.csv"),
-        features=["log_return"],
-        **DATES,
-        **kw,
+    pdm = KLineDataModule.from_arguments(
+        {
+            "path": str(tmp_path / "gone.csv"),
+            "context_len": 16,
+            "predict_path": str(tmp_path / "new.csv"),
+            "features": ["log_return"],
+            **DATES,
+            **kw,
+        }
     )
     pdm.setup("predict")
     pdm.load_state_dict(torch.load(tmp_path / "model.ckpt", weights_only=True)["KLineDataModule"])

@@ -12,6 +12,7 @@ import torch
 
 from lightning_tf.kline import DataScale, KLineDataModule
 from lightning_tf.kline.reader.io import read_bars
+from lightning_tf.kline.settings import Features, Loading, Reading, Splits
 from lightning_tf.kline.windows import chronological_borders
 from tests.helpers.kline import make_bars
 
@@ -22,7 +23,7 @@ KEYS = {"x", "y", "x_raw_target", "anchor", "ticker", "time"}
 
 @pytest.fixture(scope="module")
 def msft() -> KLineDataModule:
-    dm = KLineDataModule(context_len=32, horizon=4, batch_size=256)
+    dm = KLineDataModule(context_len=32, horizon=4, loading=Loading(batch_size=256))
     dm.setup("fit")
     return dm
 
@@ -34,12 +35,14 @@ def bars_csv(tmp_path: Path) -> Path:
 
 
 def test_interface_is_known_before_setup() -> None:
-    dm = KLineDataModule(context_len=48, horizon=7, features=["body", "log_return", "volatility"])
+    dm = KLineDataModule(context_len=48, horizon=7, features=Features(names=["body", "log_return", "volatility"]))
     assert (dm.n_features, dm.n_targets, dm.context_len, dm.horizon) == (3, 1, 48, 7)
     assert dm.feature_names == ["body", "log_return", "volatility"] and dm.target_names == ["log_return"]
     assert dm.target_channels == [1]
-    assert KLineDataModule(target="close").target_channels is None  # close is not an input by default
-    assert KLineDataModule(target="close", features=["log_return", "close"]).target_channels == [1]
+    assert (
+        KLineDataModule(features=Features(target="close")).target_channels is None
+    )  # close is not an input by default
+    assert KLineDataModule(features=Features(target="close", names=["log_return", "close"])).target_channels == [1]
 
 
 def test_batches(msft: KLineDataModule) -> None:
@@ -89,7 +92,9 @@ def test_targets_rebuild_the_real_future_closes(msft: KLineDataModule) -> None:
 
 
 def test_close_target(bars_csv: Path) -> None:
-    dm = KLineDataModule(str(bars_csv), context_len=16, horizon=3, target="close", features=["log_return", "close"])
+    dm = KLineDataModule(
+        str(bars_csv), context_len=16, horizon=3, features=Features(target="close", names=["log_return", "close"])
+    )
     dm.setup("fit")
     batch = next(iter(dm.val_dataloader()))
     closes = torch.tensor(pd.read_csv(bars_csv)["Close"].to_numpy())
@@ -102,7 +107,9 @@ def test_close_target(bars_csv: Path) -> None:
 
 
 def test_date_splits(bars_csv: Path) -> None:
-    dm = KLineDataModule(str(bars_csv), context_len=10, horizon=2, val_start="2000-08-01", test_start="2000-10-02")
+    dm = KLineDataModule(
+        str(bars_csv), context_len=10, horizon=2, splits=Splits(val_start="2000-08-01", test_start="2000-10-02")
+    )
     dm.setup("fit")
     b = dm.borders["rw"]
     assert b["val_start"] == pd.Timestamp("2000-08-01") and b["test_start"] == pd.Timestamp("2000-10-02")
@@ -115,9 +122,8 @@ def test_panel_of_tickers_trains_one_model() -> None:
         str(FIXTURES / "long_two_tickers.csv"),
         context_len=1,
         horizon=1,
-        features=["log_return"],
-        train_fraction=0.5,
-        val_fraction=0.1,
+        features=Features(names=["log_return"]),
+        splits=Splits(train_fraction=0.5, val_fraction=0.1),
     )
     dm.setup("fit")
     assert dm.ticker_names == ["AAA", "BBB"]
@@ -134,7 +140,7 @@ def test_a_folder_read_by_worker_processes_gives_the_same_windows(tmp_path: Path
         make_bars(150, seed=seed).to_csv(tmp_path / f"{name}.csv", index=False)
     built = []
     for workers in (0, 2):
-        dm = KLineDataModule(str(tmp_path), context_len=8, horizon=2, read_workers=workers)
+        dm = KLineDataModule(str(tmp_path), context_len=8, horizon=2, reading=Reading(read_workers=workers))
         dm.setup("fit")
         built.append(dm)
     one, two = built
@@ -162,13 +168,18 @@ def test_panel_ticker_without_training_rows_is_left_out(tmp_path: Path, caplog: 
     old, late = make_bars(300, seed=1), make_bars(100, seed=2, start="2001-01-01")
     pd.concat([old.assign(ticker="OLD"), late.assign(ticker="IPO")]).to_csv(tmp_path / "p.csv", index=False)
     dm = KLineDataModule(
-        str(tmp_path / "p.csv"), context_len=8, horizon=2, val_start="2000-10-02", test_start="2000-11-01"
+        str(tmp_path / "p.csv"),
+        context_len=8,
+        horizon=2,
+        splits=Splits(val_start="2000-10-02", test_start="2000-11-01"),
     )
     dm.setup("fit")
     assert dm.ticker_names == ["OLD"] and "ticker 'IPO' has 0 usable training rows" in caplog.text
     assert (dm._rows["ticker"] == 0).all()
     with pytest.raises(ValueError, match="no ticker has training rows before the validation border"):
-        KLineDataModule(str(tmp_path / "p.csv"), val_start="1990-01-01", test_start="1991-01-01").setup("fit")
+        KLineDataModule(str(tmp_path / "p.csv"), splits=Splits(val_start="1990-01-01", test_start="1991-01-01")).setup(
+            "fit"
+        )
 
 
 def test_max_gap_splits_windows(tmp_path: Path) -> None:
@@ -179,17 +190,17 @@ def test_max_gap_splits_windows(tmp_path: Path) -> None:
         str(tmp_path / "gap.csv"),
         context_len=8,
         horizon=2,
-        max_gap="7D",
-        on_error="drop",
-        train_fraction=0.8,
-        val_fraction=0.1,
+        reading=Reading(max_gap="7D", on_error="drop"),
+        splits=Splits(train_fraction=0.8, val_fraction=0.1),
     )
     dm.setup("fit")
     ds = dm.datasets["train"]
     rows = torch.cat([ds.context_rows(), ds.target_rows()], dim=1)  # (W, L + F)
     crosses = (rows.min(1).values < 60) & (rows.max(1).values >= 60)
     assert not crosses.any()
-    without = KLineDataModule(str(tmp_path / "gap.csv"), context_len=8, horizon=2, train_fraction=0.8, val_fraction=0.1)
+    without = KLineDataModule(
+        str(tmp_path / "gap.csv"), context_len=8, horizon=2, splits=Splits(train_fraction=0.8, val_fraction=0.1)
+    )
     without.setup("fit")
     assert len(without.datasets["train"]) - len(ds) == 8 + 2 - 1  # the windows that spanned the gap
 
@@ -272,27 +283,29 @@ def test_state_dict_flags_a_changed_training_file(bars_csv: Path, caplog: pytest
 
 def test_argument_errors(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"unknown feature\(s\) \['rsi'\]"):
-        KLineDataModule(features=["rsi"])
-    with pytest.raises(ValueError, match=r"train_fraction \(0.8\).*val_fraction \(0.3\)"):
-        KLineDataModule(train_fraction=0.8, val_fraction=0.3)
-    with pytest.raises(ValueError, match=r"give both val_start \('2010-01-01'\) and test_start \(None\)"):
-        KLineDataModule(val_start="2010-01-01")
-    with pytest.raises(ValueError, match=r"val_start \(2012-01-01\) must come before test_start \(2011-01-01\)"):
-        KLineDataModule(val_start="2012-01-01", test_start="2011-01-01")
-    with pytest.raises(ValueError, match=r"on_error must be one of"):
-        KLineDataModule(on_error="skip")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"val_start '2010-13-45' is not a date"):
-        KLineDataModule(val_start="2010-13-45", test_start="2012-01-01")
-    with pytest.raises(ValueError, match=r"test_start 'soon' is not a date"):
-        KLineDataModule(val_start="2010-01-01", test_start="soon")
-    with pytest.raises(ValueError, match=r"max_gap 'ten days' is not a duration"):
-        KLineDataModule(max_gap="ten days")
-    with pytest.raises(ValueError, match=r"volatility_window \(1\) must be at least 2 bars"):
-        KLineDataModule(volatility_window=1)
-    with pytest.raises(ValueError, match=r"volume_window \(0\) must be at least 2 bars"):
-        KLineDataModule(volume_window=0)
+        KLineDataModule(features=Features(names=["rsi"]))
+    with pytest.raises(ValueError, match=r"splits.train_fraction \(0.8\).*splits.val_fraction \(0.3\)"):
+        KLineDataModule(splits=Splits(train_fraction=0.8, val_fraction=0.3))
+    with pytest.raises(ValueError, match=r"give both splits.val_start \('2010-01-01'\) and splits.test_start \(None\)"):
+        KLineDataModule(splits=Splits(val_start="2010-01-01"))
+    with pytest.raises(
+        ValueError, match=r"splits.val_start \(2012-01-01\) must come before splits.test_start \(2011-01-01\)"
+    ):
+        KLineDataModule(splits=Splits(val_start="2012-01-01", test_start="2011-01-01"))
+    with pytest.raises(ValueError, match=r"reading.on_error must be one of"):
+        KLineDataModule(reading=Reading(on_error="skip"))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"splits.val_start '2010-13-45' is not a date"):
+        KLineDataModule(splits=Splits(val_start="2010-13-45", test_start="2012-01-01"))
+    with pytest.raises(ValueError, match=r"splits.test_start 'soon' is not a date"):
+        KLineDataModule(splits=Splits(val_start="2010-01-01", test_start="soon"))
+    with pytest.raises(ValueError, match=r"reading.max_gap 'ten days' is not a duration"):
+        KLineDataModule(reading=Reading(max_gap="ten days"))
+    with pytest.raises(ValueError, match=r"features.volatility_window \(1\) must be at least 2 bars"):
+        KLineDataModule(features=Features(volatility_window=1))
+    with pytest.raises(ValueError, match=r"features.volume_window \(0\) must be at least 2 bars"):
+        KLineDataModule(features=Features(volume_window=0))
     with pytest.raises(ValueError, match=r"read_workers \(-2\) must be >= 0 \(0: read in this process\)"):
-        KLineDataModule(read_workers=-2)
+        KLineDataModule(reading=Reading(read_workers=-2))
     short = KLineDataModule(str(FIXTURES / "english.csv"), context_len=8, horizon=2)
     with pytest.raises(ValueError, match=r"english.csv: ticker 'english' has \d usable training rows"):
         short.setup("fit")
@@ -320,21 +333,25 @@ def test_reader_options_reach_the_reader(bars_csv: Path, tmp_path: Path) -> None
     frame = pd.read_csv(bars_csv)
     frame.to_csv(tmp_path / "comma.csv", sep=";", decimal=",", index=False)
     plain = KLineDataModule(str(bars_csv), context_len=16, horizon=2)
-    comma = KLineDataModule(str(tmp_path / "comma.csv"), context_len=16, horizon=2, decimal=",", thousands="")
+    comma = KLineDataModule(
+        str(tmp_path / "comma.csv"), context_len=16, horizon=2, reading=Reading(decimal=",", thousands="")
+    )
     plain.setup("fit"), comma.setup("fit")
     assert torch.equal(plain.datasets["train"][3]["x"], comma.datasets["train"][3]["x"])
     assert plain.data_scale == dataclasses.replace(comma.data_scale, ticker_names=plain.data_scale.ticker_names)
     with pytest.raises(ValueError, match=r"decimal must be one of"):
-        KLineDataModule(decimal=";")
+        KLineDataModule(reading=Reading(decimal=";"))
     with pytest.raises(ValueError, match=r"timezone 'Mars/Olympus' is not a known time zone"):
-        KLineDataModule(timezone="Mars/Olympus")
+        KLineDataModule(reading=Reading(timezone="Mars/Olympus"))
 
 
 def test_a_share_intraday_integration() -> None:
     path = SHARED / "kline_a_share" / "XSHG_5min_600977.csv"
     if not path.exists():
         pytest.skip("shared A-share bars not present")
-    dm = KLineDataModule(str(path), context_len=48, horizon=6, features=["log_return", "body", "time_of_day"])
+    dm = KLineDataModule(
+        str(path), context_len=48, horizon=6, features=Features(names=["log_return", "body", "time_of_day"])
+    )
     dm.setup("fit")
     assert len(dm.datasets["test"]) == 2500 - (2500 - int(2500 * 0.2)) - 6 + 1
     batch = next(iter(dm.test_dataloader()))
@@ -342,7 +359,9 @@ def test_a_share_intraday_integration() -> None:
 
 
 def test_an_empty_test_split_is_refused_rather_than_scored_as_nothing(bars_csv: Path) -> None:
-    dm = KLineDataModule(str(bars_csv), context_len=16, horizon=3, val_start="2000-06-01", test_start="2030-01-01")
+    dm = KLineDataModule(
+        str(bars_csv), context_len=16, horizon=3, splits=Splits(val_start="2000-06-01", test_start="2030-01-01")
+    )
     dm.setup("fit")
     assert len(dm.datasets["train"]) > 0 and len(dm.datasets["test"]) == 0
     with pytest.raises(ValueError, match=r"rw.csv: no test windows; the test split has fewer than horizon \(3\)"):
@@ -350,7 +369,7 @@ def test_an_empty_test_split_is_refused_rather_than_scored_as_nothing(bars_csv: 
 
 
 def test_data_scale_holds_the_training_statistics(bars_csv: Path) -> None:
-    dm = KLineDataModule(str(bars_csv), context_len=16, horizon=3, features=["body", "log_return"])
+    dm = KLineDataModule(str(bars_csv), context_len=16, horizon=3, features=Features(names=["body", "log_return"]))
     assert dm.data_scale is None
     with pytest.raises(RuntimeError, match=r"call setup\(\) first"):
         dm.inverse_targets(torch.zeros(1, 3, 1))

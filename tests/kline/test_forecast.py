@@ -13,6 +13,8 @@ import pytest
 import torch
 
 from lightning_tf.kline import KLineDataModule, KLineForecaster, PatchTST
+from lightning_tf.kline.inference import last_windows
+from lightning_tf.kline.settings import Loading, Reading
 from tests.helpers.kline import TINY, make_bars
 
 
@@ -24,7 +26,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, pd.Da
     bars = make_bars(300, seed=3)
     bars.to_csv(root / "msft.csv", index=False)
     L.seed_everything(0)
-    dm = KLineDataModule(str(root / "msft.csv"), context_len=32, horizon=3, batch_size=64)
+    dm = KLineDataModule(str(root / "msft.csv"), context_len=32, horizon=3, loading=Loading(batch_size=64))
     model = KLineForecaster(n_features=6, n_targets=1, context_len=32, horizon=3, revin=False, **TINY)
     t = L.Trainer(
         max_epochs=1,
@@ -101,7 +103,7 @@ def test_a_dataframe_in_another_layout_and_a_panel(trained: tuple[Path, Path, pd
     one = model.forecast(chinese.set_index("日期"), name="msft")
     assert one["scaled_by"].unique().tolist() == ["training statistics of 'msft'"]
     panel = pd.concat([bars.assign(code="msft"), make_bars(120, seed=4).assign(code="zz")])
-    both = model.forecast(panel, ticker_column="code")
+    both = model.forecast(panel, reading=Reading(ticker_column="code"))
     assert both.groupby("ticker")["scaled_by"].first().to_dict() == {
         "msft": "training statistics of 'msft'",
         "zz": "its own history (100 bars)",
@@ -137,3 +139,32 @@ def test_patching_that_would_drop_bars_is_refused() -> None:
         KLineForecaster(n_features=1, n_targets=1, context_len=100, horizon=2, patch_len=16, stride=16, pad_end=False)
     PatchTST(1, 1, 96, 2, [0], patch_len=16, stride=16, pad_end=False)  # 96 = 16 + 5 * 16: every bar read
     PatchTST(1, 1, 100, 2, [0], patch_len=16, stride=16, pad_end=True)  # end padding reads the last bars
+
+
+def test_a_model_of_a_cross_sectional_label_forecasts_new_bars(tmp_path: Path) -> None:
+    """A model trained on a per-date rank of the returns (``label: cs_rank``) reads new bars' returns as its inputs
+    and forecasts the label (no prices: a rank has none), the same numbers as its own forward pass."""
+    from lightning_tf.kline.settings import Features, Splits
+    from tests.helpers.universe import write_universe
+
+    frame = write_universe(tmp_path / "u.csv", n_tickers=6, n_days=260)
+    dm = KLineDataModule(
+        str(tmp_path / "u.csv"),
+        context_len=16,
+        horizon=2,
+        features=Features(names=["log_return", "volatility"], label="cs_rank"),
+        splits=Splits(val_start="2015-09-01", test_start="2015-11-02"),
+        loading=Loading(batch_size=64),
+    )
+    model = KLineForecaster(n_features=2, n_targets=1, context_len=16, horizon=2, channel_mixing=True, **TINY)
+    L.Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False).fit(model, dm)
+    new = frame[frame["ticker"] == frame["ticker"].iloc[0]].iloc[:120]
+    table = model.forecast(new)
+    assert list(table.columns[:4]) == ["ticker", "timestamp", "step", "pred_cs_rank_log_return"]
+    assert "close" not in table.columns and np.isfinite(table["pred_cs_rank_log_return"]).all()
+    (window,) = last_windows(new, scale=model.data_scale, context_len=16, horizon=2)
+    with torch.no_grad():
+        direct = model.eval()(torch.tensor(window.x[None], dtype=torch.float32))[0, :, 0].double()  # (F,)
+    np.testing.assert_allclose(
+        table["pred_cs_rank_log_return"].to_numpy(), (direct * window.target_std[0] + window.target_mean[0]).numpy()
+    )

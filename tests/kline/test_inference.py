@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from lightning_tf.kline.inference import SeriesWindow, windows_of_series
+from lightning_tf.kline.scale import DataScale
 
 FEATURES = ["log_return", "high_rel", "volatility", "volume_zscore", "log_volume"]
 
@@ -45,15 +46,22 @@ def test_series_read_together_get_the_windows_they_get_alone(context_len: int, c
     if not covariate:  # the warm-ups then differ by the holes of the volume
         for (_, columns, _), (_, _, nan_rows) in zip(series, specs, strict=True):
             columns["volume"][:nan_rows] = np.nan
-    kwargs = dict(
+    (fm, fs, tm, ts) = trained["AAA"]
+    scale = DataScale(
         feature_names=[*FEATURES, "turnover"] if covariate else FEATURES,
-        target="log_return",
-        context_len=context_len,
+        target_names=["log_return"],
+        target_kind="return",
+        ticker_names=["AAA"],
+        feature_mean=[fm],
+        feature_std=[fs],
+        target_mean=[tm],
+        target_std=[ts],
+        has_prices=True,
         volatility_window=5,
         volume_window=10,
-        trained=trained,
-        covariates={"past": ["turnover"]} if covariate else None,
+        covariates={"past": ["turnover"]} if covariate else {},
     )
+    kwargs = dict(scale=scale, context_len=context_len)
     together = windows_of_series(series, **kwargs)  # type: ignore[arg-type]
     for one, window in zip(series, together, strict=True):
         (alone,) = windows_of_series([one], **kwargs)  # type: ignore[arg-type]

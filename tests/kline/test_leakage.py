@@ -11,6 +11,7 @@ import torch
 
 from lightning_tf.kline import KLineDataModule, MultivariateDataModule
 from lightning_tf.kline.features import FEATURES
+from lightning_tf.kline.settings import Features, Splits
 from tests.helpers.kline import make_bars
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
@@ -27,7 +28,9 @@ def _panel(tmp_path: Path) -> Path:
 
 
 def _module(path: Path, **kwargs) -> KLineDataModule:
-    dm = KLineDataModule(str(path), context_len=20, horizon=5, features=ALL_FEATURES, **kwargs)
+    dm = KLineDataModule(
+        str(path), context_len=20, horizon=5, features=Features(names=ALL_FEATURES), splits=Splits(**kwargs)
+    )
     dm.setup("fit")
     return dm
 
@@ -210,14 +213,17 @@ def test_train_start_moves_the_scaler_statistics(tmp_path: Path) -> None:
     ("kwargs", "match"),
     [
         ({"train_start": "2000-03-01"}, "need the date split"),
-        ({"val_start": "2000-11-01", "test_start": "2001-01-02", "train_start": "2000-12-01"}, "before val_start"),
+        (
+            {"val_start": "2000-11-01", "test_start": "2001-01-02", "train_start": "2000-12-01"},
+            "before splits.val_start",
+        ),
         ({"val_start": "2000-11-01", "test_start": "2001-01-02", "test_end": "2000-12-01"}, "must not come before"),
         ({"embargo": -1}, "embargo"),
     ],
 )
 def test_bad_date_ranges_are_refused(kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
-        KLineDataModule("x.csv", **kwargs)
+        KLineDataModule("x.csv", splits=Splits(**kwargs))
 
 
 def test_an_embargo_longer_than_the_validation_split_is_refused_naming_it(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from lightning_tf.kline import DataScale, KLineDataModule, KLineForecaster, MultivariateDataModule
+from lightning_tf.kline.settings import Features, Loading
 from tests.helpers.kline import SCALE, SHIFT, TINY, SineDataModule, write_bars
 from tests.helpers.kline import quiet_trainer as trainer
 
@@ -65,7 +66,7 @@ def test_model_and_data_must_agree() -> None:
 
 def test_targets_that_are_not_inputs_need_the_mixing_head(tmp_path: Path) -> None:
     write_bars(tmp_path / "bars.csv", n=300)
-    dm = KLineDataModule(str(tmp_path / "bars.csv"), context_len=32, horizon=3, target="close")
+    dm = KLineDataModule(str(tmp_path / "bars.csv"), context_len=32, horizon=3, features=Features(target="close"))
     with pytest.raises(ValueError, match="the channel-independent head cannot forecast them"):
         trainer(max_steps=1).fit(KLineForecaster(n_features=6, n_targets=1, context_len=32, horizon=3, **TINY), dm)
 
@@ -109,7 +110,7 @@ def test_kline_fit_test_baselines_and_checkpoint(tmp_path: Path) -> None:
     (checked by hand from the batches) in log-return units and on rebuilt prices; the checkpoint
     loads with weights_only=True and reproduces the forecasts and the data scale."""
     write_bars(tmp_path / "bars.csv")
-    dm = KLineDataModule(str(tmp_path / "bars.csv"), context_len=32, horizon=4, batch_size=32)
+    dm = KLineDataModule(str(tmp_path / "bars.csv"), context_len=32, horizon=4, loading=Loading(batch_size=32))
     model = KLineForecaster(n_features=6, n_targets=1, context_len=32, horizon=4, **TINY)
     t = L.Trainer(
         max_epochs=1, logger=False, enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path
@@ -156,7 +157,7 @@ def test_linear_fits_happen_when_training_starts_and_are_kept_by_the_checkpoint(
     --ckpt_path``): the same numbers, no refit. A run resumed from the checkpoint keeps the linear path and
     the baseline (no refit). Never trained: the baseline is skipped, saying so once."""
     write_bars(tmp_path / "bars.csv")
-    dm = KLineDataModule(str(tmp_path / "bars.csv"), context_len=32, horizon=4, batch_size=32)
+    dm = KLineDataModule(str(tmp_path / "bars.csv"), context_len=32, horizon=4, loading=Loading(batch_size=32))
     kw = dict(n_features=6, n_targets=1, context_len=32, horizon=4, **TINY)
     model = KLineForecaster(**kw)
     assert not model.linear_baseline.fitted and not model.net.linear.fitted
@@ -193,7 +194,7 @@ def test_fitting_the_baseline_leaves_training_untouched(tmp_path: Path) -> None:
     params = []
     for baselines in (True, False):
         L.seed_everything(0)
-        dm = KLineDataModule(str(tmp_path / "bars.csv"), context_len=32, horizon=4, batch_size=32)
+        dm = KLineDataModule(str(tmp_path / "bars.csv"), context_len=32, horizon=4, loading=Loading(batch_size=32))
         model = KLineForecaster(n_features=6, n_targets=1, context_len=32, horizon=4, baselines=baselines, **TINY)
         trainer(max_steps=4, limit_val_batches=1).fit(model, dm)
         params.append([p.detach().clone() for p in model.parameters()])

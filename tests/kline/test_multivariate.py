@@ -12,6 +12,7 @@ import torch
 from sklearn.preprocessing import StandardScaler
 
 from lightning_tf.kline import KLineDataModule, MultivariateDataModule
+from lightning_tf.kline.settings import Features
 from lightning_tf.kline.windows import ett_borders
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
@@ -104,7 +105,7 @@ def test_etth1_window_counts_match_the_published_loader(L: int, F: int) -> None:
 
 def test_target_kind_says_returns_or_levels(tmp_path: Path) -> None:
     assert KLineDataModule().target_kind == "return"
-    assert KLineDataModule(target="close").target_kind == "level"
+    assert KLineDataModule(features=Features(target="close")).target_kind == "level"
     path = _csv(tmp_path, 50)
     assert MultivariateDataModule(str(path), context_len=8, horizon=2).target_kind == "level"
     assert MultivariateDataModule(str(path), context_len=8, horizon=2, target_kind="return").target_kind == "return"

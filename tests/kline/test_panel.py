@@ -15,6 +15,9 @@ import torch
 
 from lightning_tf.kline import KLineDataModule
 from lightning_tf.kline import data as kline_data
+from lightning_tf.kline.panel import PanelSettings, build_panel
+from lightning_tf.kline.reader import read_bars
+from lightning_tf.kline.settings import Features, Splits
 from tests.helpers.kline import make_bars
 
 SETTINGS = dict(context_len=8, horizon=2, val_start="2000-05-01", test_start="2000-06-01", batch_size=16)
@@ -32,7 +35,7 @@ def folder(tmp_path: Path) -> Path:
 
 
 def _built(path: Path, **kw: object) -> KLineDataModule:
-    dm = KLineDataModule(str(path), **{**SETTINGS, **kw})
+    dm = KLineDataModule.from_arguments({"path": str(path), **SETTINGS, **kw})
     dm.prepare_data()
     dm.setup("fit")
     return dm
@@ -62,7 +65,7 @@ def test_a_prepared_panel_equals_the_panel_built_in_memory_and_is_reused_without
     def no_reading(*args: object, **kwargs: object) -> None:
         raise AssertionError("a reused panel read the bars")
 
-    monkeypatch.setattr(kline_data, "read_bars", no_reading)
+    monkeypatch.setattr(kline_data, "read_with_settings", no_reading)
     caplog.clear()
     with caplog.at_level(logging.INFO):
         reused = _built(folder, cache_dir=str(tmp_path / "cache"))
@@ -133,7 +136,7 @@ def test_the_rows_are_mapped_from_the_panel_files(folder: Path, tmp_path: Path) 
 def test_prediction_prepares_nothing(folder: Path, tmp_path: Path) -> None:
     from types import SimpleNamespace
 
-    dm = KLineDataModule(str(folder), cache_dir=str(tmp_path / "cache"), **SETTINGS)
+    dm = KLineDataModule.from_arguments({"path": str(folder), "cache_dir": str(tmp_path / "cache"), **SETTINGS})
     dm.trainer = SimpleNamespace(state=SimpleNamespace(fn="predict"))  # as Lightning's predict sets it
     dm.prepare_data()
     assert not (tmp_path / "cache").exists()
@@ -192,3 +195,46 @@ def test_the_command_prepares_once_reuses_and_predicts_without_the_panel(folder:
         "predict", "--config", str(config), "--ckpt_path", str(ckpt), "--data.predict_path", str(new), cwd=tmp_path
     )
     assert re.search(r"wrote 1 forecasts to ", proc.stdout) and not cache.exists()
+
+
+def _settings(path: Path) -> PanelSettings:
+    return PanelSettings(
+        path=str(path),
+        context_len=8,
+        horizon=2,
+        features=Features(names=["log_return", "high_rel", "log_volume_change"], volatility_window=5, volume_window=5),
+        splits=Splits(0.7, 0.15, SETTINGS["val_start"], SETTINGS["test_start"]),
+    )
+
+
+@pytest.mark.parametrize("late", [5, 9])
+def test_tickers_left_out_are_said_one_by_one_or_counted_in_one_line(
+    tmp_path: Path, late: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A handful of tickers left out (listed after val_start) or without windows of a split are said one by one;
+    a corpus's thousands are counted in one line each, naming a few."""
+    for seed, name in enumerate(["A", "B", "C"]):
+        make_bars(160, seed=seed).to_csv(tmp_path / f"{name}.csv", index=False)
+    for k in range(late):
+        make_bars(40, seed=10 + k, start="2000-06-05").to_csv(tmp_path / f"IPO{k}.csv", index=False)
+    for k in range(late):  # listed in time for training and validation, delisted before the test split
+        make_bars(100, seed=30 + k).to_csv(tmp_path / f"GONE{k}.csv", index=False)
+    with caplog.at_level(logging.WARNING, logger="lightning_tf"):
+        panel = build_panel(read_bars(tmp_path), _settings(tmp_path))
+    assert panel.ticker_names == ["A", "B", "C", *(f"GONE{k}" for k in range(late))]
+    said = [r.getMessage() for r in caplog.records]
+    if late <= 5:  # in ticker order, as the panel is built
+        assert said == [
+            *(f"{tmp_path}: ticker 'GONE{k}' has no test windows (100 bars)" for k in range(late)),
+            *(
+                f"{tmp_path}: ticker 'IPO{k}' has 0 usable training rows (of 40 bars, 1 warm-up); it is left out of "
+                "the panel"
+                for k in range(late)
+            ),
+        ]
+    else:
+        assert said == [
+            f"{tmp_path}: 9 tickers have no test windows: 'GONE0', 'GONE1', 'GONE2', 'GONE3', 'GONE4' and 4 more",
+            f"{tmp_path}: 9 tickers have fewer than 2 usable training rows and are left out of the panel: 'IPO0', "
+            "'IPO1', 'IPO2', 'IPO3', 'IPO4' and 4 more",
+        ]

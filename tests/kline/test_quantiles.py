@@ -11,6 +11,7 @@ import torch
 
 from lightning_tf.kline import KLineDataModule, KLineForecaster, PatchTST
 from lightning_tf.kline.evaluation.metrics import IntervalMetrics, central_intervals, pinball_loss
+from lightning_tf.kline.settings import Loading
 from tests.helpers.kline import TINY, SineDataModule, net_args, write_bars
 
 LEVELS = [0.05, 0.1, 0.5, 0.9, 0.95]
@@ -92,7 +93,7 @@ def test_the_gaps_start_as_a_gaussian_of_the_linear_fit_error() -> None:
 
 def test_a_quantile_model_reports_intervals_and_forecasts_quantile_columns(tmp_path: Path) -> None:
     write_bars(tmp_path / "bars.csv", n=400)
-    dm = KLineDataModule(str(tmp_path / "bars.csv"), context_len=32, horizon=3, batch_size=64)
+    dm = KLineDataModule(str(tmp_path / "bars.csv"), context_len=32, horizon=3, loading=Loading(batch_size=64))
     model = KLineForecaster(
         n_features=6,
         n_targets=1,

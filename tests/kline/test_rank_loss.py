@@ -17,6 +17,7 @@ from scipy import stats
 from lightning_tf.kline import KLineDataModule, KLineForecaster
 from lightning_tf.kline.evaluation.metrics import date_correlation, date_ranks
 from lightning_tf.kline.evaluation.selection import Decision, ResidualSelection
+from lightning_tf.kline.settings import Loading
 from tests.helpers.kline import quiet_trainer
 from tests.helpers.universe import write_universe
 
@@ -26,7 +27,8 @@ def _date_universe(tmp_path: Path, **kw: object) -> KLineDataModule:
     path = tmp_path / "universe.csv"
     write_universe(path, past=1.0, future=0.0, n_tickers=10, n_days=200)
     args = {"context_len": 8, "horizon": 2, "features": ["log_return", "volatility"], "batch_by_date": True}
-    return KLineDataModule(str(path), **args, val_start="2015-08-03", test_start="2015-09-01", **kw)  # type: ignore[arg-type]
+    dates = {"val_start": "2015-08-03", "test_start": "2015-09-01"}
+    return KLineDataModule.from_arguments({"path": str(path), **args, **dates, **kw})
 
 
 def _frame(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -239,7 +241,7 @@ def test_without_a_residual_val_rank_ic_is_the_models_own(tmp_path: Path, residu
 
 
 def test_selecting_by_ic_on_one_series_is_refused_in_one_line(tmp_path: Path) -> None:
-    dm = KLineDataModule("data/msft.csv", context_len=16, horizon=2, batch_size=64)
+    dm = KLineDataModule("data/msft.csv", context_len=16, horizon=2, loading=Loading(batch_size=64))
     model = KLineForecaster(n_features=dm.n_features, context_len=16, horizon=2, residual_select_by="ic")
     trainer = quiet_trainer(
         limit_train_batches=1, limit_val_batches=2, num_sanity_val_steps=0, default_root_dir=tmp_path, accelerator="cpu"

@@ -12,13 +12,14 @@ import pytest
 import torch
 
 from lightning_tf.kline import ForecastWriter, KLineDataModule, KLineForecaster
+from lightning_tf.kline.settings import Features, Loading
 from tests.helpers.kline import TINY, write_bars
 from tests.helpers.kline import quiet_trainer as trainer
 
 
 def test_prices_rebuilt_from_target_returns_are_the_file_closes(tmp_path: Path) -> None:
     df = write_bars(tmp_path / "bars.csv", n=200)
-    dm = KLineDataModule(str(tmp_path / "bars.csv"), context_len=16, horizon=5, batch_size=50)
+    dm = KLineDataModule(str(tmp_path / "bars.csv"), context_len=16, horizon=5, loading=Loading(batch_size=50))
     dm.setup("fit")
     ds = dm.datasets["test"]
     batch = next(iter(dm.test_dataloader()))
@@ -32,7 +33,7 @@ def test_prices_rebuilt_from_target_returns_are_the_file_closes(tmp_path: Path) 
 
 def test_predict_writes_the_forecast_csv_and_chart(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     df = write_bars(tmp_path / "bars.csv", n=300)
-    dm = KLineDataModule(str(tmp_path / "bars.csv"), context_len=32, horizon=4, batch_size=32)
+    dm = KLineDataModule(str(tmp_path / "bars.csv"), context_len=32, horizon=4, loading=Loading(batch_size=32))
     out = tmp_path / "forecast" / "next.csv"
     model = KLineForecaster(n_features=6, n_targets=1, context_len=32, horizon=4, **TINY)
     trainer().fit(model, dm)
@@ -57,7 +58,13 @@ def test_predict_writes_the_forecast_csv_and_chart(tmp_path: Path, capsys: pytes
 
 def test_level_target_writes_prices_directly(tmp_path: Path) -> None:
     write_bars(tmp_path / "bars.csv", n=300)
-    dm = KLineDataModule(str(tmp_path / "bars.csv"), context_len=32, horizon=3, target="close", batch_size=64)
+    dm = KLineDataModule(
+        str(tmp_path / "bars.csv"),
+        context_len=32,
+        horizon=3,
+        features=Features(target="close"),
+        loading=Loading(batch_size=64),
+    )
     model = KLineForecaster(n_features=6, n_targets=1, context_len=32, horizon=3, channel_mixing=True, **TINY)
     t = trainer(default_root_dir=tmp_path)
     t.fit(model, dm)

@@ -40,6 +40,7 @@ from lightning_tf.serve.loop import (  # noqa: E402
     pipe_queue,
     stop_workers,
 )
+from lightning_tf.training.private import litserve as litserve_private  # noqa: E402
 
 
 def _item(uid: str, age: float = 0.0) -> tuple[int, str, float, dict]:
@@ -288,14 +289,14 @@ def test_a_running_litserver_queues_requests_as_the_loop_reads_them_and_its_work
         # the request went to the worker as its body's bytes, through LitServe's registration of the endpoint, and
         # its answer came back through the pipes, not the manager's queues
         assert isinstance(running.litapi_request_queues["/predict"], multiprocessing.queues.Queue)
-        assert isinstance(running._transport, PipeTransport)
+        assert isinstance(litserve_private.transport(running), PipeTransport)
         assert client.post("/predict", json={"x": 21}).json() == {"y": 42}
         workers = list(running.inference_workers)
         assert workers and set(running.litapi_request_queues) == {"/predict"}
         stop_workers(running, grace=30.0)
         assert running.inference_workers == [] and [w.exitcode for w in workers] == [0] * len(workers)
     server.close_queues()
-    assert server.litapi_request_queues == {} and server._transport is None
+    assert server.litapi_request_queues == {} and litserve_private.transport(server) is None
 
 
 def test_litserve_makes_its_queues_where_the_pipe_server_replaces_them() -> None:
@@ -316,7 +317,7 @@ def test_litserve_makes_its_queues_where_the_pipe_server_replaces_them() -> None
         assert isinstance(request_queue, multiprocessing.queues.Queue)
         request_queue.put((1, "uid", 0.0, {"x": 3}))
         assert request_queue.get(timeout=10) == (1, "uid", 0.0, {"x": 3})
-        transport = server._transport
+        transport = litserve_private.transport(server)
         assert isinstance(transport, PipeTransport) and isinstance(transport, MessageTransport)
         assert transport.__reduce__() == (PipeTransport, (transport._queues,))  # what a spawned worker receives
         for k in range(5):

@@ -1,8 +1,8 @@
-"""``lightning-tf tune`` end to end on the digits ViT cut to a few batches: two workers on one journal file, each
-trial an ordinary ``fit`` run (its config, checkpoints and offline wandb run in the study's group), the report,
-``best.yaml`` training through ``fit``; a worker killed (SIGKILL) mid-trial and the command stopped by SIGTERM,
-then continued by the same command; and two commands on one PostgreSQL study, one killed, its trial failed by
-Optuna's heartbeat and run again by the other."""
+"""``lightning-tf tune`` end to end on the digits ViT cut to a few batches: two trials at once on one journal file,
+each an ordinary ``fit`` run (its config, checkpoints and offline wandb run in the study's group), the report,
+``best.yaml`` training through ``fit``; a trial's run killed (SIGKILL) mid-trial and the command stopped by SIGTERM,
+then continued by the same command; and two commands on one PostgreSQL study, one killed (its runs stop with it),
+its trial failed by Optuna's heartbeat and run again by the other."""
 
 from __future__ import annotations
 
@@ -48,7 +48,6 @@ model.init_args.lr: {type: float, low: 1.0e-3, high: 1.0e-2, log: true}
 model.init_args.drop_path: {type: categorical, choices: [0.0, 0.1]}
 """
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline", "WANDB_SILENT": "true", "OMP_NUM_THREADS": "1"}
-ENV.pop("LIGHTNING_TF_TUNE_WORKER", None)
 
 
 def load(tmp: Path, name: str, storage: str | None = None) -> optuna.Study:
@@ -79,9 +78,9 @@ def _alive(pid: int) -> bool:
 
 
 def _training(study: optuna.Study) -> list:
-    """Running trials of a live worker whose run has finished an epoch."""
+    """Running trials of a live command whose run has finished an epoch."""
     trials = study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
-    return [t for t in trials if _alive(t.user_attrs.get("pid", 0)) and t.intermediate_values]
+    return [t for t in trials if _alive(t.user_attrs.get("run_pid", 0)) and t.intermediate_values]
 
 
 def _training_in(tmp: Path, name: str) -> list:
@@ -107,7 +106,7 @@ def _accounted(study: optuna.Study, trials: int) -> None:
             assert again.params == t.params
 
 
-def test_two_workers_run_ordinary_trials_and_the_report_trains_through_fit(
+def test_two_jobs_run_ordinary_trials_and_the_report_trains_through_fit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the trials and the fit of best.yaml: the same numerics
@@ -117,8 +116,8 @@ def test_two_workers_run_ordinary_trials_and_the_report_trains_through_fit(
     trials = study.trials
     assert [t.state.name for t in trials] == ["COMPLETE"] * 3, proc.stdout  # the median pruner waits for 3
     _accounted(study, 3)
-    assert {t.user_attrs["worker"] for t in trials} == {0, 1}  # both workers took trials: the same command
-    assert len({t.user_attrs["pid"] for t in trials}) == 2
+    assert {t.user_attrs["job"] for t in trials} == {0, 1}  # two at once
+    assert len({t.user_attrs["run_pid"] for t in trials}) == 3 and len({t.user_attrs["pid"] for t in trials}) == 1
     for t in trials:  # one line per trial in the command's output
         assert f"trial {t.number} complete in " in proc.stdout
     folder = tmp_path / "runs/tune/two"
@@ -169,7 +168,7 @@ def test_two_workers_run_ordinary_trials_and_the_report_trains_through_fit(
     assert "best config: runs/tune/two/best.yaml" in capsys.readouterr().out
 
 
-def test_a_killed_worker_and_a_stopped_command_leave_a_study_the_same_command_finishes(tmp_path: Path) -> None:
+def test_a_killed_run_and_a_stopped_command_leave_a_study_the_same_command_finishes(tmp_path: Path) -> None:
     options = [*TINY, "--trainer.logger=false", "--trainer.max_epochs=8", "--search", write_space(tmp_path)]
     options += ["--trials", "2", "--jobs", "2", "--study_name", "cont"]
     out = tmp_path / "out.txt"
@@ -185,24 +184,24 @@ def test_a_killed_worker_and_a_stopped_command_leave_a_study_the_same_command_fi
     try:
         _wait(lambda: journal.exists() and len(_training_in(tmp_path, "cont")) == 2, 300, "two trials training")
         killed = _training(load(tmp_path, "cont"))[0]
-        os.kill(killed.user_attrs["pid"], signal.SIGKILL)  # a worker, mid-trial
-        # the command fails its trial at once (a journal has no heartbeat) and queues it again
+        os.kill(killed.user_attrs["run_pid"], signal.SIGKILL)  # a trial's run, mid-trial
+        # the command ends its trial as interrupted at once and queues it again
         _wait(lambda: load(tmp_path, "cont").trials[killed.number].state.name == "FAIL", 60, "the killed trial")
         _wait(lambda: _training(load(tmp_path, "cont")), 300, "a trial training after the kill")
         termed = _training(load(tmp_path, "cont"))[0]
-        proc.send_signal(signal.SIGTERM)  # the command: its workers stop their trials
+        proc.send_signal(signal.SIGTERM)  # the command: it stops its trials
         proc.wait(120)
     finally:
         proc.kill()
     text = out.read_text()
     assert proc.returncode == 130, text
-    assert "ended with status -9" in text and f"trial {killed.number} was left running by a worker that is gone" in text
+    assert f"trial {killed.number} interrupted in " in text and "interrupted: its run ended (-9) [" in text
     assert (
         "stopping: the running trials" in text and "continue the study with the same command: lightning-tf tune" in text
     )
     study = load(tmp_path, "cont")
     stopped = study.trials[termed.number]
-    assert stopped.state.name == "FAIL" and stopped.user_attrs["reason"] == "interrupted: the worker was stopped"
+    assert stopped.state.name == "FAIL" and stopped.user_attrs["reason"] == "interrupted: the study was stopped"
     # SIGTERM reached the trial's run, whose LastCheckpoint saved where it stopped
     assert (tmp_path / f"runs/tune/cont/trials/{termed.number:04d}/checkpoints/last.ckpt").is_file()
     final = cli("tune", *options, cwd=tmp_path, timeout=600)
@@ -265,9 +264,9 @@ def test_two_commands_share_a_postgresql_study_and_the_heartbeat_retries_a_kille
     try:
         _wait(lambda: _has_study(postgres) and _training(load(tmp_path, "pg", postgres)), 300, "the first's trial")
         killed = _training(load(tmp_path, "pg", postgres))[0]
-        first.send_signal(signal.SIGKILL)  # the whole command: its worker and its trial's run follow within a second
+        first.send_signal(signal.SIGKILL)  # the whole command: its trial's run follows at once
         first.wait(30)
-        _wait(lambda: not _alive(killed.user_attrs["pid"]), 30, "the killed command's worker to stop")
+        _wait(lambda: not _alive(killed.user_attrs["run_pid"]), 10, "the killed command's run to stop")
     finally:
         first.kill()
     assert load(tmp_path, "pg", postgres).trials[killed.number].state.name == "RUNNING"  # until the heartbeat says

@@ -16,7 +16,7 @@ from tests.helpers.cli import ROOT
 
 PACKAGE = ROOT / "lightning_tf"
 #: the modules that run studies or trials: the only ones that may import Optuna at module level
-OPTUNA_MODULES = {"space", "study", "worker", "report", "reporter"}
+OPTUNA_MODULES = {"space", "study", "trials", "report", "reporter"}
 
 
 def _module_level_imports(path: Path) -> set[str]:
@@ -43,7 +43,7 @@ def test_only_the_study_modules_import_optuna_and_nothing_outside_imports_them()
         if not in_tune and any(n.startswith("lightning_tf.tune") for n in imports):
             outside.append(str(path.relative_to(ROOT)))
     assert set(importers) <= OPTUNA_MODULES, importers
-    assert {"worker", "reporter"} <= set(importers)  # the check looks where Optuna really is imported
+    assert {"trials", "reporter"} <= set(importers)  # the check looks where Optuna really is imported
     assert outside == []
     # the command's module (what `lightning-tf tune --help` loads) and the package need no Optuna
     for name in ("__init__", "command"):

@@ -3,6 +3,7 @@ trial its own folder and wandb run without taking over what the user set."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from lightning_tf.tune.overrides import (
     absolute_configs,
     args_key,
+    check_study_name,
     format_value,
     given_names,
     to_overrides,
@@ -52,8 +54,11 @@ def test_overrides_keep_the_order_of_the_parameters() -> None:
     ]
 
 
-def test_a_trial_gets_its_own_folder_and_wandb_run_in_the_study_group() -> None:
-    args = trial_overrides("digits", 7, "/s/digits", True, ["--config", "a.yaml", "--trainer.max_epochs=3"])
+def test_a_trial_gets_its_own_folder_wandb_run_and_pruning_callback() -> None:
+    reporter = {"monitor": "val/loss", "study": "digits", "trial": 7, "params": {"model.init_args.lr": 0.01}}
+    args = trial_overrides("digits", 7, "/s/digits", True, ["--config", "a.yaml", "--trainer.max_epochs=3"], reporter)
+    callback = json.loads(args.pop().removeprefix("--trainer.callbacks+="))
+    assert callback == {"class_path": "lightning_tf.tune.reporter.TrialReporter", "init_args": reporter}
     assert args == [
         "--trainer.default_root_dir=/s/digits",
         "--trainer.logger.init_args.save_dir=/s/digits",
@@ -66,7 +71,8 @@ def test_a_trial_gets_its_own_folder_and_wandb_run_in_the_study_group() -> None:
         "--trainer.devices=1",
     ]
     # without a WandbLogger the trial's folder is its default_root_dir; what the user set is left to them
-    assert trial_overrides("s", 2, "/s", False, ["--trainer.devices=2", "--trainer.enable_progress_bar", "true"]) == [
+    given = ["--trainer.devices=2", "--trainer.enable_progress_bar", "true"]
+    assert trial_overrides("s", 2, "/s", False, given, {})[:-1] == [
         "--trainer.default_root_dir=/s/trials/0002",
         "--trainer.enable_model_summary=false",
     ]
@@ -75,7 +81,9 @@ def test_a_trial_gets_its_own_folder_and_wandb_run_in_the_study_group() -> None:
 
 def test_a_study_name_that_cannot_name_a_folder_or_run_is_refused() -> None:
     with pytest.raises(ValueError, match=r"study name 'my study/1': use letters, digits, '-' and '_' only"):
-        trial_overrides("my study/1", 0, "/s", True, [])
+        check_study_name("my study/1")
+    with pytest.raises(ValueError, match=r"study name 'a b'"):
+        trial_overrides("a b", 0, "/s", True, [], {})
 
 
 def test_a_study_is_known_by_its_configs_contents_wherever_the_clone_is(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """The study's bookkeeping without training: the direction a metric's name implies, the storages, trials left
-running by a dead worker failed and queued again with Optuna's retry callback (and not counted), the report
-and ``best.yaml`` (the complete config with the best trial's values)."""
+running by a dead command failed and queued again with Optuna's retry callback (and not counted), the report
+and ``best.yaml`` (the complete config with the best trial's values), the seeded sampler and the pruner."""
 
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ from lightning_tf.tune.study import (
     fail_orphans,
     held,
     infer_direction,
+    make_pruner,
+    make_sampler,
     open_storage,
     retried,
     tally,
@@ -60,7 +62,7 @@ def _journal_study(tmp_path: Path) -> optuna.Study:
     return optuna.create_study(study_name="s", storage=storage)
 
 
-def test_trials_of_a_dead_worker_are_failed_queued_again_and_not_counted(tmp_path: Path) -> None:
+def test_trials_of_a_dead_command_are_failed_queued_again_and_not_counted(tmp_path: Path) -> None:
     study = _journal_study(tmp_path)
     done = study.ask()
     done.suggest_float("x", 0, 1)
@@ -142,3 +144,22 @@ def test_a_database_url_gets_a_heartbeat_that_retries(tmp_path: Path) -> None:
     assert isinstance(database, optuna.storages.RDBStorage)
     assert database.get_heartbeat_interval() == 5 and database.grace_period == 10
     assert isinstance(database.heartbeat_stale_trial_callback, optuna.storages.RetryHeartbeatStaleTrialCallback)
+
+
+def test_the_sampler_is_seeded_by_the_trials_held_and_the_pruner_waits_as_asked() -> None:
+    tpe = make_sampler("tpe", seed=0, trials=40, n_existing=0)
+    assert isinstance(tpe, optuna.samplers.TPESampler) and tpe._n_startup_trials == 10 and tpe._constant_liar
+    assert make_sampler("tpe", seed=0, trials=8, n_existing=0)._n_startup_trials == 4
+
+    def draws(sampler: optuna.samplers.BaseSampler) -> list[float]:
+        study = optuna.create_study(sampler=sampler)
+        study.optimize(lambda t: t.suggest_float("x", 0, 1), n_trials=3)
+        return [t.params["x"] for t in study.trials]
+
+    assert draws(make_sampler("random", 1, 20, 0)) == draws(make_sampler("random", 1, 20, 0))
+    assert draws(make_sampler("random", 1, 20, 0)) != draws(make_sampler("random", 1, 20, 3))  # a continued study
+    median = make_pruner("median", startup=3, warmup=4, max_epochs=40)
+    assert isinstance(median, optuna.pruners.MedianPruner) and median._n_startup_trials == 3
+    assert median._n_warmup_steps == 4
+    assert make_pruner("hyperband", 3, 4, max_epochs=40)._max_resource == 40
+    assert isinstance(make_pruner("none", 3, 4, None), optuna.pruners.NopPruner)

@@ -8,8 +8,8 @@ or DLinear form, pooled or per channel, ridge) is scored on every validation win
 simplest (fewest effective degrees of freedom) whose validation error is within that many standard
 errors of the lowest, the standard error taken from contiguous blocks of windows (the
 one-standard-error rule; Hastie, Tibshirani and Friedman, *The Elements of Statistical Learning*,
-3.4.1 and 7.10). On ETTh1 the rule chose more strongly shrunk maps that tested worse in 4 of 8 cells
-and better in 2 (``docs/results/ett_etth1_linear_one_se.md``): on the window itself (not
+3.4.1 and 7.10). On ETTh1 the rule chose more strongly shrunk maps that tested worse more often than
+better (``docs/results/ett_etth1_linear_one_se.md``): on the window itself (not
 RevIN-normalised), a strong ridge shrinks the forecast toward the training months' mean, which a
 later period need not share. So the lowest validation error is the default.
 

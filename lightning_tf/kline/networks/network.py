@@ -75,6 +75,7 @@ __all__ = [
     "BackboneName",
     "ForecastNet",
     "ForecastParts",
+    "Objective",
     "PatchTST",
     "ResidualMode",
     "build_backbone",
@@ -83,6 +84,8 @@ __all__ = [
 ]
 
 ResidualMode = Literal["on", "off", "only", "blend"]
+#: what training minimises: the forecast's loss, or the masked-patch reconstruction (pretraining)
+Objective = Literal["forecast", "masked"]
 BackboneName = Literal["patches", "variates", "bars"]
 Backbone = PatchBackbone | VariateBackbone | BarBackbone
 
@@ -221,6 +224,8 @@ class ForecastNet(nn.Module):
         causal: bars: each bar attends only to itself and older bars.
         revin: normalise each window per channel and map the forecast back (RevIN).
         revin_affine: learn RevIN's per-channel scale and shift (on the Transformer's input).
+        objective: ``forecast`` (training minimises the forecast's loss) or ``masked`` (masked-patch
+            reconstruction, :meth:`masked_patch_loss`: self-supervised pretraining of a ``patches`` backbone).
     """
 
     residual_gate: Tensor
@@ -249,6 +254,7 @@ class ForecastNet(nn.Module):
         causal: bool = False,
         revin: bool = True,
         revin_affine: bool = True,
+        objective: Objective = "forecast",
     ) -> None:
         super().__init__()
         for name, value in (
@@ -267,6 +273,14 @@ class ForecastNet(nn.Module):
             raise ValueError(f"linear_input must be 'auto', 'revin' or 'raw', got {linear_input!r}")
         if linear_input == "revin" and not revin:
             raise ValueError("linear_input 'revin' needs revin: true")
+        if objective not in ("forecast", "masked"):
+            raise ValueError(f"objective must be 'forecast' or 'masked', got {objective!r}")
+        if objective == "masked" and (backbone != "patches" or residual != "only"):
+            raise ValueError(
+                f"objective 'masked' (masked-patch pretraining) needs backbone: patches and residual: only, got "
+                f"backbone {backbone!r} and residual {residual!r}"
+            )
+        self.objective = objective
         self.n_features, self.n_targets, self.context_len, self.horizon = n_features, n_targets, context_len, horizon
         self.backbone_name, self.channel_mixing, self.residual = backbone, channel_mixing, residual
         self.linear_input = linear_input if revin else "raw"
@@ -323,6 +337,9 @@ class ForecastNet(nn.Module):
                 nn.init.zeros_(self.quantile_head.weight)
                 nn.init.zeros_(self.quantile_head.bias)
         self.register_buffer("residual_gate", torch.ones(n_targets))  # (K,)
+        if objective == "masked":
+            # PatchTST's self-supervised head: every patch token back to its patch's values
+            self.reconstruct = nn.Linear(spec.d_model, patch_len)
 
     def set_covariates(self, n_future: int, static_sizes: Sequence[int]) -> bool:
         """Give the network known-future (``n_future`` per bar) and static (``static_sizes``: each id's
@@ -481,6 +498,29 @@ class ForecastNet(nn.Module):
         above = g[..., m:].cumsum(-1)  # (B, F, K, Q-1-m)
         offsets = torch.cat((-below, torch.zeros_like(point)[..., None], above), dim=-1)  # (B, F, K, Q)
         return point[..., None] + offsets * std[..., None]  # (B, F, K, Q)
+
+    # ------------------------------------------------------------------ masked-patch pretraining
+
+    def masked_patch_loss(self, x: Tensor, mask_ratio: float) -> Tensor:
+        """The masked-patch reconstruction loss of the context ``x`` (B, L, C) (PatchTST's self-supervised
+        objective, Nie et al. 2023, section 3.3): each channel's patches of the RevIN-normalised window, a share
+        ``mask_ratio`` of them (at least one per sequence) zeroed before the encoder, and the mean squared error of
+        their reconstruction by :attr:`reconstruct` from the encoded tokens. Randomness from torch's global
+        generator (the training's RNG state, so a resumed run masks the same patches)."""
+        backbone = self.backbone
+        assert isinstance(backbone, PatchBackbone)
+        if self.revin is not None:
+            x, _ = self.revin.normalize(x)  # (B, L, C)
+        patches = backbone.patches(x)  # (B, C, N, P)
+        B, C, N, _P = patches.shape
+        scores = torch.rand(B, C, N, device=x.device)  # (B, C, N)
+        mask = scores < mask_ratio  # (B, C, N)
+        mask |= scores == scores.min(dim=-1, keepdim=True).values  # every sequence hides at least one patch
+        hidden = patches.masked_fill(mask[..., None], 0.0)  # (B, C, N, P)
+        h, _ = backbone.encode_patches(hidden)  # (B, C, N*D)
+        recon = self.reconstruct(h.view(B, C, N, -1))  # (B, C, N, P)
+        error = (recon - patches).pow(2).mean(dim=-1)  # (B, C, N)
+        return error[mask].mean()
 
     # ------------------------------------------------------------------ forward
 

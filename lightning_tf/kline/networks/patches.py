@@ -64,12 +64,18 @@ class PatchBackbone(nn.Module):
         self.patch_embed = nn.Linear(patch_len, spec.d_model)  # PatchTST's W_P
         self.encoder = Encoder(spec.replace(max_len=self.n_patches))
 
+    def patches(self, x: Tensor) -> Tensor:
+        """The patches ``(B, C, N, P)`` of the normalised window ``x`` (B, L, C)."""
+        return patchify(x, self.patch_len, self.stride, self.pad_end)  # (B, C, N, P)
+
     def forward(self, x: Tensor, need_weights: bool = False) -> tuple[Tensor, list[Tensor]]:
         """Each channel's representation ``(B, C, N*D)`` of the normalised window ``x`` (B, L, C) and, with
         ``need_weights``, each layer's attention over patches ``(B, C, H, N, N)``."""
-        B, _L, C = x.shape
-        patches = patchify(x, self.patch_len, self.stride, self.pad_end)  # (B, C, N, P)
-        N = patches.shape[2]
+        return self.encode_patches(self.patches(x), need_weights)
+
+    def encode_patches(self, patches: Tensor, need_weights: bool = False) -> tuple[Tensor, list[Tensor]]:
+        """:meth:`forward` from the patches ``(B, C, N, P)`` (masked-patch pretraining hides some first)."""
+        B, C, N, _P = patches.shape
         h = self.patch_embed(patches)  # (B, C, N, D)
         h = h.reshape(B * C, N, -1)  # (B*C, N, D): every channel is its own sequence
         weights: list[Tensor] = []

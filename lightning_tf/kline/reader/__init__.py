@@ -2,8 +2,9 @@
 columns) into one canonical, validated frame. Needs numpy and pandas only: no torch, no Lightning, so
 ``from lightning_tf.kline.reader import read_bars`` works on its own.
 
-* :mod:`.io`: :func:`read_bars` (a file, a folder with one file per ticker, a long table or a DataFrame)
-  and :func:`read_table` (one table as stored);
+* :mod:`.io`: :func:`read_bars` (a file, a folder with one file per ticker, a long table or a DataFrame;
+  optionally cut at a date, unusable files left out and counted) and :func:`read_table` (one table as
+  stored);
 * :mod:`.formats`: compression, encoding, the table's place in the text, the number format;
 * :mod:`.columns`: which file column is which canonical column;
 * :mod:`.parsing`: timestamps, times of day and numbers;
@@ -12,13 +13,15 @@ columns) into one canonical, validated frame. Needs numpy and pandas only: no to
 """
 
 from .columns import CANONICAL_COLUMNS, detect_columns
-from .io import SUPPORTED_SUFFIXES, list_bar_files, read_bars, read_table
+from .io import BAD_FILES_CHOICES, SUPPORTED_SUFFIXES, BadFiles, list_bar_files, read_bars, read_table
 from .parsing import parse_numbers, parse_timestamps
 from .validation import OnError, ValidationReport, validate_bars
 
 __all__ = [
+    "BAD_FILES_CHOICES",
     "CANONICAL_COLUMNS",
     "SUPPORTED_SUFFIXES",
+    "BadFiles",
     "OnError",
     "ValidationReport",
     "detect_columns",

@@ -39,6 +39,7 @@ import pyarrow as pa
 
 __all__ = [
     "COMPRESSED_SUFFIXES",
+    "EmptyTableError",
     "NumberEvidence",
     "TextTable",
     "check_number_options",
@@ -55,6 +56,12 @@ __all__ = [
 ]
 
 COMPRESSED_SUFFIXES = (".gz", ".zip", ".bz2", ".xz")
+
+
+class EmptyTableError(ValueError):
+    """A file or table without a single row (zero bytes, blank lines, or a header alone)."""
+
+
 SEPARATORS = ("\t", ";", ",")
 DECIMALS = (".", ",")
 THOUSANDS = ("", ",", ".", " ", "'")
@@ -205,7 +212,7 @@ def find_table(lines: list[str], source: str) -> TextTable:
     """Locate the table in ``lines``: separator, title lines, header (or none), footer lines."""
     head = _nonblank(lines, range(len(lines)), 50)
     if not head:
-        raise ValueError(f"{source}: the file is empty (no rows)")
+        raise EmptyTableError(f"{source}: the file is empty (no rows)")
     for sep in SEPARATORS:
         counts = [len(split_fields(lines[i], sep)) for i in head]
         widths = Counter(c for c in counts if c > 1)
@@ -482,9 +489,9 @@ def column_evidence(df: pd.DataFrame, first_line: int) -> NumberEvidence:
     for col, dtype in df.dtypes.items():
         if dtype.kind in "biufcmM":  # numbers, booleans, datetimes
             continue
-        text = df[col].astype(str)
-        if not _holds_separators(text):  # dates such as 2024-01-02, codes, names
+        if not _holds_separators(df[col]):  # dates such as 2024-01-02, codes, names
             continue
+        text = df[col].astype(str)
         marked = (text.str.contains(".", regex=False) | text.str.contains(",", regex=False)).to_numpy(bool)
         if marked.any():
             lines = (np.flatnonzero(marked) + first_line).tolist()

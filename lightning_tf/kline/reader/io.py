@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -43,6 +45,7 @@ from lightning_tf.training import release_freed_memory
 from .columns import CANONICAL_COLUMNS, NUMERIC_COLUMNS, TEXT_NAMES, detect_columns, normalise
 from .formats import (
     COMPRESSED_SUFFIXES,
+    EmptyTableError,
     TextTable,
     check_number_options,
     column_evidence,
@@ -56,11 +59,13 @@ from .formats import (
 )
 from .parsing import check_timezone, parse_numbers, parse_timestamps, parse_timestamps_described, time_of_day
 from .pool import map_in_order, pool_workers
-from .validation import OnError, check_on_error, clean_order, validate_bars, validate_columns
+from .validation import PER_FILE, OnError, check_on_error, clean_order, validate_bars, validate_columns
 
 __all__ = [
+    "BAD_FILES_CHOICES",
     "CANONICAL_COLUMNS",
     "SUPPORTED_SUFFIXES",
+    "BadFiles",
     "detect_columns",
     "list_bar_files",
     "parse_numbers",
@@ -82,6 +87,18 @@ SUPPORTED_SUFFIXES = (
 )
 
 
+BadFiles = Literal["error", "skip"]
+BAD_FILES_CHOICES = ("error", "skip")
+# Why a file (or a long table's ticker) is left out of the frame.
+EMPTY = "empty"
+UNREADABLE = "unreadable"
+NO_COLUMNS = "without recognisable columns"
+INVALID = "refused by validation"
+AFTER_CUT = "with no bar before the cut"
+_NAMED = 3  # names said per reason in the summary line
+_HANDFUL = 5  # files whose warnings of one kind are said one by one; more are counted in one line
+
+
 def _split_name(path: Path) -> tuple[str, str]:
     """``(stem, suffix)``: ``600977.csv.gz`` -> ``("600977", ".csv.gz")``; ``A.SH.csv`` -> ``("A.SH", ".csv")``."""
     name = path.name
@@ -93,7 +110,10 @@ def _split_name(path: Path) -> tuple[str, str]:
 
 
 def list_bar_files(path: str | Path) -> list[Path]:
-    """The bar files under ``path``: the file itself, or the supported files of a folder, sorted."""
+    """The bar files under ``path``: the file itself, or the supported files of a folder and of its subfolders
+    (a corpus kept as ``Stocks/`` and ``ETFs/``), sorted by path. Hidden files and folders (a name that starts
+    with ``.``: notebook checkpoints, macOS ``._`` copies, ``.git``) are passed over; a linked folder is not
+    entered (a linked file is read)."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file or folder")
@@ -101,10 +121,16 @@ def list_bar_files(path: str | Path) -> list[Path]:
         if _split_name(path)[1] not in SUPPORTED_SUFFIXES:
             raise ValueError(f"{path}: unsupported file type; expected one of {list(SUPPORTED_SUFFIXES)}")
         return [path]
-    files = sorted(p for p in path.iterdir() if p.is_file() and _split_name(p)[1] in SUPPORTED_SUFFIXES)
+    files = []
+    for root, folders, names in os.walk(path):
+        folders[:] = [f for f in folders if not f.startswith(".")]
+        for name in names:
+            file = Path(root) / name
+            if not name.startswith(".") and _split_name(file)[1] in SUPPORTED_SUFFIXES and file.is_file():
+                files.append(file)
     if not files:
-        raise ValueError(f"{path}: folder holds no {'/'.join(SUPPORTED_SUFFIXES)} files")
-    return files
+        raise ValueError(f"{path}: folder holds no {'/'.join(SUPPORTED_SUFFIXES)} files, nor do its subfolders")
+    return sorted(files)
 
 
 def read_table(
@@ -167,7 +193,7 @@ def read_table(
     if note:
         log.warning(note)
     stripped = [str(c).strip() for c in df.columns]
-    if len(set(stripped)) == len(stripped):  # TongDaXin pads its header names with spaces
+    if stripped != list(df.columns) and len(set(stripped)) == len(stripped):  # TongDaXin pads its header names
         df.columns = stripped
     blank = _blank_rows(df)
     out = df[~blank] if blank.any() else df
@@ -298,13 +324,15 @@ def read_bars(
     read_workers: int | None = None,
     progress: bool = True,
     extra_columns: tuple[str, ...] | list[str] = (),
+    cut: str | None = None,
+    bad_files: BadFiles = "error",
 ) -> pd.DataFrame:
     """Read bars into the canonical frame (see the module docstring), validated.
 
     Args:
-        path: a bar file, or a folder with one file per ticker (the ticker is the file stem, or the
-            code in a TongDaXin title line), or a DataFrame in any layout a file may have (columns
-            detected the same way; a DatetimeIndex becomes the timestamp column).
+        path: a bar file, or a folder with one file per ticker, subfolders included (the ticker is the file
+            stem, or the code in a TongDaXin title line), or a DataFrame in any layout a file may have
+            (columns detected the same way; a DatetimeIndex becomes the timestamp column).
         columns: canonical name -> file column, overriding detection (e.g. ``{"close": "Adj Close"}``).
         ticker_column: column holding the ticker in a long table (detected by name when None:
             ticker, symbol, ts_code, code, 股票代码).
@@ -330,33 +358,69 @@ def read_bars(
             Each is kept under the name asked for, as float64; an empty cell is NaN (the covariate's
             missing-value policy applies later). A name no column has, or a column holding text, is
             refused in one line naming the file and the column.
+        cut: a date or time on the bars' clock (``"2008-06-24"``): every bar at or after it is dropped as
+            its file is read, before validation, so none is checked, kept or returned (a corpus read for
+            pretraining never sees an evaluation's validation or test dates, nor fails on a bad bar among
+            them). A bar whose date cannot be read goes with the readable dates around it in its file: it is
+            dropped when they are at or after the cut. A file with no bar before the cut is left out (and
+            counted, under either ``bad_files``); a cut after the data's last bar is said in one warning.
+            None: no cut.
+        bad_files: what a file that cannot be used does (empty or a header alone, not a readable table, no
+            recognisable columns, or refused by validation under ``on_error``): ``"error"`` raises its
+            error; ``"skip"`` leaves it out (a ticker of a long table alone), and one warning line counts what
+            was left out by reason, with a few names (each one's error is logged at INFO level). A folder
+            where nothing is left to read is refused in one line naming it.
 
     Returns:
-        The canonical frame, sorted by ticker then timestamp, with a fresh RangeIndex.
+        The canonical frame, sorted by ticker then timestamp, with a fresh RangeIndex. Its
+        ``attrs["read"]`` counts the ``files`` read, the ``left_out`` ones by reason and the bars the cut
+        dropped (``cut_bars``).
     """
     check_number_options(decimal, thousands)
     check_timezone(timezone)
     check_on_error(on_error)
+    if bad_files not in BAD_FILES_CHOICES:
+        raise ValueError(f"bad_files must be one of {BAD_FILES_CHOICES}, got {bad_files!r}")
+    cut_at = _parse_cut(cut)
     extra = tuple(str(c) for c in extra_columns)
-    options = _Options(dict(columns or {}), ticker_column, on_error, max_gap, decimal, thousands, timezone, extra)
+    options = _Options(
+        dict(columns or {}), ticker_column, on_error, max_gap, decimal, thousands, timezone, extra, cut_at, bad_files
+    )
     if isinstance(path, pd.DataFrame):
         table = path.reset_index() if not isinstance(path.index, pd.RangeIndex) else path.reset_index(drop=True)
         table.attrs = {"kind": "frame", "header_lines": 0}
         sources: list[tuple[Any, pd.DataFrame | None]] = [(name or "series", table)]
+        where = name or "series"
     else:
         sources = [(file, None) for file in list_bar_files(path)]
+        where = str(path)
     files = [file for file, given in sources if given is None]
     workers = pool_workers(read_workers, len(sources), sum(file.stat().st_size for file in files))
     origin: dict[str, Any] = {}
     names, parts = [], []
+    left_out: list[tuple[str, str]] = []  # (name, reason)
+    cut_bars = 0
     read = map_in_order(partial(_read_source, options=options), sources, workers)
     show = progress and len(sources) > 1  # a folder of files
-    with tqdm(
-        total=len(sources), desc=f"reading {path}" if show else "", unit="file", delay=2, disable=not show, leave=False
-    ) as bar:
-        for (file, _), tickers in zip(sources, read, strict=True):
+    with (
+        _PerFileWarnings(where, path),
+        tqdm(
+            total=len(sources),
+            desc=f"reading {path}" if show else "",
+            unit="file",
+            delay=2,
+            disable=not show,
+            leave=False,
+        ) as bar,
+    ):
+        for (file, _), got in zip(sources, read, strict=True):
             bar.update()
-            for ticker, part in tickers:
+            cut_bars += got.cut
+            for ticker, reason, message in got.left_out:
+                label = _label(file, path) + ("" if ticker is None else f" ({ticker})")
+                left_out.append((label, reason))
+                log.info("%s; left out (%s)", message.partition("\n")[0], reason)
+            for ticker, part in got.tickers:
                 if ticker in origin:
                     raise ValueError(f"{file}: ticker {ticker!r} also comes from {origin[ticker]}; one file per ticker")
                 origin[ticker] = file
@@ -364,10 +428,145 @@ def read_bars(
                     raise part from None
                 names.append(ticker)
                 parts.append(part)
+    if not names:
+        raise ValueError(_nothing_left(where, len(sources), left_out, cut))
+    if left_out:
+        log.warning("%s", _left_out_line(where, len(sources), left_out, cut))
     frame = _stack(names, parts, extra)
     del parts
     release_freed_memory()
+    if cut_at is not None and cut_bars == 0:
+        last = pd.Timestamp(frame["timestamp"].max())
+        log.warning("%s: the cut %s is after the data's last bar (%s): no bar was cut", where, cut, last)
+    reasons = [reason for _, reason in left_out]
+    frame.attrs["read"] = {
+        "files": len(sources),
+        "left_out": {r: reasons.count(r) for r in dict.fromkeys(reasons)},
+        "cut_bars": cut_bars,
+    }
     return frame
+
+
+class _PerFileWarnings(logging.Filter):
+    """Holds back the reader's warnings about one file (records with a ``PER_FILE`` attribute) while a folder
+    is read, then says each kind file by file when a handful of files have it, else in one line that counts
+    them, names a few and sums their counts (each file's line is then said at INFO level). Records of the
+    reading workers pass: they are held when the parent handles them."""
+
+    def __init__(self, where: str, root: str | Path | pd.DataFrame) -> None:
+        super().__init__()
+        self.where, self.root, self.pid = where, root, os.getpid()
+        self.held: list[logging.LogRecord] = []
+        self.loggers = [logging.getLogger(name) for name in (__name__, __name__.rsplit(".", 1)[0] + ".validation")]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, PER_FILE, None) is None or os.getpid() != self.pid:
+            return True
+        self.held.append(record)
+        return False
+
+    def __enter__(self) -> _PerFileWarnings:
+        for logger in self.loggers:
+            logger.addFilter(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for logger in self.loggers:
+            logger.removeFilter(self)
+        kinds: dict[str, list[logging.LogRecord]] = {}
+        for record in self.held:
+            kinds.setdefault(getattr(record, PER_FILE)[0], []).append(record)
+        summaries = []
+        for record in self.held:
+            logger = logging.getLogger(record.name)
+            if len(kinds[getattr(record, PER_FILE)[0]]) > _HANDFUL:
+                record.levelno, record.levelname = logging.INFO, "INFO"
+            if logger.isEnabledFor(record.levelno):
+                logger.handle(record)
+        for kind, records in kinds.items():
+            if len(records) > _HANDFUL:
+                summaries.append(self._summary(kind, [getattr(r, PER_FILE) for r in records]))
+        for line in summaries:
+            log.warning("%s", line)
+
+    def _summary(self, kind: str, found: list[tuple[str, str, dict[str, int]]]) -> str:
+        totals: dict[str, int] = {}
+        for _, _, counts in found:
+            for what, n in counts.items():
+                totals[what] = totals.get(what, 0) + n
+        shown = ", ".join(_label(Path(file), self.root) for _, file, _ in found[:_NAMED])
+        shown += f" and {len(found) - _NAMED:,} more"
+        summed = ", ".join(f"{n:,} {what}" for what, n in totals.items())
+        return f"{self.where}: {len(found):,} files {kind}: {summed + ' in all; ' if summed else ''}{shown}"
+
+
+def _parse_cut(cut: str | None) -> np.datetime64 | None:
+    """``cut`` as a datetime64[ns] on the bars' (naive, local) clock; None for none."""
+    if cut is None:
+        return None
+    try:
+        stamp = pd.Timestamp(cut)
+    except (ValueError, TypeError):
+        stamp = pd.NaT
+    if stamp is pd.NaT:
+        raise ValueError(f"cut {cut!r} is not a date or time (e.g. '2008-06-24')")
+    if stamp.tzinfo is not None:
+        raise ValueError(
+            f"cut {cut!r} has a UTC offset; bars are stamped on the exchange's local clock: give the cut on it "
+            "(e.g. '2008-06-24')"
+        )
+    return stamp.to_datetime64().astype("datetime64[ns]")
+
+
+def _when(stamp: np.datetime64) -> str:
+    """A timestamp as a user writes it: the date alone at midnight."""
+    t = pd.Timestamp(stamp)
+    return str(t.date()) if t is not pd.NaT and t == t.normalize() else str(t)
+
+
+def _before_cut(stamps: np.ndarray, cut: np.datetime64) -> np.ndarray:
+    """Which bars lie before ``cut``: those stamped before it, and those without a readable stamp unless the
+    readable stamps nearest to them in the file (before and after, where there are) are all at or after it
+    (in a file sorted either way such a bar is after the cut too)."""
+    keep = stamps < cut  # NaT compares False
+    nat = np.isnat(stamps)
+    if nat.any():
+        column = pd.Series(stamps)
+        before, after = column.ffill().to_numpy(), column.bfill().to_numpy()
+        late_before, late_after = np.isnat(before) | (before >= cut), np.isnat(after) | (after >= cut)
+        known = ~np.isnat(before) | ~np.isnat(after)
+        keep |= nat & ~(late_before & late_after & known)
+    return keep
+
+
+def _label(file: Any, root: str | Path | pd.DataFrame) -> str:
+    """A file's name in the summary: its path inside the folder read, else its name."""
+    if isinstance(file, Path) and isinstance(root, str | Path) and Path(root).is_dir():
+        return str(file.relative_to(root))
+    return file.name if isinstance(file, Path) else str(file)
+
+
+def _by_reason(left_out: list[tuple[str, str]], cut: str | None) -> str:
+    """``32 empty (a, b, c and 29 more); 2 refused by validation (d, e)``."""
+    groups: dict[str, list[str]] = {}
+    for name, reason in left_out:
+        groups.setdefault(reason, []).append(name)
+    parts = []
+    for reason, found in groups.items():
+        shown = ", ".join(found[:_NAMED]) + (f" and {len(found) - _NAMED:,} more" if len(found) > _NAMED else "")
+        said = f"{reason} {cut}" if reason == AFTER_CUT else reason
+        parts.append(f"{len(found):,} {said} ({shown})")
+    return "; ".join(parts)
+
+
+def _left_out_line(where: str, n_files: int, left_out: list[tuple[str, str]], cut: str | None) -> str:
+    return f"{where}: {n_files:,} files; left out: {_by_reason(left_out, cut)}"
+
+
+def _nothing_left(where: str, n_files: int, left_out: list[tuple[str, str]], cut: str | None) -> str:
+    if all(reason == AFTER_CUT for _, reason in left_out):
+        return f"{where}: no bar before the cut {cut} in any of its {n_files:,} files"
+    return f"{where}: no readable bar file among its {n_files:,} files: {_by_reason(left_out, cut)}"
 
 
 @dataclass(frozen=True)
@@ -382,6 +581,8 @@ class _Options:
     thousands: str | None
     timezone: str | None
     extra_columns: tuple[str, ...] = ()
+    cut: np.datetime64 | None = None
+    bad_files: BadFiles = "error"
 
 
 def _extra_columns(
@@ -414,50 +615,113 @@ def _extra_columns(
     return out
 
 
-def _read_source(source: tuple[Any, pd.DataFrame | None], options: _Options) -> list[tuple[str, Any]]:
-    """One file's (or DataFrame's) bars, validated ticker by ticker: ``(ticker, bars)`` in ticker order,
-    with the ValueError of a ticker that fails validation in place of its bars (raised by the caller
-    in turn, after the tickers before it were checked against the other files)."""
+@dataclass
+class _SourceBars:
+    """What one file (or DataFrame) gave :func:`read_bars`: ``(ticker, bars)`` in ticker order, with the
+    ValueError of a ticker that failed validation in place of its bars (raised by the caller in turn, after
+    the tickers before it were checked against the other files); what was left out, as ``(ticker or None
+    for the whole file, reason, error)``; and how many bars the cut dropped."""
+
+    tickers: list[tuple[str, Any]]
+    left_out: list[tuple[str | None, str, str]]
+    cut: int = 0
+
+
+class _LeftOut(Exception):  # noqa: N818  # not an error: a file left out, turned into a value at once
+    def __init__(self, reason: str, message: str, cut: int = 0) -> None:
+        super().__init__(message)
+        self.reason, self.cut = reason, cut
+
+
+@contextmanager
+def _left_out_as(reason: str, skip: bool) -> Iterator[None]:
+    """Under ``bad_files="skip"``, the block's error leaves its file out for ``reason`` (``EMPTY`` for an
+    empty table); otherwise it is raised as it is."""
+    if not skip:
+        yield
+        return
+    try:
+        yield
+    except EmptyTableError as e:
+        raise _LeftOut(EMPTY, str(e)) from None
+    except (ValueError, OSError, OverflowError) as e:
+        raise _LeftOut(reason, str(e)) from None
+
+
+def _read_source(source: tuple[Any, pd.DataFrame | None], options: _Options) -> _SourceBars:
+    """One file's (or DataFrame's) bars, validated ticker by ticker, or what left it out."""
+    try:
+        return _read_bars_of(source, options)
+    except _LeftOut as e:
+        return _SourceBars([], [(None, e.reason, str(e))], e.cut)
+
+
+def _read_bars_of(source: tuple[Any, pd.DataFrame | None], options: _Options) -> _SourceBars:
     file, given = source
     o = options
-    if given is None:
-        df = read_table(file, () if o.ticker_column is None else (o.ticker_column,), o.decimal, o.thousands)
-    else:
-        df = given
-    # pandas deep-copies attrs into every frame and column derived from this one: keep them aside.
-    attrs, df.attrs = df.attrs, {}
+    skip = o.bad_files == "skip"
+    with _left_out_as(UNREADABLE, skip):
+        if given is None:
+            df = read_table(file, () if o.ticker_column is None else (o.ticker_column,), o.decimal, o.thousands)
+        else:
+            df = given
+        # pandas deep-copies attrs into every frame and column derived from this one: keep them aside.
+        attrs, df.attrs = df.attrs, {}
+        if df.empty:
+            raise EmptyTableError(
+                f"{file}: the file is empty (no rows below the header)"
+                if given is None
+                else f"{file}: the table is empty (no rows)"
+            )
     csv = attrs.get("kind") == "csv"
-    if df.empty:
-        raise ValueError(
-            f"{file}: the file is empty (no rows below the header)"
-            if given is None
-            else f"{file}: the table is empty (no rows)"
-        )
     explicit = dict(o.columns)
     if o.ticker_column is not None:
         explicit["ticker"] = o.ticker_column
-    found = detect_columns(df, explicit, source=str(file))
-    if "volume" not in found:
-        log.warning("%s: no volume column; volume is set to 0 (volume features are then constant)", file)
+    with _left_out_as(NO_COLUMNS, skip):
+        found = detect_columns(df, explicit, source=str(file))
     number_format = attrs.get("decimal", "."), attrs.get("thousands", ",")
-    canonical, raw, how = _canonical_columns(df, found, o.timezone, *number_format)
+    with _left_out_as(INVALID, skip):
+        canonical, raw, how = _canonical_columns(df, found, o.timezone, *number_format)
+    cut, left_out = 0, []
+    if o.cut is not None:
+        keep = _before_cut(canonical["timestamp"], o.cut)
+        cut = len(keep) - int(keep.sum())
+        if cut == len(keep):
+            first = _when(np.min(canonical["timestamp"]))  # NaT only when no date could be read
+            raise _LeftOut(AFTER_CUT, f"{file}: no bar before the cut {_when(o.cut)} (the first is {first})", cut)
+        if cut:
+            if "ticker" in found:  # a long table's tickers with no bar before the cut are left out by name
+                tickers = df[found["ticker"]].astype(str).str.strip()
+                late = sorted(set(tickers[~keep]) - set(tickers[keep]))
+                left_out += [(t, AFTER_CUT, f"{file}: ticker {t!r} has no bar before the cut") for t in late]
+            canonical = {k: v[keep] for k, v in canonical.items()}
+            raw = None if raw is None else raw[keep]
+            df = df[keep]
+    if "volume" not in found:
+        log.warning(
+            "%s: no volume column; volume is set to 0 (volume features are then constant)",
+            file,
+            extra={PER_FILE: ("have no volume column (volume is set to 0)", str(file), {})},
+        )
     log.info("%s: %s; %s", file, _describe(attrs), how)
     if "volume" not in found:
         canonical["volume"] = np.zeros(len(df))
     # Report what a user finds in an editor: file line numbers of text files, 1-based Parquet rows.
     rows = np.asarray(df.index) + 1 + (attrs["header_lines"] if csv else 0)
-    extra = _extra_columns(df, found, o.extra_columns, number_format, str(file), ("line" if csv else "row", rows))
+    with _left_out_as(NO_COLUMNS, skip):
+        extra = _extra_columns(df, found, o.extra_columns, number_format, str(file), ("line" if csv else "row", rows))
     checks = {"source": str(file), "on_error": o.on_error, "max_gap": o.max_gap, "row_label": "line" if csv else "row"}
     if "ticker" not in found:
         default = file if given is not None else _split_name(file)[0]
         ticker = str(attrs.get("ticker") or default)
         # A clean file is checked on its arrays; a file with a problem goes through validate_bars, which names it.
-        part = None if raw is not None else validate_columns(canonical, rows, **checks)
+        with _left_out_as(INVALID, skip):
+            part = None if raw is not None else validate_columns(canonical, rows, **checks)
         if part is not None:
             if extra:  # sorted as the bars were (validate_columns checked the canonical columns only)
                 order = clean_order(canonical, rows)
                 part.update({k: v[order] for k, v in extra.items()})
-            return [(ticker, part)]
+            return _SourceBars([(ticker, part)], left_out, cut)
         groups = [(ticker, None)]
     else:
         tickers = df[found["ticker"]].astype(str).str.strip()
@@ -469,14 +733,19 @@ def _read_source(source: tuple[Any, pd.DataFrame | None], options: _Options) -> 
             bars = validate_bars(
                 frame if idx is None else frame.loc[idx], raw if idx is None or raw is None else raw.loc[idx], **checks
             )
-            part = {c: bars[c].to_numpy() for c in bars.columns}
-            for k in extra:
-                part[k] = part.pop(f"_extra_{k}")
-            out.append((ticker, part))
         except ValueError as e:
-            out.append((ticker, e))
-            break  # nothing after it is read: the caller raises it
-    return out
+            if not skip:
+                out.append((ticker, e))
+                break  # nothing after it is read: the caller raises it
+            if idx is None:
+                raise _LeftOut(INVALID, str(e), cut) from None
+            left_out.append((ticker, INVALID, str(e)))
+            continue
+        part = {c: bars[c].to_numpy() for c in bars.columns}
+        for k in extra:
+            part[k] = part.pop(f"_extra_{k}")
+        out.append((ticker, part))
+    return _SourceBars(out, left_out, cut)
 
 
 def _stack(names: list[str], parts: list[dict[str, np.ndarray]], extra: tuple[str, ...] = ()) -> pd.DataFrame:

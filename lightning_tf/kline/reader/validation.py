@@ -31,7 +31,15 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-__all__ = ["OnError", "ValidationReport", "check_on_error", "clean_order", "validate_bars", "validate_columns"]
+__all__ = [
+    "PER_FILE",
+    "OnError",
+    "ValidationReport",
+    "check_on_error",
+    "clean_order",
+    "validate_bars",
+    "validate_columns",
+]
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +47,9 @@ OnError = Literal["error", "drop", "ffill"]
 ON_ERROR_CHOICES = ("error", "drop", "ffill")
 _PRICES = ("open", "high", "low", "close")
 _MAX_EXAMPLES = 8
+# The attribute of a warning about one file, ``(kind, file, counts)``: a folder's reading counts those of a
+# kind in one line when more than a handful of files have it (lightning_tf.kline.reader.io).
+PER_FILE = "per_file"
 
 
 class ValidationReport:
@@ -221,7 +232,16 @@ def validate_bars(
             report.counts["leading rows without a value to fill from"] = int(leading.sum())
     if report:
         action = "dropped the rows" if on_error == "drop" else "forward-filled / widened the cells"
-        log.warning("%s: %s; %s (on_error=%r); %d rows remain", source, report.summary(), action, on_error, len(df))
+        kind = "had bad rows dropped" if on_error == "drop" else "had bad cells forward-filled"
+        log.warning(
+            "%s: %s; %s (on_error=%r); %d rows remain",
+            source,
+            report.summary(),
+            action,
+            on_error,
+            len(df),
+            extra={PER_FILE: (f"{kind} (on_error={on_error!r})", source, dict(report.counts))},
+        )
     if df.empty:
         raise ValueError(f"{source}: no valid rows left after on_error={on_error!r}")
 
@@ -274,10 +294,18 @@ def validate_columns(
     if order is None:
         return None
     out = {k: v[order] for k, v in columns.items()}
+    if not log.isEnabledFor(logging.INFO) and (max_gap is None or _within(out["timestamp"], max_gap)):
+        return out  # nothing to log, and no gap longer than max_gap to warn of or refuse
     if max_gap is not None or log.isEnabledFor(logging.INFO):
         frame = pd.DataFrame({"timestamp": out["timestamp"], "_row": rows[order]})
         _check_gaps(frame, source, row_label, None if max_gap is None else pd.Timedelta(max_gap), on_error)
     return out
+
+
+def _within(stamps: np.ndarray, max_gap: str) -> bool:
+    """Whether no two consecutive ``stamps`` (sorted datetime64[ns]) are more than ``max_gap`` apart, in one
+    array comparison (the frame :func:`_check_gaps` builds costs more than the check)."""
+    return bool((np.diff(stamps.view(np.int64)) <= pd.Timedelta(max_gap).value).all())
 
 
 def _check_gaps(df: pd.DataFrame, source: str, row_label: str, limit: pd.Timedelta | None, on_error: OnError) -> None:
@@ -314,4 +342,10 @@ def _check_gaps(df: pd.DataFrame, source: str, row_label: str, limit: pd.Timedel
             + "\n  ".join(details)
             + "\nPass on_error='drop' or 'ffill' to split the series at the gaps instead."
         )
-    log.warning("%s: %d gaps longer than max_gap=%s; no window will span them", source, len(at), limit)
+    log.warning(
+        "%s: %d gaps longer than max_gap=%s; no window will span them",
+        source,
+        len(at),
+        limit,
+        extra={PER_FILE: (f"have gaps longer than max_gap={limit} (no window spans them)", source, {"gaps": len(at)})},
+    )

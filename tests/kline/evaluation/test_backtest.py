@@ -20,6 +20,7 @@ from lightning_tf.kline.evaluation.backtest import (
     positions,
     strategy_returns,
 )
+from lightning_tf.kline.settings import Loading
 
 
 def _frame(realised: np.ndarray, **signals: np.ndarray) -> pd.DataFrame:
@@ -122,7 +123,7 @@ def test_the_model_backtests_its_test_windows_and_draws_the_equity(tmp_path: Pat
     from tests.helpers.kline import TINY, write_bars
 
     write_bars(tmp_path / "bars.csv", n=300)
-    dm = KLineDataModule(str(tmp_path / "bars.csv"), context_len=32, horizon=2, batch_size=64)
+    dm = KLineDataModule(str(tmp_path / "bars.csv"), context_len=32, horizon=2, loading=Loading(batch_size=64))
     model = KLineForecaster(n_features=6, n_targets=1, context_len=32, horizon=2, backtest_cost_bps=10.0, **TINY)
     t = L.Trainer(
         max_epochs=1,

@@ -1,0 +1,73 @@
+"""What one walk-forward fold keeps (:class:`FoldRecorder`): its test forecasts beside the baselines' as
+``predictions.parquet``, and the tested checkpoint as ``model.ckpt``, in the fold's folder."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.pytorch import Callback, LightningModule, Trainer
+
+from .forecasts import fold_predictions
+
+__all__ = ["MODEL", "PREDICTIONS", "FoldRecorder"]
+
+#: a fold's (and the gathered walk-forward's) predictions frame
+PREDICTIONS = "predictions.parquet"
+#: a fold's tested checkpoint
+MODEL = "model.ckpt"
+
+
+class FoldRecorder(Callback):
+    """What one fold keeps: warm-starts the model from the previous fold's checkpoint when training starts
+    (``warm_from``), and when the test on the tested checkpoint ends, writes the test windows' forecasts of the
+    model (:meth:`~lightning_tf.kline.KLineForecaster.window_forecasts`), LightGBM on the same inputs and momentum
+    (:func:`~.forecasts.fold_predictions`) to ``folder/predictions.parquet`` and the tested checkpoint to
+    ``folder/model.ckpt``.
+
+    Args:
+        folder: the fold's folder.
+        warm_from: a checkpoint whose weights start training (the linear path is fit again), or None.
+        lightgbm: also fit LightGBM on the fold's windows.
+        keep_model: copy the tested checkpoint into the fold's folder (a fold that trains); a fold that only tests
+            another fold's or a pretrained checkpoint keeps none of its own.
+    """
+
+    def __init__(
+        self, folder: Path, warm_from: Path | None = None, lightgbm: bool = True, keep_model: bool = True
+    ) -> None:
+        self.folder = folder
+        self.warm_from = warm_from
+        self.lightgbm = lightgbm
+        self.keep_model = keep_model
+        self.notes: list[str] = []
+        self.test_summary: dict[str, Any] = {}
+        self.residual_kept = False
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self.warm_from is None:
+            return
+        state = torch.load(self.warm_from, map_location=pl_module.device, weights_only=True)["state_dict"]
+        pl_module.load_state_dict(state)
+        linear = getattr(getattr(pl_module, "net", None), "linear", None)
+        if linear is not None:
+            linear.fitted.fill_(False)  # the closed form is fit again on this fold's training windows
+
+    def on_test_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if not trainer.is_global_zero:
+            return
+        dm = trainer.datamodule
+        # mapped back with the data's scaling: a model tested zero-shot keeps its own, of the data it was trained on
+        model = pl_module.window_forecasts(dm.datasets["test"], dm.data_scale)
+        frame, notes = fold_predictions(model, dm.bars, dm.datasets, dm.data_scale, lightgbm=self.lightgbm)
+        self.notes += notes
+        self.folder.mkdir(parents=True, exist_ok=True)
+        frame.to_parquet(self.folder / PREDICTIONS, index=False)
+        best = getattr(trainer.checkpoint_callback, "best_model_path", "") if trainer.checkpoint_callback else ""
+        keep = self.folder / MODEL
+        if self.keep_model and best and Path(best).exists() and Path(best).resolve() != keep.resolve():
+            shutil.copyfile(best, keep)
+        self.test_summary = dict(getattr(pl_module, "test_summary", {}) or {})
+        self.residual_kept = bool(getattr(pl_module, "residual_kept", False))

@@ -1,0 +1,215 @@
+"""The trials a ``lightning-tf tune`` command runs: ``study.optimize`` with ``--jobs`` trials at once (Optuna's
+``n_jobs`` threads). Each trial is an ordinary ``lightning-tf fit`` process, with the trial's parameters as overrides
+and :class:`~lightning_tf.tune.reporter.TrialReporter` as one more callback, which reports each validation epoch over
+a socket the run inherits; the thread that holds the Optuna trial answers with ``trial.report`` and
+``trial.should_prune``. A trial ends complete (its value: the best of its epochs), pruned, failed (the run's own
+error in one line; ``refused`` when the config rejected the values before training) or interrupted (a stop, its run
+killed): failed and queued again, as Optuna's heartbeat does on a database for a command that died.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import math
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from .overrides import CHANNEL, to_overrides, trial_overrides
+from .space import suggest
+from .study import held, retry, state_name, tally
+
+__all__ = ["TrialFailed", "Trials", "failure"]
+
+#: a fit's exit status when SIGTERM stopped it (its LastCheckpoint saved it first)
+SIGTERM_STATUS = 128 + signal.SIGTERM
+
+
+class TrialFailed(Exception):
+    """A trial that ended without a value; its message is the one line the study keeps."""
+
+
+def failure(log: Path, epochs: int) -> str:
+    """One line from the end of a failed run's output (``lightning-tf: error: ...`` is the run's input error)."""
+    lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    last = lines[-1] if lines else "no output"
+    kinds = {
+        "lightning-tf: error: ": "failed" if epochs else "refused",
+        "lightning-tf: training stopped: ": "non-finite",
+    }
+    for prefix, kind in kinds.items():
+        if last.startswith(prefix):
+            return f"{kind}: {last.removeprefix(prefix)}"
+    return f"{'out of memory' if 'out of memory' in last else 'failed'}: {last}"
+
+
+class Trials:
+    """The trials of ``study`` this command runs, ``jobs`` at once, until the study holds ``trials``.
+
+    Args:
+        study: the study, loaded with its sampler and pruner.
+        space: the search space (config name -> distribution).
+        trials: the study's total number of trials (``--trials``).
+        jobs: trials run at once; job ``i`` sees GPU ``i mod n`` when there are several.
+        fit: the command that runs a trial, before its arguments (default: this interpreter's ``lightning_tf fit``).
+    """
+
+    def __init__(
+        self, study: optuna.Study, space: dict[str, Any], trials: int, jobs: int, fit: list[str] | None = None
+    ) -> None:
+        self.study, self.space, self.trials, self.jobs = study, space, trials, jobs
+        self.fit = fit or [sys.executable, "-m", "lightning_tf", "fit"]
+        self.attrs = study.user_attrs
+        self.free: queue.SimpleQueue[int] = queue.SimpleQueue()  # the job numbers no running trial holds
+        for job in range(jobs):
+            self.free.put(job)
+        self.runs: dict[int, subprocess.Popen] = {}
+        self.stops, self.stop_reason = 0, ""
+        self.gpus = 0
+        if jobs > 1:
+            import torch
+
+            self.gpus = torch.cuda.device_count()
+
+    def run(self, timeout: float | None) -> int:
+        """Run trials until the study holds ``trials``, ``timeout`` seconds pass or a stop; the exit status."""
+        previous = {s: signal.signal(s, self.stop) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            self.study.optimize(
+                self.objective, n_jobs=self.jobs, timeout=timeout, catch=(TrialFailed,), callbacks=[self.after_trial]
+            )
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+        if self.stop_reason:
+            print(f"stopping the study: {self.stop_reason}", flush=True)
+        return 1 if self.stop_reason else 130 if self.stops else 0
+
+    def stop(self, signum: int = signal.SIGTERM, frame: Any = None) -> None:
+        """Ctrl-C or SIGTERM: each running trial's run gets SIGTERM (it saves where it is and ends interrupted); a
+        second one kills them."""
+        self.stops += 1
+        if self.stops == 1:
+            print(
+                "\nstopping: the running trials end as interrupted and run again when the study continues "
+                "(Ctrl-C again: kill them now)",
+                flush=True,
+            )
+        for run in list(self.runs.values()):
+            if run.poll() is None:
+                run.send_signal(signal.SIGTERM if self.stops == 1 else signal.SIGKILL)
+
+    def objective(self, trial: optuna.Trial) -> float:
+        """The trial's value, else TrialPruned or TrialFailed: its ``fit`` run under a free job number."""
+        job = self.free.get()
+        try:
+            return self._run(trial, suggest(trial, self.space), job)
+        finally:
+            self.free.put(job)
+
+    def _run(self, trial: optuna.Trial, params: dict[str, Any], job: int) -> float:
+        for key, value in {"host": socket.gethostname(), "pid": os.getpid(), "job": job, "reason": ""}.items():
+            trial.set_user_attr(key, value)  # a retry starts with the attributes of the trial it runs again
+        if self.stops:
+            raise TrialFailed("interrupted: the study was stopped")
+        study_dir, name = Path(self.attrs["study_dir"]), self.study.study_name
+        args, metric = self.attrs["args"], self.attrs["metric"]
+        folder = study_dir / "trials" / f"{trial.number:04d}"
+        folder.mkdir(parents=True, exist_ok=True)
+        reporter = {"monitor": metric, "study": name, "trial": trial.number, "params": params}
+        cmd = [*self.fit, *args, *to_overrides(params)]
+        cmd += trial_overrides(name, trial.number, str(study_dir), self.attrs["wandb"], args, reporter)
+        ours, theirs = socket.socketpair()
+        env = {**os.environ, CHANNEL: str(theirs.fileno())}
+        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // self.jobs)))
+        if self.gpus > 1 and "CUDA_VISIBLE_DEVICES" not in env:
+            env["CUDA_VISIBLE_DEVICES"] = str(job % self.gpus)
+        values: dict[int, float] = {}
+        metrics: dict[int, dict[str, float]] = {}
+        pruned, missing, t0 = False, "", time.time()
+        with ours, open(folder / "fit.log", "wb") as log:
+            # its own session: a Ctrl-C in the terminal reaches this command alone, which stops the runs itself
+            run = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, pass_fds=[theirs.fileno()], start_new_session=True
+            )
+            theirs.close()  # the run holds the other end: the socket ends when the run does
+            self.runs[trial.number] = run
+            trial.set_user_attr("run_pid", run.pid)
+            if self.stops:  # a stop asked while the run was starting
+                run.send_signal(signal.SIGTERM)
+            # a run that ends before it reads an answer resets the socket: its status says how it ended
+            with contextlib.suppress(ConnectionError):
+                for line in ours.makefile("rb"):
+                    if not line.endswith(b"\n"):  # cut short: the run was killed while it wrote
+                        break
+                    record = json.loads(line)
+                    if "run_dir" in record:
+                        trial.set_user_attr("run_dir", record["run_dir"])
+                    missing = record.get("missing", missing)
+                    if "step" in record:
+                        step = int(record["step"])
+                        values[step], metrics[step] = float(record["value"]), record["metrics"]
+                        trial.report(values[step], step)
+                        pruned = trial.should_prune()
+                        ours.sendall(b"p" if pruned else b"g")
+            status = run.wait()
+            del self.runs[trial.number]
+        finite = {s: v for s, v in values.items() if math.isfinite(v)}
+        best = (max if self.attrs["direction"] == "maximize" else min)(finite, key=finite.get) if finite else None
+        trial.set_user_attr("epochs", len(values))
+        trial.set_user_attr("seconds", round(time.time() - t0, 1))
+        trial.set_user_attr("val_metrics", metrics[best] if best is not None else {})
+        if pruned:
+            trial.set_user_attr("reason", f"pruned after epoch {len(values)}")
+            raise optuna.TrialPruned(f"pruned after epoch {len(values)}")
+        if self.stops or status < 0 or status == SIGTERM_STATUS:
+            reason = "interrupted: " + ("the study was stopped" if self.stops else f"its run ended ({status})")
+        elif missing:
+            reason = self.stop_reason = missing
+        elif status != 0:
+            reason = failure(folder / "fit.log", len(values))
+        elif best is None:
+            reason = f"failed: no validation epoch logged a finite {metric}"
+        else:
+            return finite[best]
+        trial.set_user_attr("reason", reason)
+        raise TrialFailed(reason)
+
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        """Queue an interrupted trial again, print its line, stop when the study holds ``--trials`` trials (or when
+        a metric the runs do not log would fail every trial)."""
+        reason = str(trial.user_attrs.get("reason", ""))
+        if trial.state == TrialState.FAIL and reason.startswith("interrupted"):
+            retry(study, trial)
+        trials = study.get_trials(deepcopy=False)
+        counts, attrs = tally(trials), trial.user_attrs
+        what = f"{self.attrs['metric']} {trial.value:.5g}" if trial.state == TrialState.COMPLETE else reason
+        shown = ", ".join(
+            f"{k.rpartition('.')[2]}={v:.4g}" if isinstance(v, float) else f"{k.rpartition('.')[2]}={v}"
+            for k, v in trial.params.items()
+        )
+        best = f"; best {study.best_value:.5g} (trial {study.best_trial.number})" if counts.get("complete") else ""
+        failed = counts.get("failed", 0) + counts.get("refused", 0)
+        state = "interrupted" if reason.startswith("interrupted") else state_name(trial, set())
+        print(  # one write: the lines of trials that end at once stay whole
+            f"[{datetime.datetime.now():%H:%M:%S}] job {attrs.get('job', 0)}: trial {trial.number} {state} in "
+            f"{attrs.get('seconds', 0):.0f} s, {attrs.get('epochs', 0)} epochs: {what} [{shown}] "
+            f"({counts.get('complete', 0)} complete, {counts.get('pruned', 0)} pruned, {failed} failed{best})\n",
+            end="",
+            flush=True,
+        )
+        if self.stop_reason and not self.stops:  # every run would fail alike: stop the others now
+            self.stop()
+        if self.stops or held(trials) >= self.trials:
+            study.stop()

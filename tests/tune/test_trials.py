@@ -1,0 +1,143 @@
+"""The trials a command runs, without training: the one line a failed run leaves in the study, read from the end of
+its output; and, each trial's run a stand-in for ``fit`` speaking the callback's side of the socket
+(``tests/helpers/fake_fit.py``), a trial's value (its best epoch), pruning answered from the study's pruner, failures, a run
+killed mid-report or ended before it read its answer (interrupted, queued again), a metric the runs do not log (the study stops, the other runs
+too), and a stop (the running trials end interrupted)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+optuna = pytest.importorskip("optuna")
+pytestmark = [pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning"), pytest.mark.timeout(120)]
+
+from optuna.storages import RetryHeartbeatStaleTrialCallback as Retry  # noqa: E402
+
+from lightning_tf.tune.study import held, retried  # noqa: E402
+from lightning_tf.tune.trials import Trials, failure  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    ("last", "epochs", "reason"),
+    [
+        (
+            "lightning-tf: error: model.d_model (30) must be divisible by model.n_heads (4)",
+            0,
+            "refused: model.d_model (30) must be divisible by model.n_heads (4)",
+        ),
+        ("lightning-tf: error: no such file data.csv", 2, "failed: no such file data.csv"),
+        (
+            "lightning-tf: training stopped: the training loss is nan at step 2",
+            0,
+            "non-finite: the training loss is nan at step 2",
+        ),
+        (
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB",
+            1,
+            "out of memory: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB",
+        ),
+        ("RuntimeError: boom", 1, "failed: RuntimeError: boom"),
+    ],
+)
+def test_a_failed_run_leaves_one_line(tmp_path: Path, last: str, epochs: int, reason: str) -> None:
+    log = tmp_path / "fit.log"
+    log.write_text(f"Traceback ...\n  File x\n{last}\n\n")
+    assert failure(log, epochs) == reason
+
+
+def test_a_run_without_output_is_said_so(tmp_path: Path) -> None:
+    (tmp_path / "fit.log").write_text("\n")
+    assert failure(tmp_path / "fit.log", 0) == "failed: no output"
+
+
+# ------------------------------------------------------------------ the trials, each run a stand-in for fit
+
+FAKE_FIT = [sys.executable, str(Path(__file__).parents[1] / "helpers" / "fake_fit.py")]
+BEHAVIOURS = ["good", "bad", "crash", "missing", "cut", "gone", "wait"]
+
+
+def trials_of(tmp_path: Path, behaviours: list[str], trials: int, jobs: int) -> tuple[optuna.Study, Trials]:
+    """A study whose trials run ``behaviours`` in order (each one's parameter), ``jobs`` at once."""
+    from lightning_tf.tune.study import open_storage
+
+    study = optuna.create_study(
+        study_name="fake",
+        storage=open_storage(str(tmp_path / "journal.log")),
+        pruner=optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=0),
+    )
+    attrs = {"study_dir": str(tmp_path), "args": ["--config", "x.yaml"], "metric": "val/loss"}
+    for key, value in {**attrs, "direction": "minimize", "wandb": False}.items():
+        study.set_user_attr(key, value)
+    for behaviour in behaviours:
+        study.enqueue_trial({"behaviour": behaviour})
+    space = {"behaviour": optuna.distributions.CategoricalDistribution(BEHAVIOURS)}
+    return study, Trials(study, space, trials=trials, jobs=jobs, fit=FAKE_FIT)
+
+
+def test_a_trials_value_is_its_best_epoch_and_the_pruner_and_failures_are_answered(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    study, trials = trials_of(tmp_path, ["good", "bad", "crash"], trials=3, jobs=1)
+    assert trials.run(timeout=None) == 0
+    good, bad, crash = study.trials
+    assert (good.state.name, good.value, good.intermediate_values) == ("COMPLETE", 0.3, {0: 0.5, 1: 0.3, 2: 0.4})
+    assert good.user_attrs["val_metrics"] == {"val/loss": 0.3, "val/acc": 0.97} and good.user_attrs["epochs"] == 3
+    assert good.user_attrs["run_dir"] == os.getcwd() and good.user_attrs["job"] == 0
+    assert good.user_attrs["pid"] == os.getpid() and good.user_attrs["run_pid"] != os.getpid()
+    assert bad.state.name == "PRUNED" and bad.user_attrs["reason"] == "pruned after epoch 1"
+    assert crash.state.name == "FAIL" and crash.user_attrs["reason"] == "failed: RuntimeError: boom"
+    assert (tmp_path / "trials" / "0002" / "fit.log").read_text().endswith("RuntimeError: boom\n")
+    out = capsys.readouterr().out
+    assert "job 0: trial 0 complete in " in out and "val/loss 0.3 [behaviour=good]" in out
+    assert "trial 1 pruned in " in out and "(1 complete, 1 pruned, 1 failed; best 0.3 (trial 0))" in out
+
+
+def test_a_run_killed_mid_report_ends_interrupted_and_runs_again(tmp_path: Path) -> None:
+    study, trials = trials_of(tmp_path, ["cut", "good"], trials=1, jobs=1)
+    assert trials.run(timeout=None) == 0
+    cut, *rest = study.trials
+    assert cut.state.name == "FAIL" and cut.user_attrs["reason"] == "interrupted: its run ended (-9)"
+    again = [t for t in rest if Retry.retried_trial_number(t) == cut.number]
+    assert again and again[0].params == {"behaviour": "cut"}  # queued again, with its parameters
+    assert held(study.trials) == 1  # the interrupted ones do not count: the study goes on to one trial
+
+
+def test_a_run_that_ends_with_an_answer_unread_ends_interrupted_and_the_study_goes_on(tmp_path: Path) -> None:
+    """Its socket resets under the command's read (a SIGTERM from outside between a report and its answer)."""
+    study, trials = trials_of(tmp_path, ["gone", "good"], trials=1, jobs=1)
+    assert trials.run(timeout=None) == 0
+    gone = study.trials[0]
+    assert gone.state.name == "FAIL" and gone.user_attrs["reason"] == "interrupted: its run ended (143)"
+    assert gone.intermediate_values == {0: 1.0}
+
+
+def test_a_metric_the_runs_do_not_log_stops_the_study(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    study, trials = trials_of(tmp_path, ["wait", "missing"], trials=4, jobs=2)
+    assert trials.run(timeout=None) == 1
+    waited, missing = study.trials[:2]
+    assert missing.user_attrs["reason"] == "--metric val/x is not logged by this run; it logs val/loss"
+    assert waited.user_attrs["reason"] == "interrupted: the study was stopped"  # stopped, not left to run
+    assert {t.user_attrs["job"] for t in study.trials[:2]} == {0, 1}
+    assert "stopping the study: --metric val/x is not logged" in capsys.readouterr().out
+
+
+def test_a_stop_ends_the_running_trials_as_interrupted(tmp_path: Path) -> None:
+    study, trials = trials_of(tmp_path, ["wait", "wait"], trials=2, jobs=2)
+
+    def stop_when_both_run() -> None:
+        while sum(t.state.name == "RUNNING" and len(t.intermediate_values) == 1 for t in study.trials) < 2:
+            time.sleep(0.05)
+        trials.stop()  # what Ctrl-C does
+
+    threading.Thread(target=stop_when_both_run, daemon=True).start()
+    assert trials.run(timeout=None) == 130
+    first, second = study.trials[:2]
+    for t in (first, second):
+        assert t.state.name == "FAIL" and t.user_attrs["reason"] == "interrupted: the study was stopped"
+    assert retried(study.trials) == {0, 1} and trials.runs == {}
