@@ -8,7 +8,8 @@ measurements, each in a fresh Python process (imports done before the clock and 
   ``max_gap="10D"`` and ``bad_files="skip"``: seconds, peak memory, the bars and tickers kept, the files left
   out by reason and the bars the cut dropped; at 1/8, 1/4, 1/2 and all of the files (every 8th, 4th, 2nd file
   of the sorted list, in folders of links), so that the growth with size shows; all of the files also with
-  each other ``--workers`` value, and without the cut.
+  each other ``--workers`` value, and without the cut. Beside it, in its own process, the floor:
+  ``pandas.read_csv`` of every file and nothing else.
 - **prepare**: what ``KLineDataModule(cache_dir=...).prepare_data()`` does (``panel_spec``, then
   ``prepare_panel`` into an empty cache): the files' fingerprint, the read, the features and the writing, with
   the pretraining settings (the features below, 32 bars of context, 5 of horizon, validation from 6 months
@@ -160,7 +161,20 @@ def phase_prepare(path: str, cut: str, workers: int, cache: str) -> dict[str, An
     }
 
 
-PHASES = {"read": phase_read, "prepare": phase_prepare}
+def phase_pandas(path: str) -> dict[str, Any]:
+    """The floor: ``pandas.read_csv`` of every file, nothing else (an empty file read as no rows)."""
+    from lightning_tf.kline.reader import list_bar_files
+
+    frames = []
+    for file in list_bar_files(path):
+        try:
+            frames.append(pd.read_csv(file))
+        except pd.errors.EmptyDataError:
+            continue
+    return {"bars": sum(len(f) for f in frames)}
+
+
+PHASES = {"read": phase_read, "prepare": phase_prepare, "pandas": phase_pandas}
 
 
 def _measured(name: str, kwargs: dict[str, Any], fresh: bool) -> dict[str, Any]:
@@ -245,8 +259,7 @@ def markdown(results: dict[str, Any]) -> str:
     lines = [
         "# The pretraining corpus at full size",
         "",
-        f"`{results['command']}` (`benchmarks/corpus.py`; how to build the corpus: docs/kline.md, "
-        '"The pretraining corpus").',
+        f'`{results["command"]}` (how to build the corpus: docs/kline.md, "The pretraining corpus").',
         "",
         f"Machine: {results['machine']}. Load average at the start {results['load_start']}, at the end "
         f"{results['load_end']} (1, 5 and 15 minutes).",
@@ -258,14 +271,15 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         "## Reading (`read_bars`)",
         "",
-        "| files | MB | bars in files | cut | read_workers | seconds | bars/s | peak MB | frame MB | bars kept | "
-        "bars cut | tickers | files left out |",
-        "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| files | MB | bars in files | cut | read_workers | seconds | `pandas.read_csv` s | ours/pandas | bars/s | "
+        "peak MB | frame MB | bars kept | bars cut | tickers | files left out |",
+        "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in results["read"]:
         lines.append(
             f"| {r['files']:,} | {r['mb']:,.0f} | {r['bars_in_files']:,} | {r['cut'] or 'none'} | {r['workers']} | "
-            f"{r['seconds']:.1f} | {r['bars_in_files'] / r['seconds']:,.0f} | {r['peak_mb']:,.0f} | "
+            f"{r['seconds']:.1f} | {r['pandas_s']:.1f} | {r['seconds'] / r['pandas_s']:.2f} | "
+            f"{r['bars_in_files'] / r['seconds']:,.0f} | {r['peak_mb']:,.0f} | "
             f"{r['frame_mb']:,.0f} | {r['bars']:,} | {r['cut_bars']:,} | {r['tickers']:,} | {_reasons(r['left_out'])} |"
         )
     lines += [
@@ -361,9 +375,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         runs = [(args.cut, args.workers[0])]
         if fraction == fractions[-1]:
             runs += [(args.cut, w) for w in args.workers[1:]] + [(None, args.workers[0])]
+        floor = measure("pandas", args.in_process, path=str(folder))
         for cut, workers in runs:
             got = measure("read", args.in_process, path=str(folder), cut=cut, workers=workers)
-            reads.append({"fraction": fraction, **files, "cut": cut, "workers": workers, **got})
+            reads.append(
+                {"fraction": fraction, **files, "cut": cut, "workers": workers, "pandas_s": floor["seconds"], **got}
+            )
         cache = args.work / f"cache_{folder.name}"
         shutil.rmtree(cache, ignore_errors=True)
         got = measure(

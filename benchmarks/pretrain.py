@@ -31,6 +31,7 @@ import json
 import math
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -499,7 +500,7 @@ def prepare_corpus(args: argparse.Namespace, corpus: Path, cache: Path) -> dict[
         "t = time.perf_counter()\n"
         f"dm = KLineDataModule({str(corpus)!r}, context_len=32, horizon=5, features=Features(label='cs_rank'),"
         f" reading=Reading(cut={CUT!r}, bad_files='skip', on_error='drop', max_gap='10D'),"
-        " splits=Splits(val_start='2007-12-24', test_start=" + repr(CUT) + "),"
+        " splits=Splits(train_start='1995-01-03', val_start='2007-12-24', test_start=" + repr(CUT) + "),"
         f" loading=Loading(batch_size=1024, batch_by_date=True), cache_dir={str(cache)!r})\n"
         "dm.prepare_data(); prepared = time.perf_counter() - t; dm.setup('fit')\n"
         "folder = dm._prepared()\n"
@@ -538,10 +539,15 @@ def main(argv: list[str] | None = None) -> None:
                 raise SystemExit(f"{path}: the {what} is not there (docs/kline.md, 'The pretraining corpus')")
         view, cache = args.workdir / "corpus", args.workdir / "cache"
         result["corpus"] = {"source": str(source), **corpus_view(Path(source), Path(universe), view)}
-        result["corpus"].update(prepare_corpus(args, view, cache))
+        # measured in a folder of its own, emptied first, so the panel is built (not found) every run
+        measured = args.workdir / "cache_measured"
+        shutil.rmtree(measured, ignore_errors=True)
+        result["corpus"].update(prepare_corpus(args, view, measured))
+        # the manifest on disk holds the reading and feature phases; writing is the rest of the preparation
         phases = result["corpus"].get("phases") or {}
+        writing = result["corpus"]["prepare_seconds"] - phases.get("read", 0.0) - phases.get("features", 0.0)
         result["corpus"]["phases"] = " / ".join(
-            f"{phases.get(k, math.nan):.1f} s" for k in ("read", "features", "write")
+            f"{v:.1f} s" for v in (phases.get("read", math.nan), phases.get("features", math.nan), writing)
         )
         print(f"=== corpus: {result['corpus']}", flush=True)
         result["pretrain"] = {}

@@ -7,10 +7,15 @@ status code and every good answer against the offline call, and the server's res
 replaces it.
 
 Checkpoints: ``--text``, ``--vision``, ``--kline``; a task without one is trained by ``lightning-tf tour`` into
-``--tour-dir`` (reused when it already holds a tour's checkpoints). ``kline_covariates`` is the K-line task with a
-model that reads every kind of covariate a request can carry (a past covariate column of the bars, the exchange
-calendar's features of the forecast days, a ticker embedding): ``--kline_covariates``, or one trained into
-``--tour-dir`` (:func:`kline_covariates_checkpoint`).
+``--tour-dir`` (reused when it already holds a tour's checkpoints). A K-line request carries the rows of
+``data/msft.csv`` as they are, ``OpenInt`` column included (a column no model reads, as real bars carry them);
+``kline_plain`` is the same checkpoint sent the same bars without it (``--kline-bars`` bars a request).
+``kline_covariates`` is the K-line task with a model that reads every kind of covariate a request can carry (a past
+covariate column of the bars, the exchange calendar's features of the forecast days, a ticker embedding):
+``--kline_covariates``, or one trained into ``--tour-dir`` (:func:`kline_covariates_checkpoint`).
+
+``--update`` replaces only the tasks run in the page (``--md`` and its JSON) and keeps the other tasks' rows as
+they were measured: the page then says which rows came from which run.
 
 The client is an asyncio HTTP/1.1 client over keep-alive connections with pre-encoded requests (one connection
 per concurrent client), so that it costs the shared CPUs as little as a Python client can; its CPU time is
@@ -20,6 +25,7 @@ printed. Run::
     python benchmarks/serve.py --tasks vision --vision runs/.../best.ckpt
     python benchmarks/serve.py --smoke --tasks vision --vision tiny.ckpt --md /tmp/serve.md   # a smoke run
     python benchmarks/serve.py --tasks kline kline_covariates --concurrency 32 --no-docs --md /tmp/kline.md
+    python benchmarks/serve.py --tasks kline kline_plain kline_covariates --update   # the K-line rows of the page
 """
 
 from __future__ import annotations
@@ -47,11 +53,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-TASKS = ("text", "vision", "kline", "kline_covariates")
+TASKS = ("text", "vision", "kline", "kline_plain", "kline_covariates")
 #: the targets of the page, on a 2-core CPU
 TARGETS = {
     "limit": 0.70,
-    "unbatched": {"text": 2.0, "vision": 3.0, "kline": 3.0, "kline_covariates": 3.0},
+    "unbatched": {"text": 2.0, "vision": 3.0, "kline": 3.0, "kline_plain": 3.0, "kline_covariates": 3.0},
     "p99_p50": 3.0,
     "rss": 0.10,
 }
@@ -139,10 +145,12 @@ def vision_workload(model: Any, n: int) -> Workload:
     )
 
 
-def kline_workload(model: Any, n: int) -> Workload:
+def kline_workload(model: Any, n: int, bars: int | None = None, plain: bool = False) -> Workload:
+    """``n`` series of ``bars`` MSFT bars each (default: the context, the features' warm-up and a margin): the file's
+    rows as they are (``plain``: without its ``OpenInt`` column), with the past covariates the model reads."""
     import pandas as pd
 
-    frame = msft_bars()
+    frame = msft_bars(plain)
     cov = model.data_scale.covariates
     if cov.get("future"):
         raise SystemExit(f"the K-line model reads known-future columns {cov['future']}, which a request cannot carry")
@@ -152,7 +160,7 @@ def kline_workload(model: Any, n: int) -> Workload:
                 f"the K-line model reads a past covariate {name!r}; the benchmark makes {list(COVARIATES)}"
             )
         frame[name] = COVARIATES[name](frame)
-    length = model.hparams.context_len + 40  # the context, the features' warm-up and a margin
+    length = bars or model.hparams.context_len + 40  # the context, the features' warm-up and a margin
     rng = random.Random(0)
     series = []
     for _ in range(n):
@@ -194,15 +202,18 @@ WORKLOADS = {
     "text": text_workload,
     "vision": vision_workload,
     "kline": kline_workload,
+    "kline_plain": lambda model, n, bars=None: kline_workload(model, n, bars, plain=True),
     "kline_covariates": kline_workload,
 }
 
 
-def msft_bars() -> Any:
-    """The MSFT daily bars of ``data/msft.csv`` (Date, Open, High, Low, Close, Volume)."""
+def msft_bars(plain: bool = True) -> Any:
+    """The MSFT daily bars of ``data/msft.csv``: Date, Open, High, Low, Close, Volume, and unless ``plain`` the
+    file's ``OpenInt`` (a column the reader ignores)."""
     import pandas as pd
 
-    return pd.read_csv(ROOT / "data" / "msft.csv").drop(columns=["OpenInt"], errors="ignore")
+    frame = pd.read_csv(ROOT / "data" / "msft.csv")
+    return frame.drop(columns=["OpenInt"], errors="ignore") if plain else frame
 
 
 def answer_of(task: str, body: dict[str, Any]) -> Any:
@@ -548,6 +559,10 @@ def machine() -> str:
     return f"{cpu_model()}, {cores} cores | torch {torch.__version__} | load average at start {load}"
 
 
+def load_average() -> str:
+    return ", ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
 def run_task(task: str, checkpoint: Path, args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
@@ -557,7 +572,11 @@ def run_task(task: str, checkpoint: Path, args: argparse.Namespace) -> dict[str,
     batch = args.max_batch_size
     torch.set_num_threads(worker_threads(None, 1))  # what the server's one CPU worker uses
     model = load_module(checkpoint).eval()
-    work = WORKLOADS[task](model, args.pool)
+    work = (
+        WORKLOADS[task](model, args.pool, args.kline_bars)
+        if task.startswith("kline")
+        else WORKLOADS[task](model, args.pool)
+    )
     print(f"[{task}] offline limit: batches of {batch}, {args.offline_items} items ...", flush=True)
     limit, answers = offline_limit(work, batch, args.offline_items)
     print(f"[{task}] offline limit: {limit:.1f} items/s", flush=True)
@@ -575,6 +594,7 @@ def run_task(task: str, checkpoint: Path, args: argparse.Namespace) -> dict[str,
         "checkpoint": str(checkpoint),
         "max_batch_size": batch,
         "batch_timeout": args.batch_timeout,
+        **({"bars_per_request": len(work.inputs[0])} if task.startswith("kline") else {}),
         "limit": limit,
         "worker_costs": costs,
         "loads": {},
@@ -849,16 +869,53 @@ def tables(results: list[dict[str, Any]], args: argparse.Namespace) -> list[str]
     return lines
 
 
-def page(results: list[dict[str, Any]], args: argparse.Namespace, machine_line: str, seconds: float) -> str:
+def runs(results: list[dict[str, Any]]) -> list[tuple[list[str], dict[str, Any]]]:
+    """The runs the rows of ``results`` come from, in order: the tasks of each, and the run (machine, load, time)."""
+    out: list[tuple[list[str], dict[str, Any]]] = []
+    for r in results:
+        same = next((tasks for tasks, run in out if run == r["run"]), None)
+        if same is None:
+            out.append(([r["task"]], r["run"]))
+        else:
+            same.append(r["task"])
+    return out
+
+
+def run_line(run: dict[str, Any]) -> str:
+    """One run in words: its machine, the load average at its start and end, K-line bars, minutes."""
+    parts = [run["machine"]]
+    if run.get("load_end"):
+        parts[-1] += f", at the end {run['load_end']}"
+    if run.get("bars_per_request"):
+        parts.append(f"K-line requests of {run['bars_per_request']} bars")
+    if run.get("minutes") is not None:
+        parts.append(f"{run['minutes']:.1f} minutes in all")
+    return "; ".join(parts)
+
+
+def measured_on(results: list[dict[str, Any]]) -> str:
+    """Where the rows were measured: the machine of one run, or each run's tasks and machine."""
+    done = runs(results)
+    if len(done) == 1:
+        return run_line(done[0][1])
+    return "; ".join(f"{', '.join(tasks)} in one run ({run_line(run)})" for tasks, run in done)
+
+
+def page(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
+    done = runs(results)
+    if len(done) == 1:
+        where = [f"machine: {run_line(done[0][1])}"]
+    else:
+        where = ["Each task's rows come from one run (`--update` replaced the rows of the tasks it ran):", ""]
+        where += [f"- {', '.join(tasks)}: {run_line(run)}" for tasks, run in done]
     lines = [
         "# `lightning-tf serve` under load",
         "",
         "Generated by `python benchmarks/serve.py` (do not edit: a rerun replaces this page, and the tables in "
-        "docs/serve.md and docs/benchmarks.md); "
-        f"{'a SMOKE run (tiny request counts): not a measurement. ' if args.smoke else ''}"
-        f"{seconds / 60:.1f} minutes in all.",
+        "docs/serve.md and docs/benchmarks.md)"
+        f"{'; a SMOKE run (tiny request counts): not a measurement' if args.smoke else ''}.",
         "",
-        f"machine: {machine_line}",
+        *where,
         "",
         *method(results, args),
         "",
@@ -867,6 +924,51 @@ def page(results: list[dict[str, Any]], args: argparse.Namespace, machine_line: 
         *where_the_time_goes(results),
     ]
     return "\n".join(lines)
+
+
+#: what the rows of a page share, whichever run they came from: the measurement's settings (:func:`settings`)
+SETTINGS = (
+    "concurrency",
+    "requests_per_client",
+    "min_requests",
+    "max_batch_size",
+    "batch_timeout",
+    "offline_items",
+    "pool",
+    "mixed",
+    "mixed_concurrency",
+    "rss_from",
+    "rounds",
+    "round_requests",
+    "smoke",
+)
+
+
+def settings(args: argparse.Namespace) -> dict[str, Any]:
+    return {k: getattr(args, k) for k in SETTINGS}
+
+
+def earlier_results(json_path: Path, md: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The results of a page (its JSON) for the tasks not run now, each with the run it came from (a page written
+    before runs were recorded: its machine line, the minutes its page gives, the default settings); an error
+    unless they were measured with this run's settings."""
+    if not json_path.is_file():
+        return []
+    earlier = json.loads(json_path.read_text())
+    minutes = re.search(r"([0-9.]+) minutes in all", md.read_text()) if md.is_file() else None
+    defaults = settings(build_parser().parse_args([]))
+    run = {"machine": earlier["machine"], "minutes": float(minutes.group(1)) if minutes else None} | {
+        "settings": {**defaults, "smoke": earlier.get("smoke", False)}
+    }
+    kept = [{"run": run, **r} for r in earlier["results"] if r["task"] not in args.tasks]
+    for r in kept:
+        if r["run"]["settings"] != settings(args):
+            theirs, ours = r["run"]["settings"], settings(args)
+            differ = ", ".join(
+                f"{k} {theirs.get(k)} there, {ours[k]} here" for k in SETTINGS if theirs.get(k) != ours[k]
+            )
+            raise SystemExit(f"--update: the {r['task']} rows of {json_path} were measured otherwise ({differ})")
+    return kept
 
 
 def batch_timeouts(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
@@ -887,7 +989,11 @@ def method(results: list[dict[str, Any]], args: argparse.Namespace) -> list[str]
         f"worker with {args.threads} intra-op thread(s) (the default: the CPUs less one). *limit*: the same model "
         "offline in the benchmark's process, the task's own call (`translate`, `classify`, `forecast`) on batches of "
         f"{args.max_batch_size} of the same inputs, with the same threads. Throughput counts answered requests (200) "
-        "per second; *mean batch* is the mean `X-Batch-Size` the answers carried.",
+        "per second; *mean batch* is the mean `X-Batch-Size` the answers carried. A K-line request is one series of "
+        "bars of `data/msft.csv` (the context, the features' warm-up and a margin, unless the run says otherwise), "
+        "its rows as the file has them, `OpenInt` included (a column the model does not read); *kline_plain* is the "
+        "same checkpoint sent the same bars without it; *kline_covariates* sends the file's rows with the past "
+        "covariate the model reads.",
         "",
         "Mixed run: every tenth request is a bad one (malformed JSON, not an object, a missing or wrongly typed "
         "field, and the task's own: an empty or too long text, base64 that is not an image, too few bars, a missing "
@@ -909,7 +1015,7 @@ def replace_block(path: Path, text: str) -> None:
     path.write_text(f"{head}{begin}\n{text}\n{end}{tail}")
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS))
     for task in TASKS:
@@ -937,13 +1043,26 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--smoke", action="store_true", help="tiny request counts (a smoke test, not a measurement)")
     p.add_argument("--md", type=Path, default=ROOT / "docs" / "results" / "serve.md")
     p.add_argument("--json", type=Path, default=None, help="JSON results (default: beside --md)")
+    p.add_argument("--kline-bars", type=int, default=None, help="bars per K-line request (default: context_len + 40)")
+    p.add_argument(
+        "--update",
+        action="store_true",
+        help="replace only the tasks run in the page (--md and its JSON), keeping the other tasks' rows",
+    )
     p.add_argument(
         "--no-docs",
         dest="docs",
         action="store_false",
         help="leave the tables of docs/serve.md and docs/benchmarks.md as they are (a smoke run does)",
     )
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = build_parser()
     args = p.parse_args(argv)
+    if args.smoke and args.update:
+        p.error("--update keeps measured rows beside this run's: not with --smoke")
     if args.smoke:
         args.docs = False
     if args.smoke:
@@ -960,25 +1079,40 @@ def main(argv: list[str] | None = None) -> None:
     machine_line = machine()
     print(f"machine: {machine_line}", flush=True)
     checkpoints = {t: getattr(args, t) for t in args.tasks if getattr(args, t) is not None}
+    if "kline_plain" in args.tasks and "kline_plain" not in checkpoints and args.kline is not None:
+        checkpoints["kline_plain"] = args.kline  # the same model, sent plain bars
     if "kline_covariates" in args.tasks and "kline_covariates" not in checkpoints:
         checkpoints["kline_covariates"] = kline_covariates_checkpoint(args.tour_dir)
     missing = [t for t in args.tasks if t not in checkpoints]
     if missing:
         tour = tour_checkpoints(args.tour_dir)
-        checkpoints |= {t: tour[t] for t in missing}
+        checkpoints |= {t: tour["kline" if t == "kline_plain" else t] for t in missing}
     results = [run_task(task, Path(checkpoints[task]), args) for task in args.tasks]
-    text = page(results, args, machine_line, time.perf_counter() - begin)
+    bars = {r["bars_per_request"] for r in results if "bars_per_request" in r}
+    run = {
+        "machine": machine_line,
+        "load_end": load_average(),
+        "minutes": (time.perf_counter() - begin) / 60,
+        "settings": settings(args),
+        **({"bars_per_request": bars.pop()} if len(bars) == 1 else {}),
+    }
+    for r in results:
+        r["run"] = run
+    json_path = args.json or args.md.with_suffix(".json")
+    if args.update:
+        results += earlier_results(json_path, args.md, args)
+        results.sort(key=lambda r: TASKS.index(r["task"]))
+    text = page(results, args)
     args.md.parent.mkdir(parents=True, exist_ok=True)
     args.md.write_text(text)
     if args.docs:
         block = [
-            f"Measured by `benchmarks/serve.py` on {machine_line} ([all of it](results/serve.md)):",
+            f"Measured by `benchmarks/serve.py` on {measured_on(results)} ([all of it](results/serve.md)):",
             "",
             *tables(results, args),
         ]
         for doc in (ROOT / "docs" / "serve.md", ROOT / "docs" / "benchmarks.md"):
             replace_block(doc, "\n".join(block))
-    json_path = args.json or args.md.with_suffix(".json")
     json_path.write_text(json.dumps({"machine": machine_line, "smoke": args.smoke, "results": results}, indent=1))
     print(text)
     print(f"written to {args.md} and {json_path}", flush=True)

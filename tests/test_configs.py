@@ -144,6 +144,18 @@ def _universe(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return ["--data.init_args.path", str(path)]
 
 
+def _corpus(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """A pretraining corpus's shape: one file per ticker in subfolders, bars from 2005 to past the config's cut."""
+    from tests.helpers.universe import reversal_universe
+
+    frame = reversal_universe(8, 900, reversal=0.5, seed=3, start="2005-01-03")  # to 2008-06: past the cut
+    for i, (name, part) in enumerate(frame.groupby("ticker")):
+        folder = tmp / "Data" / ("ETFs" if i % 4 == 0 else "Stocks")
+        folder.mkdir(parents=True, exist_ok=True)
+        part.drop(columns="ticker").to_csv(folder / f"{str(name).lower()}.us.txt", index=False)
+    return ["--data.init_args.path", str(tmp / "Data")]
+
+
 USER_DATA: dict[str, Callable[[Path, pytest.MonkeyPatch], list[str]]] = {
     "text/transformer_base.yaml": _aligned_corpus,
     "text/tatoeba_de_en.yaml": _tatoeba,
@@ -156,7 +168,11 @@ USER_DATA: dict[str, Callable[[Path, pytest.MonkeyPatch], list[str]]] = {
     "kline/patchtst_etth1_paper.yaml": _etth1,
     "kline/us_universe.yaml": _universe,
     "kline/universe_daily.yaml": _universe,
+    "kline/pretrain.yaml": _corpus,
+    "kline/pretrain_gpu.yaml": _corpus,
 }
+# overlays: configs put after another one, as their headers say
+BASE = {"kline/pretrain_gpu.yaml": "kline/pretrain.yaml"}
 
 
 # ------------------------------------------------------------------------------------------ tests
@@ -230,9 +246,11 @@ def test_experiment_on_user_data_fast_dev_run(name: str, tmp_path: Path, monkeyp
     args = USER_DATA[name](tmp_path, monkeypatch)
     monkeypatch.setattr("sys.argv", ["lightning-tf"])
     monkeypatch.chdir(tmp_path)
+    base = [a for b in BASE.get(name, "").split() for a in ("--config", str(ROOT / "configs" / b))]
     main(
         [
             "fit",
+            *base,
             "--config",
             str(ROOT / "configs" / name),
             "--config",

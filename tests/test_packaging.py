@@ -135,3 +135,13 @@ def test_shipped_configs_are_found_from_any_folder(tmp_path: Path, monkeypatch: 
     (tmp_path / "configs" / "trainer").mkdir(parents=True)
     (tmp_path / "configs" / "trainer" / "default.yaml").write_text("trainer: {}\n")
     assert bundled_configs(["--config", "configs/trainer/default.yaml"]) == ["--config", "configs/trainer/default.yaml"]
+
+
+def test_every_package_of_the_source_tree_is_listed_for_the_wheel() -> None:
+    """pyproject.toml names its packages one by one: a new subpackage left off the list would be missing from the
+    installed package (an import error only a user would meet)."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "lightning_tf").rglob("__init__.py")}
+    assert found - listed == set(), f"packages missing from pyproject.toml: {sorted(found - listed)}"

@@ -169,6 +169,7 @@ class KLineDataModule(LightningDataModule):
             splits=self.splits,
             covariates=self.covariates,
             max_gap=self.reading.max_gap,
+            cut=self.reading.cut,
         )
 
     def _prepared(self) -> Path:

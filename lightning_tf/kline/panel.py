@@ -87,6 +87,13 @@ class PanelSettings:
     splits: Splits = Splits()
     covariates: Covariates = Covariates()
     max_gap: str | None = None
+    cut: str | None = None  # the reading's date cut: on or before test_start, no test window is expected
+
+    @property
+    def tests(self) -> bool:
+        """Whether the test split can hold windows (not when the bars are cut before it: a pretraining corpus)."""
+        sp = self.splits
+        return not (self.cut and sp.test_start and pd.Timestamp(self.cut) <= pd.Timestamp(sp.test_start))
 
     @property
     def future_names(self) -> list[str]:
@@ -286,7 +293,7 @@ def build_panel(frame: pd.DataFrame, s: PanelSettings) -> Panel:
         for split, e in split_ends(train_end, val_end, end, first, L, F, embargo=s.splits.embargo).items():
             e = e[segment[e - L + 1] == segment[np.minimum(e + F, n - 1)]]  # no window across a long gap
             ends[split].append(e + offset)
-            if len(e) == 0:
+            if len(e) == 0 and (split != "test" or s.tests):
                 said.append(
                     (f"have no {split} windows", name, f"{s.path}: ticker {name!r} has no {split} windows ({n} bars)")
                 )
@@ -326,7 +333,7 @@ def _warn_each_or_count(path: str, said: list[tuple[str, str, str]]) -> None:
     for what, n in counts.items():
         if n > _HANDFUL:
             names = ", ".join([repr(name) for kind, name, _ in said if kind == what][:_HANDFUL])
-            log.warning("%s: %d tickers %s: %s and %d more", path, n, what, names, n - _HANDFUL)
+            log.warning("%s: %s tickers %s: %s and %s more", path, f"{n:,}", what, names, f"{n - _HANDFUL:,}")
 
 
 def _labels(frame: pd.DataFrame, spans: list[tuple[str, int, int]], s: PanelSettings) -> np.ndarray:

@@ -4,10 +4,12 @@
 A request's bars become the series' last window, scaled as :meth:`KLineForecaster.forecast
 <lightning_tf.kline.KLineForecaster.forecast>` scales it, with the covariates it reads: past covariates are
 columns of the bars, the known-future calendar features those of the forecast bars on the model's calendar, the
-static ids those of the request's ticker. Plain bars (:func:`plain_columns`: named columns the bar reader knows,
-one per column the model reads, ISO timestamps in increasing order, finite numbers that pass the reader's checks)
-are read with numpy, without validating the body field by field (a body of plain bars is a valid one), into
-:class:`PlainBars`; the batch's plain bars then become their windows together, in one call of
+static ids those of the request's ticker. Plain bars (:func:`plain_bars`: ISO timestamps in increasing order and
+finite numbers that pass the reader's checks, under any names the bar reader gives the columns the model reads, in
+any order, beside any keys the reader ignores) are read with numpy, without validating the body field by field (a
+body of plain bars is a valid one), into :class:`PlainBars`: the keys of a body's bars are worked out once per set
+of keys (:func:`bar_layout`, the reader's own column detection), and later bodies of those keys are decoded from
+their bytes by that layout's decoder. The batch's plain bars then become their windows together, in one call of
 :func:`~lightning_tf.kline.inference.windows_of_series` (the features of the series of one length at once, the
 calendar of all the forecast bars at once), so that reading a request costs about what the model costs per
 request in a batch. Any other body is validated and its bars go through the bar reader itself
@@ -38,13 +40,17 @@ from .api import Serving, TaskAPI
 from .errors import BadRequest, Rejected, one_line
 
 __all__ = [
+    "BarLayout",
     "KLineAPI",
     "KLineRequest",
     "KLineResponse",
+    "PlainBars",
+    "bar_layout",
     "forecast_records",
     "iso_strings",
+    "iso_times",
     "model_columns",
-    "plain_columns",
+    "plain_bars",
 ]
 
 Cell = Union[float, int, str, None]
@@ -57,7 +63,9 @@ class KLineRequest(BaseModel):
     bars: list[dict[str, Cell]] = Field(
         min_length=1,
         description="one object per bar, with the column names the bar reader accepts (date/time, open, high, "
-        "low, close, volume; English or Chinese names); at least context_len bars after the features' warm-up",
+        "low, close, volume; English or Chinese names, in any order), and the model's covariates; other keys are "
+        "ignored (amount and adj_close are checked as the reader checks them); at least context_len bars after "
+        "the features' warm-up",
         examples=[
             [{"date": "2024-01-02", "open": 370.9, "high": 376.0, "low": 366.5, "close": 370.6, "volume": 25258600}]
         ],
@@ -140,8 +148,32 @@ def forecast_records(columns: Mapping[str, Any], n: int) -> list[list[dict[str, 
 _FIELDS = frozenset(KLineRequest.model_fields)
 #: an ISO 8601 date or local date and time, as the reader and numpy read them alike (no time zone)
 _ISO = r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?)?"
-#: ISO times, one a line
-_ISO_LINES = re.compile(rf"(?:{_ISO}\n)*{_ISO}", re.ASCII)
+#: one ISO time, and ISO times one a line
+_ISO_ONE, _ISO_LINES = re.compile(_ISO, re.ASCII), re.compile(rf"(?:{_ISO}\n)*{_ISO}", re.ASCII)
+#: the types a cell of a bar may have in a request (:data:`Cell`): what a key the reader ignores may hold
+_CELL_TYPES = frozenset({float, int, str, type(None)})
+#: the canonical columns the reader checks though no model reads them: finite, and adj_close positive, amount not
+#: negative
+_CHECKED = ("amount", "adj_close")
+#: the layouts a worker keeps, the last read first (a client sends its bars one way; a few clients a few ways)
+_LAYOUTS_KEPT = 8
+
+
+def iso_times(stamps: Sequence[str]) -> bool:
+    """Whether each of ``stamps`` is an ISO 8601 date or local date and time that the reader and numpy read alike
+    (:data:`_ISO`). Stamps of one length are first compared with the first as bytes, all at once: when each has an
+    ASCII digit where the first has one and the first's character everywhere else, each is of the first's form;
+    else they are matched one a line."""
+    first = stamps[0]
+    text = "".join(stamps)
+    if len(text) == len(first) * len(stamps) and text.isascii() and _ISO_ONE.fullmatch(first):
+        chars = np.frombuffer(text.encode("ascii"), dtype=np.uint8).reshape(len(stamps), len(first))  # (n, len)
+        digit = (chars[0] >= ord("0")) & (chars[0] <= ord("9"))
+        digits = chars[:, digit]
+        if ((digits >= ord("0")) & (digits <= ord("9"))).all() and (chars[:, ~digit] == chars[0, ~digit]).all():
+            return True
+    text = "\n".join(stamps)  # one match for all: each an ISO time, none holding a line break
+    return text.count("\n") == len(stamps) - 1 and _ISO_LINES.fullmatch(text) is not None
 
 
 def model_columns(scale: Any) -> tuple[str, ...]:
@@ -152,91 +184,159 @@ def model_columns(scale: Any) -> tuple[str, ...]:
     return ("open", "high", "low", "close", "volume", *(f for f in scale.feature_names if f not in FEATURES))
 
 
+@dataclass(frozen=True, eq=False)  # one per set of keys (bar_layout): equal when the same
+class BarLayout:
+    """How the bars of one set of keys are read without the bar reader, as the reader reads them.
+
+    Attributes:
+        keys: every key of a bar, in the order of the values :meth:`read` takes.
+        columns: ``(name, position in keys)`` of the timestamp and of each column the model reads (canonical
+            names, and covariates under the model's names), found as the reader finds them.
+        checked: ``(name, position)`` of ``amount`` and ``adj_close``, which the reader checks.
+        ticker: the position of the bars' ticker column (it names the series), or None.
+        decoder: a JSON decoder of the bodies whose bars each have exactly ``keys`` (in any order): the timestamp
+            and the ticker text, the columns read and checked numbers (a JSON integer or float, as a float: not a
+            boolean, a string or null), any other key a cell (a number, text or null); no field but ``bars`` and
+            an optional ``ticker`` (text or null). It reads them in C, types checked, without a dictionary per bar.
+    """
+
+    keys: tuple[str, ...]
+    columns: tuple[tuple[str, int], ...]
+    checked: tuple[tuple[str, int], ...]
+    ticker: int | None
+    decoder: msgspec.json.Decoder
+
+    def read(self, values: list[tuple[Any, ...]]) -> tuple[dict[str, np.ndarray], str | None] | None:
+        """The bars' columns by name (``timestamp`` as datetime64[ns], the rest float64) and the name their ticker
+        column gives the series (None without one), from one tuple of values per key, each of its type (text for
+        the timestamp and the ticker, numbers for the columns read and checked); or None unless they pass the
+        reader's checks as they are: ISO 8601 local times in increasing order, finite numbers, positive prices
+        with high and low around open and close, volume and amount not negative, adj_close positive, one ticker."""
+        text_stamps = values[self.columns[0][1]]
+        if not iso_times(text_stamps):
+            return None
+        stamps = np.array(text_stamps, dtype="datetime64[ns]")
+        if len(stamps) > 1 and not (stamps[1:] > stamps[:-1]).all():
+            return None
+        numbers = [*self.columns[1:], *self.checked]
+        try:
+            matrix = np.array([values[k] for _, k in numbers], dtype=np.float64)  # (K, n)
+        except OverflowError:  # an integer beyond float64
+            return None
+        if not np.isfinite(matrix).all():
+            return None
+        found = dict(zip((name for name, _ in numbers), matrix, strict=True))
+        o, h, lo, c = (found[k] for k in ("open", "high", "low", "close"))
+        if not ((o > 0).all() and (lo > 0).all() and (h >= np.fmax(o, c)).all() and (lo <= np.fmin(o, c)).all()):
+            return None
+        if not (found["volume"] >= 0).all():
+            return None
+        if ("amount" in found and (found["amount"] < 0).any()) or (
+            "adj_close" in found and (found["adj_close"] <= 0).any()
+        ):
+            return None
+        name = None
+        if self.ticker is not None:
+            tickers = set(values[self.ticker])
+            if len(tickers) != 1:  # more than one series: the reader says so
+                return None
+            name = tickers.pop().strip()  # as the reader names it
+        columns = {"timestamp": stamps, **{n: found[n] for n, _ in self.columns[1:]}}
+        return columns, name
+
+
 @lru_cache(maxsize=64)
-def _canonical_names(keys: tuple[str, ...], wanted: tuple[str, ...]) -> tuple[str, ...] | None:
-    """The canonical name of each of ``keys`` (the bar reader's aliases), or None unless they name exactly the
-    timestamp and ``wanted``, one column each."""
-    from lightning_tf.kline.reader.columns import ALIASES, normalise
+def bar_layout(keys: frozenset[str], wanted: tuple[str, ...]) -> BarLayout | None:
+    """The layout of bars with the keys ``keys`` for a model that reads the columns ``wanted``
+    (:func:`model_columns`), found by the bar reader's own column detection on the names alone; None where the
+    names do not decide it (two keys of one name once normalised: the first column wins; a date and a time of
+    day: joined by their values), or do not name the timestamp and each of ``wanted``: the bar reader reads
+    such bars (or says what is missing)."""
+    from lightning_tf.kline.reader.columns import detect_columns, normalise
 
-    alias = {}
-    for canonical, names in ALIASES.items():
-        for name in names:
-            alias.setdefault(normalise(name), canonical)
-    for name in wanted:
-        alias.setdefault(normalise(name), name)
-    names = tuple(alias.get(normalise(k), "") for k in keys)
-    return names if sorted(names) == sorted(("timestamp", *wanted)) else None
-
-
-def plain_columns(bars: list[dict[str, Any]], wanted: tuple[str, ...]) -> dict[str, np.ndarray] | None:
-    """The columns of ``bars`` as arrays, by canonical name (``timestamp`` as datetime64[ns], ``wanted`` as
-    float64), when the bars are plain: each bar has the same keys, naming the timestamp and each of ``wanted``
-    once (the bar reader's names); the timestamps are ISO 8601 local times in increasing order; the numbers are
-    finite, the prices positive, the volume not negative, high and low around open and close. Else None: the bar
-    reader reads them (and says what is wrong, or repairs it)."""
-    if not bars or set(map(type, bars)) != {dict}:
-        return None
-    keys = tuple(bars[0])
-    if set(map(type, keys)) != {str} or set(map(len, bars)) != {len(keys)}:
-        return None
-    names = _canonical_names(keys, wanted)
-    if names is None:
-        return None
-    try:  # every bar has each key of the first (and as many keys): the same keys
-        columns_of_keys = list(zip(*map(itemgetter(*keys), bars)))  # one tuple of values per key
-    except KeyError:
-        return None
-    t = names.index("timestamp")
-    numbers = [c for k, c in enumerate(columns_of_keys) if k != t]
-    if set(map(type, columns_of_keys[t])) != {str} or not set(map(type, chain.from_iterable(numbers))) <= {float, int}:
-        return None
-    return _plain_arrays(names, columns_of_keys)
-
-
-def _plain_arrays(names: tuple[str, ...], columns_of_keys: list[tuple[Any, ...]]) -> dict[str, np.ndarray] | None:
-    """:func:`plain_columns` of columns whose types are checked (the timestamps text, the rest numbers): the
-    arrays by canonical name (``names``, in the columns' order), or None unless they pass its checks."""
-    t = names.index("timestamp")
-    text_stamps = columns_of_keys[t]
-    text = "\n".join(text_stamps)  # one match for all: each an ISO time, none holding a line break
-    if text.count("\n") != len(text_stamps) - 1 or not _ISO_LINES.fullmatch(text):
-        return None
-    stamps = np.array(text_stamps, dtype="datetime64[ns]")
-    if len(stamps) > 1 and not (stamps[1:] > stamps[:-1]).all():
+    names = tuple(sorted(keys))
+    normal = [normalise(k) for k in names]
+    if len(set(normal)) != len(names):
         return None
     try:
-        values = np.array([c for k, c in enumerate(columns_of_keys) if k != t], dtype=np.float64)  # (K, n)
-    except OverflowError:  # an integer beyond float64
+        found = detect_columns(pd.DataFrame(columns=list(names)), source="bars")
+    except ValueError:
         return None
-    if not np.isfinite(values).all():
+    taken = set(found.values())
+    if normalise(found["timestamp"]) in ("date", "日期") and any(
+        n in ("time", "时间") and k not in taken for k, n in zip(names, normal, strict=True)
+    ):
         return None
-    columns = {"timestamp": stamps, **dict(zip((n for n in names if n != "timestamp"), values, strict=True))}
-    o, h, lo, c = (columns[k] for k in ("open", "high", "low", "close"))
-    if not ((o > 0).all() and (lo > 0).all() and (h >= np.fmax(o, c)).all() and (lo <= np.fmin(o, c)).all()):
+    by_norm = dict(zip(normal, names, strict=True))
+    columns = [("timestamp", found["timestamp"])]
+    for name in wanted:
+        if name in ("open", "high", "low", "close", "volume"):
+            key = found.get(name)
+        else:  # a covariate, found as read_bars finds its extra columns
+            key = name if name in keys else by_norm.get(normalise(name)) or found.get(name)
+        if key is None:
+            return None
+        columns.append((name, key))
+    checked = [(name, found[name]) for name in _CHECKED if name in found]
+    kinds: dict[str, Any] = {}
+    for key, kind in [(columns[0][1], str), *((k, float) for _, k in columns[1:] + checked)]:
+        if kinds.setdefault(key, kind) is not kind:  # one key as text and as a number
+            return None
+    if "ticker" in found and kinds.setdefault(found["ticker"], str) is not str:
         return None
-    if not (columns["volume"] >= 0).all():
-        return None
-    return columns
-
-
-@lru_cache(maxsize=16)
-def _layout_decoder(keys: tuple[str, ...], timestamp: int) -> msgspec.json.Decoder:
-    """A JSON decoder of the bodies whose bars each have exactly ``keys`` (in any order), the ``timestamp``-th
-    text and the others numbers (a JSON integer or float, as a float: not a boolean, a string or null), with no
-    field but ``bars`` and an optional ``ticker`` (text or null): those :meth:`KLineAPI.parse` reads as plain
-    (:func:`plain_columns`), whose bars it reads in C, types checked, without a dictionary per bar."""
-    fields = [f"c{i}" for i in range(len(keys))]
+    fields = [f"c{i}" for i in range(len(names))]
     bar = msgspec.defstruct(
         "Bar",
-        [(f, str if i == timestamp else float) for i, f in enumerate(fields)],
-        rename=dict(zip(fields, keys, strict=True)),
+        [(f, kinds.get(k, Union[float, str, None])) for f, k in zip(fields, names, strict=True)],
+        rename=dict(zip(fields, names, strict=True)),
         forbid_unknown_fields=True,
-        gc=False,  # floats and text only: no reference cycle to collect
+        gc=False,  # floats, text and None only: no reference cycle to collect
     )
     body = msgspec.defstruct(
         "Body", [("bars", list[bar]), ("ticker", Union[str, None], None)], forbid_unknown_fields=True
     )
-    return msgspec.json.Decoder(body)
+    position = {k: i for i, k in enumerate(names)}
+    return BarLayout(
+        keys=names,
+        columns=tuple((name, position[k]) for name, k in columns),
+        checked=tuple((name, position[k]) for name, k in checked),
+        ticker=position[found["ticker"]] if "ticker" in found else None,
+        decoder=msgspec.json.Decoder(body),
+    )
+
+
+def plain_bars(
+    bars: list[dict[str, Any]], wanted: tuple[str, ...]
+) -> tuple[BarLayout, dict[str, np.ndarray], str | None] | None:
+    """The layout of ``bars`` (:func:`bar_layout`), their columns by name and the name their ticker column gives
+    the series, when the bars are plain: each bar has the same keys, which name the timestamp and each of
+    ``wanted`` as the bar reader names them (any others it ignores, or checks); the values are of the types the
+    layout reads (:class:`BarLayout`) and any other key's a request's cell; they pass the reader's checks as
+    they are (:meth:`BarLayout.read`). Else None: the bar reader reads them (and says what is wrong, or repairs
+    it)."""
+    if not bars or set(map(type, bars)) != {dict}:
+        return None
+    first = bars[0]
+    if set(map(type, first)) != {str} or set(map(len, bars)) != {len(first)}:
+        return None
+    layout = bar_layout(frozenset(first), wanted)
+    if layout is None:
+        return None
+    try:  # every bar has each key (and as many keys): the same keys
+        values = list(zip(*map(itemgetter(*layout.keys), bars)))  # one tuple of values per key
+    except KeyError:
+        return None
+    text = [layout.columns[0][1], *([] if layout.ticker is None else [layout.ticker])]
+    numbers = {k for _, k in layout.columns[1:] + layout.checked}
+    if any(set(map(type, values[k])) != {str} for k in text):
+        return None
+    if not set(map(type, chain.from_iterable(values[k] for k in numbers))) <= {float, int}:
+        return None
+    others = (v for k, v in enumerate(values) if k not in numbers and k not in text)
+    if not set(map(type, chain.from_iterable(others))) <= _CELL_TYPES:
+        return None
+    read = layout.read(values)
+    return None if read is None else (layout, *read)
 
 
 @dataclass(frozen=True)
@@ -249,9 +349,16 @@ class _ModelFacts:
 
 @dataclass(frozen=True)
 class PlainBars:
-    """A request's plain bars (:func:`plain_columns`), read into their window with the rest of the batch's."""
+    """A request's plain bars (:func:`plain_bars`), read into their window with the rest of the batch's.
+
+    Attributes:
+        ticker: the request's ``ticker``.
+        name: the series' name: the bars' ticker column's, else ``ticker``, else ``series``.
+        columns: the bars' columns by name.
+    """
 
     ticker: str | None
+    name: str
     columns: dict[str, np.ndarray]
 
 
@@ -282,8 +389,8 @@ class KLineAPI(TaskAPI):
         super().__init__(checkpoint, serving)
         self.on_error = on_error
         self._facts: _ModelFacts | None = None  # _of_model
-        # the decoder of the layout of the last plain bars read, and their canonical names (parse_bytes)
-        self._layout: tuple[msgspec.json.Decoder, tuple[str, ...]] | None = None
+        # the layouts of the plain bars read last, the last first (parse_bytes tries their decoders in turn)
+        self._layouts: list[BarLayout] = []
 
     def check_model(self) -> None:
         scale = self.model.data_scale
@@ -308,36 +415,44 @@ class KLineAPI(TaskAPI):
     def parse(self, body: dict[str, Any]) -> Any:
         bars, ticker = body.get("bars"), body.get("ticker")
         scale = self.model.data_scale
-        columns = None
-        # a body of the request's fields whose bars are plain (every cell a number or an ISO time, so that
+        plain = None
+        # a body of the request's fields whose bars are plain (every cell read a number or an ISO time, so that
         # validation would pass it) is read with numpy; any other is validated (its errors) and read by the reader,
         # as are the bars of a model that reads the user's known-future covariates (which a request cannot carry)
         if type(bars) is list and type(ticker) in (str, type(None)) and body.keys() <= _FIELDS:
             if not scale.covariates.get("future"):
-                columns = plain_columns(bars, self._of_model().columns)
-        if columns is None:
+                plain = plain_bars(bars, self._of_model().columns)
+        if plain is None:
             return self._read(self.validate(body))
-        keys = tuple(bars[0])  # the next bodies are tried as bars of these keys (parse_bytes)
-        names = _canonical_names(keys, self._of_model().columns)
-        self._layout = (_layout_decoder(keys, names.index("timestamp")), names)
-        return PlainBars(ticker, columns)
+        layout, columns, name = plain
+        self._learn(layout)  # the next bodies of these keys are read from their bytes (parse_bytes)
+        return PlainBars(ticker, (ticker or "series") if name is None else name, columns)
 
     def parse_bytes(self, body: bytes) -> PlainBars | None:
-        """A body of plain bars with the keys of the last plain bars :meth:`parse` read (a client sends its bars
-        one way), read by that layout's decoder (:func:`_layout_decoder`): what :meth:`parse` would read, without
-        a dictionary per bar or a check of each value's type. None for any other body: :meth:`parse` reads it."""
-        self._of_model()  # a model of its own forgets the layout
-        if self._layout is None:
-            return None
-        decoder, names = self._layout
-        try:
-            request = decoder.decode(body)
-        except msgspec.DecodeError:  # not JSON msgspec reads, or not this layout's plain bars: parse decides
-            return None
-        if not request.bars:
-            return None
-        columns = _plain_arrays(names, list(zip(*map(msgspec.structs.astuple, request.bars))))
-        return None if columns is None else PlainBars(request.ticker, columns)
+        """A body of plain bars with the keys of plain bars :meth:`parse` read lately (a client sends its bars one
+        way), read by that layout's decoder (:class:`BarLayout`): what :meth:`parse` would read, without a
+        dictionary per bar or a check of each value's type. None for any other body: :meth:`parse` reads it."""
+        self._of_model()  # a model of its own forgets the layouts
+        for k, layout in enumerate(self._layouts):
+            try:
+                request = layout.decoder.decode(body)
+            except msgspec.DecodeError:  # not JSON msgspec reads, or not this layout's plain bars
+                continue
+            if k:
+                self._learn(layout)
+            if not request.bars:
+                return None
+            read = layout.read(list(zip(*map(msgspec.structs.astuple, request.bars))))
+            if read is None:  # the bars of this layout, with a value the reader refuses or repairs
+                return None
+            columns, name = read
+            return PlainBars(request.ticker, (request.ticker or "series") if name is None else name, columns)
+        return None
+
+    def _learn(self, layout: BarLayout) -> None:
+        """Try ``layout`` first on the next bodies (:meth:`parse_bytes`), keeping the few last read."""
+        if not self._layouts or self._layouts[0] is not layout:
+            self._layouts = [layout, *(x for x in self._layouts if x is not layout)][:_LAYOUTS_KEPT]
 
     def _of_model(self) -> _ModelFacts:
         """What reading plain bars needs of the model served, worked out once per model (not per request)."""
@@ -345,11 +460,11 @@ class KLineAPI(TaskAPI):
         facts = self._facts
         if facts is None or facts.scale is not scale:
             facts = self._facts = _ModelFacts(scale, model_columns(scale))
-            self._layout = None  # learnt again, from this model's plain bars
+            self._layouts = []  # learnt again, from this model's plain bars
         return facts
 
     def _windows(self, plain: list[PlainBars]) -> list[Any]:
-        """The last windows of plain bars (:func:`plain_columns`), with their covariates, as the bar reader's
+        """The last windows of plain bars (:func:`plain_bars`), with their covariates, as the bar reader's
         would be: read together (:func:`~lightning_tf.kline.inference.windows_of_series`), each bad one as its
         request's answer."""
         from lightning_tf.kline.inference import windows_of_series
@@ -357,7 +472,7 @@ class KLineAPI(TaskAPI):
         facts = self._of_model()
         scale = facts.scale
         windows = windows_of_series(
-            [(p.ticker or "series", p.columns, p.ticker or "the bars") for p in plain],
+            [(p.name, p.columns, p.ticker or "the bars") for p in plain],
             scale=scale,
             context_len=self.model.hparams.context_len,
             horizon=self.model.hparams.horizon,

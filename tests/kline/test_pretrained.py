@@ -361,3 +361,19 @@ def test_the_provenance_spans_every_tickers_dates(tmp_path: Path) -> None:
     record = dm.provenance()
     assert record["first"].startswith("2015-01-") and record["tickers"] == 6  # the Z tickers, stored last
     assert "2016-02-01" < record["seen_until"] < "2016-03-01"
+
+
+def test_a_corpus_cut_at_its_test_border_does_not_warn_of_missing_test_windows(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Bars cut where the test split starts leave every ticker without test windows, as pretraining wants: said
+    nowhere. The same split without the cut, on bars that end there, still says so."""
+    frame = reversal_universe(3, 330, reversal=0.0, seed=3)
+    frame.to_csv(tmp_path / "u.csv", index=False)
+    with caplog.at_level("WARNING"):
+        _data(tmp_path / "u.csv", reading=Reading(cut="2016-03-01")).setup("fit")
+    assert "no test windows" not in caplog.text
+    frame[pd.to_datetime(frame["date"]) < "2016-03-01"].to_csv(tmp_path / "ended.csv", index=False)
+    with caplog.at_level("WARNING"):
+        _data(tmp_path / "ended.csv").setup("fit")
+    assert "has no test windows" in caplog.text

@@ -224,6 +224,24 @@ def kline_cases() -> list[Case]:
             post_json({"bars": [{**b, "ticker": f"T{i % 2}"} for i, b in enumerate(bars)]}),
             422,
         ),
+        (
+            "bars with keys the reader ignores (a number, text, null) and one it checks, in any order",
+            post_json(
+                {"bars": [{"note": "x", "flag": None, **b, "OpenInt": i, "amount": 1.0} for i, b in enumerate(bars)]}
+            ),
+            2,
+        ),
+        (
+            "a key the reader ignores holding an object",
+            post_json({"bars": [{**b, "OpenInt": {"$ne": 1}} for b in bars]}),
+            422,
+        ),
+        (
+            "a key the reader ignores holding 1e999",
+            post(json.dumps({"bars": [{**b, "OpenInt": "MARK"} for b in bars]}).encode().replace(b'"MARK"', b"1e999")),
+            2,
+        ),
+        ("a negative amount", post_json({"bars": [{**b, "amount": -1.0} for b in bars]}), 422),
         ("good bars after all that", post_json({"bars": bars}), 2),
     ]
 

@@ -5,6 +5,7 @@ request gets its 4xx and one line."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ pytest.importorskip("litserve")
 
 from lightning_tf.serve.api import Serving
 from lightning_tf.serve.errors import Rejected
-from lightning_tf.serve.kline import KLineAPI, PlainBars, iso_strings, model_columns, plain_columns
+from lightning_tf.serve.kline import KLineAPI, PlainBars, iso_strings, iso_times, model_columns, plain_bars
 from tests.helpers.serve import bars_records, tiny_kline, tiny_kline_covariates
 
 BARS = bars_records(80, seed=0)
@@ -188,7 +189,7 @@ def test_plain_bars_are_read_with_numpy_into_the_window_the_bar_reader_gives(api
     assert columns == ("open", "high", "low", "close", "volume")
     for seed, ticker in [(0, None), (1, "TRAINED"), (2, "XYZ")]:
         bars = bars_records(70 + seed, seed=seed)
-        assert plain_columns(bars, columns) is not None
+        assert plain_bars(bars, columns) is not None
         request = api.validate({"bars": bars, **({"ticker": ticker} if ticker else {})})
         fast, read = plain_window(api, request.model_dump(exclude_none=True)), api._read(request)
         assert (fast.name, fast.scaled_by, fast.anchor) == (read.name, read.scaled_by, read.anchor)
@@ -246,8 +247,16 @@ def test_plain_bars_read_together_give_each_series_the_window_it_gets_alone(kind
         (lambda bars: [{**bars[0], "High": bars[0]["Low"] / 2}, *bars[1:]], "high below low"),
         (lambda bars: [{**bars[0], "Volume": -1}, *bars[1:]], "negative volume"),
         (lambda bars: [{k: v for k, v in b.items() if k != "Volume"} for b in bars], "no volume"),
-        (lambda bars: [{**b, "Adj Close": b["Close"]} for b in bars], "a column the model does not read"),
-        (lambda bars: [{**b, "ticker": "A"} for b in bars], "a ticker column"),
+        (lambda bars: [{**b, "ticker": "AB"[i % 2]} for i, b in enumerate(bars)], "a ticker column of two tickers"),
+        (lambda bars: [{**b, "ticker": "A" + " " * (i % 2)} for i, b in enumerate(bars)], "two spellings of a ticker"),
+        (lambda bars: [{**b, "code": 600519} for b in bars], "a ticker column of numbers"),
+        (lambda bars: [{**b, "close": b["Close"]} for b in bars], "two keys of one name once normalised"),
+        (lambda bars: [{**b, "Time": "09:30"} for b in bars], "a date and a time of day, joined by their values"),
+        (lambda bars: [{**b, "amount": -1.0 if i == 3 else 1.0} for i, b in enumerate(bars)], "a negative amount"),
+        (lambda bars: [{**b, "Adj Close": 0.0 if i == 3 else 1.0} for i, b in enumerate(bars)], "an adj_close of 0"),
+        (lambda bars: [{**b, "turnover": "1.5"} for b in bars], "an amount as text"),
+        (lambda bars: [{**b, "OpenInt": [1]} for b in bars], "a key the reader ignores holding a list"),
+        (lambda bars: [{**b, "OpenInt": True} for b in bars], "a key the reader ignores holding a boolean"),
         (lambda bars: [bars[0], {k: v for k, v in bars[1].items() if k != "Open"}, *bars[2:]], "a bar without open"),
         (
             lambda bars: [bars[0], {**{k: v for k, v in bars[1].items() if k != "Open"}, "Adj": 1.0}, *bars[2:]],
@@ -259,7 +268,108 @@ def test_plain_bars_read_together_give_each_series_the_window_it_gets_alone(kind
     ],
 )
 def test_other_bars_go_to_the_bar_reader(change: Any, why: str) -> None:
-    assert plain_columns(change(list(BARS)), ("open", "high", "low", "close", "volume")) is None, why
+    assert plain_bars(change(list(BARS)), ("open", "high", "low", "close", "volume")) is None, why
+
+
+def with_other_keys(bars: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """``bars`` as real bars come: with keys the reader ignores or checks, in other orders, under other names."""
+    chinese = {"Date": "日期", "Open": "开盘", "High": "最高", "Low": "最低", "Close": "收盘", "Volume": "成交量"}
+    return {
+        "OpenInt": [{**b, "OpenInt": 0} for b in bars],
+        "adj_close, amount, a turnover rate, factors, text, null": [
+            {
+                **b,
+                "Adj Close": b["Close"] * 0.9,
+                "amount": b["Close"] * b["Volume"],
+                "换手率": 1.5,
+                "alpha_7": float(i),
+                "note": "x",
+                "flag": None,
+            }
+            for i, b in enumerate(bars)
+        ],
+        "each bar its own key order": [
+            dict(reversed([*b.items(), ("OpenInt", 0)])) if i % 2 else {"OpenInt": 0, **b} for i, b in enumerate(bars)
+        ],
+        "Chinese names with 成交额 and 振幅": [
+            {**{chinese[k]: v for k, v in b.items()}, "成交额": b["Volume"] * 2.0, "振幅": "--"} for b in bars
+        ],
+        "a last beside the close": [{**{k.lower(): v for k, v in b.items()}, "last": b["Close"] * 2} for b in bars],
+        "a ticker column of the trained ticker": [{**b, "symbol": "TRAINED"} for b in bars],
+        "a ticker column padded": [{"code": " XYZ ", **b} for b in bars],
+    }
+
+
+@pytest.mark.parametrize("kind", list(with_other_keys(BARS)))
+def test_bars_with_other_keys_are_plain_and_read_as_the_bar_reader_reads_them(api: KLineAPI, kind: str) -> None:
+    """Keys the reader ignores (``OpenInt``, a factor, text, null), keys it checks (``adj_close``, ``amount``), any
+    key order and any name the reader gives a column: read with numpy into the window the bar reader gives, from
+    the body's JSON object and from its bytes alike, and answered with the rows ``forecast()`` gives."""
+    bars = with_other_keys(BARS)[kind]
+    assert plain_bars(bars, ("open", "high", "low", "close", "volume")) is not None
+    for ticker in (None, "XYZ"):
+        body = {"bars": bars, **({"ticker": ticker} if ticker else {})}
+        fast, read = plain_window(api, body), api._read(api.validate(body))
+        assert isinstance(fast.bars, dict) and isinstance(read.bars, pd.DataFrame)  # numpy, then the bar reader
+        assert (fast.name, fast.scaled_by, fast.anchor) == (read.name, read.scaled_by, read.anchor)
+        for key in ("x", "raw_target", "target_mean", "target_std"):
+            assert np.array_equal(getattr(fast, key), getattr(read, key)), key
+        raw = json.dumps(body).encode()
+        api.parse(body)  # learns the layout
+        assert same_input(api.parse_bytes(raw), api.parse(body))
+        ((status, answer),) = served(api, [raw])
+        assert status == 200 and same_rows(answer["forecast"], offline(api, bars, ticker))
+    if "ticker column" in kind:
+        assert fast.name == ("TRAINED" if "trained" in kind else "XYZ")
+        assert fast.scaled_by.startswith("training statistics" if "trained" in kind else "its own history")
+
+
+def test_bars_with_a_bad_value_under_a_key_the_reader_checks_get_its_error(api: KLineAPI) -> None:
+    amount = [{**b, "amount": -5.0 if i == 3 else 1.0} for i, b in enumerate(BARS)]
+    adjusted = [{**b, "adj_close": 0.0 if i == 4 else b["Close"]} for i, b in enumerate(BARS)]
+    listed = [{**b, "OpenInt": [1] if i == 2 else 0} for i, b in enumerate(BARS)]
+    answers = served(api, [json.dumps({"bars": bars}).encode() for bars in (amount, adjusted, listed)])
+    assert answers == [
+        (
+            422,
+            {
+                "error": "bars: 1 negative amounts: row 4, column 'amount': negative amount -5. Send finite, positive "
+                "values, or start the server with --on_error drop or ffill"
+            },
+        ),
+        (
+            422,
+            {
+                "error": "bars: 1 non-positive prices: row 5, column 'adj_close': price 0 is not positive. Send "
+                "finite, positive values, or start the server with --on_error drop or ffill"
+            },
+        ),
+        (
+            422,
+            {
+                "error": "bars.2.OpenInt.float: input should be a valid number; bars.2.OpenInt.int: input should be "
+                "a valid integer; bars.2.OpenInt.str: input should be a valid string"
+            },
+        ),
+    ]
+
+
+def test_parse_bytes_keeps_the_layouts_of_a_few_clients() -> None:
+    """Bodies of several layouts, one after another, are each read from their bytes once each layout was read;
+    the layouts of more clients than a worker keeps leave the oldest to ``parse``."""
+    a = KLineAPI("unused.ckpt", Serving(max_batch_size=8))
+    a.model = tiny_kline()
+    by_keys = {frozenset(bars[0]): bars for bars in with_other_keys(BARS).values()}  # one body per layout
+    bodies = [json.dumps({"bars": bars}).encode() for bars in by_keys.values()]
+    for raw in bodies:
+        assert a.parse_bytes(raw) is None and isinstance(a.decode_request(raw), PlainBars)  # learnt by parse
+    for raw in bodies + bodies[::-1]:
+        assert isinstance(a.parse_bytes(raw), PlainBars)
+    for i in range(8):  # eight more layouts
+        assert isinstance(
+            a.decode_request(json.dumps({"bars": [{**b, f"f{i}": 1.0} for b in BARS]}).encode()), PlainBars
+        )
+    assert all(a.parse_bytes(raw) is None for raw in bodies)
 
 
 def test_a_batch_of_plain_bars_and_bars_for_the_reader_answers_each_as_alone(api: KLineAPI) -> None:
@@ -329,6 +439,19 @@ def test_covariate_bars_are_read_with_numpy_into_the_window_the_bar_reader_gives
         assert status == 200 and same_rows(body["forecast"], want)
 
 
+def test_a_covariate_under_another_spelling_beside_other_keys_is_read_as_the_reader_reads_it() -> None:
+    api = KLineAPI("unused.ckpt", Serving(max_batch_size=8))
+    api.model = tiny_kline_covariates(calendar=None, ticker_embedding=False)
+    bars = [
+        {"Signal": b.pop("signal"), "OpenInt": 0, "amount": 1.0, **b} for b in bars_records(70, seed=3, signal=True)
+    ]
+    body = {"bars": bars}
+    fast, read = plain_window(api, body), api._read(api.validate(body))
+    assert np.array_equal(fast.x, read.x) and np.array_equal(fast.x[:, -1], read.x[:, -1])  # the covariate's channel
+    ((status, answer),) = served(api, [json.dumps(body).encode()])
+    assert status == 200 and same_rows(answer["forecast"], offline(api, bars))
+
+
 def test_a_model_that_reads_the_users_known_future_covariates_refuses_bars_alone() -> None:
     api = KLineAPI("unused.ckpt", Serving(max_batch_size=8))
     api.model = tiny_kline_covariates(calendar=None, future=["event"])
@@ -353,6 +476,29 @@ def test_iso_strings_are_what_pandas_writes() -> None:
         assert iso_strings(values) == [pd.Timestamp(t).isoformat() for t in values]
 
 
+def test_iso_times_are_the_stamps_each_of_which_the_iso_pattern_matches() -> None:
+    """Stamps of one length are checked as bytes against the first, others one by one: both say what matching each
+    stamp alone says, on stamps of one form and of mixed forms with one character changed to a digit, a letter, a
+    separator, a line break or a non-ASCII digit, in one stamp or in all."""
+    one = re.compile(r"\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?)?", re.ASCII)
+    rng = np.random.default_rng(0)
+    forms = ["2024-01-02", "2024-01-02T09:30", "2024-01-02 09:30:15", "2024-01-02T09:30:15.123456"]
+    checked = {True: 0, False: 0}
+    for _ in range(400):
+        form = forms[int(rng.integers(len(forms)))]
+        stamps = [form] * 5 if rng.random() < 0.7 else [forms[int(rng.integers(len(forms)))] for _ in range(5)]
+        if rng.random() < 0.8:
+            i, j = int(rng.integers(5)), int(rng.integers(len(stamps[0])))
+            row = stamps[i] if j < len(stamps[i]) else stamps[i] + "0"
+            stamps[i] = row[:j] + str(rng.choice(list("07x-T :/.\n\u0662"))) + row[j + 1 :]
+            if rng.random() < 0.3:  # every stamp of that one's form
+                stamps = [stamps[i]] * 5
+        want = all(one.fullmatch(s) for s in stamps)
+        assert iso_times(stamps) == want, stamps
+        checked[want] += 1
+    assert min(checked.values()) > 50
+
+
 def same_input(a: Any, b: Any) -> bool:
     """Two decoded requests are the same: the same plain bars (ticker, each column by name bit for bit), or equal
     otherwise."""
@@ -360,7 +506,7 @@ def same_input(a: Any, b: Any) -> bool:
         return (
             isinstance(a, PlainBars)
             and isinstance(b, PlainBars)
-            and a.ticker == b.ticker
+            and (a.ticker, a.name) == (b.ticker, b.name)
             and set(a.columns) == set(b.columns)
             and all(
                 a.columns[k].dtype == b.columns[k].dtype and np.array_equal(a.columns[k], b.columns[k])
@@ -372,20 +518,35 @@ def same_input(a: Any, b: Any) -> bool:
     return type(a) is type(b) and np.array_equal(a.x, b.x)  # two windows of the bar reader
 
 
-def body_variants(rng: np.random.Generator) -> list[bytes]:
-    """JSON bodies around plain bars: plain ones (two key orders, a ticker or null or none), and bodies that
-    differ from them in one place (a value's type, a big or huge integer, a key missing, added, renamed or
-    given twice, another field, bars that are not plain, JSON msgspec does not read)."""
+def body_variants(rng: np.random.Generator) -> list[tuple[bytes, bool]]:
+    """JSON bodies around plain bars, each with whether msgspec reads it once its layout is known if ``parse``
+    reads it as plain: plain ones (key orders, a ticker or null or none, keys the reader ignores or checks), and
+    bodies that differ from them in one place (a value's type, a big or huge integer, a key missing, added, renamed
+    or given twice, another field, bars that are not plain, JSON msgspec does not read)."""
     bars = bars_records(60, seed=int(rng.integers(1000)))
     keys = list(bars[0])
+    other = [{"OpenInt": 0, **b, "note": "x", "amount": 1.5} for b in bars]  # an ignored number and text, a checked
+    shuffled = [dict(np.array(list(b.items()), dtype=object)[rng.permutation(len(b))].tolist()) for b in other]
     out = [
         json.dumps({"bars": bars}),
         json.dumps({"bars": bars, "ticker": "TRAINED"}),
         json.dumps({"ticker": None, "bars": [dict(reversed(list(b.items()))) for b in bars]}),
+        json.dumps({"bars": other, "ticker": "XYZ"}),
+        json.dumps({"bars": shuffled}),
     ]
     row, key = int(rng.integers(len(bars))), keys[1 + int(rng.integers(len(keys) - 1))]
     for value in [True, "12.5", None, [1.0], 10**30, 10**400, 7, -0.0, 1e308 * 10]:
         out.append(json.dumps({"bars": [dict(b, **{key: value}) if i == row else b for i, b in enumerate(bars)]}))
+    unread = []  # plain, with a value in a key the reader ignores that msgspec does not read as a number
+    for name, values in [
+        ("OpenInt", [True, "12.5", None, [1.0], {"a": 1}, 10**30, 10**400, -1]),
+        ("amount", [-1.0, "1.5", None, 0]),
+    ]:
+        for value in values:
+            text = json.dumps({"bars": [dict(b, **{name: value}) if i == row else b for i, b in enumerate(other)]})
+            (unread if name == "OpenInt" and value == 10**400 else out).append(text)
+    unread.append(json.dumps({"bars": [dict(b, OpenInt=float("nan")) if i == row else b for i, b in enumerate(other)]}))
+    unread.append(json.dumps({"bars": other}).replace('"note": ', '"note": [1], "note": ', 1))  # the last one counts
     out += [
         json.dumps({"bars": [{k: v for k, v in b.items() if k != key or i != row} for i, b in enumerate(bars)]}),
         json.dumps({"bars": [dict(b, extra=1.0) if i == row else b for i, b in enumerate(bars)]}),
@@ -398,18 +559,20 @@ def body_variants(rng: np.random.Generator) -> list[bytes]:
         json.dumps({"bars": bars}).replace(f'"{key}": ', f'"{key}": 1.0, "{key}": ', 1),  # a key twice
         json.dumps({"bars": bars, "ticker": "X"}).replace('"ticker": "X"', '"ticker": "X", "bars": []'),
         json.dumps({"bars": bars}).replace(f'"{key}": ', f'"{key}": NaN, "{key}": ', 1)[:-30],  # cut short
-        "\ufeff" + json.dumps({"bars": bars}),
     ]
-    return [text.encode() for text in out]
+    return [(text.encode(), True) for text in out] + [
+        (("\ufeff" + json.dumps({"bars": bars})).encode(), False),
+        *((text.encode(), False) for text in unread),
+    ]
 
 
 def test_a_body_of_plain_bars_is_read_from_its_bytes_as_parse_reads_it(api: KLineAPI) -> None:
     """``parse_bytes`` (a decoder per layout of bars) gives for every body what ``parse`` of its JSON gives, or
-    leaves the body to it; it reads the plain bodies of the layout last read by ``parse``, and only those."""
+    leaves the body to it; it reads the plain bodies of the layouts ``parse`` read, and only those."""
     rng = np.random.default_rng(0)
     fast_reads = 0
     for _ in range(6):
-        for raw in body_variants(rng):
+        for raw, readable in body_variants(rng):
             fast = api.parse_bytes(raw)
             try:
                 value = json.loads(raw)
@@ -422,8 +585,8 @@ def test_a_body_of_plain_bars_is_read_from_its_bytes_as_parse_reads_it(api: KLin
                 assert same_input(fast, slow), raw[:200]
             assert same_input(api.decode_request(raw), slow), raw[:200]
             again = api.parse_bytes(raw)  # the layout is learnt: plain bars msgspec reads are read fast
-            assert (again is not None) == (isinstance(slow, PlainBars) and not raw.startswith(b"\xef")), raw[:200]
-    assert fast_reads >= 6 * 2  # at least two of the three plain bodies of each round (the layout changes)
+            assert (again is not None) == (isinstance(slow, PlainBars) and readable), raw[:200]
+    assert fast_reads >= 6 * 4  # at least four of the five plain bodies of each round (the layouts change)
 
 
 def test_a_model_change_forgets_the_layout_of_plain_bars() -> None:

@@ -78,6 +78,8 @@ def test_concurrent_requests_are_batched_and_each_is_its_forecast(
     bodies = [body(i) for i in range(len(SERIES))]
     bodies[2] = {"bars": SERIES[2][:30]}
     bodies[7] = {"bars": [dict(b, Close=float("nan")) if j == 40 else b for j, b in enumerate(SERIES[7])]}
+    # keys the reader ignores or checks, in another order: the same forecast
+    bodies[5] = {"bars": [{"OpenInt": 0, **dict(reversed(b.items())), "amount": 1.0} for b in SERIES[5]]}
     with concurrent.futures.ThreadPoolExecutor(len(bodies)) as pool:
         responses = list(
             pool.map(lambda b: server.post(data=json.dumps(b), headers={"Content-Type": "application/json"}), bodies)

@@ -489,9 +489,9 @@ def column_evidence(df: pd.DataFrame, first_line: int) -> NumberEvidence:
     for col, dtype in df.dtypes.items():
         if dtype.kind in "biufcmM":  # numbers, booleans, datetimes
             continue
-        text = df[col].astype(str)
-        if not _holds_separators(text):  # dates such as 2024-01-02, codes, names
+        if not _holds_separators(df[col]):  # dates such as 2024-01-02, codes, names
             continue
+        text = df[col].astype(str)
         marked = (text.str.contains(".", regex=False) | text.str.contains(",", regex=False)).to_numpy(bool)
         if marked.any():
             lines = (np.flatnonzero(marked) + first_line).tolist()

@@ -193,7 +193,7 @@ def read_table(
     if note:
         log.warning(note)
     stripped = [str(c).strip() for c in df.columns]
-    if len(set(stripped)) == len(stripped):  # TongDaXin pads its header names with spaces
+    if stripped != list(df.columns) and len(set(stripped)) == len(stripped):  # TongDaXin pads its header names
         df.columns = stripped
     blank = _blank_rows(df)
     out = df[~blank] if blank.any() else df

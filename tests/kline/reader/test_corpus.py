@@ -322,3 +322,31 @@ def test_warnings_about_many_files_are_counted_in_one_line(
         f"{tmp_path / f'gap{k}.csv'}: 1 gaps longer than max_gap=7 days 00:00:00; no window will span them"
         for k in range(7)
     ]
+
+
+def test_the_frame_and_the_warnings_do_not_depend_on_the_info_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Clean files are checked for gaps in one array comparison when nothing is logged at INFO, and through the
+    frame that also logs the largest gap when it is: the same frame and warnings either way."""
+    for k in range(4):
+        bars = make_bars(60, seed=k)
+        bars = bars.drop(index=range(20, 30)) if k % 2 else bars  # a two-week gap in every other file
+        bars.to_csv(tmp_path / f"t{k}.csv", index=False)
+    read = []
+    for level in (logging.WARNING, logging.INFO):
+        caplog.clear()
+        with caplog.at_level(level, logger="lightning_tf"):
+            frame = read_bars(tmp_path, on_error="drop", max_gap="7D", read_workers=0)
+        read.append((frame, [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]))
+    pd.testing.assert_frame_equal(read[0][0], read[1][0], check_exact=True)
+    assert (
+        read[0][1]
+        == read[1][1]
+        == [
+            f"{tmp_path / f't{k}.csv'}: 1 gaps longer than max_gap=7 days 00:00:00; no window will span them"
+            for k in (1, 3)
+        ]
+    )
+    with pytest.raises(ValueError, match=r"t1.csv: 1 gaps longer than max_gap=7 days"):
+        read_bars(tmp_path, max_gap="7D", read_workers=0)  # on_error="error", nothing logged at INFO
