@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Literal
 
 import yaml
@@ -79,14 +80,11 @@ def tune(
     _run(options, rest)
 
 
-def _study_dir(name: str) -> Path:
-    return (Path("runs") / "tune" / name).absolute()
-
-
-def _storage(options: dict[str, Any], name: str) -> str:
-    """``--storage`` (a path made absolute), else the journal file in the study's folder."""
-    storage = options["storage"] or str(_study_dir(name) / "journal.log")
-    return storage if "://" in storage else os.path.abspath(storage)
+def _where(name: str, storage: str | None) -> tuple[Path, str]:
+    """The study's folder, and its storage: ``--storage`` (a path made absolute), else the folder's journal."""
+    folder = (Path("runs") / "tune" / name).absolute()
+    storage = storage or str(folder / "journal.log")
+    return folder, storage if "://" in storage else os.path.abspath(storage)
 
 
 def _open(options: dict[str, Any]) -> Any:
@@ -95,10 +93,9 @@ def _open(options: dict[str, Any]) -> Any:
     from .report import shown
     from .study import open_storage
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     if options["study_name"] is None:
         raise ValueError("--report needs --study_name (the folder name under runs/tune/)")
-    storage = _storage(options, options["study_name"])
+    storage = _where(options["study_name"], options["storage"])[1]
     if "://" not in storage and not Path(storage).is_file():
         raise FileNotFoundError(f"no study {options['study_name']!r}: {shown(storage)} not found (give --storage)")
     try:
@@ -113,7 +110,7 @@ def _report(study: Any) -> None:
     from .report import shown, write_report
 
     recorded = study.user_attrs.get("study_dir")
-    folder = Path(recorded) if recorded and Path(recorded).is_dir() else _study_dir(study.study_name)
+    folder = Path(recorded) if recorded and Path(recorded).is_dir() else _where(study.study_name, None)[0]
     written = write_report(study, folder)
     print(f"report: {shown(written['summary'])}, {shown(written['trials'])}", flush=True)
     figures = [p.name for k, p in written.items() if k.endswith(".png")]
@@ -149,30 +146,29 @@ def _run(options: dict[str, Any], rest: list[str]) -> None:
     from .study import check_continuation, fail_orphans, held, infer_direction, make_pruner, make_sampler, open_storage
     from .trials import Trials
 
-    t0 = time.time()
-    if options["study_name"] is not None:
-        check_study_name(options["study_name"])  # before the configs are read, as the other options
+    t0, o = time.time(), SimpleNamespace(**options)
+    if o.study_name is not None:
+        check_study_name(o.study_name)  # before the configs are read, as the other options
     args, args_key = config_args(bundled_configs(rest))
-    search = bundled_configs(["--config", options["search"]])[1]
+    search = bundled_configs(["--config", o.search])[1]
     space = load_space(search)  # the search file's own errors before the configs are read
     search = os.path.abspath(search)
     config = resolved_config(args, probe(space), search)
     files = [Path(a).stem for a, k in zip(args, args_key) if a != k]  # the config files: where the key has a digest
     task = str((config.get("model") or {}).get("class_path", "model")).split(".")
     task = task[1] if task[0] == "lightning_tf" else task[-1].lower()
-    name = check_study_name(options["study_name"] or "-".join([task, *files[-1:]]))
-    study_dir, storage = _study_dir(name), _storage(options, name)
-    direction = options["direction"] or infer_direction(options["metric"])
+    name = check_study_name(o.study_name or "-".join([task, *files[-1:]]))
+    study_dir, storage = _where(name, o.storage)
+    direction = o.direction or infer_direction(o.metric)
     trainer = config.get("trainer") or {}
     max_epochs = trainer.get("max_epochs")
     max_epochs = max_epochs if isinstance(max_epochs, int) and max_epochs > 0 else None
-    warmup = options["pruner_warmup"] if options["pruner_warmup"] is not None else max(1, (max_epochs or 10) // 10)
-    logger = trainer.get("logger")
+    warmup = o.pruner_warmup if o.pruner_warmup is not None else max(1, (max_epochs or 10) // 10)
+    wandb = str((trainer.get("logger") or {}).get("class_path", "")).endswith("WandbLogger")
     attrs = {"args": args, "args_key": args_key, "search": search, "search_text": Path(search).read_text()}
-    attrs |= {"metric": options["metric"], "direction": direction, "study_dir": str(study_dir), "config": config}
-    attrs |= {"max_epochs": max_epochs, "wandb": str((logger or {}).get("class_path", "")).endswith("WandbLogger")}
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    opened = open_storage(storage, options["heartbeat"])
+    attrs |= {"metric": o.metric, "direction": direction, "study_dir": str(study_dir), "config": config}
+    attrs |= {"max_epochs": max_epochs, "wandb": wandb}
+    opened = open_storage(storage, o.heartbeat)
     study = optuna.create_study(study_name=name, storage=opened, direction=direction, load_if_exists=True)
     if "args" in study.user_attrs:
         check_continuation(study, attrs)
@@ -180,28 +176,25 @@ def _run(options: dict[str, Any], rest: list[str]) -> None:
         study.set_user_attr(key, value)
     if "://" not in storage or storage.startswith("redis://"):  # a journal has no heartbeat: look here
         fail_orphans(study)
-    left = options["trials"] - held([t for t in study.get_trials(deepcopy=False) if t.state.name != "RUNNING"])
-    jobs = max(1, min(options["jobs"], left))
-    pruning = options["pruner"]
-    if pruning == "median":
-        pruning += f" (after {options['pruner_startup']} trials, from epoch {warmup + 1})"
+    left = o.trials - held([t for t in study.get_trials(deepcopy=False) if t.state.name != "RUNNING"])
+    jobs = max(1, min(o.jobs, left))
     print(
-        f"study {name}: {options['trials'] - left} of {options['trials']} trials held; {jobs} at once; "
-        f"{options['metric']} ({direction}); sampler {options['sampler']} (seed {options['seed']}); pruner {pruning}\n"
-        f"  storage {shown(storage)} (watch it: optuna-dashboard {shown(storage)})\n"
+        f"study {name}: {o.trials - left} of {o.trials} trials held; {jobs} at once; {o.metric} ({direction}); "
+        f"sampler {o.sampler} (seed {o.seed}); pruner {o.pruner}"
+        + (f" (after {o.pruner_startup} trials, from epoch {warmup + 1})" if o.pruner == "median" else "")
+        + f"\n  storage {shown(storage)} (watch it: optuna-dashboard {shown(storage)})\n"
         f"  folder {shown(study_dir)}/ (each trial's fit output: trials/<number>/fit.log)",
         flush=True,
     )
     status = 0
     if left <= 0:
-        print(f"the study holds {options['trials']} trials: --trials {2 * options['trials']} runs more", flush=True)
+        print(f"the study holds {o.trials} trials: --trials {2 * o.trials} runs more", flush=True)
     else:
-        sampler = make_sampler(options["sampler"], options["seed"], options["trials"], len(study.trials))
-        pruner = make_pruner(options["pruner"], options["pruner_startup"], warmup, max_epochs)
-        study = optuna.load_study(study_name=name, storage=opened, sampler=sampler, pruner=pruner)
-        timeout = None if options["timeout"] is None else max(0.0, t0 + options["timeout"] - time.time())
-        status = Trials(study, space, options["trials"], jobs).run(timeout)
-        run = {"wall_s": round(time.time() - t0, 1), "jobs": jobs, "trials": options["trials"]}
+        study.sampler = make_sampler(o.sampler, o.seed, o.trials, len(study.trials))
+        study.pruner = make_pruner(o.pruner, o.pruner_startup, warmup, max_epochs)
+        timeout = None if o.timeout is None else max(0.0, t0 + o.timeout - time.time())
+        status = Trials(study, space, o.trials, jobs).run(timeout)
+        run = {"wall_s": round(time.time() - t0, 1), "jobs": jobs, "trials": o.trials}
         study.set_user_attr(f"run:{socket.gethostname()}:{os.getpid()}:{int(t0)}", run)
         if status == 130:
             defaults = {k: p.default for k, p in inspect.signature(tune).parameters.items()}

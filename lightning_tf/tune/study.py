@@ -23,6 +23,7 @@ __all__ += ["open_storage", "retried", "retry", "state_name", "tally"]
 _HIGHER_IS_BETTER = ("acc", "top", "bleu", "chrf", "f1", "auc", "precision", "recall", "r2", "sharpe", "ap")
 # the retry callback is marked experimental; the command relies on it as documented
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+optuna.logging.set_verbosity(optuna.logging.WARNING)  # the command prints its own line per trial
 #: ``retry(study, trial)`` queues a failed trial's parameters again, at most 3 times, as the heartbeat does
 retry = RetryHeartbeatStaleTrialCallback(max_retry=3)
 
@@ -48,9 +49,8 @@ def open_storage(storage: str, heartbeat: int = 60) -> optuna.storages.BaseStora
 
 
 def make_sampler(kind: str, seed: int, trials: int, n_existing: int) -> optuna.samplers.BaseSampler:
-    """TPE (random for the first quarter of ``trials``, 4 to 10, then model-based, with the constant liar so that
-    trials run at once do not pick the same point) or random; seeded by ``seed`` and the ``n_existing`` trials
-    the study holds, so a continued study does not draw again what it drew."""
+    """TPE (random for a quarter of ``trials``, 4 to 10, then model-based; the constant liar keeps trials run at once
+    apart) or random, seeded by ``seed`` and the ``n_existing`` trials: a continued study does not draw again."""
     seed += 1_000_003 * n_existing
     if kind == "random":
         return optuna.samplers.RandomSampler(seed=seed)
