@@ -59,13 +59,11 @@ def brief(value: Any) -> str:
 def ranked_trials(study: optuna.Study) -> list[FrozenTrial]:
     """The complete trials, best first (ties: the earlier trial)."""
     sign = -1 if study.direction == optuna.study.StudyDirection.MAXIMIZE else 1
-    complete = [t for t in study.trials if t.state == TrialState.COMPLETE and t.value is not None]
-    return sorted(complete, key=lambda t: (sign * t.value, t.number))
+    return sorted(study.get_trials(states=(TrialState.COMPLETE,)), key=lambda t: (sign * t.value, t.number))
 
 
 def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
-    """One row per trial: number, state, value, epochs, seconds, each parameter, the validation metrics of its
-    best epoch, why it ended, its folder, its job, the trial it runs again, start and end."""
+    """One row per trial of ``trials.csv`` (its columns: docs/tune.md, results)."""
     trials, again = study.trials, retried(study.trials)
     names = list(dict.fromkeys(name for t in trials for name in t.params))
     metrics = sorted({k for t in trials for k in t.user_attrs.get("val_metrics", {})})
@@ -145,17 +143,16 @@ def _summary(
     study: optuna.Study, rows: list[dict[str, Any]], ranked: list[FrozenTrial], figures: dict[str, str], folder: Path
 ) -> list[str]:
     """The lines of ``summary.md``."""
-    metric, max_epochs = study.user_attrs.get("metric", "value"), study.user_attrs.get("max_epochs")
-    counts = tally(study.trials)
-    wall = sum(float(v.get("wall_s", 0.0)) for k, v in study.user_attrs.items() if k.startswith("run:"))
+    attrs, counts = study.user_attrs, tally(study.trials)
+    metric, max_epochs = attrs.get("metric", "value"), attrs.get("max_epochs")
+    wall = sum(float(v.get("wall_s", 0.0)) for k, v in attrs.items() if k.startswith("run:"))
     epochs, trained = sum(r["epochs"] or 0 for r in rows), sum(1 for r in rows if r["epochs"])
     lines = [
-        f"# Study {study.study_name}",
-        "",
+        f"# Study {study.study_name}\n",
         f"{len(rows)} trials: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + ".",
         f"Wall time {wall / 60:.1f} min; the trials' own time {sum(r['seconds'] or 0 for r in rows) / 60:.1f} min.",
         f"Objective: {metric}, {study.direction.name.lower()}d; search space: "
-        f"{shown(study.user_attrs['search']) if 'search' in study.user_attrs else '?'}.",
+        f"{shown(attrs['search']) if 'search' in attrs else '?'}.",
     ]
     if trained and max_epochs:
         full = trained * max_epochs
@@ -172,30 +169,23 @@ def _summary(
             for i, t in enumerate(ranked[:10])
         ]
         lines += [
-            "",
-            "## Best trial",
-            "",
+            "\n## Best trial\n",
             f"Trial {best.number}: {metric} **{best.value:.6g}** after {best.user_attrs.get('epochs', '?')} epochs "
             f"({float(best.user_attrs.get('seconds') or 0):.0f} s), run folder "
-            f"`{os.path.relpath(run, folder) if run else ''}`.",
-            "",
+            f"`{os.path.relpath(run, folder) if run else ''}`.\n",
             *_table([[f"`{k}`", brief(v)] for k, v in best.params.items()], ["parameter", "value"]),
-            "",
-            f"Train it: `lightning-tf fit --config {shown(folder / 'best.yaml')}`",
-            "",
-            "## Top 10",
-            "",
+            f"\nTrain it: `lightning-tf fit --config {shown(folder / 'best.yaml')}`",
+            "\n## Top 10\n",
             *_table(top, ["rank", "trial", metric, "epochs", *(n.rpartition(".")[2] for n in names)]),
         ]
     else:
-        lines += ["", "No trial has completed yet."]
-    ended = [r for r in rows if r["state"] in ("failed", "refused", "interrupted")]
-    if ended:
-        lines += ["", "## Failed, refused and interrupted trials", ""]
+        lines.append("\nNo trial has completed yet.")
+    if ended := [r for r in rows if r["state"] in ("failed", "refused", "interrupted")]:
         why = "interrupted: its command stopped (a kill, a lost machine)"
+        lines.append("\n## Failed, refused and interrupted trials\n")
         lines += [f"- trial {r['number']} ({r['state']}): {r['reason'] or why}" for r in ended]
     if figures:
-        lines += ["", "## Figures", ""]
+        lines.append("\n## Figures\n")
         lines += [f"![{name}]({name})" if not why else f"- {name}: not drawn ({why})" for name, why in figures.items()]
-    lines += ["", f"Written {datetime.datetime.now().isoformat(timespec='seconds')}; trials.csv holds every trial."]
+    lines.append(f"\nWritten {datetime.datetime.now().isoformat(timespec='seconds')}; trials.csv holds every trial.")
     return lines
