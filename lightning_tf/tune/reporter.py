@@ -1,7 +1,4 @@
-"""The callback a trial's ``fit`` runs with (named by its class path, as any callback): optuna-integration's
-``PyTorchLightningPruningCallback`` whose trial is the command's, asked over a socket the run inherits (its
-descriptor in :data:`~.overrides.CHANNEL`; docs/tune.md, a trial). Without the variable it does nothing.
-"""
+"""The pruning callback a trial's ``fit`` runs with, named by its class path as any callback (docs/tune.md)."""
 
 from __future__ import annotations
 
@@ -24,9 +21,10 @@ __all__ = ["TrialReporter"]
 
 
 class TrialReporter(PyTorchLightningPruningCallback):
-    """optuna-integration's pruning callback for a trial run by ``lightning-tf tune``, and the trial it asks: each
-    ``report`` a JSON line to the command, each ``should_prune`` its one-byte answer; it also sends the run folder
-    and, under wandb, records the trial in the run's config (``tune``).
+    """optuna-integration's pruning callback whose trial is the ``lightning-tf tune`` command's, asked over a socket
+    the run inherits (its descriptor in :data:`~.overrides.CHANNEL`; without it the callback does nothing): each
+    ``report`` a JSON line, each ``should_prune`` its one-byte answer. It also sends the run folder and, under wandb,
+    records the trial in the run's config (``tune``).
 
     Args:
         monitor: the validation metric the study optimises.

@@ -5,6 +5,7 @@ them, each drawn with ``suggest_*`` under its name; errors are one line naming t
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 from typing import Any
@@ -26,16 +27,13 @@ def _distribution(where: str, spec: Any) -> BaseDistribution:
     kind = fields.pop("type", None)
     if kind not in _KINDS:
         raise ValueError(f"{where}: type is one of {', '.join(_KINDS)}, got {kind!r}")
-    for bound in ("low", "high", "step"):  # YAML reads 1e-4 (no dot) as text: a float bound takes it
-        if kind == "float" and isinstance(fields.get(bound), str):
-            try:
-                fields[bound] = float(fields[bound])
-            except ValueError:
-                pass
+    number = int if kind == "int" else (int, float)
+    for bound in ("low", "high", "step"):
         value = fields.get(bound)
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, int if kind == "int" else float | int)
-        ):
+        if kind == "float" and isinstance(value, str):  # YAML reads 1e-4 (no dot) as text: a float bound takes it
+            with contextlib.suppress(ValueError):
+                value = fields[bound] = float(value)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, number)):
             raise ValueError(f"{where}: {bound} must be {'an integer' if kind == 'int' else 'a number'}, got {value!r}")
     if kind == "categorical":
         choices = fields.get("choices")
@@ -73,12 +71,11 @@ def suggest(trial: Trial, space: dict[str, BaseDistribution]) -> dict[str, Any]:
     """The trial's value of each parameter, drawn with Optuna's ``suggest_*`` under its config name."""
     values = {}
     for name, d in space.items():
-        if isinstance(d, FloatDistribution):
-            values[name] = trial.suggest_float(name, d.low, d.high, step=d.step, log=d.log)
-        elif isinstance(d, IntDistribution):
-            values[name] = trial.suggest_int(name, d.low, d.high, step=d.step, log=d.log)
-        else:
+        if isinstance(d, CategoricalDistribution):
             values[name] = trial.suggest_categorical(name, list(d.choices))
+        else:
+            draw = trial.suggest_int if isinstance(d, IntDistribution) else trial.suggest_float
+            values[name] = draw(name, d.low, d.high, step=d.step, log=d.log)
     return values
 
 

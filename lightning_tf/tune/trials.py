@@ -36,14 +36,9 @@ class TrialFailed(Exception):
 
 def failure(log: Path, epochs: int) -> str:
     """One line from the end of a failed run's output (``lightning-tf: error: ...`` is the run's input error)."""
-    lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
-    last = lines[-1] if lines else "no output"
-    kinds = {
-        "lightning-tf: error: ": "failed" if epochs else "refused",
-        "lightning-tf: training stopped: ": "non-finite",
-    }
-    for prefix, kind in kinds.items():
-        if last.startswith(prefix):
+    last = (log.read_text(errors="replace").strip().splitlines() or ["no output"])[-1].strip()
+    for what, kind in (("error", "failed" if epochs else "refused"), ("training stopped", "non-finite")):
+        if last.startswith(prefix := f"lightning-tf: {what}: "):
             return f"{kind}: {last.removeprefix(prefix)}"
     return f"{'out of memory' if 'out of memory' in last else 'failed'}: {last}"
 
@@ -70,11 +65,6 @@ class Trials:
             self.free.put(job)
         self.runs: dict[int, subprocess.Popen] = {}
         self.stops, self.stop_reason = 0, ""
-        self.gpus = 0
-        if jobs > 1:
-            import torch
-
-            self.gpus = torch.cuda.device_count()
 
     def run(self, timeout: float | None) -> int:
         """Run trials until the study holds ``trials``, ``timeout`` seconds pass or a stop; the exit status."""
@@ -117,19 +107,21 @@ class Trials:
             trial.set_user_attr(key, value)  # a retry starts with the attributes of the trial it runs again
         if self.stops:
             raise TrialFailed("interrupted: the study was stopped")
-        study_dir, name = Path(self.attrs["study_dir"]), self.study.study_name
-        args, metric = self.attrs["args"], self.attrs["metric"]
-        folder = study_dir / "trials" / f"{trial.number:04d}"
+        name, args, metric = self.study.study_name, self.attrs["args"], self.attrs["metric"]
+        folder = Path(self.attrs["study_dir"]) / "trials" / f"{trial.number:04d}"
         folder.mkdir(parents=True, exist_ok=True)
         reporter = {"monitor": metric, "study": name, "trial": trial.number, "params": params}
         cmd = [*self.fit, *args, *to_overrides(params)]
-        cmd += trial_overrides(name, trial.number, str(study_dir), self.attrs["wandb"], args, reporter)
+        cmd += trial_overrides(name, trial.number, self.attrs["study_dir"], self.attrs["wandb"], args, reporter)
         ours, theirs = socket.socketpair()
         env = {**os.environ, CHANNEL: str(theirs.fileno())}
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // self.jobs)))
-        if self.gpus > 1 and "CUDA_VISIBLE_DEVICES" not in env:
-            env["CUDA_VISIBLE_DEVICES"] = str(job % self.gpus)
-        values: dict[int, float] = {}
+        if self.jobs > 1 and "CUDA_VISIBLE_DEVICES" not in env:
+            import torch  # only here: it takes seconds to import
+
+            if (gpus := torch.cuda.device_count()) > 1:
+                env["CUDA_VISIBLE_DEVICES"] = str(job % gpus)
+        values: dict[int, float] = {}  # by epoch; and every validation metric, by epoch
         metrics: dict[int, dict[str, float]] = {}
         pruned, missing, t0 = False, "", time.time()
         with ours, open(folder / "fit.log", "wb") as log:
@@ -163,7 +155,7 @@ class Trials:
         best = (max if self.attrs["direction"] == "maximize" else min)(finite, key=finite.get) if finite else None
         trial.set_user_attr("epochs", len(values))
         trial.set_user_attr("seconds", round(time.time() - t0, 1))
-        trial.set_user_attr("val_metrics", metrics[best] if best is not None else {})
+        trial.set_user_attr("val_metrics", metrics.get(best, {}))
         if pruned:
             reason = f"pruned after epoch {len(values)}"
         elif self.stops or status < 0 or status == 128 + signal.SIGTERM:  # killed, or SIGTERM (LastCheckpoint saved it)
@@ -186,16 +178,15 @@ class Trials:
         if trial.state == TrialState.FAIL and reason.startswith("interrupted"):
             retry(study, trial)
         trials = study.get_trials(deepcopy=False)
-        counts, attrs = tally(trials), trial.user_attrs
+        counts, attrs = tally(trials), trial.user_attrs  # a Counter: 0 for a state no trial is in
         what = f"{self.attrs['metric']} {trial.value:.5g}" if trial.state == TrialState.COMPLETE else reason
         shown = ", ".join(f"{k.rpartition('.')[2]}={brief(v)}" for k, v in trial.params.items())
-        best = f"; best {study.best_value:.5g} (trial {study.best_trial.number})" if counts.get("complete") else ""
-        failed = counts.get("failed", 0) + counts.get("refused", 0)
+        best = f"; best {study.best_value:.5g} (trial {study.best_trial.number})" if counts["complete"] else ""
         state = "interrupted" if reason.startswith("interrupted") else state_name(trial, set())
         print(  # one write: the lines of trials that end at once stay whole
             f"[{datetime.datetime.now():%H:%M:%S}] job {attrs.get('job', 0)}: trial {trial.number} {state} in "
-            f"{attrs.get('seconds', 0):.0f} s, {attrs.get('epochs', 0)} epochs: {what} [{shown}] "
-            f"({counts.get('complete', 0)} complete, {counts.get('pruned', 0)} pruned, {failed} failed{best})\n",
+            f"{attrs.get('seconds', 0):.0f} s, {attrs.get('epochs', 0)} epochs: {what} [{shown}] ({counts['complete']} "
+            f"complete, {counts['pruned']} pruned, {counts['failed'] + counts['refused']} failed{best})\n",
             end="",
             flush=True,
         )
