@@ -105,8 +105,7 @@ def _open(options: dict[str, Any]) -> Any:
 
 
 def _report(study: Any) -> None:
-    """Write the report (into the folder the study recorded when it exists here, else ``runs/tune/<study>``)
-    and say where it is."""
+    """Write the report into the study's recorded folder if it exists here, else ``runs/tune/<study>``; say where."""
     from .report import shown, write_report
 
     recorded = study.user_attrs.get("study_dir")

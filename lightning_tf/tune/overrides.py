@@ -1,6 +1,5 @@
-"""A trial's parameters as the overrides ``lightning-tf fit`` takes (``--model.init_args.lr=0.0012``), the few that
-make a trial a run of its own (docs/tune.md, a trial), and the study's ``--config`` files as absolute paths and as
-digests.
+"""A trial's parameters as ``fit`` overrides (``--model.init_args.lr=0.0012``), the few that make a trial a run of
+its own (docs/tune.md, a trial), and the study's ``--config`` files as absolute paths and as digests.
 """
 
 from __future__ import annotations
@@ -62,9 +61,8 @@ def trial_overrides(
 
 
 def config_args(args: Sequence[str]) -> tuple[list[str], list[str]]:
-    """``args`` with every ``--config`` file as an absolute path, so the study's record works from any folder; and
-    with every one as a digest of its content, the same on every machine whose configs are the same wherever its
-    clone is (what a study is continued with is compared by it)."""
+    """``args`` with every ``--config`` file as an absolute path (the study's record works from any folder), and as
+    a digest of its content (the key a continued study is compared by: the same wherever the clone is)."""
     absolute, key = list(args), list(args)
     for i, arg in enumerate(args):
         name, eq, value = arg.partition("=")

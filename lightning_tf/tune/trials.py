@@ -1,6 +1,5 @@
-"""The trials a ``lightning-tf tune`` command runs: ``study.optimize`` with ``--jobs`` trials at once (Optuna's
-``n_jobs`` threads), each an ordinary ``lightning-tf fit`` process whose pruning callback (:mod:`.reporter`) the
-thread that holds the Optuna trial answers over a socket; how a trial ends: docs/tune.md.
+"""The trials a command runs: ``study.optimize`` with ``--jobs`` threads, each waiting on its trial's ``fit`` process
+and answering its pruning callback (:mod:`.reporter`) over a socket; how a trial ends: docs/tune.md.
 """
 
 from __future__ import annotations
