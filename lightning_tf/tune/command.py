@@ -1,11 +1,5 @@
-"""``lightning-tf tune``: search a config's hyperparameters with Optuna.
-
-``lightning-tf tune --config configs/trainer/default.yaml --config configs/vision/digits.yaml
---search configs/search/vision.yaml --trials 8 --jobs 2`` checks the search file against the config
-(``fit --print_config``), creates (or continues) the study in its storage, runs its trials ``--jobs`` at once
-(:mod:`.trials`), printing a line per trial, and at the end writes the report (:mod:`.report`) into
-``runs/tune/<study>/``. Ctrl-C or SIGTERM stops the running trials (they end as interrupted and run again when the
-study continues: the same command). ``--report`` writes the report of a study without running trials.
+"""``lightning-tf tune`` (docs/tune.md): the options checked, the study created or continued, its trials run
+(:mod:`.trials`), the report written (:mod:`.report`); ``--report`` writes the report alone.
 """
 
 from __future__ import annotations
@@ -18,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Literal
 
 import yaml
@@ -85,8 +80,11 @@ def tune(
     _run(options, rest)
 
 
-def _study_dir(name: str) -> Path:
-    return Path("runs") / "tune" / name
+def _where(name: str, storage: str | None) -> tuple[Path, str]:
+    """The study's folder, and its storage: ``--storage`` (a path made absolute), else the folder's journal."""
+    folder = (Path("runs") / "tune" / name).absolute()
+    storage = storage or str(folder / "journal.log")
+    return folder, storage if "://" in storage else os.path.abspath(storage)
 
 
 def _open(options: dict[str, Any]) -> Any:
@@ -95,12 +93,11 @@ def _open(options: dict[str, Any]) -> Any:
     from .report import shown
     from .study import open_storage
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     if options["study_name"] is None:
         raise ValueError("--report needs --study_name (the folder name under runs/tune/)")
-    storage = options["storage"] or str(_study_dir(options["study_name"]) / "journal.log")
+    storage = _where(options["study_name"], options["storage"])[1]
     if "://" not in storage and not Path(storage).is_file():
-        raise FileNotFoundError(f"no study {options['study_name']!r}: {storage} not found (give --storage)")
+        raise FileNotFoundError(f"no study {options['study_name']!r}: {shown(storage)} not found (give --storage)")
     try:
         return optuna.load_study(study_name=options["study_name"], storage=open_storage(storage, options["heartbeat"]))
     except KeyError:
@@ -108,12 +105,11 @@ def _open(options: dict[str, Any]) -> Any:
 
 
 def _report(study: Any) -> None:
-    """Write the report (into the folder the study recorded when it exists here, else ``runs/tune/<study>``)
-    and say where it is."""
+    """Write the report into the study's recorded folder if it exists here, else ``runs/tune/<study>``; say where."""
     from .report import shown, write_report
 
     recorded = study.user_attrs.get("study_dir")
-    folder = Path(recorded) if recorded and Path(recorded).is_dir() else _study_dir(study.study_name)
+    folder = Path(recorded) if recorded and Path(recorded).is_dir() else _where(study.study_name, None)[0]
     written = write_report(study, folder)
     print(f"report: {shown(written['summary'])}, {shown(written['trials'])}", flush=True)
     figures = [p.name for k, p in written.items() if k.endswith(".png")]
@@ -143,37 +139,35 @@ def _run(options: dict[str, Any], rest: list[str]) -> None:
 
     from lightning_tf.training.resources import bundled_configs
 
-    from .overrides import absolute_configs, args_key, check_study_name
+    from .overrides import check_study_name, config_args
     from .report import shown
     from .space import load_space, probe
     from .study import check_continuation, fail_orphans, held, infer_direction, make_pruner, make_sampler, open_storage
     from .trials import Trials
 
-    t0 = time.time()
-    if options["study_name"] is not None:
-        check_study_name(options["study_name"])
-    args = absolute_configs(bundled_configs(rest))
-    search = bundled_configs(["--config", options["search"]])[1]
+    t0, o = time.time(), SimpleNamespace(**options)
+    if o.study_name is not None:
+        check_study_name(o.study_name)  # before the configs are read, as the other options
+    args, args_key = config_args(bundled_configs(rest))
+    search = bundled_configs(["--config", o.search])[1]
     space = load_space(search)  # the search file's own errors before the configs are read
     search = os.path.abspath(search)
     config = resolved_config(args, probe(space), search)
-    files = [Path(a.partition("=")[2] or b).stem for a, b in zip(args, [*args[1:], ""]) if a.startswith("--config")]
+    files = [Path(a).stem for a, k in zip(args, args_key) if a != k]  # the config files: where the key has a digest
     task = str((config.get("model") or {}).get("class_path", "model")).split(".")
-    name = options["study_name"] or "-".join([task[1] if task[0] == "lightning_tf" else task[-1].lower(), *files[-1:]])
-    study_dir = _study_dir(name).absolute()
-    storage = options["storage"] or str(study_dir / "journal.log")
-    storage = storage if "://" in storage else os.path.abspath(storage)
-    direction = options["direction"] or infer_direction(options["metric"])
+    task = task[1] if task[0] == "lightning_tf" else task[-1].lower()
+    name = check_study_name(o.study_name or "-".join([task, *files[-1:]]))
+    study_dir, storage = _where(name, o.storage)
+    direction = o.direction or infer_direction(o.metric)
     trainer = config.get("trainer") or {}
-    max_epochs = trainer.get("max_epochs") if isinstance(trainer.get("max_epochs"), int) else None
-    max_epochs = max_epochs if max_epochs and max_epochs > 0 else None
-    warmup = options["pruner_warmup"] if options["pruner_warmup"] is not None else max(1, (max_epochs or 10) // 10)
-    logger = trainer.get("logger")
-    attrs = {"args": args, "args_key": args_key(args), "search": search, "search_text": Path(search).read_text()}
-    attrs |= {"metric": options["metric"], "direction": direction, "study_dir": str(study_dir), "config": config}
-    attrs |= {"max_epochs": max_epochs, "wandb": str((logger or {}).get("class_path", "")).endswith("WandbLogger")}
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    opened = open_storage(storage, options["heartbeat"])
+    max_epochs = trainer.get("max_epochs")
+    max_epochs = max_epochs if isinstance(max_epochs, int) and max_epochs > 0 else None
+    warmup = o.pruner_warmup if o.pruner_warmup is not None else max(1, (max_epochs or 10) // 10)
+    wandb = str((trainer.get("logger") or {}).get("class_path", "")).endswith("WandbLogger")
+    attrs = {"args": args, "args_key": args_key, "search": search, "search_text": Path(search).read_text()}
+    attrs |= {"metric": o.metric, "direction": direction, "study_dir": str(study_dir), "config": config}
+    attrs |= {"max_epochs": max_epochs, "wandb": wandb}
+    opened = open_storage(storage, o.heartbeat)
     study = optuna.create_study(study_name=name, storage=opened, direction=direction, load_if_exists=True)
     if "args" in study.user_attrs:
         check_continuation(study, attrs)
@@ -181,33 +175,29 @@ def _run(options: dict[str, Any], rest: list[str]) -> None:
         study.set_user_attr(key, value)
     if "://" not in storage or storage.startswith("redis://"):  # a journal has no heartbeat: look here
         fail_orphans(study)
-    left = options["trials"] - held([t for t in study.get_trials(deepcopy=False) if t.state.name != "RUNNING"])
-    jobs = max(1, min(options["jobs"], left))
-    pruning = options["pruner"]
-    if pruning == "median":
-        pruning += f" (after {options['pruner_startup']} trials, from epoch {warmup + 1})"
+    left = o.trials - held([t for t in study.get_trials(deepcopy=False) if t.state.name != "RUNNING"])
+    jobs = max(1, min(o.jobs, left))
     print(
-        f"study {name}: {options['trials'] - left} of {options['trials']} trials held; {jobs} at once; "
-        f"{options['metric']} ({direction}); sampler {options['sampler']} (seed {options['seed']}); pruner {pruning}\n"
-        f"  storage {shown(storage)} (watch it: optuna-dashboard {shown(storage)})\n"
+        f"study {name}: {o.trials - left} of {o.trials} trials held; {jobs} at once; {o.metric} ({direction}); "
+        f"sampler {o.sampler} (seed {o.seed}); pruner {o.pruner}"
+        + (f" (after {o.pruner_startup} trials, from epoch {warmup + 1})" if o.pruner == "median" else "")
+        + f"\n  storage {shown(storage)} (watch it: optuna-dashboard {shown(storage)})\n"
         f"  folder {shown(study_dir)}/ (each trial's fit output: trials/<number>/fit.log)",
         flush=True,
     )
     status = 0
     if left <= 0:
-        print(f"the study holds {options['trials']} trials: --trials {2 * options['trials']} runs more", flush=True)
+        print(f"the study holds {o.trials} trials: --trials {2 * o.trials} runs more", flush=True)
     else:
-        sampler = make_sampler(options["sampler"], options["seed"], options["trials"], len(study.trials))
-        pruner = make_pruner(options["pruner"], options["pruner_startup"], warmup, max_epochs)
-        study = optuna.load_study(study_name=name, storage=opened, sampler=sampler, pruner=pruner)
-        timeout = None if options["timeout"] is None else max(0.0, t0 + options["timeout"] - time.time())
-        status = Trials(study, space, options["trials"], jobs).run(timeout)
-        run = {"wall_s": round(time.time() - t0, 1), "jobs": jobs, "trials": options["trials"]}
+        study.sampler = make_sampler(o.sampler, o.seed, o.trials, len(study.trials))
+        study.pruner = make_pruner(o.pruner, o.pruner_startup, warmup, max_epochs)
+        timeout = None if o.timeout is None else max(0.0, t0 + o.timeout - time.time())
+        status = Trials(study, space, o.trials, jobs).run(timeout)
+        run = {"wall_s": round(time.time() - t0, 1), "jobs": jobs, "trials": o.trials}
         study.set_user_attr(f"run:{socket.gethostname()}:{os.getpid()}:{int(t0)}", run)
         if status == 130:
             defaults = {k: p.default for k, p in inspect.signature(tune).parameters.items()}
-            given = {k: v for k, v in options.items() if v is not None and v is not False and v != defaults[k]}
-            argv = [a for k, v in given.items() for a in (f"--{k}", str(v))] + rest
+            argv = [a for k, v in options.items() if v != defaults[k] for a in (f"--{k}", str(v))] + rest
             print(f"stopped; continue the study with the same command: lightning-tf tune {shlex.join(argv)}")
     _report(study)
     if status:

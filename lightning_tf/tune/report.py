@@ -1,6 +1,5 @@
-"""What a study leaves in its folder: ``best.yaml`` (the best trial as one complete config that
-``lightning-tf fit --config best.yaml`` trains), ``trials.csv`` (one row per trial), ``summary.md`` (the best
-trial, the top 10, the trials that did not finish and why, wall time) and Optuna's matplotlib figures.
+"""What a study leaves in its folder (docs/tune.md, results): ``best.yaml`` (the best trial as one complete config),
+``trials.csv``, ``summary.md`` and Optuna's matplotlib figures.
 """
 
 from __future__ import annotations
@@ -17,9 +16,9 @@ import optuna
 import yaml
 from optuna.trial import FrozenTrial, TrialState
 
-from .study import retried, state_name, tally
+from .study import retried, retry, state_name, tally
 
-__all__ = ["FIGURES", "best_config", "ranked_trials", "shown", "trial_rows", "write_report"]
+__all__ = ["FIGURES", "best_config", "brief", "ranked_trials", "shown", "trial_rows", "write_report"]
 
 #: figure file -> Optuna's matplotlib function that draws it
 FIGURES = {
@@ -52,20 +51,19 @@ def shown(path: str | Path) -> str:
     return str(full.relative_to(Path.cwd())) if full.is_relative_to(Path.cwd()) else str(full)
 
 
-def _value(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else "" if value is None else str(value)
+def brief(value: Any) -> str:
+    """A parameter's value as the report and the trial lines show it: a float to 4 significant digits."""
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def ranked_trials(study: optuna.Study) -> list[FrozenTrial]:
     """The complete trials, best first (ties: the earlier trial)."""
     sign = -1 if study.direction == optuna.study.StudyDirection.MAXIMIZE else 1
-    complete = [t for t in study.trials if t.state == TrialState.COMPLETE and t.value is not None]
-    return sorted(complete, key=lambda t: (sign * t.value, t.number))
+    return sorted(study.get_trials(states=(TrialState.COMPLETE,)), key=lambda t: (sign * t.value, t.number))
 
 
 def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
-    """One row per trial: number, state, value, epochs, seconds, each parameter, the validation metrics of its
-    best epoch, why it ended, its folder, its job, the trial it runs again, start and end."""
+    """One row per trial of ``trials.csv`` (its columns: docs/tune.md, results)."""
     trials, again = study.trials, retried(study.trials)
     names = list(dict.fromkeys(name for t in trials for name in t.params))
     metrics = sorted({k for t in trials for k in t.user_attrs.get("val_metrics", {})})
@@ -77,7 +75,7 @@ def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
         row |= {name: t.params.get(name) for name in names}
         row |= {name: attrs.get("val_metrics", {}).get(name) for name in metrics}
         row |= {"reason": attrs.get("reason", ""), "run_dir": attrs.get("run_dir", ""), "job": attrs.get("job")}
-        row["retry_of"] = optuna.storages.RetryHeartbeatStaleTrialCallback.retried_trial_number(t)
+        row["retry_of"] = retry.retried_trial_number(t)
         row["started"] = t.datetime_start.isoformat(timespec="seconds") if t.datetime_start else ""
         row["finished"] = t.datetime_complete.isoformat(timespec="seconds") if t.datetime_complete else ""
         rows.append(row)
@@ -118,18 +116,15 @@ def write_report(study: optuna.Study, folder: str | Path) -> dict[str, Path]:
     and the study holds its config)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    metric, config, ranked = (
-        study.user_attrs.get("metric", "value"),
-        study.user_attrs.get("config"),
-        ranked_trials(study),
-    )
+    metric, config = study.user_attrs.get("metric", "value"), study.user_attrs.get("config")
+    ranked = ranked_trials(study)
     written = {"trials": folder / "trials.csv", "summary": folder / "summary.md"}
     if ranked and config:
         best, written["best"] = ranked[0], folder / "best.yaml"
         written["best"].write_text(
             f"# The best trial of study {study.study_name}: trial {best.number}, {metric} {best.value:.6g}"
             f" ({study.direction.name.lower()}).\n"
-            f"# Its parameters: {', '.join(f'{k}={_value(v)}' for k, v in best.params.items())}\n"
+            f"# Its parameters: {', '.join(f'{k}={brief(v)}' for k, v in best.params.items())}\n"
             f"#   lightning-tf fit --config {shown(written['best'])}\n"
             + yaml.safe_dump(best_config(config, best.params), sort_keys=False)
         )
@@ -148,17 +143,16 @@ def _summary(
     study: optuna.Study, rows: list[dict[str, Any]], ranked: list[FrozenTrial], figures: dict[str, str], folder: Path
 ) -> list[str]:
     """The lines of ``summary.md``."""
-    metric, max_epochs = study.user_attrs.get("metric", "value"), study.user_attrs.get("max_epochs")
-    counts = tally(study.trials)
-    wall = sum(float(v.get("wall_s", 0.0)) for k, v in study.user_attrs.items() if k.startswith("run:"))
+    attrs, counts = study.user_attrs, tally(study.trials)
+    metric, max_epochs = attrs.get("metric", "value"), attrs.get("max_epochs")
+    wall = sum(float(v.get("wall_s", 0.0)) for k, v in attrs.items() if k.startswith("run:"))
     epochs, trained = sum(r["epochs"] or 0 for r in rows), sum(1 for r in rows if r["epochs"])
     lines = [
-        f"# Study {study.study_name}",
-        "",
+        f"# Study {study.study_name}\n",
         f"{len(rows)} trials: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + ".",
         f"Wall time {wall / 60:.1f} min; the trials' own time {sum(r['seconds'] or 0 for r in rows) / 60:.1f} min.",
         f"Objective: {metric}, {study.direction.name.lower()}d; search space: "
-        f"{shown(study.user_attrs['search']) if 'search' in study.user_attrs else '?'}.",
+        f"{shown(attrs['search']) if 'search' in attrs else '?'}.",
     ]
     if trained and max_epochs:
         full = trained * max_epochs
@@ -171,37 +165,27 @@ def _summary(
         names = list(dict.fromkeys(k for t in ranked[:10] for k in t.params))
         top = [
             [str(i + 1), str(t.number), f"{t.value:.6g}", str(t.user_attrs.get("epochs", ""))]
-            + [_value(t.params.get(n)) for n in names]
+            + [brief(t.params[n]) if n in t.params else "" for n in names]
             for i, t in enumerate(ranked[:10])
         ]
         lines += [
-            "",
-            "## Best trial",
-            "",
+            "\n## Best trial\n",
             f"Trial {best.number}: {metric} **{best.value:.6g}** after {best.user_attrs.get('epochs', '?')} epochs "
             f"({float(best.user_attrs.get('seconds') or 0):.0f} s), run folder "
-            f"`{os.path.relpath(run, folder) if run else ''}`.",
-            "",
-            *_table([[f"`{k}`", _value(v)] for k, v in best.params.items()], ["parameter", "value"]),
-            "",
-            f"Train it: `lightning-tf fit --config {shown(folder / 'best.yaml')}`",
-            "",
-            "## Top 10",
-            "",
+            f"`{os.path.relpath(run, folder) if run else ''}`.\n",
+            *_table([[f"`{k}`", brief(v)] for k, v in best.params.items()], ["parameter", "value"]),
+            f"\nTrain it: `lightning-tf fit --config {shown(folder / 'best.yaml')}`",
+            "\n## Top 10\n",
             *_table(top, ["rank", "trial", metric, "epochs", *(n.rpartition(".")[2] for n in names)]),
         ]
     else:
-        lines += ["", "No trial has completed yet."]
-    ended = [r for r in rows if r["state"] in ("failed", "refused", "interrupted")]
-    if ended:
-        lines += ["", "## Failed, refused and interrupted trials", ""]
+        lines.append("\nNo trial has completed yet.")
+    if ended := [r for r in rows if r["state"] in ("failed", "refused", "interrupted")]:
         why = "interrupted: its command stopped (a kill, a lost machine)"
+        lines.append("\n## Failed, refused and interrupted trials\n")
         lines += [f"- trial {r['number']} ({r['state']}): {r['reason'] or why}" for r in ended]
     if figures:
-        lines += ["", "## Figures", ""]
+        lines.append("\n## Figures\n")
         lines += [f"![{name}]({name})" if not why else f"- {name}: not drawn ({why})" for name, why in figures.items()]
-    return [
-        *lines,
-        "",
-        f"Written {datetime.datetime.now().isoformat(timespec='seconds')}; trials.csv holds every trial.",
-    ]
+    lines.append(f"\nWritten {datetime.datetime.now().isoformat(timespec='seconds')}; trials.csv holds every trial.")
+    return lines

@@ -1,13 +1,4 @@
-"""The callback a trial's ``fit`` runs with (named by its class path on the command line, as any callback):
-optuna-integration's ``PyTorchLightningPruningCallback`` whose trial is the ``lightning-tf tune`` command's, reached
-over a socket the run inherits (its descriptor in the environment variable :data:`~.overrides.CHANNEL`).
-
-After each validation epoch the callback reports the metric (with every one-number validation metric) as a JSON
-line and waits for the one-byte answer, which the command gives from Optuna's own ``trial.report`` and
-``trial.should_prune``; on a prune it raises ``optuna.TrialPruned`` and the run stops at once. When the socket
-closes the command is gone (killed), and the run stops at once too. Without the variable (a trial's saved config
-run again by hand) the callback does nothing.
-"""
+"""The pruning callback a trial's ``fit`` runs with, named by its class path as any callback (docs/tune.md)."""
 
 from __future__ import annotations
 
@@ -30,8 +21,9 @@ __all__ = ["TrialReporter"]
 
 
 class TrialReporter(PyTorchLightningPruningCallback):
-    """optuna-integration's pruning callback for a trial run by ``lightning-tf tune``, and the trial it asks
-    (``report``, ``should_prune``, answered by the command); it also sends the run folder and, under wandb,
+    """optuna-integration's pruning callback whose trial is the ``lightning-tf tune`` command's, asked over a socket
+    the run inherits (its descriptor in :data:`~.overrides.CHANNEL`; without it the callback does nothing): each
+    ``report`` a JSON line, each ``should_prune`` its one-byte answer. It also sends the run folder and, under wandb,
     records the trial in the run's config (``tune``).
 
     Args:

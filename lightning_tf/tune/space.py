@@ -1,20 +1,11 @@
-"""The search file of ``lightning-tf tune``: a YAML mapping from the config's own dotted names to Optuna
-distributions.
-
-.. code-block:: yaml
-
-    model.init_args.lr: {type: float, low: 1.0e-4, high: 3.0e-3, log: true}
-    model.init_args.n_layers: {type: int, low: 2, high: 6, step: 2}
-    model.init_args.backbone: {type: categorical, choices: [patches, variates, bars]}
-
-Each entry's fields are the arguments of Optuna's ``FloatDistribution``, ``IntDistribution`` or
-``CategoricalDistribution``, which check them; a trial draws each with ``suggest_float``, ``suggest_int`` or
-``suggest_categorical`` under its key, so its parameters read as the ``fit`` overrides they are. Errors are one
-line naming the file and the key.
+"""The search file of ``lightning-tf tune`` (docs/tune.md, the search file): the config's own dotted names mapped to
+the arguments of Optuna's ``FloatDistribution``, ``IntDistribution`` or ``CategoricalDistribution``, which check
+them, each drawn with ``suggest_*`` under its name; errors are one line naming the file and the key.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 from typing import Any
@@ -36,16 +27,13 @@ def _distribution(where: str, spec: Any) -> BaseDistribution:
     kind = fields.pop("type", None)
     if kind not in _KINDS:
         raise ValueError(f"{where}: type is one of {', '.join(_KINDS)}, got {kind!r}")
-    for bound in ("low", "high", "step"):  # YAML reads 1e-4 (no dot) as text: a float bound takes it
-        if kind == "float" and isinstance(fields.get(bound), str):
-            try:
-                fields[bound] = float(fields[bound])
-            except ValueError:
-                pass
+    number = int if kind == "int" else (int, float)
+    for bound in ("low", "high", "step"):
         value = fields.get(bound)
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, int if kind == "int" else float | int)
-        ):
+        if kind == "float" and isinstance(value, str):  # YAML reads 1e-4 (no dot) as text: a float bound takes it
+            with contextlib.suppress(ValueError):
+                value = fields[bound] = float(value)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, number)):
             raise ValueError(f"{where}: {bound} must be {'an integer' if kind == 'int' else 'a number'}, got {value!r}")
     if kind == "categorical":
         choices = fields.get("choices")
@@ -83,12 +71,11 @@ def suggest(trial: Trial, space: dict[str, BaseDistribution]) -> dict[str, Any]:
     """The trial's value of each parameter, drawn with Optuna's ``suggest_*`` under its config name."""
     values = {}
     for name, d in space.items():
-        if isinstance(d, FloatDistribution):
-            values[name] = trial.suggest_float(name, d.low, d.high, step=d.step, log=d.log)
-        elif isinstance(d, IntDistribution):
-            values[name] = trial.suggest_int(name, d.low, d.high, step=d.step, log=d.log)
-        else:
+        if isinstance(d, CategoricalDistribution):
             values[name] = trial.suggest_categorical(name, list(d.choices))
+        else:
+            draw = trial.suggest_int if isinstance(d, IntDistribution) else trial.suggest_float
+            values[name] = draw(name, d.low, d.high, step=d.step, log=d.log)
     return values
 
 

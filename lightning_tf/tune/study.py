@@ -1,10 +1,10 @@
-"""The study's bookkeeping, on Optuna's public API: the storage (a journal file by default; a database gets
-Optuna's heartbeat), the sampler and pruner, trials queued again with Optuna's ``RetryHeartbeatStaleTrialCallback``,
-what counts against ``--trials``, and the trials a dead command left running in a journal (which has no heartbeat).
+"""The study's bookkeeping, on Optuna's public API: the storage, the sampler and pruner, trials queued again, what
+counts against ``--trials``, and the trials a dead command left running in a journal (which has no heartbeat).
 """
 
 from __future__ import annotations
 
+import collections
 import os
 import shlex
 import socket
@@ -13,18 +13,19 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.storages import RetryHeartbeatStaleTrialCallback as Retry
+from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 
 __all__ = ["check_continuation", "fail_orphans", "held", "infer_direction", "make_pruner", "make_sampler"]
 __all__ += ["open_storage", "retried", "retry", "state_name", "tally"]
 
-#: at most this many runs again of one trial's parameters
-MAX_RETRY = 3
 #: metrics a higher value of which is better, by the last part of their name (``val/acc``, ``val/top5``)
 _HIGHER_IS_BETTER = ("acc", "top", "bleu", "chrf", "f1", "auc", "precision", "recall", "r2", "sharpe", "ap")
 # the retry callback is marked experimental; the command relies on it as documented
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+optuna.logging.set_verbosity(optuna.logging.WARNING)  # the command prints its own line per trial
+#: ``retry(study, trial)`` queues a failed trial's parameters again, at most 3 times, as the heartbeat does
+retry = RetryHeartbeatStaleTrialCallback(max_retry=3)
 
 
 def infer_direction(metric: str) -> str:
@@ -34,14 +35,12 @@ def infer_direction(metric: str) -> str:
 
 def open_storage(storage: str, heartbeat: int = 60) -> optuna.storages.BaseStorage:
     """A journal file for a path, a journal on Redis for ``redis://``, else Optuna's RDB storage with a heartbeat
-    every ``heartbeat`` seconds: a trial silent for twice as long (its command died, on any machine) is failed and
-    queued again by Optuna when a command next asks for a trial."""
+    every ``heartbeat`` seconds (a trial silent for twice as long is failed and queued again)."""
     from optuna.storages.journal import JournalFileBackend, JournalRedisBackend
 
     if storage.startswith("redis://"):
         return optuna.storages.JournalStorage(JournalRedisBackend(storage))
     if "://" in storage:
-        retry = Retry(max_retry=MAX_RETRY)
         return optuna.storages.RDBStorage(
             storage, heartbeat_interval=heartbeat, grace_period=2 * heartbeat, heartbeat_stale_trial_callback=retry
         )
@@ -50,9 +49,8 @@ def open_storage(storage: str, heartbeat: int = 60) -> optuna.storages.BaseStora
 
 
 def make_sampler(kind: str, seed: int, trials: int, n_existing: int) -> optuna.samplers.BaseSampler:
-    """TPE (random for the first quarter of ``trials``, 4 to 10, then model-based, with the constant liar so that
-    trials run at once do not pick the same point) or random; seeded by ``seed`` and the ``n_existing`` trials
-    the study holds, so a continued study does not draw again what it drew."""
+    """TPE (random for a quarter of ``trials``, 4 to 10, then model-based; the constant liar keeps trials run at once
+    apart) or random, seeded by ``seed`` and the ``n_existing`` trials: a continued study does not draw again."""
     seed += 1_000_003 * n_existing
     if kind == "random":
         return optuna.samplers.RandomSampler(seed=seed)
@@ -70,14 +68,9 @@ def make_pruner(kind: str, startup: int, warmup: int, max_epochs: int | None) ->
     return optuna.pruners.NopPruner()
 
 
-def retry(study: optuna.Study, trial: FrozenTrial) -> None:
-    """Queue ``trial``'s parameters again (at most :data:`MAX_RETRY` times), as the heartbeat does."""
-    Retry(max_retry=MAX_RETRY)(study, trial)
-
-
 def retried(trials: list[FrozenTrial]) -> set[int]:
     """The numbers of the trials whose parameters were queued again."""
-    return {n for t in trials for n in Retry.retry_history(t)}
+    return {n for t in trials for n in retry.retry_history(t)}
 
 
 def state_name(trial: FrozenTrial, again: set[int]) -> str:
@@ -89,18 +82,15 @@ def state_name(trial: FrozenTrial, again: set[int]) -> str:
     return trial.state.name.lower()
 
 
-def tally(trials: list[FrozenTrial]) -> dict[str, int]:
+def tally(trials: list[FrozenTrial]) -> collections.Counter[str]:
     """Trials by :func:`state_name`."""
-    again, counts = retried(trials), {}
-    for t in trials:
-        counts[state_name(t, again)] = counts.get(state_name(t, again), 0) + 1
-    return counts
+    again = retried(trials)
+    return collections.Counter(state_name(t, again) for t in trials)
 
 
 def held(trials: list[FrozenTrial]) -> int:
     """Trials that count against ``--trials``: finished (not interrupted) or running."""
-    counts = tally(trials)
-    return sum(counts.get(k, 0) for k in ("complete", "pruned", "failed", "refused", "running"))
+    return sum(n for state, n in tally(trials).items() if state not in ("interrupted", "waiting"))
 
 
 def _alive(pid: int | None) -> bool:
@@ -120,7 +110,7 @@ def fail_orphans(study: optuna.Study) -> list[int]:
     journal has no heartbeat; a command records its host and pid on each trial.)"""
     gone, trials = [], study.get_trials(deepcopy=False)
     for t in trials:
-        pid, origin = t.user_attrs.get("pid"), Retry.retry_history(t)[-1:]
+        pid, origin = t.user_attrs.get("pid"), retry.retry_history(t)[-1:]
         if origin and trials[origin[0]].user_attrs.get("pid") == pid:
             continue  # a retry whose command has not recorded itself yet (its attributes are the original's)
         if t.state == TrialState.RUNNING and t.user_attrs.get("host") == socket.gethostname() and not _alive(pid):

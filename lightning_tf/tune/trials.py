@@ -1,10 +1,5 @@
-"""The trials a ``lightning-tf tune`` command runs: ``study.optimize`` with ``--jobs`` trials at once (Optuna's
-``n_jobs`` threads). Each trial is an ordinary ``lightning-tf fit`` process, with the trial's parameters as overrides
-and :class:`~lightning_tf.tune.reporter.TrialReporter` as one more callback, which reports each validation epoch over
-a socket the run inherits; the thread that holds the Optuna trial answers with ``trial.report`` and
-``trial.should_prune``. A trial ends complete (its value: the best of its epochs), pruned, failed (the run's own
-error in one line; ``refused`` when the config rejected the values before training) or interrupted (a stop, its run
-killed): failed and queued again, as Optuna's heartbeat does on a database for a command that died.
+"""The trials a command runs: ``study.optimize`` with ``--jobs`` threads, each waiting on its trial's ``fit`` process
+and answering its pruning callback (:mod:`.reporter`) over a socket; how a trial ends: docs/tune.md.
 """
 
 from __future__ import annotations
@@ -27,13 +22,11 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from .overrides import CHANNEL, to_overrides, trial_overrides
+from .report import brief
 from .space import suggest
 from .study import held, retry, state_name, tally
 
 __all__ = ["TrialFailed", "Trials", "failure"]
-
-#: a fit's exit status when SIGTERM stopped it (its LastCheckpoint saved it first)
-SIGTERM_STATUS = 128 + signal.SIGTERM
 
 
 class TrialFailed(Exception):
@@ -42,14 +35,9 @@ class TrialFailed(Exception):
 
 def failure(log: Path, epochs: int) -> str:
     """One line from the end of a failed run's output (``lightning-tf: error: ...`` is the run's input error)."""
-    lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
-    last = lines[-1] if lines else "no output"
-    kinds = {
-        "lightning-tf: error: ": "failed" if epochs else "refused",
-        "lightning-tf: training stopped: ": "non-finite",
-    }
-    for prefix, kind in kinds.items():
-        if last.startswith(prefix):
+    last = (log.read_text(errors="replace").strip().splitlines() or ["no output"])[-1].strip()
+    for what, kind in (("error", "failed" if epochs else "refused"), ("training stopped", "non-finite")):
+        if last.startswith(prefix := f"lightning-tf: {what}: "):
             return f"{kind}: {last.removeprefix(prefix)}"
     return f"{'out of memory' if 'out of memory' in last else 'failed'}: {last}"
 
@@ -76,11 +64,6 @@ class Trials:
             self.free.put(job)
         self.runs: dict[int, subprocess.Popen] = {}
         self.stops, self.stop_reason = 0, ""
-        self.gpus = 0
-        if jobs > 1:
-            import torch
-
-            self.gpus = torch.cuda.device_count()
 
     def run(self, timeout: float | None) -> int:
         """Run trials until the study holds ``trials``, ``timeout`` seconds pass or a stop; the exit status."""
@@ -123,19 +106,21 @@ class Trials:
             trial.set_user_attr(key, value)  # a retry starts with the attributes of the trial it runs again
         if self.stops:
             raise TrialFailed("interrupted: the study was stopped")
-        study_dir, name = Path(self.attrs["study_dir"]), self.study.study_name
-        args, metric = self.attrs["args"], self.attrs["metric"]
-        folder = study_dir / "trials" / f"{trial.number:04d}"
+        name, args, metric = self.study.study_name, self.attrs["args"], self.attrs["metric"]
+        folder = Path(self.attrs["study_dir"]) / "trials" / f"{trial.number:04d}"
         folder.mkdir(parents=True, exist_ok=True)
         reporter = {"monitor": metric, "study": name, "trial": trial.number, "params": params}
         cmd = [*self.fit, *args, *to_overrides(params)]
-        cmd += trial_overrides(name, trial.number, str(study_dir), self.attrs["wandb"], args, reporter)
+        cmd += trial_overrides(name, trial.number, self.attrs["study_dir"], self.attrs["wandb"], args, reporter)
         ours, theirs = socket.socketpair()
         env = {**os.environ, CHANNEL: str(theirs.fileno())}
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // self.jobs)))
-        if self.gpus > 1 and "CUDA_VISIBLE_DEVICES" not in env:
-            env["CUDA_VISIBLE_DEVICES"] = str(job % self.gpus)
-        values: dict[int, float] = {}
+        if self.jobs > 1 and "CUDA_VISIBLE_DEVICES" not in env:
+            import torch  # only here: it takes seconds to import
+
+            if (gpus := torch.cuda.device_count()) > 1:
+                env["CUDA_VISIBLE_DEVICES"] = str(job % gpus)
+        values: dict[int, float] = {}  # by epoch; and every validation metric, by epoch
         metrics: dict[int, dict[str, float]] = {}
         pruned, missing, t0 = False, "", time.time()
         with ours, open(folder / "fit.log", "wb") as log:
@@ -169,11 +154,10 @@ class Trials:
         best = (max if self.attrs["direction"] == "maximize" else min)(finite, key=finite.get) if finite else None
         trial.set_user_attr("epochs", len(values))
         trial.set_user_attr("seconds", round(time.time() - t0, 1))
-        trial.set_user_attr("val_metrics", metrics[best] if best is not None else {})
+        trial.set_user_attr("val_metrics", metrics.get(best, {}))
         if pruned:
-            trial.set_user_attr("reason", f"pruned after epoch {len(values)}")
-            raise optuna.TrialPruned(f"pruned after epoch {len(values)}")
-        if self.stops or status < 0 or status == SIGTERM_STATUS:
+            reason = f"pruned after epoch {len(values)}"
+        elif self.stops or status < 0 or status == 128 + signal.SIGTERM:  # killed, or SIGTERM (LastCheckpoint saved it)
             reason = "interrupted: " + ("the study was stopped" if self.stops else f"its run ended ({status})")
         elif missing:
             reason = self.stop_reason = missing
@@ -184,7 +168,7 @@ class Trials:
         else:
             return finite[best]
         trial.set_user_attr("reason", reason)
-        raise TrialFailed(reason)
+        raise (optuna.TrialPruned if pruned else TrialFailed)(reason)
 
     def after_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
         """Queue an interrupted trial again, print its line, stop when the study holds ``--trials`` trials (or when
@@ -193,19 +177,15 @@ class Trials:
         if trial.state == TrialState.FAIL and reason.startswith("interrupted"):
             retry(study, trial)
         trials = study.get_trials(deepcopy=False)
-        counts, attrs = tally(trials), trial.user_attrs
+        counts, attrs = tally(trials), trial.user_attrs  # a Counter: 0 for a state no trial is in
         what = f"{self.attrs['metric']} {trial.value:.5g}" if trial.state == TrialState.COMPLETE else reason
-        shown = ", ".join(
-            f"{k.rpartition('.')[2]}={v:.4g}" if isinstance(v, float) else f"{k.rpartition('.')[2]}={v}"
-            for k, v in trial.params.items()
-        )
-        best = f"; best {study.best_value:.5g} (trial {study.best_trial.number})" if counts.get("complete") else ""
-        failed = counts.get("failed", 0) + counts.get("refused", 0)
+        shown = ", ".join(f"{k.rpartition('.')[2]}={brief(v)}" for k, v in trial.params.items())
+        best = f"; best {study.best_value:.5g} (trial {study.best_trial.number})" if counts["complete"] else ""
         state = "interrupted" if reason.startswith("interrupted") else state_name(trial, set())
         print(  # one write: the lines of trials that end at once stay whole
             f"[{datetime.datetime.now():%H:%M:%S}] job {attrs.get('job', 0)}: trial {trial.number} {state} in "
-            f"{attrs.get('seconds', 0):.0f} s, {attrs.get('epochs', 0)} epochs: {what} [{shown}] "
-            f"({counts.get('complete', 0)} complete, {counts.get('pruned', 0)} pruned, {failed} failed{best})\n",
+            f"{attrs.get('seconds', 0):.0f} s, {attrs.get('epochs', 0)} epochs: {what} [{shown}] ({counts['complete']} "
+            f"complete, {counts['pruned']} pruned, {counts['failed'] + counts['refused']} failed{best})\n",
             end="",
             flush=True,
         )

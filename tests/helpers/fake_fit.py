@@ -21,8 +21,10 @@ import socket
 import sys
 import time
 
+import yaml
+
 callback = next(a for a in sys.argv if a.startswith("--trainer.callbacks+="))
-params = json.loads(callback.partition("=")[2])["init_args"]["params"]
+params = yaml.safe_load(callback.partition("=")[2])["init_args"]["params"]
 behaviour = params["behaviour"]
 channel = socket.socket(fileno=int(os.environ["LIGHTNING_TF_TUNE_CHANNEL"]))
 signal.signal(signal.SIGTERM, lambda signum, frame: os._exit(128 + signal.SIGTERM))

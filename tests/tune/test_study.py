@@ -117,6 +117,19 @@ def test_the_report_and_best_yaml(tmp_path: Path) -> None:
     assert (tmp_path / "history.png").stat().st_size > 5000
 
 
+def test_a_parameter_a_trial_lacks_is_blank_in_the_top_10(tmp_path: Path) -> None:
+    study = optuna.create_study(study_name="r3")
+    low_high = optuna.distributions.FloatDistribution(1e-3, 1.0)
+    for value, params in (
+        (1.0, {"model.init_args.lr": 0.5}),
+        (0.5, {"model.init_args.lr": 0.25, "model.init_args.wd": 0.1}),
+    ):
+        distributions = {name: low_high for name in params}
+        study.add_trial(optuna.trial.create_trial(params=params, distributions=distributions, value=value))
+    summary = write_report(study, tmp_path)["summary"].read_text()
+    assert "| 1 | 1 | 0.5 |  | 0.25 | 0.1 |" in summary and "| 2 | 0 | 1 |  | 0.5 |  |" in summary
+
+
 def test_a_study_continues_only_with_its_own_configs_and_objective(capsys: pytest.CaptureFixture[str]) -> None:
     study = optuna.create_study(study_name="s")
     attrs = {
