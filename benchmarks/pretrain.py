@@ -359,6 +359,8 @@ def evaluate(runs: dict[str, dict]) -> dict[str, Any]:
         n_drop = max(1, top_k // 5)
         ev = evaluate_forecasters(predictions, top_k=top_k, n_drop=n_drop, cost_bps=10.0)
         names = {"model": ROW_SPECS[row][0]}
+        if row != "zero_shot":  # what validation chose beside the Transformer kept in every fold
+            names["model, residual always kept"] = f"{ROW_SPECS[row][0]}, residual always kept"
         if row == "scratch":
             names.update({n: n for n in ("linear path", "LightGBM", "momentum (20 bars)")})
         for name, label in names.items():
@@ -521,10 +523,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     import torch
 
-    args.workdir.mkdir(parents=True, exist_ok=True)
     if args.report_only:
         result = json.loads(Path(f"{args.out}.json").read_text(encoding="utf-8"))
     else:
+        args.workdir.mkdir(parents=True, exist_ok=True)
         info = machine_info(torch.device("cuda" if args.gpu and torch.cuda.is_available() else "cpu"))
         result: dict[str, Any] = {
             "machine": info,

@@ -1,6 +1,7 @@
 """The pretraining benchmark runs end to end (``--quick``: a generated corpus and universe, one objective, three
 rows) and writes its page: the corpus, the pretraining, the rows beside the baselines, the verdict, the residual's
-own RankIC per fold and the cost; then writes it again from the saved runs. No number is asserted."""
+own RankIC per fold and the cost; then writes it again from the saved runs (reading only its JSON: nothing appears
+under the default ``--workdir``, the checkout's runs/, which the session checks). No number is asserted."""
 
 from __future__ import annotations
 
