@@ -418,6 +418,7 @@ def report(result: dict[str, Any], tables: dict[str, Any], args: argparse.Namesp
         "# The K-line foundation model: pretraining, and the universe it has never seen",
         "",
         "`python benchmarks/pretrain.py"
+        + f" --minutes {result.get('minutes', args.minutes):g}"
         + (" --quick" if result.get("quick") else "")
         + (" --gpu" if result.get("gpu") else "")
         + "`"
@@ -483,7 +484,14 @@ def report(result: dict[str, Any], tables: dict[str, Any], args: argparse.Namesp
     lines += ["", "### Per fold", ""]
     for k in sorted(tables["folds"]):
         lines += [f"Fold {k}:", "", *_table(tables["folds"][k]), ""]
-    lines += ["## Cost", "", "| run | wall time | peak memory |", "|---|---:|---:|"]
+    lines += [
+        "## Cost",
+        "",
+        f"The walk-forwards ran {result.get('jobs', args.jobs)} side by side, one thread each.",
+        "",
+        "| run | wall time | peak memory |",
+        "|---|---:|---:|",
+    ]
     for row, r in result.get("walkforward", {}).items():
         lines.append(f"| walk-forward: {ROW_SPECS[row][0]} | {r['seconds'] / 60:.1f} min | {r['peak_rss_mb']:.0f} MB |")
     lines.append("")
@@ -532,6 +540,8 @@ def main(argv: list[str] | None = None) -> None:
             "machine": info,
             "load_at_start": ", ".join(f"{v:.1f}" for v in os.getloadavg()),
             "quick": args.quick,
+            "minutes": args.minutes,
+            "jobs": args.jobs,
             "gpu": args.gpu,
         }
         print(f"machine: {info}", flush=True)
