@@ -18,6 +18,8 @@ from tests.helpers.kline import quiet_trainer
 from tests.helpers.universe import reversal_universe
 
 SMALL = {"d_model": 16, "n_heads": 2, "n_layers": 2, "d_ff": 32, "patch_len": 8, "stride": 4, "dropout": 0.0}
+# a Transformer alone over patches of every channel, as configs/kline/pretrain.yaml builds it (small)
+ALONE = {"n_features": 4, "n_targets": 1, "context_len": 16, "horizon": 2, "residual": "only", "channel_mixing": True}
 CORPUS_DATES = Splits(val_start="2016-01-04", test_start="2016-03-01")
 
 
@@ -168,12 +170,7 @@ def test_masked_patch_pretraining_learns_to_reconstruct(corpus: Path) -> None:
     forecaster."""
     torch.manual_seed(0)
     model = KLineForecaster(
-        n_features=4,
-        n_targets=1,
-        context_len=16,
-        horizon=2,
-        residual="only",
-        channel_mixing=True,
+        **ALONE,
         objective="masked",
         baselines=False,
         lr=3e-3,
@@ -192,12 +189,7 @@ def test_masked_patch_pretraining_learns_to_reconstruct(corpus: Path) -> None:
     torch.manual_seed(1)
     untrained = float(
         KLineForecaster(
-            n_features=4,
-            n_targets=1,
-            context_len=16,
-            horizon=2,
-            residual="only",
-            channel_mixing=True,
+            **ALONE,
             objective="masked",
             **SMALL,
         )
@@ -222,12 +214,7 @@ def _pretrain(path: Path, steps: int, cut: str | None = None, seed: int = 0) -> 
         loading=Loading(batch_size=256, batch_by_date=True),
     )
     model = KLineForecaster(
-        n_features=4,
-        n_targets=1,
-        context_len=16,
-        horizon=2,
-        residual="only",
-        channel_mixing=True,
+        **ALONE,
         ic_weight=1.0,
         baselines=False,
         lr=3e-3,
@@ -293,12 +280,7 @@ def test_pretraining_on_a_corpus_with_a_pattern_helps_a_small_universe(reversal:
     for name, pretrained in (("scratch", None), ("finetuned", str(tmp_path / "pretrained.ckpt"))):
         torch.manual_seed(1)
         model = KLineForecaster(
-            n_features=4,
-            n_targets=1,
-            context_len=16,
-            horizon=2,
-            residual="only",
-            channel_mixing=True,
+            **ALONE,
             baselines=False,
             lr=1e-3,
             warmup_steps=2,
