@@ -156,6 +156,15 @@ def _corpus(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return ["--data.init_args.path", str(tmp / "Data")]
 
 
+def _chronos_bolt(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The universe, and a random small Chronos-Bolt in a local folder in place of the hub's."""
+    from tests.helpers.published import random_chronos_bolt
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    random_chronos_bolt().save_pretrained(tmp / "chronos-bolt")
+    return [*_universe(tmp, monkeypatch), "--model.init_args.pretrained", str(tmp / "chronos-bolt")]
+
+
 USER_DATA: dict[str, Callable[[Path, pytest.MonkeyPatch], list[str]]] = {
     "text/transformer_base.yaml": _aligned_corpus,
     "text/tatoeba_de_en.yaml": _tatoeba,
@@ -170,9 +179,10 @@ USER_DATA: dict[str, Callable[[Path, pytest.MonkeyPatch], list[str]]] = {
     "kline/universe_daily.yaml": _universe,
     "kline/pretrain.yaml": _corpus,
     "kline/pretrain_gpu.yaml": _corpus,
+    "kline/chronos_bolt.yaml": _chronos_bolt,
 }
 # overlays: configs put after another one, as their headers say
-BASE = {"kline/pretrain_gpu.yaml": "kline/pretrain.yaml"}
+BASE = {"kline/pretrain_gpu.yaml": "kline/pretrain.yaml", "kline/chronos_bolt.yaml": "kline/us_universe.yaml"}
 
 
 # ------------------------------------------------------------------------------------------ tests

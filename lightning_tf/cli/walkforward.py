@@ -32,6 +32,7 @@ from jsonargparse import Namespace
 from lightning.pytorch.cli import LightningArgumentParser
 from lightning.pytorch.utilities import rank_zero_only
 
+from lightning_tf.kline.pretrained import is_published
 from lightning_tf.kline.universe.folds import Fold
 from lightning_tf.kline.universe.folds import folds as make_folds
 from lightning_tf.kline.universe.recorder import MODEL, PREDICTIONS, FoldRecorder
@@ -190,7 +191,11 @@ def _run_fold(
     kwargs = {
         "parser_kwargs": {"exit_on_error": False, "fit": {"exit_on_error": False}, "test": {"exit_on_error": False}}
     }
-    if test_only:
+    if zero_shot is not None and is_published(zero_shot):
+        # a published model alone, as published: built from the config with its weights, no linear path to fit
+        model = [f"--model.init_args.pretrained={zero_shot}", "--model.init_args.residual=only"]
+        args = ["test", *forwarded, *_overrides(fold, embargo, folder), *model]
+    elif test_only:
         args = ["test", *forwarded, *_overrides(fold, embargo, folder), f"--ckpt_path={first}"]
     else:
         args = ["fit", *forwarded, *_overrides(fold, embargo, folder), "--test_after_fit=true"]
@@ -312,7 +317,8 @@ def walkforward(
         no_lightgbm: leave the LightGBM baseline out.
         zero_shot: a pretrained forecaster's checkpoint, tested on every fold as it is (no training; the data config
             must give it the windows it reads: the same context, horizon and features); a fold whose validation or
-            test dates it has seen is warned of.
+            test dates it has seen is warned of. Or a published model (``amazon/chronos-bolt-small``, or a folder of
+            its files): the config's forecaster started from it, tested alone (``residual: only``) on every fold.
     """
     forwarded = list(forwarded or [])
     from lightning_tf.training.resources import bundled_configs

@@ -170,13 +170,17 @@ class KLineForecaster(CheckedLoading, LightningModule):
             :mod:`.pretrained`): its architecture (backbone, Transformer, RevIN) is taken whole, its backbone's
             weights load, and so does every other tensor of the same name and shape (the head for the same horizon
             and targets); heads for another horizon, targets or covariates start fresh, and the linear path is fit
-            on this data. What it was trained on comes along and is checked against this data's dates.
+            on this data. What it was trained on comes along and is checked against this data's dates. Or a
+            published Chronos-Bolt (``amazon/chronos-bolt-small``, or a folder of its files): the ``chronos_bolt``
+            backbone, forecasting each target from its own channel with the published weights and quantile head.
         freeze: ``none``; ``backbone`` (the Transformer's embedding and encoder stay fixed: only the heads and the
             linear path train); ``first_n_blocks`` (the embedding and the first ``freeze_blocks`` encoder layers).
         freeze_blocks: encoder layers frozen by ``freeze: first_n_blocks``.
         layer_decay: layer-wise learning-rate decay (BEiT): encoder layer ``i`` of ``n`` trains at
             ``lr * layer_decay ** (n - i)``, the embedding (and RevIN) at ``lr * layer_decay ** (n + 1)``, the heads
             at ``lr``; None: one rate.
+        published: the ``chronos_bolt`` backbone's settings (its config), set by ``pretrained:`` from a published
+            model and kept in checkpoints; not given by hand.
     """
 
     # ONNX export (lightning_tf.export): the graph's output name (its inputs: onnx_input_names); axis 0 (the
@@ -241,6 +245,7 @@ class KLineForecaster(CheckedLoading, LightningModule):
         freeze: FreezeName = "none",
         freeze_blocks: int = 0,
         layer_decay: float | None = None,
+        published: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         source = None
@@ -256,6 +261,7 @@ class KLineForecaster(CheckedLoading, LightningModule):
                     ignored,
                     {k: arch[k] for k in ignored},
                 )
+            arch = {**given, **arch}  # a published source sets only what its backbone reads
             backbone, channel_mixing, patch_len = arch["backbone"], arch["channel_mixing"], arch["patch_len"]
             stride, pad_end, d_model, n_heads = arch["stride"], arch["pad_end"], arch["d_model"], arch["n_heads"]
             n_layers, d_ff, activation, norm_first = (
@@ -265,7 +271,7 @@ class KLineForecaster(CheckedLoading, LightningModule):
                 arch["norm_first"],
             )
             norm, pos_encoding, causal = arch["norm"], arch["pos_encoding"], arch["causal"]
-            revin, revin_affine = arch["revin"], arch["revin_affine"]
+            revin, revin_affine, published = arch["revin"], arch["revin_affine"], arch["published"]
         if freeze not in ("none", "backbone", "first_n_blocks"):
             raise ValueError(f"freeze must be 'none', 'backbone' or 'first_n_blocks', got {freeze!r}")
         if freeze == "first_n_blocks" and not 0 <= freeze_blocks <= n_layers:
@@ -319,6 +325,7 @@ class KLineForecaster(CheckedLoading, LightningModule):
             revin=revin,
             revin_affine=revin_affine,
             objective=objective,
+            published=published,
         )
         # what this model was trained on (set when it trains, kept in checkpoints), and what its starting
         # weights were trained on, newest first
@@ -356,10 +363,11 @@ class KLineForecaster(CheckedLoading, LightningModule):
         """``requires_grad=False`` for what ``freeze`` names (left out of the optimizer: no gradient, no step)."""
         if freeze == "none":
             return
+        heads = tuple(f"backbone.{h}" for h in getattr(self.net.backbone, "heads", ()))  # a published one's own
         for name, p in self.net.named_parameters():
             if freeze == "backbone":
-                p.requires_grad_(not name.startswith("backbone."))
-            elif name.startswith("backbone."):
+                p.requires_grad_(not name.startswith("backbone.") or name.startswith(heads))
+            elif name.startswith("backbone.") and not name.startswith(heads):
                 p.requires_grad_(self.layer_depth(name) > n_blocks)  # depth 0: the embedding; i + 1: layer i
 
     def layer_depth(self, name: str) -> int:
@@ -367,6 +375,9 @@ class KLineForecaster(CheckedLoading, LightningModule):
         reads the input), ``i + 1`` for encoder layer ``i``, ``n_layers + 1`` for the final norm, the heads, the
         linear path and the covariates' head."""
         name = name.removeprefix("net.")
+        depth = getattr(self.net.backbone, "layer_depth", None) if self.net.has_encoder else None
+        if depth is not None and name.startswith("backbone."):  # a published backbone knows its own
+            return depth(name.removeprefix("backbone."))
         layers = "backbone.encoder.layers."
         if name.startswith(layers):
             return int(name[len(layers) :].split(".")[0]) + 1

@@ -2,7 +2,9 @@
 ``pretrained:`` starts from timm's weights.
 
 The source is one of this package's K-line forecasters: a checkpoint (``.ckpt``) or a folder ``lightning-tf export
---format safetensors`` wrote. Its architecture (the backbone and its Transformer) is taken whole; the weights of
+--format safetensors`` wrote; or a published forecaster, Chronos-Bolt (``amazon/chronos-bolt-small`` from the hub, or
+a folder holding its config.json and weights), which becomes the ``chronos_bolt`` backbone whole: its encoder,
+decoder and quantile head (:func:`read_published`). Its architecture (the backbone and its Transformer) is taken whole; the weights of
 the backbone load, and so does every other tensor of the network whose name and shape the new model shares (RevIN
 for the same channels, the head for the same horizon and targets); the rest (a head for another horizon, targets
 or covariates, the linear path, which is fit on the new data) starts fresh. What the source was trained on (its
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,16 @@ from torch import Tensor, nn
 
 from lightning_tf.training import CheckpointError, check_checkpoint
 
-__all__ = ["ARCHITECTURE", "PretrainedSource", "load_pretrained", "look_ahead", "read_pretrained", "summary"]
+__all__ = [
+    "ARCHITECTURE",
+    "PretrainedSource",
+    "is_published",
+    "load_pretrained",
+    "look_ahead",
+    "read_pretrained",
+    "read_published",
+    "summary",
+]
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +55,10 @@ ARCHITECTURE = (
     "causal",
     "revin",
     "revin_affine",
+    "published",
 )
+#: hub names of the published forecasters a forecaster starts from (any folder holding one's files does too)
+PUBLISHED_PREFIXES = ("amazon/chronos-bolt-",)
 
 
 @dataclass
@@ -81,8 +95,51 @@ def _network_state(state: dict[str, Tensor], path: Path) -> dict[str, Tensor]:
     return net
 
 
+def _reference_config(path: Path) -> dict[str, Any] | None:
+    """A folder's config.json when it is a published model's (a reference ``architectures`` entry), else None."""
+    config_path = path / "config.json"
+    if not path.is_dir() or not config_path.is_file():
+        return None
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    return config if isinstance(config, dict) and config.get("architectures") else None
+
+
+def is_published(source: str | Path) -> bool:
+    """Whether ``source`` names a published forecaster: a hub name of one, or a folder holding one's config."""
+    text = str(source)
+    return text.startswith(PUBLISHED_PREFIXES) or _reference_config(Path(text).expanduser()) is not None
+
+
+def read_published(source: str | Path) -> PretrainedSource:
+    """A published Chronos-Bolt (hub name or folder) as a source of the ``chronos_bolt`` backbone: its config as the
+    forecaster's ``published`` argument, its weights under ``backbone.``.
+
+    Raises:
+        ValueError: a model of another architecture (Kronos, original Chronos, ...), or a hub name not reachable.
+    """
+    from lightning_tf.kline.published import ChronosBolt
+
+    model = ChronosBolt.from_pretrained(source)
+    c = model.config
+    hparams = {
+        "backbone": "chronos_bolt",
+        "published": {"name": str(source), "config": asdict(c)},
+        "channel_mixing": False,
+        # Chronos-Bolt standardises each context itself; RevIN's statistics only set the scale the linear path and
+        # the residual rule work on, and an affine map would be a parameter nothing reads
+        "revin": True,
+        "revin_affine": False,
+        # the encoder's blocks, the depths of freeze: first_n_blocks and layer_decay; the other sizes are the
+        # published config's
+        "n_layers": c.n_layers,
+    }
+    state = {f"backbone.{k}": v for k, v in model.state_dict().items()}
+    return PretrainedSource(str(source), hparams, state, {"data": f"published model {source}"})
+
+
 def read_pretrained(source: str | Path, model_class: type | None = None) -> PretrainedSource:
-    """The forecaster at ``source``: a checkpoint file or an export folder.
+    """The forecaster at ``source``: a checkpoint file or an export folder, or a published model
+    (:func:`read_published`).
 
     Args:
         source: the ``.ckpt`` file, or the folder holding ``config.json`` and ``model.safetensors``.
@@ -93,6 +150,8 @@ def read_pretrained(source: str | Path, model_class: type | None = None) -> Pret
         ValueError: a checkpoint or export of another task, or one without a Transformer; one line each.
     """
     path = Path(source).expanduser()
+    if is_published(source):
+        return read_published(source)
     if not path.exists():
         raise FileNotFoundError(
             f"pretrained {source}: no such file or folder (a K-line forecaster's .ckpt, or a folder "

@@ -8,7 +8,10 @@ How a window ``(B, L, C)`` becomes tokens is the backbone (``backbone``), built 
 * ``variates`` (:class:`~.variates.VariateBackbone`, iTransformer; Liu et al. 2024): each channel's whole
   window one token, attention across the channels;
 * ``bars`` (:class:`~.bars.BarBackbone`): each bar one token, attention across time, the encoded bars
-  read together (channel mixing by construction).
+  read together (channel mixing by construction);
+* ``chronos_bolt`` (:class:`~.published.ChronosBoltBackbone`): a published forecaster, Chronos-Bolt, reading each
+  target's own channel and forecasting it whole with its own quantile head (``pretrained:`` a Chronos-Bolt
+  checkpoint gives its weights).
 
 A backbone maps the normalised window to representations ``(B, G, R)``: one per channel (G = C,
 ``patches`` and ``variates``) or one for the whole window (G = 1, ``bars``). Everything else is shared:
@@ -52,8 +55,8 @@ gap, set from the linear fit's training error as a Gaussian's quantiles.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from typing import Literal, NamedTuple
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -67,6 +70,7 @@ from .covariates import CovariateHead
 from .layers import RevIN
 from .linear import LinearFit, LinearInput, LinearPath, Pooling
 from .patches import PatchBackbone
+from .published import PUBLISHED_BACKBONES, ChronosBoltBackbone, published_config
 from .variates import VariateBackbone
 
 __all__ = [
@@ -86,8 +90,9 @@ __all__ = [
 ResidualMode = Literal["on", "off", "only", "blend"]
 #: what training minimises: the forecast's loss, or the masked-patch reconstruction (pretraining)
 Objective = Literal["forecast", "masked"]
-BackboneName = Literal["patches", "variates", "bars"]
-Backbone = PatchBackbone | VariateBackbone | BarBackbone
+BackboneName = Literal["patches", "variates", "bars", "chronos_bolt"]
+Backbone = PatchBackbone | VariateBackbone | BarBackbone | ChronosBoltBackbone
+BACKBONES = ("patches", "variates", "bars", *PUBLISHED_BACKBONES)
 
 #: the forecaster's Transformer unless told otherwise: two layers of width 32, learned positions
 DEFAULT_SPEC = TransformerSpec(32, 4, 2, 64, dropout=0.2, pos_encoding="learned")
@@ -151,16 +156,23 @@ def build_backbone(
     stride: int,
     pad_end: bool,
     causal: bool,
+    published: Mapping[str, Any] | None = None,
+    quantiles: Sequence[float] | None = None,
 ) -> Backbone:
     """The backbone that turns a window into tokens and encodes them with ``spec``'s encoder, by name: the one
-    place the three are built. Each reads only its own arguments (see :class:`ForecastNet`)."""
+    place they are built. Each reads only its own arguments (see :class:`ForecastNet`); a published one
+    (``chronos_bolt``) is built from ``published``'s config, forecasting the ``quantiles`` levels."""
+    if backbone == "chronos_bolt":
+        if published is None:
+            raise ValueError("backbone 'chronos_bolt' is a published model: start from it with pretrained: NAME|DIR")
+        return ChronosBoltBackbone(published_config(published), context_len, quantiles)
     if backbone == "patches":
         return PatchBackbone(context_len, patch_len, stride, pad_end, spec)
     if backbone == "variates":
         return VariateBackbone(context_len, spec)
     if backbone == "bars":
         return BarBackbone(n_features, context_len, spec, causal=causal)
-    raise ValueError(f"backbone must be 'patches', 'variates' or 'bars', got {backbone!r}")
+    raise ValueError(f"backbone must be one of {list(BACKBONES)}, got {backbone!r}")
 
 
 class ForecastParts(NamedTuple):
@@ -175,6 +187,8 @@ class ForecastParts(NamedTuple):
         std: the targets' window scales ``(B, 1, K)`` (ones without RevIN).
         covariate: the known-future and static covariates' term ``(B, F, K)`` on the model scale
             (:class:`~.covariates.CovariateHead`), or None without covariates.
+        spread: a forecasting backbone's quantiles less its median ``(B, F, K, Q)`` on the normalised scale, or
+            None (the quantiles come from the gaps).
     """
 
     linear: Tensor | None
@@ -183,6 +197,7 @@ class ForecastParts(NamedTuple):
     mean: Tensor
     std: Tensor
     covariate: Tensor | None = None
+    spread: Tensor | None = None
 
 
 class ForecastNet(nn.Module):
@@ -198,7 +213,9 @@ class ForecastNet(nn.Module):
             the channel-mixing head uses it only to map the forecast back through RevIN. May be set
             later (the attribute of the same name).
         backbone: how a window becomes tokens: ``patches`` (PatchTST), ``variates`` (iTransformer) or
-            ``bars`` (one token per bar); see :func:`build_backbone`.
+            ``bars`` (one token per bar); or a published forecaster, ``chronos_bolt``, that forecasts each target
+            from its own channel (its part is its forecast, less the linear path's under ``on`` and ``blend``);
+            see :func:`build_backbone`.
         channel_mixing: one head over all channels instead of the channel-independent head (and a linear
             path from every channel's window to every target); ``bars`` always mixes in its head.
         residual: ``only`` (the Transformer alone), ``on`` (linear path plus the Transformer as a
@@ -226,6 +243,7 @@ class ForecastNet(nn.Module):
         revin_affine: learn RevIN's per-channel scale and shift (on the Transformer's input).
         objective: ``forecast`` (training minimises the forecast's loss) or ``masked`` (masked-patch
             reconstruction, :meth:`masked_patch_loss`: self-supervised pretraining of a ``patches`` backbone).
+        published: a published backbone's settings (``{"config": {...}}``, its sizes), or None.
     """
 
     residual_gate: Tensor
@@ -255,6 +273,7 @@ class ForecastNet(nn.Module):
         revin: bool = True,
         revin_affine: bool = True,
         objective: Objective = "forecast",
+        published: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         for name, value in (
@@ -265,8 +284,12 @@ class ForecastNet(nn.Module):
         ):
             if value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
-        if backbone not in ("patches", "variates", "bars"):
-            raise ValueError(f"backbone must be 'patches', 'variates' or 'bars', got {backbone!r}")
+        if backbone not in BACKBONES:
+            raise ValueError(f"backbone must be one of {list(BACKBONES)}, got {backbone!r}")
+        if backbone in PUBLISHED_BACKBONES and channel_mixing:
+            raise ValueError(
+                f"backbone {backbone!r} forecasts each target from its own channel: channel_mixing must be false"
+            )
         if residual not in ("on", "off", "only", "blend"):
             raise ValueError(f"residual must be 'on', 'off', 'only' or 'blend', got {residual!r}")
         if linear_input not in ("auto", "revin", "raw"):
@@ -290,6 +313,8 @@ class ForecastNet(nn.Module):
         self.revin = RevIN(n_features, affine=revin_affine) if revin else None
         # the head reads every channel's representation at once: asked for, or a backbone without per-channel ones
         self.mixing_head = channel_mixing or backbone == "bars"
+        # a published backbone forecasts whole, from each target's own channel (no head of this network's)
+        self.forecasting = backbone in PUBLISHED_BACKBONES and residual != "off"
         if residual != "off":
             self.backbone = build_backbone(
                 backbone,
@@ -300,15 +325,19 @@ class ForecastNet(nn.Module):
                 stride=stride,
                 pad_end=pad_end,
                 causal=causal,
+                published=published,
+                quantiles=self.quantiles,
             )
             self.head_dropout = nn.Dropout(head_dropout)
             flat = self.backbone.width  # R
             groups = n_features if self.backbone.per_channel else 1  # G
-            if self.mixing_head:
+            if self.forecasting:
+                pass  # the backbone's own head forecasts
+            elif self.mixing_head:
                 self.head = nn.Linear(groups * flat, horizon * n_targets)
             else:
                 self.head = nn.Linear(flat, horizon)  # shared by all channels
-            if residual == "on":
+            if residual == "on" and not self.forecasting:
                 # the residual starts at exactly zero: training starts from the linear path's forecast
                 nn.init.zeros_(self.head.weight)
                 nn.init.zeros_(self.head.bias)
@@ -331,7 +360,7 @@ class ForecastNet(nn.Module):
             G = len(self.quantiles) - 1
             # per target, horizon and gap; a unit Gaussian's gaps until fit_linear sets them from the fit's error
             self.quantile_offset = nn.Parameter(self._gap_offsets(torch.ones(n_targets, horizon)))  # (K, F, Q-1)
-            if residual != "off":
+            if residual != "off" and not self.forecasting:
                 outputs = horizon * n_targets * G if self.mixing_head else horizon * G
                 self.quantile_head = nn.Linear(groups * flat if self.mixing_head else flat, outputs)
                 nn.init.zeros_(self.quantile_head.weight)
@@ -390,6 +419,12 @@ class ForecastNet(nn.Module):
         """Each target's input channel, for the channel-independent head and linear path."""
         if self.target_channels is not None:
             return self.target_channels
+        if self.n_targets != self.n_features and self.forecasting:
+            raise ValueError(
+                f"backbone {self.backbone_name!r} forecasts each target from its own history, so each target must be "
+                "an input channel: give the data the target among its features with label: raw (or model "
+                "target_channels)"
+            )
         if self.n_targets != self.n_features:
             raise ValueError(
                 "the channel-independent head forecasts input channels, but target_channels is unknown: "
@@ -460,22 +495,35 @@ class ForecastNet(nn.Module):
         if self.linear is not None:
             channels = list(range(self.n_features)) if self.channel_mixing else self._own_channels()
             linear = self.linear(plain if self.linear.reads_normalized else x, channels)  # (B, F, K)
-        residual, gaps, weights = None, None, []
-        if self.has_encoder:
+        residual, gaps, weights, spread = None, None, [], None
+        if self.forecasting:
+            residual, spread = self._published(x, mean, std)
+        elif self.has_encoder:
             residual, gaps, weights = self._transformer(x, need_weights)
-        if self.residual == "blend" and linear is not None and residual is not None:
+        if (self.residual == "blend" or self.forecasting) and linear is not None and residual is not None:
             # the Transformer's forecast less the linear path's, both on the normalised scale
             assert self.linear is not None
             residual = residual - (linear if self.linear.reads_normalized else (linear - mean) / std)  # (B, F, K)
         head = getattr(self, "covariates", None)
         covariate = None if head is None else head(x_future, static)  # (B, F, K)
-        return ForecastParts(linear, residual, gaps, mean, std, covariate), weights
+        return ForecastParts(linear, residual, gaps, mean, std, covariate, spread), weights
+
+    def _published(self, x: Tensor, mean: Tensor, std: Tensor) -> tuple[Tensor, Tensor | None]:
+        """A published backbone's median forecast ``(B, F, K)`` and its quantiles less the median ``(B, F, K, Q)``
+        (None without quantiles), both on the normalised scale of the targets' ``mean`` and ``std`` (B, 1, K)."""
+        assert isinstance(self.backbone, ChronosBoltBackbone)
+        q = self.backbone.forecast_channels(x[..., self._own_channels()], self.horizon)  # (B, F, K, Q), model scale
+        q = (q - mean[..., None]) / std[..., None]  # (B, F, K, Q)
+        if self.quantiles is None:
+            return q[..., 0], None  # (B, F, K): the median alone
+        median = q[..., self.quantiles.index(0.5)]  # (B, F, K)
+        return median, q - median[..., None]
 
     def combine(self, parts: ForecastParts, gate: float | None = None) -> Tensor:
         """The forecast on the model scale: ``(B, F, K)``, or ``(B, F, K, Q)`` with quantiles. The
         Transformer's part is weighted by ``gate`` (1: added, 0: the linear path alone; None: the
         ``residual_gate`` buffer, one weight per target, what the model was selected as)."""
-        linear, res, gaps, mean, std, covariate = parts
+        linear, res, gaps, mean, std, covariate, spread = parts
         gate_t = self.residual_gate if gate is None else torch.full_like(self.residual_gate, gate)
         if linear is None:
             assert res is not None
@@ -489,6 +537,8 @@ class ForecastNet(nn.Module):
             point = point + covariate.to(point.dtype)  # (B, F, K): the covariates' term, on the model scale
         if self.quantiles is None:
             return point  # (B, F, K)
+        if spread is not None and linear is None:
+            return point[..., None] + spread * std[..., None]  # (B, F, K, Q): the published model's quantiles
         raw = self.quantile_offset.to(point.dtype).expand(point.shape[0], -1, -1, -1).transpose(1, 2)  # (B, F, K, Q-1)
         if gaps is not None:
             raw = raw + (gaps * gate_t.to(gaps.dtype)[:, None] if linear is not None else gaps)  # (B, F, K, Q-1)
@@ -497,6 +547,10 @@ class ForecastNet(nn.Module):
         below = g[..., :m].flip(-1).cumsum(-1).flip(-1)  # (B, F, K, m): distance of each lower quantile
         above = g[..., m:].cumsum(-1)  # (B, F, K, Q-1-m)
         offsets = torch.cat((-below, torch.zeros_like(point)[..., None], above), dim=-1)  # (B, F, K, Q)
+        if spread is not None:
+            # the published model's spread weighed as its forecast is: quantiles averaged level by level
+            w = gate_t.to(spread.dtype)[:, None]  # (K, 1)
+            offsets = (1 - w) * offsets + w * spread  # (B, F, K, Q)
         return point[..., None] + offsets * std[..., None]  # (B, F, K, Q)
 
     # ------------------------------------------------------------------ masked-patch pretraining

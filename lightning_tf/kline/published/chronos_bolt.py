@@ -165,7 +165,9 @@ class ChronosBolt(nn.Module):
     def _standardised(self, context: Tensor) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         """Quantiles in the standardised scale ``(B, Q, F)`` and the context's ``(loc, scale)``."""
         memory, keep, loc_scale = self.encode(context)
-        start = self.special_embed.weight[0].expand(memory.shape[0], 1, -1)  # (B, 1, D)
+        # looked up, not a view of the weight: a view made under no_grad would be a leaf that needs a gradient
+        # (a module hook, such as a FLOP counter's, refuses it)
+        start = self.special_embed(memory.new_zeros(memory.shape[0], 1, dtype=torch.long))  # (B, 1, D)
         out = self.dropout(self.decoder(start, memory, memory_mask=keep[:, None, None, :]))  # (B, 1, D)
         c = self.config
         return self.head(out[:, 0]).view(-1, len(c.quantiles), c.prediction_length), loc_scale  # (B, Q, F)
@@ -249,18 +251,25 @@ class ChronosBolt(nn.Module):
                 c.prediction_length,
             )
         with evaluating(self):
-            pred = self._quantiles(ctx)  # (B, Q, F)
-            steps, done = [pred], pred.shape[-1]
-            if done < horizon:
-                Q = len(c.quantiles)
-                ctx = ctx.unsqueeze(1).repeat(1, Q, 1)  # (B, Q, L): one context per quantile path
-            while done < horizon:
-                ctx = torch.cat((ctx, pred), dim=-1)[..., -c.context_length :]  # (B, Q, L')
-                B, Q, L = ctx.shape
-                pred = self._quantiles(ctx.reshape(B * Q, L)).reshape(B, Q * Q, -1)  # (B, Q * Q, F)
-                pred = torch.quantile(pred, q=self.quantiles, dim=1).transpose(0, 1)  # (B, Q, F)
-                steps.append(pred)
-                done += pred.shape[-1]
+            return self.roll_out(ctx, horizon)
+
+    def roll_out(self, context: Tensor, horizon: int) -> Tensor:
+        """Quantiles ``(B, horizon, Q)`` of the next ``horizon`` steps of ``context`` ``(B, L)`` (L at most
+        ``context_length``; NaN = missing), in the context's units, with gradients: one pass, then, beyond
+        ``prediction_length``, the roll-out on the quantile paths of :meth:`forecast`."""
+        c = self.config
+        pred = self._quantiles(context)  # (B, Q, F)
+        steps, done = [pred], pred.shape[-1]
+        if done < horizon:
+            Q = len(c.quantiles)
+            context = context.unsqueeze(1).repeat(1, Q, 1)  # (B, Q, L): one context per quantile path
+        while done < horizon:
+            context = torch.cat((context, pred), dim=-1)[..., -c.context_length :]  # (B, Q, L')
+            B, Q, L = context.shape
+            pred = self._quantiles(context.reshape(B * Q, L)).reshape(B, Q * Q, -1)  # (B, Q * Q, F)
+            pred = torch.quantile(pred, q=self.quantiles, dim=1).transpose(0, 1)  # (B, Q, F)
+            steps.append(pred)
+            done += pred.shape[-1]
         return torch.cat(steps, dim=-1)[..., :horizon].transpose(1, 2)  # (B, horizon, Q)
 
     # ------------------------------------------------------------------------------------------ loading

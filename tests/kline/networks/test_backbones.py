@@ -163,7 +163,9 @@ def test_variates_reads_no_positions_and_bars_one_per_bar() -> None:
 
 
 def test_configuration_errors_name_the_values() -> None:
-    with pytest.raises(ValueError, match="backbone must be 'patches', 'variates' or 'bars', got 'words'"):
+    with pytest.raises(
+        ValueError, match=r"backbone must be one of \['patches', 'variates', 'bars', 'chronos_bolt'\], got 'words'"
+    ):
         net("words")
     with pytest.raises(ValueError, match="causal: true needs norm: layer"):
         net("bars", causal=True, norm="batch")

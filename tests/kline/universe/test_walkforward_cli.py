@@ -201,6 +201,26 @@ def test_zero_shot_tests_one_model_on_every_fold_and_warns_of_dates_it_has_seen(
     assert json.loads((out / "walkforward.json").read_text())["refit"].startswith("none (zero-shot")
 
 
+def test_zero_shot_of_a_published_model_tests_it_alone_on_every_fold(universe: dict[str, Path], tmp_path: Path) -> None:
+    """``--zero_shot`` a published model's folder: the config's forecaster started from it, tested alone, nothing
+    trained; fold 2's forecasts are that forecaster's on fold 2's test windows."""
+    from tests.helpers.published import random_chronos_bolt
+
+    bolt = tmp_path / "chronos-bolt"
+    random_chronos_bolt().save_pretrained(bolt)
+    out = universe["root"] / "zero_shot_bolt"
+    main(["walkforward", *_args(universe["root"], out, "--zero_shot", str(bolt), "--no_lightgbm")])
+    for fold in (1, 2):
+        done = json.loads((out / f"fold_{fold}" / "done.json").read_text())
+        assert done["checkpoint"] == str(bolt) and done["residual_kept"] is True
+        assert not list((out / f"fold_{fold}").rglob("*.ckpt"))
+    frame = pd.read_parquet(out / "predictions.parquet")
+    assert frame["prediction"].notna().all() and frame["prediction"].nunique() > 10
+    baseline = pd.read_parquet(universe["out"] / "predictions.parquet")
+    assert not np.allclose(frame["prediction"].to_numpy(), baseline["prediction"].to_numpy())
+    assert (out / "report.md").exists()
+
+
 def test_the_charts_go_to_an_offline_wandb_run(universe: dict[str, Path], tmp_path: Path, monkeypatch) -> None:
     from lightning_tf.kline.universe.report import evaluate_forecasters, log_wandb
 
