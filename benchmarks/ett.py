@@ -164,14 +164,16 @@ def parse_overrides(items: list[str]) -> dict:
 
 @torch.inference_mode()
 def published_protocol(
-    model: KLineForecaster, dm: MultivariateDataModule, batch_size: int = 128
+    model: KLineForecaster, dm: MultivariateDataModule, batch_size: int = 128, max_windows: int | None = None
 ) -> tuple[float, float]:
     """MSE and MAE scored as the published loaders score them: the test windows in order, in batches of
-    ``batch_size``, the last incomplete batch dropped (``drop_last=True``)."""
+    ``batch_size``, the last incomplete batch dropped (``drop_last=True``); only the first ``max_windows`` of them
+    when given (a smoke run)."""
     model.eval()
     dm.setup("test")
     sq = ab = n = 0.0
     keep = len(dm.datasets["test"]) // batch_size * batch_size
+    keep = keep if max_windows is None else min(keep, max_windows)
     for batch in dm.test_dataloader():
         take = int(min(batch["x"].shape[0], keep - n))
         if take <= 0:

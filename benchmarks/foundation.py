@@ -13,7 +13,13 @@ as the repository (``DIR/Kronos-small``, ``DIR/Kronos-Tokenizer-base``, ``DIR/ch
 ``huggingface-cli download NeoQuasar/Kronos-small --local-dir DIR/Kronos-small`` makes); without it both sides
 get the same random weights of the published configs, which times them just as well. Zero-shot quality needs
 the real weights: with ``--weights`` the last windows of the bundled MSFT daily bars are forecast (the close,
-mean absolute percentage error against persistence); without, those rows say unmeasured.
+mean absolute percentage error against persistence); without, those rows say unmeasured. With ``--weights``,
+Chronos-Bolt also goes through the K-line forecaster (``pretrained:`` its folder): zero-shot on ETTh1 at horizon
+96 from 512 steps (``--etth1 PATH``, the long-term protocol's MSE and MAE on the standardised scale, beside this
+package's own models on the same windows from docs/results/ett_etth1.json), and with ``--walkforward`` on the
+universe (``--universe PATH``, configs/kline/us_universe.yaml's four yearly folds): zero-shot and fine-tuned
+(configs/kline/chronos_bolt.yaml) beside LightGBM and the linear path of the same folds and this package's
+pretrained model (docs/results/pretrain.json). ``--quick`` runs those on tiny random weights (a smoke run).
 
 Speed is the median wall time of ``--repeats`` calls (more, up to 21, for calls under a second) after a warm-up, ours and the reference alternating, and
 the median CPU time of the process over the same calls (steadier than the wall time when other jobs share the
@@ -26,6 +32,7 @@ Run (about 5 minutes on an idle 2-core CPU; ``--quick`` is a smoke run of a few 
 
     python benchmarks/foundation.py [--weights DIR] [--models kronos-small chronos-bolt-small]
         [--repeats N] [--threads N] [--quick] [--out docs/results/foundation.md] [--json PATH]
+        [--etth1 PATH] [--walkforward] [--universe PATH] [--workdir DIR]
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ import ctypes
 import json
 import os
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -72,6 +80,18 @@ CHRONOS_SETTINGS = [(1, 512, 64), (32, 512, 64), (1, 2048, 64), (32, 2048, 64)]
 QUICK_KRONOS = [(1, 16, 4, 1), (2, 24, 6, 2)]
 QUICK_CHRONOS = [(1, 40, 8), (4, 64, 8)]
 MAX_REPEATS = 21
+SHARED = ROOT.parent / "shared" / "data"
+ETTH1 = SHARED / "ett" / "ETTh1.csv"
+UNIVERSE = SHARED / "kline_us_universe" / "us_stocks_2005_2012.csv.gz"
+#: the universe walk-forward's rows: (title, the walk-forward's arguments beside the universe config; {folder}: the
+#: published model's folder)
+UNIVERSE_ROWS = {
+    "zero_shot": ("Chronos-Bolt, zero-shot", ["--zero_shot", "{folder}", "--no_lightgbm"]),
+    "fine_tuned": (
+        "Chronos-Bolt, fine-tuned (chronos_bolt.yaml)",
+        ["--config", str(ROOT / "configs" / "kline" / "chronos_bolt.yaml"), "--model.init_args.pretrained={folder}"],
+    ),
+}
 # the weights folders of each model, named as their hub repositories
 KRONOS_FOLDERS = {
     "mini": ("Kronos-mini", "Kronos-Tokenizer-2k"),
@@ -368,6 +388,122 @@ def zero_shot_quality(model: str, weights: Path, horizon: int = 10, windows: int
     return Quality(model, windows, horizon, 100 * float(np.mean(errors)), 100 * float(np.mean(naive)))
 
 
+def chronos_folder(size: str, weights: Path | None, workdir: Path) -> Path:
+    """The folder of Chronos-Bolt's files: the published one under ``weights``, or (a smoke run) tiny random
+    weights written to ``workdir``."""
+    if weights is not None:
+        return weights / f"chronos-bolt-{size}"
+    torch.manual_seed(0)
+    return ChronosBolt(_tiny_chronos()).to_chronos_bolt(workdir / "chronos-bolt-quick")
+
+
+def etth1_zero_shot(
+    folder: Path, path: Path, context: int = 512, horizon: int = 96, max_windows: int | None = None
+) -> dict[str, Any]:
+    """The K-line forecaster started from ``folder`` (Chronos-Bolt alone) on ETTh1's test windows: the long-term
+    protocol's MSE and MAE (the test windows in order in batches of 128, the last incomplete one dropped, as the
+    published loaders score), on the training months' standardised scale; and this package's own rows at the same
+    context and horizon."""
+    from ett import published_protocol
+
+    from lightning_tf.kline import KLineForecaster, MultivariateDataModule
+
+    config = ChronosBolt.from_pretrained(folder).config
+    context = min(context, config.context_length)
+    dm = MultivariateDataModule(str(path), context_len=context, horizon=horizon, features="M", batch_size=128)
+    dm.setup("test")
+    model = KLineForecaster(
+        n_features=dm.n_features,
+        n_targets=dm.n_targets,
+        context_len=context,
+        horizon=horizon,
+        target_channels=list(range(dm.n_targets)),
+        pretrained=str(folder),
+        residual="only",
+        baselines=False,
+    ).eval()
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the roll-out past the model's horizon says so once per batch
+        mse, mae = published_protocol(model, dm, max_windows=max_windows)
+    seconds = time.perf_counter() - t0
+    ours = {}
+    saved = ROOT / "docs" / "results" / "ett_etth1.json"
+    if saved.exists():
+        for row in json.loads(saved.read_text(encoding="utf-8"))["rows"]:
+            if (row["context_len"], row["horizon"]) == (context, horizon):
+                ours = {"mse": row["published_mse"], "mae": row.get("published_mae"), "linear_mse": row["linear_mse"]}
+    return {
+        "context": context,
+        "horizon": horizon,
+        "windows": len(dm.datasets["test"]) if max_windows is None else min(max_windows, len(dm.datasets["test"])),
+        "mse": mse,
+        "mae": mae,
+        "seconds": seconds,
+        "ours": ours,
+    }
+
+
+def universe_walkforward(folder: Path, universe: Path, workdir: Path, quick: bool) -> dict[str, Any]:
+    """Chronos-Bolt zero-shot and fine-tuned walk-forwards on the universe, each its own ``lightning-tf walkforward``
+    process (its output in ``workdir``): pooled RankIC and net long-short figures beside LightGBM and the linear path
+    of the same folds, and each row's time and peak memory."""
+    import pandas as pd
+
+    from lightning_tf.kline.universe.report import default_top_k, evaluate_forecasters
+
+    folds = ["--folds", "2", "--test_span", "60", "--val_span", "40"] if quick else ["--folds", "4"]
+    folds += [] if quick else ["--test_span", "252", "--val_span", "126"]
+    trainer = ["--trainer.logger=false", "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
+    if quick:
+        trainer += ["--trainer.max_epochs=1", "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=3"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    pooled: dict[str, dict] = {}
+    runs: dict[str, dict] = {}
+    for row, (title, extra) in UNIVERSE_ROWS.items():
+        out = workdir / "walkforward" / row
+        command = [
+            "walkforward",
+            "--config",
+            str(ROOT / "configs" / "trainer" / "default.yaml"),
+            "--config",
+            str(ROOT / "configs" / "kline" / "us_universe.yaml"),
+            *[a.format(folder=folder) for a in extra],
+            f"--data.init_args.path={universe}",
+            *folds,
+            "--cost_bps",
+            "10",
+            "--out",
+            str(out),
+            *trainer,
+        ]
+        out.parent.mkdir(parents=True, exist_ok=True)
+        log = workdir / "walkforward" / f"{row}.log"
+        print(f"=== {row}: lightning-tf {' '.join(command)} (output: {log})", flush=True)
+        t0 = time.perf_counter()
+        with log.open("w", encoding="utf-8") as sink:
+            proc = subprocess.Popen([sys.executable, "-m", "lightning_tf", *command], stdout=sink, stderr=sink, env=env)
+            _, status, usage = os.wait4(proc.pid, 0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-15:]
+            raise SystemExit(f"{row}: walkforward failed; see {log}:\n" + "\n".join(tail))
+        runs[row] = {"seconds": time.perf_counter() - t0, "peak_rss_mib": usage.ru_maxrss / 1024, "out": str(out)}
+        predictions = pd.read_parquet(out / "predictions.parquet")
+        top_k = default_top_k(predictions)
+        ev = evaluate_forecasters(predictions, top_k=top_k, n_drop=max(1, top_k // 5), cost_bps=10.0)
+        pooled[title] = ev.pooled["model"].summary
+        for name in ("LightGBM", "linear path"):
+            if name in ev.pooled and row == "fine_tuned":
+                pooled[name] = ev.pooled[name].summary
+    saved = ROOT / "docs" / "results" / "pretrain.json"
+    if saved.exists() and not quick:
+        theirs = json.loads(saved.read_text(encoding="utf-8"))["tables"]["pooled"]
+        for name in ("pretrained, fine-tuned", "pretrained, zero-shot"):
+            if name in theirs:
+                pooled[f"this package's {name} (docs/results/pretrain.md)"] = theirs[name]
+    return {"pooled": pooled, "runs": runs}
+
+
 # ---------------------------------------------------------------------------------------------- report
 
 
@@ -387,7 +523,63 @@ def _versions() -> str:
     return ", ".join(found)
 
 
-def report(machine: dict[str, Any], rows: list[Row], quality: list[Quality], weights: Path | None, command: str) -> str:
+def _forecaster_section(forecaster: dict[str, Any], quick: bool) -> list[str]:
+    lines = ["", "## Chronos-Bolt through the K-line forecaster", ""]
+    if not forecaster:
+        return [
+            *lines,
+            "Unmeasured: it needs the published weights (`--weights DIR`; `--walkforward` for the universe). "
+            "The rows would be Chronos-Bolt zero-shot on ETTh1 (horizon 96) and zero-shot and fine-tuned on the "
+            "universe's walk-forward, beside this package's own models.",
+        ]
+    if quick:
+        lines += ["A smoke run: tiny random weights, a generated data set; the numbers mean nothing.", ""]
+    for model, found in forecaster.items():
+        ett = found.get("etth1")
+        if ett:
+            ours = ett["ours"]
+            lines += [
+                f"**{model} on ETTh1**, context {ett['context']}, horizon {ett['horizon']}, {ett['windows']:,} test "
+                f"windows, the long-term protocol's scoring ({ett['seconds']:.0f} s):",
+                "",
+                "| model | MSE | MAE |",
+                "|---|---:|---:|",
+                f"| {model}, zero-shot | {ett['mse']:.4f} | {ett['mae']:.4f} |",
+            ]
+            if ours:
+                lines.append(
+                    f"| this package's model (docs/results/ett_etth1.md) | {ours['mse']:.4f} | {ours['mae']:.4f} |"
+                )
+            lines.append("")
+        universe = found.get("universe")
+        if universe:
+            lines += [
+                f"**{model} on the universe**, walk-forward (pooled over the folds, 10 bp a unit of turnover):",
+                "",
+                "| model | RankIC | RankICIR | long-short net IR | turnover a date |",
+                "|---|---:|---:|---:|---:|",
+            ]
+            for name, s in universe["pooled"].items():
+                cells = [s.get(k) for k in ("rank_ic_mean", "rank_icir", "long_short_information_ratio")]
+                turnover = s.get("long_short_turnover")
+                text = " | ".join("n/a" if v is None else f"{v:+.4f}" for v in cells)
+                lines.append(f"| {name} | {text} | {'n/a' if turnover is None else f'{turnover:.2f}'} |")
+            for row, run in universe["runs"].items():
+                lines.append("")
+                lines.append(f"{row}: {run['seconds'] / 60:.1f} min, peak {run['peak_rss_mib']:.0f} MiB ({run['out']})")
+            lines.append("")
+    return lines
+
+
+def report(
+    machine: dict[str, Any],
+    rows: list[Row],
+    quality: list[Quality],
+    weights: Path | None,
+    command: str,
+    forecaster: dict[str, Any] | None = None,
+    quick: bool = False,
+) -> str:
     lines = [
         "# Published forecasting models: ours against the reference code",
         "",
@@ -431,7 +623,8 @@ def report(machine: dict[str, Any], rows: list[Row], quality: list[Quality], wei
         ]
         for q in quality:
             lines.append(f"| {q.model} | {q.windows} | {q.horizon} | {q.mape:.2f} | {q.persistence_mape:.2f} |")
-    return "\n".join(lines) + "\n"
+    lines += _forecaster_section(forecaster or {}, quick)
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -443,6 +636,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--quick", action="store_true", help="tiny random models, a smoke run")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "foundation.md")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--etth1", type=Path, default=None, help=f"ETTh1.csv (default with --weights: {ETTH1})")
+    parser.add_argument("--walkforward", action="store_true", help="Chronos-Bolt's walk-forwards on the universe")
+    parser.add_argument("--universe", type=Path, default=UNIVERSE, help=f"the universe file (default {UNIVERSE})")
+    parser.add_argument("--workdir", type=Path, default=ROOT / "runs" / "benchmarks" / "foundation")
     args = parser.parse_args(argv)
     if args.weights is not None and not args.weights.is_dir():
         parser.error(f"--weights {args.weights}: no such folder")
@@ -454,6 +651,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print("machine: " + json.dumps(machine), flush=True)
     rows: list[Row] = []
     quality: list[Quality] = []
+    forecaster: dict[str, Any] = {}
+    etth1 = args.etth1 if args.etth1 is not None or args.quick else ETTH1
     for model in args.models:
         size = model.rsplit("-", 1)[1]
         bench = bench_kronos if model.startswith("kronos") else bench_chronos
@@ -461,14 +660,30 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             rows += bench(size, args.weights, args.quick, args.repeats)
             if args.weights is not None:
                 quality.append(zero_shot_quality(model, args.weights))
+            if model.startswith("chronos") and (args.weights is not None or args.quick):
+                found: dict[str, Any] = {}
+                folder = chronos_folder(size, args.weights, args.workdir)
+                if etth1 is not None and etth1.exists():
+                    # a smoke run: two passes of the tiny model (its horizon is 8) over 256 windows
+                    quick = {"horizon": 16, "max_windows": 256} if args.quick else {}
+                    found["etth1"] = etth1_zero_shot(folder, etth1, **quick)
+                if args.walkforward:
+                    found["universe"] = universe_walkforward(folder, args.universe, args.workdir, args.quick)
+                if found:
+                    forecaster["chronos-bolt-quick" if args.quick else model] = found
         for r in rows[-1:]:
             print(f"{model}: done ({r.weights})", flush=True)
     command = "python benchmarks/foundation.py" + "".join(f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
-    text = report(machine, rows, quality, args.weights, command)
+    text = report(machine, rows, quality, args.weights, command, forecaster, args.quick)
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text, encoding="utf-8")
-    result = {"machine": machine, "rows": [asdict(r) for r in rows], "quality": [asdict(q) for q in quality]}
+    result = {
+        "machine": machine,
+        "rows": [asdict(r) for r in rows],
+        "quality": [asdict(q) for q in quality],
+        "forecaster": forecaster,
+    }
     if args.json is not None:
         args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     return result

@@ -59,7 +59,60 @@ def test_foundation_benchmark_smoke(
     table = re.findall(r"^\| (kronos-quick|chronos-bolt-quick) \| (\d+) \| (\d+) \|", text, re.M)
     assert [(m, int(b), int(c)) for m, b, c in table] == [(r["model"], r["batch"], r["context"]) for r in rows]
     assert "Unmeasured: it needs the published weights (`--weights DIR`)" in text
-    assert result["quality"] == []
+    assert result["quality"] == [] and result["forecaster"] == {}
+    assert "## Chronos-Bolt through the K-line forecaster\n\nUnmeasured" in text
+
+
+def test_chronos_bolt_through_the_forecaster_on_etth1_smoke(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """``--quick --etth1``: the forecaster started from tiny random Chronos-Bolt weights scores ETTh1's first test
+    windows; the row's numbers are the forecaster's own on those windows."""
+    pytest.importorskip("chronos")
+    from tests.helpers.kline import write_etth1
+
+    bench = _benchmark(monkeypatch)
+    etth1 = write_etth1(tmp_path)
+    threads = torch.get_num_threads()
+    args = ["--quick", "--models", "chronos-bolt-small", "--repeats", "1", "--threads", "1", "--etth1", str(etth1)]
+    result = bench.main([*args, "--workdir", str(tmp_path / "work"), "--out", str(tmp_path / "f.md")])
+    torch.set_num_threads(threads)
+    row = result["forecaster"]["chronos-bolt-quick"]["etth1"]
+    assert (row["context"], row["horizon"], row["windows"]) == (64, 16, 256)
+    assert 0 < row["mae"] ** 2 <= row["mse"]  # Jensen: the mean square is at least the squared mean
+    text = (tmp_path / "f.md").read_text()
+    assert f"| chronos-bolt-quick, zero-shot | {row['mse']:.4f} | {row['mae']:.4f} |" in text
+    assert "A smoke run: tiny random weights" in text
+
+
+@pytest.mark.integration
+def test_chronos_bolt_walkforward_rows_smoke(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--quick --walkforward``: Chronos-Bolt zero-shot and fine-tuned walk-forwards on a generated universe, each a
+    ``lightning-tf walkforward`` process, pooled beside LightGBM and the linear path of the same folds."""
+    pytest.importorskip("chronos")
+    pytest.importorskip("lightgbm")
+    from tests.helpers.universe import write_universe
+
+    bench = _benchmark(monkeypatch)
+    universe = tmp_path / "universe.csv"
+    write_universe(universe, n_tickers=12, n_days=700, start="2009-01-02")
+    threads = torch.get_num_threads()
+    args = ["--quick", "--models", "chronos-bolt-small", "--repeats", "1", "--threads", "1", "--walkforward"]
+    result = bench.main(
+        [*args, "--universe", str(universe), "--workdir", str(tmp_path / "w"), "--out", str(tmp_path / "f.md")]
+    )
+    torch.set_num_threads(threads)
+    found = result["forecaster"]["chronos-bolt-quick"]["universe"]
+    assert set(found["pooled"]) == {
+        "Chronos-Bolt, zero-shot",
+        "Chronos-Bolt, fine-tuned (chronos_bolt.yaml)",
+        "LightGBM",
+        "linear path",
+    }
+    assert all(-1 < s["rank_ic_mean"] < 1 for s in found["pooled"].values())
+    for row in ("zero_shot", "fine_tuned"):
+        assert (Path(found["runs"][row]["out"]) / "report.md").exists()
+    assert not list((tmp_path / "w" / "walkforward" / "zero_shot").rglob("*.ckpt"))  # zero-shot trains nothing
 
 
 def test_foundation_benchmark_refuses_a_missing_weights_folder(
