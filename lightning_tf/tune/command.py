@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import inspect
 import os
 import shlex
 import socket
@@ -195,10 +194,8 @@ def _run(options: dict[str, Any], rest: list[str]) -> None:
         status = Trials(study, space, o.trials, jobs).run(timeout)
         run = {"wall_s": round(time.time() - t0, 1), "jobs": jobs, "trials": o.trials}
         study.set_user_attr(f"run:{socket.gethostname()}:{os.getpid()}:{int(t0)}", run)
-        if status == 130:
-            defaults = {k: p.default for k, p in inspect.signature(tune).parameters.items()}
-            argv = [a for k, v in options.items() if v != defaults[k] for a in (f"--{k}", str(v))] + rest
-            print(f"stopped; continue the study with the same command: lightning-tf tune {shlex.join(argv)}")
+        if status == 130:  # the command line as typed (tune runs only from it)
+            print(f"stopped; continue the study with the same command: lightning-tf {shlex.join(sys.argv[1:])}")
     _report(study)
     if status:
         raise SystemExit(status)
