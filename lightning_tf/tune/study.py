@@ -116,7 +116,7 @@ def fail_orphans(study: optuna.Study) -> list[int]:
         if t.state == TrialState.RUNNING and t.user_attrs.get("host") == socket.gethostname() and not _alive(pid):
             study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
             retry(study, t)
-            print(f"trial {t.number} was left running by a command that is gone: failed, queued again", flush=True)
+            print(f"trial {t.number} was left running by a command that is gone: failed, queued again")
             gone.append(t.number)
     return gone
 
@@ -135,4 +135,4 @@ def check_continuation(study: optuna.Study, attrs: dict[str, Any]) -> None:
             f"--metric {attrs['metric']} / --direction {attrs['direction']} would mix two objectives"
         )
     if old.get("search_text") != attrs["search_text"]:
-        print(f"note: the search file differs from the one study {study.study_name!r} started with", flush=True)
+        print(f"note: the search file differs from the one study {study.study_name!r} started with")

@@ -76,7 +76,7 @@ class Trials:
             for s, handler in previous.items():
                 signal.signal(s, handler)
         if self.stop_reason:
-            print(f"stopping the study: {self.stop_reason}", flush=True)
+            print(f"stopping the study: {self.stop_reason}")
         return 1 if self.stop_reason else 130 if self.stops else 0
 
     def stop(self, signum: int = signal.SIGTERM, frame: Any = None) -> None:
@@ -86,8 +86,7 @@ class Trials:
         if self.stops == 1:
             print(
                 "\nstopping: the running trials end as interrupted and run again when the study continues "
-                "(Ctrl-C again: kill them now)",
-                flush=True,
+                "(Ctrl-C again: kill them now)"
             )
         for run in list(self.runs.values()):
             if run.poll() is None:
@@ -187,7 +186,6 @@ class Trials:
             f"{attrs.get('seconds', 0):.0f} s, {attrs.get('epochs', 0)} epochs: {what} [{shown}] ({counts['complete']} "
             f"complete, {counts['pruned']} pruned, {counts['failed'] + counts['refused']} failed{best})\n",
             end="",
-            flush=True,
         )
         if self.stop_reason and not self.stops:  # every run would fail alike: stop the others now
             self.stop()
