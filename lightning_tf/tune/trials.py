@@ -88,9 +88,8 @@ class Trials:
                 "\nstopping: the running trials end as interrupted and run again when the study continues "
                 "(Ctrl-C again: kill them now)"
             )
-        for run in list(self.runs.values()):
-            if run.poll() is None:
-                run.send_signal(signal.SIGTERM if self.stops == 1 else signal.SIGKILL)
+        for run in list(self.runs.values()):  # a run that has ended gets no signal (Popen checks)
+            run.send_signal(signal.SIGTERM if self.stops == 1 else signal.SIGKILL)
 
     def objective(self, trial: optuna.Trial) -> float:
         """The trial's value, else TrialPruned or TrialFailed: its ``fit`` run under a free job number."""
@@ -119,8 +118,7 @@ class Trials:
 
             if (gpus := torch.cuda.device_count()) > 1:
                 env["CUDA_VISIBLE_DEVICES"] = str(job % gpus)
-        values: dict[int, float] = {}  # by epoch; and every validation metric, by epoch
-        metrics: dict[int, dict[str, float]] = {}
+        reports: dict[int, dict[str, Any]] = {}  # by epoch: the value and every validation metric
         pruned, missing, t0 = False, "", time.time()
         with ours, open(folder / "fit.log", "wb") as log:
             # its own session: a Ctrl-C in the terminal reaches this command alone, which stops the runs itself
@@ -142,26 +140,25 @@ class Trials:
                         trial.set_user_attr("run_dir", record["run_dir"])
                     missing = record.get("missing", missing)
                     if "step" in record:
-                        step = int(record["step"])
-                        values[step], metrics[step] = float(record["value"]), record["metrics"]
-                        trial.report(values[step], step)
+                        reports[record["step"]] = record
+                        trial.report(record["value"], record["step"])
                         pruned = trial.should_prune()
                         ours.sendall(b"p" if pruned else b"g")
             status = run.wait()
             del self.runs[trial.number]
-        finite = {s: v for s, v in values.items() if math.isfinite(v)}
+        finite = {s: r["value"] for s, r in reports.items() if math.isfinite(r["value"])}
         best = (max if self.attrs["direction"] == "maximize" else min)(finite, key=finite.get) if finite else None
-        trial.set_user_attr("epochs", len(values))
+        trial.set_user_attr("epochs", len(reports))
         trial.set_user_attr("seconds", round(time.time() - t0, 1))
-        trial.set_user_attr("val_metrics", metrics.get(best, {}))
+        trial.set_user_attr("val_metrics", reports[best]["metrics"] if finite else {})
         if pruned:
-            reason = f"pruned after epoch {len(values)}"
+            reason = f"pruned after epoch {len(reports)}"
         elif self.stops or status < 0 or status == 128 + signal.SIGTERM:  # killed, or SIGTERM (LastCheckpoint saved it)
             reason = "interrupted: " + ("the study was stopped" if self.stops else f"its run ended ({status})")
         elif missing:
             reason = self.stop_reason = missing
         elif status != 0:
-            reason = failure(folder / "fit.log", len(values))
+            reason = failure(folder / "fit.log", len(reports))
         elif best is None:
             reason = f"failed: no validation epoch logged a finite {metric}"
         else:
