@@ -172,7 +172,7 @@ def _run(options: dict[str, Any], rest: list[str]) -> None:
         check_continuation(study, attrs)
     for key, value in attrs.items():
         study.set_user_attr(key, value)
-    if "://" not in storage or storage.startswith("redis://"):  # a journal has no heartbeat: look here
+    if isinstance(opened, optuna.storages.JournalStorage):  # Optuna's heartbeat is the database's alone
         fail_orphans(study)
     left = o.trials - held([t for t in study.get_trials(deepcopy=False) if t.state.name != "RUNNING"])
     jobs = max(1, min(o.jobs, left))

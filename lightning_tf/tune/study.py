@@ -93,16 +93,12 @@ def held(trials: list[FrozenTrial]) -> int:
     return sum(n for state, n in tally(trials).items() if state not in ("interrupted", "waiting"))
 
 
-def _alive(pid: int | None) -> bool:
-    if pid is None:
-        return True  # not recorded yet: its command is starting it
+def _alive(pid: int) -> bool:
     try:
-        os.kill(int(pid), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        pass
-    return True
+    return True  # or another user's (PermissionError)
 
 
 def fail_orphans(study: optuna.Study) -> list[int]:

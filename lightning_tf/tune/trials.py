@@ -100,8 +100,10 @@ class Trials:
             self.free.put(job)
 
     def _run(self, trial: optuna.Trial, params: dict[str, Any], job: int) -> float:
-        for key, value in {"host": socket.gethostname(), "pid": os.getpid(), "job": job, "reason": ""}.items():
-            trial.set_user_attr(key, value)  # a retry starts with the attributes of the trial it runs again
+        # a retry starts with the attributes of the trial it runs again; the pid before the host, which is what
+        # makes a trial this machine's for fail_orphans
+        for key, value in {"pid": os.getpid(), "host": socket.gethostname(), "job": job, "reason": ""}.items():
+            trial.set_user_attr(key, value)
         if self.stops:
             raise TrialFailed("interrupted: the study was stopped")
         name, args, metric = self.study.study_name, self.attrs["args"], self.attrs["metric"]
