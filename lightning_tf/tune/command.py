@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import inspect
 import os
 import shlex
 import socket
@@ -111,13 +110,12 @@ def _report(study: Any) -> None:
     recorded = study.user_attrs.get("study_dir")
     folder = Path(recorded) if recorded and Path(recorded).is_dir() else _where(study.study_name, None)[0]
     written = write_report(study, folder)
-    print(f"report: {shown(written['summary'])}, {shown(written['trials'])}", flush=True)
-    figures = [p.name for k, p in written.items() if k.endswith(".png")]
-    print(f"figures: {', '.join(figures)}" if figures else "figures: none yet", flush=True)
+    figures = ", ".join(k for k in written if k.endswith(".png")) or "none yet"
+    print(f"report: {shown(written['summary'])}, {shown(written['trials'])}\nfigures: {figures}")
     if "best" in written:
         print(f"best config: {shown(written['best'])}\n  train it: lightning-tf fit --config {shown(written['best'])}")
     else:
-        print("no trial has completed: no best.yaml", flush=True)
+        print("no trial has completed: no best.yaml")
 
 
 def resolved_config(args: list[str], values: dict[str, Any], source: str) -> dict[str, Any]:
@@ -145,6 +143,7 @@ def _run(options: dict[str, Any], rest: list[str]) -> None:
     from .study import check_continuation, fail_orphans, held, infer_direction, make_pruner, make_sampler, open_storage
     from .trials import Trials
 
+    sys.stdout.reconfigure(line_buffering=True)  # each line as it is printed, into a file or a pipe too
     t0, o = time.time(), SimpleNamespace(**options)
     if o.study_name is not None:
         check_study_name(o.study_name)  # before the configs are read, as the other options
@@ -173,7 +172,7 @@ def _run(options: dict[str, Any], rest: list[str]) -> None:
         check_continuation(study, attrs)
     for key, value in attrs.items():
         study.set_user_attr(key, value)
-    if "://" not in storage or storage.startswith("redis://"):  # a journal has no heartbeat: look here
+    if isinstance(opened, optuna.storages.JournalStorage):  # Optuna's heartbeat is the database's alone
         fail_orphans(study)
     left = o.trials - held([t for t in study.get_trials(deepcopy=False) if t.state.name != "RUNNING"])
     jobs = max(1, min(o.jobs, left))
@@ -183,11 +182,10 @@ def _run(options: dict[str, Any], rest: list[str]) -> None:
         + (f" (after {o.pruner_startup} trials, from epoch {warmup + 1})" if o.pruner == "median" else "")
         + f"\n  storage {shown(storage)} (watch it: optuna-dashboard {shown(storage)})\n"
         f"  folder {shown(study_dir)}/ (each trial's fit output: trials/<number>/fit.log)",
-        flush=True,
     )
     status = 0
     if left <= 0:
-        print(f"the study holds {o.trials} trials: --trials {2 * o.trials} runs more", flush=True)
+        print(f"the study holds {o.trials} trials: --trials {2 * o.trials} runs more")
     else:
         study.sampler = make_sampler(o.sampler, o.seed, o.trials, len(study.trials))
         study.pruner = make_pruner(o.pruner, o.pruner_startup, warmup, max_epochs)
@@ -195,10 +193,8 @@ def _run(options: dict[str, Any], rest: list[str]) -> None:
         status = Trials(study, space, o.trials, jobs).run(timeout)
         run = {"wall_s": round(time.time() - t0, 1), "jobs": jobs, "trials": o.trials}
         study.set_user_attr(f"run:{socket.gethostname()}:{os.getpid()}:{int(t0)}", run)
-        if status == 130:
-            defaults = {k: p.default for k, p in inspect.signature(tune).parameters.items()}
-            argv = [a for k, v in options.items() if v != defaults[k] for a in (f"--{k}", str(v))] + rest
-            print(f"stopped; continue the study with the same command: lightning-tf tune {shlex.join(argv)}")
+        if status == 130:  # the command line as typed (tune runs only from it)
+            print(f"stopped; continue the study with the same command: lightning-tf {shlex.join(sys.argv[1:])}")
     _report(study)
     if status:
         raise SystemExit(status)

@@ -97,9 +97,8 @@ def _figures(study: optuna.Study, folder: Path) -> dict[str, str]:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # ExperimentalWarning of the matplotlib backend
-                ax = getattr(ovm, function)(study)
-            figure = (ax.flat[0] if hasattr(ax, "flat") else ax).figure
-            figure.savefig(folder / name, dpi=110, bbox_inches="tight")
+                axes = getattr(ovm, function)(study)  # each of the four draws one Axes
+            axes.figure.savefig(folder / name, dpi=110, bbox_inches="tight")
             done[name] = ""
         except Exception as err:  # noqa: BLE001 - a figure that cannot be drawn yet is noted, not fatal
             done[name] = (str(err).strip().splitlines() or [type(err).__name__])[0]

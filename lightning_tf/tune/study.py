@@ -93,16 +93,12 @@ def held(trials: list[FrozenTrial]) -> int:
     return sum(n for state, n in tally(trials).items() if state not in ("interrupted", "waiting"))
 
 
-def _alive(pid: int | None) -> bool:
-    if pid is None:
-        return True  # not recorded yet: its command is starting it
+def _alive(pid: int) -> bool:
     try:
-        os.kill(int(pid), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        pass
-    return True
+    return True  # or another user's (PermissionError)
 
 
 def fail_orphans(study: optuna.Study) -> list[int]:
@@ -116,7 +112,7 @@ def fail_orphans(study: optuna.Study) -> list[int]:
         if t.state == TrialState.RUNNING and t.user_attrs.get("host") == socket.gethostname() and not _alive(pid):
             study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)
             retry(study, t)
-            print(f"trial {t.number} was left running by a command that is gone: failed, queued again", flush=True)
+            print(f"trial {t.number} was left running by a command that is gone: failed, queued again")
             gone.append(t.number)
     return gone
 
@@ -135,4 +131,4 @@ def check_continuation(study: optuna.Study, attrs: dict[str, Any]) -> None:
             f"--metric {attrs['metric']} / --direction {attrs['direction']} would mix two objectives"
         )
     if old.get("search_text") != attrs["search_text"]:
-        print(f"note: the search file differs from the one study {study.study_name!r} started with", flush=True)
+        print(f"note: the search file differs from the one study {study.study_name!r} started with")

@@ -76,7 +76,7 @@ class Trials:
             for s, handler in previous.items():
                 signal.signal(s, handler)
         if self.stop_reason:
-            print(f"stopping the study: {self.stop_reason}", flush=True)
+            print(f"stopping the study: {self.stop_reason}")
         return 1 if self.stop_reason else 130 if self.stops else 0
 
     def stop(self, signum: int = signal.SIGTERM, frame: Any = None) -> None:
@@ -86,12 +86,10 @@ class Trials:
         if self.stops == 1:
             print(
                 "\nstopping: the running trials end as interrupted and run again when the study continues "
-                "(Ctrl-C again: kill them now)",
-                flush=True,
+                "(Ctrl-C again: kill them now)"
             )
-        for run in list(self.runs.values()):
-            if run.poll() is None:
-                run.send_signal(signal.SIGTERM if self.stops == 1 else signal.SIGKILL)
+        for run in list(self.runs.values()):  # a run that has ended gets no signal (Popen checks)
+            run.send_signal(signal.SIGTERM if self.stops == 1 else signal.SIGKILL)
 
     def objective(self, trial: optuna.Trial) -> float:
         """The trial's value, else TrialPruned or TrialFailed: its ``fit`` run under a free job number."""
@@ -102,8 +100,10 @@ class Trials:
             self.free.put(job)
 
     def _run(self, trial: optuna.Trial, params: dict[str, Any], job: int) -> float:
-        for key, value in {"host": socket.gethostname(), "pid": os.getpid(), "job": job, "reason": ""}.items():
-            trial.set_user_attr(key, value)  # a retry starts with the attributes of the trial it runs again
+        # a retry starts with the attributes of the trial it runs again; the pid before the host, which is what
+        # makes a trial this machine's for fail_orphans
+        for key, value in {"pid": os.getpid(), "host": socket.gethostname(), "job": job, "reason": ""}.items():
+            trial.set_user_attr(key, value)
         if self.stops:
             raise TrialFailed("interrupted: the study was stopped")
         name, args, metric = self.study.study_name, self.attrs["args"], self.attrs["metric"]
@@ -120,8 +120,7 @@ class Trials:
 
             if (gpus := torch.cuda.device_count()) > 1:
                 env["CUDA_VISIBLE_DEVICES"] = str(job % gpus)
-        values: dict[int, float] = {}  # by epoch; and every validation metric, by epoch
-        metrics: dict[int, dict[str, float]] = {}
+        reports: dict[int, dict[str, Any]] = {}  # by epoch: the value and every validation metric
         pruned, missing, t0 = False, "", time.time()
         with ours, open(folder / "fit.log", "wb") as log:
             # its own session: a Ctrl-C in the terminal reaches this command alone, which stops the runs itself
@@ -143,26 +142,25 @@ class Trials:
                         trial.set_user_attr("run_dir", record["run_dir"])
                     missing = record.get("missing", missing)
                     if "step" in record:
-                        step = int(record["step"])
-                        values[step], metrics[step] = float(record["value"]), record["metrics"]
-                        trial.report(values[step], step)
+                        reports[record["step"]] = record
+                        trial.report(record["value"], record["step"])
                         pruned = trial.should_prune()
                         ours.sendall(b"p" if pruned else b"g")
             status = run.wait()
             del self.runs[trial.number]
-        finite = {s: v for s, v in values.items() if math.isfinite(v)}
+        finite = {s: r["value"] for s, r in reports.items() if math.isfinite(r["value"])}
         best = (max if self.attrs["direction"] == "maximize" else min)(finite, key=finite.get) if finite else None
-        trial.set_user_attr("epochs", len(values))
+        trial.set_user_attr("epochs", len(reports))
         trial.set_user_attr("seconds", round(time.time() - t0, 1))
-        trial.set_user_attr("val_metrics", metrics.get(best, {}))
+        trial.set_user_attr("val_metrics", reports[best]["metrics"] if finite else {})
         if pruned:
-            reason = f"pruned after epoch {len(values)}"
+            reason = f"pruned after epoch {len(reports)}"
         elif self.stops or status < 0 or status == 128 + signal.SIGTERM:  # killed, or SIGTERM (LastCheckpoint saved it)
             reason = "interrupted: " + ("the study was stopped" if self.stops else f"its run ended ({status})")
         elif missing:
             reason = self.stop_reason = missing
         elif status != 0:
-            reason = failure(folder / "fit.log", len(values))
+            reason = failure(folder / "fit.log", len(reports))
         elif best is None:
             reason = f"failed: no validation epoch logged a finite {metric}"
         else:
@@ -187,7 +185,6 @@ class Trials:
             f"{attrs.get('seconds', 0):.0f} s, {attrs.get('epochs', 0)} epochs: {what} [{shown}] ({counts['complete']} "
             f"complete, {counts['pruned']} pruned, {counts['failed'] + counts['refused']} failed{best})\n",
             end="",
-            flush=True,
         )
         if self.stop_reason and not self.stops:  # every run would fail alike: stop the others now
             self.stop()
