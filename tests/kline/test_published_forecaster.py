@@ -229,3 +229,14 @@ def test_lightnings_model_summary_counts_the_published_forward(folder: Path) -> 
     model = KLineForecaster(**ARGS, horizon=3, pretrained=str(folder), residual="only")
     summary = ModelSummary(model, max_depth=1)
     assert summary.total_flops > 0 and summary.total_parameters == sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("residual", ["only", "on", "blend"])
+def test_every_trainable_parameter_gets_a_gradient(folder: Path, residual: str) -> None:
+    """DDP refuses a parameter no loss reaches: alone, the published model has its own quantiles and no gap offsets."""
+    model = KLineForecaster(**ARGS, horizon=3, pretrained=str(folder), residual=residual, loss="quantile")
+    model.train()
+    y = torch.randn(5, 3, 1) * 0.02
+    model._loss(model.forward_quantiles(_window(3)), y).backward()
+    missing = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
+    assert not missing, missing

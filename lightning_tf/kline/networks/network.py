@@ -356,9 +356,10 @@ class ForecastNet(nn.Module):
             if residual != "only"
             else None
         )
-        if self.quantiles is not None:
+        if self.quantiles is not None and not (self.forecasting and residual == "only"):
             G = len(self.quantiles) - 1
-            # per target, horizon and gap; a unit Gaussian's gaps until fit_linear sets them from the fit's error
+            # per target, horizon and gap; a unit Gaussian's gaps until fit_linear sets them from the fit's error (a
+            # published backbone alone has its own quantiles: no gaps, and no parameter that no loss would reach)
             self.quantile_offset = nn.Parameter(self._gap_offsets(torch.ones(n_targets, horizon)))  # (K, F, Q-1)
             if residual != "off" and not self.forecasting:
                 outputs = horizon * n_targets * G if self.mixing_head else horizon * G
