@@ -104,6 +104,20 @@ def _reference_config(path: Path) -> dict[str, Any] | None:
     return config if isinstance(config, dict) and config.get("architectures") else None
 
 
+def _kronos(source: str | Path) -> bool:
+    """Whether ``source`` names a Kronos model or tokenizer: a hub name of one, or a folder whose config is one's."""
+    if str(source).startswith("NeoQuasar/Kronos"):
+        return True
+    folder = Path(source).expanduser()
+    if (folder / "kronos.json").is_file():  # what Kronos.to_kronos writes beside model/ and tokenizer/
+        return True
+    config_path = folder / "config.json"
+    if not config_path.is_file():
+        return False
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    return isinstance(config, dict) and "s1_bits" in config
+
+
 def is_published(source: str | Path) -> bool:
     """Whether ``source`` names a published forecaster: a hub name of one, or a folder holding one's config."""
     text = str(source)
@@ -150,6 +164,12 @@ def read_pretrained(source: str | Path, model_class: type | None = None) -> Pret
         ValueError: a checkpoint or export of another task, or one without a Transformer; one line each.
     """
     path = Path(source).expanduser()
+    if _kronos(source):
+        raise ValueError(
+            f"pretrained {source}: a Kronos model, which reads raw bars with their time stamps where the forecaster "
+            "reads scaled features: forecast with lightning_tf.kline.published.Kronos.from_pretrained(...).forecast; "
+            "the forecaster starts from Chronos-Bolt (amazon/chronos-bolt-*) or its own checkpoints"
+        )
     if is_published(source):
         return read_published(source)
     if not path.exists():

@@ -208,6 +208,17 @@ def test_what_a_published_backbone_refuses(folder: Path, universe: Path, tmp_pat
         KLineForecaster(**ARGS, horizon=3, pretrained=str(other))
 
 
+def test_a_kronos_model_is_refused_in_one_line(tmp_path: Path) -> None:
+    pytest.importorskip("kronos_finance")
+    from lightning_tf.kline.published import KRONOS_PRESETS, Kronos
+
+    model, tokenizer, context = KRONOS_PRESETS["mini"]
+    out = Kronos(model, tokenizer, max_context=context).to_kronos(tmp_path / "kronos")
+    for source in ("NeoQuasar/Kronos-small", out, out / "model", out / "tokenizer"):
+        with pytest.raises(ValueError, match=r"a Kronos model, which reads raw bars .*Kronos\.from_pretrained"):
+            KLineForecaster(**ARGS, horizon=3, pretrained=str(source))
+
+
 def test_an_unreachable_hub_name_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path))
