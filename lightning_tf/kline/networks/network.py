@@ -331,16 +331,15 @@ class ForecastNet(nn.Module):
             self.head_dropout = nn.Dropout(head_dropout)
             flat = self.backbone.width  # R
             groups = n_features if self.backbone.per_channel else 1  # G
-            if self.forecasting:
-                pass  # the backbone's own head forecasts
-            elif self.mixing_head:
-                self.head = nn.Linear(groups * flat, horizon * n_targets)
-            else:
-                self.head = nn.Linear(flat, horizon)  # shared by all channels
-            if residual == "on" and not self.forecasting:
-                # the residual starts at exactly zero: training starts from the linear path's forecast
-                nn.init.zeros_(self.head.weight)
-                nn.init.zeros_(self.head.bias)
+            if not self.forecasting:  # a published backbone has its own head
+                if self.mixing_head:
+                    self.head = nn.Linear(groups * flat, horizon * n_targets)
+                else:
+                    self.head = nn.Linear(flat, horizon)  # shared by all channels
+                if residual == "on":
+                    # the residual starts at exactly zero: training starts from the linear path's forecast
+                    nn.init.zeros_(self.head.weight)
+                    nn.init.zeros_(self.head.bias)
         # built after the Transformer, from zeros: the Transformer initialises as without them
         self.linear = (
             LinearPath(
