@@ -23,7 +23,7 @@ Masks are bool and True means "may attend", broadcastable to ``(B, H, T, S)``. A
 :class:`TransformerSpec` (``Encoder(spec)``, ``Decoder(spec)``), built once by the task from its flat arguments.
 """
 
-from .attention import KVCache, MultiHeadAttention
+from .attention import KVCache, MultiHeadAttention, masked_bias
 from .blocks import DecoderLayer, DropPath, EncoderLayer, LayerScale, RMSNorm, TokenBatchNorm, make_norm
 from .feedforward import Activation, FeedForward
 from .masks import causal_mask, combine_masks, padding_mask
@@ -78,6 +78,7 @@ __all__ = [
     "evaluating",
     "combine_masks",
     "make_norm",
+    "masked_bias",
     "padding_mask",
     "relative_position_buckets",
     "sincos_2d",

@@ -16,7 +16,21 @@ from torch import Tensor, nn
 from .masks import causal_mask, combine_masks
 from .positional import apply_rotary
 
-__all__ = ["KVCache", "MultiHeadAttention"]
+__all__ = ["KVCache", "MultiHeadAttention", "masked_bias"]
+
+
+def masked_bias(bias: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """A key ``mask`` folded into an additive score ``bias`` once, for a stack whose layers all take both.
+
+    Returns:
+        The bias with ``-inf`` at the keys the mask hides, broadcast with it (usually ``(B, H, T, S)``), and the
+        row mask ``(..., T, 1)``, False where a query sees no key (that row of the bias stays finite, so its
+        softmax is not NaN). Handed to each layer's :class:`MultiHeadAttention` in place of ``(bias, mask)``,
+        they give the same scores without a pass over ``(B, H, T, S)`` per layer (T5 adds its mask to the
+        position bias once, too).
+    """
+    visible = mask.any(dim=-1, keepdim=True)  # (..., T, 1)
+    return bias.masked_fill(~(mask | ~visible), float("-inf")), visible
 
 
 class KVCache:
@@ -218,7 +232,8 @@ class MultiHeadAttention(nn.Module):
         attn_mask: Tensor | None = mask
         if bias is not None:
             bias = bias.to(q.dtype)
-            attn_mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
+            # a mask of one column (a row mask, as masked_bias gives) hides no key of a row that sees any
+            attn_mask = bias if mask is None or mask.shape[-1] == 1 else bias.masked_fill(~mask, float("-inf"))
 
         dropout_p = self.dropout if self.training else 0.0
         weights: Tensor | None = None

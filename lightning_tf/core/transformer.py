@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from .attention import KVCache
+from .attention import KVCache, masked_bias
 from .blocks import DecoderLayer, EncoderLayer, make_norm
 from .masks import causal_mask, combine_masks
 from .positional import PositionalEncoding
@@ -106,6 +106,8 @@ class Encoder(nn.Module):
         S = x.shape[1]
         x = self.dropout(self.pos(x))  # (B, S, D)
         rotary, bias = self.pos.rotary(S, 0, x.device), self.pos.bias(S, S, None, x.device)
+        if bias is not None and mask is not None:
+            bias, mask = masked_bias(bias, mask)  # (B, H, S, S) once for all layers, and the row mask
         weights: list[Tensor] = []
         for layer in self.layers:
             x, w = layer(x, mask, bias=bias, rotary=rotary, need_weights=need_weights)
@@ -172,6 +174,8 @@ class Decoder(nn.Module):
             self_mask = combine_masks(causal_mask(T, offset + T, device=x.device), tgt_mask)  # (.., T, T')
         elif not is_causal:
             self_mask = tgt_mask
+        if bias is not None and self_mask is not None:
+            bias, self_mask = masked_bias(bias, self_mask)  # (.., T, T') once for all layers, and the row mask
         self_ws: list[Tensor] = []
         cross_ws: list[Tensor] = []
         for i, layer in enumerate(self.layers):

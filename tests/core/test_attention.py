@@ -22,6 +22,7 @@ from lightning_tf.core import (
     apply_rotary,
     causal_mask,
     combine_masks,
+    masked_bias,
     padding_mask,
 )
 
@@ -589,3 +590,28 @@ def test_a_cache_filled_by_project_kv_serves_a_growing_source() -> None:
         torch.testing.assert_close(mha(q, cache=cache)[0], mha(q, ctx[:, :end])[0], atol=ATOL, rtol=0)
     with pytest.raises(ValueError, match=r"project_kv is for cross-attention"):
         MultiHeadAttention(D, H).project_kv(ctx)
+
+
+# --- a mask folded into the bias once (masked_bias) ---------------------------------------------
+
+
+@pytest.mark.parametrize("need_weights", [False, True], ids=["fused", "explicit"])
+@pytest.mark.parametrize("mask_of", ["padding", "rows", "empty_sequence"])
+def test_masked_bias_gives_the_scores_of_the_mask_and_bias_apart(mask_of: str, need_weights: bool) -> None:
+    mha = _self_attention()
+    x = torch.randn(B, T, D)
+    lengths = torch.tensor([T, 0]) if mask_of == "empty_sequence" else torch.tensor([T, 3])
+    mask = _row_mask() if mask_of == "rows" else padding_mask(lengths=lengths, max_len=T)
+    bias = _alibi()
+    folded, rows = masked_bias(bias, mask)  # (B, H, T, T), (B, 1, T, 1)
+    # -inf exactly at the hidden keys of a row that sees some key; a row that sees none stays finite
+    sees = mask.expand(B, H, T, T).any(-1, keepdim=True)
+    assert torch.equal(rows.expand(B, H, T, 1), sees)
+    assert torch.equal(torch.isinf(folded), ~mask.expand(B, H, T, T) & sees)
+    out, w = mha(x, mask=mask, bias=bias, need_weights=need_weights)
+    out_folded, w_folded = mha(x, mask=rows, bias=folded, need_weights=need_weights)
+    assert torch.equal(out_folded, out)
+    if need_weights:
+        assert torch.equal(w_folded, w)
+    ref_out, _ = reference_attention(mha, x, mask=mask, bias=bias)
+    torch.testing.assert_close(out_folded, ref_out, atol=REF_ATOL, rtol=0)

@@ -241,6 +241,28 @@ def test_fully_padded_sequence_stays_finite() -> None:
     torch.testing.assert_close(y[0], enc(x[:1])[0], atol=ATOL, rtol=0)
 
 
+@pytest.mark.parametrize("pos_encoding", ["alibi", "relative"])
+def test_a_stack_folding_its_mask_into_the_bias_equals_its_layers_given_both(pos_encoding: str) -> None:
+    # the stacks add the mask to the position bias once for all layers; each layer given the two apart must
+    # compute exactly the same (a sequence of padding only included)
+    enc, dec = make_encoder(pos_encoding), make_decoder(pos_encoding)
+    x, y = torch.randn(B, T, D), torch.randn(B, S, D)
+    keep = padding_mask(lengths=torch.tensor([T, 3, 0]), max_len=T)  # (B, 1, 1, T)
+    tgt_keep = padding_mask(lengths=torch.tensor([S, 2, 4]), max_len=S)  # (B, 1, 1, S)
+    with torch.no_grad():
+        h = x
+        bias = enc.pos.bias(T, T)
+        for layer in enc.layers:
+            h, _ = layer(h, keep, bias=bias)
+        memory = enc(x, keep)
+        assert torch.equal(memory, enc.norm(h))
+        g = y
+        bias, causal = dec.pos.bias(S, S), torch.ones(S, S, dtype=torch.bool).tril()
+        for layer in dec.layers:
+            g, _, _ = layer(g, memory, causal & tgt_keep, keep, is_causal=False, bias=bias)
+        assert torch.equal(dec(y, memory, tgt_keep, keep), dec.norm(g))
+
+
 # ------------------------------------------------------------------------------------------------
 # Cached incremental decoding
 # ------------------------------------------------------------------------------------------------
