@@ -161,6 +161,18 @@ class MultiHeadAttention(nn.Module):
         k, v = self._split(self.kv_proj(context), 2)  # (B, H, S, Dh) each
         return k, v
 
+    def _own_value(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        """Self-attention of a single position ``x`` (B, 1, D) with no cache -> (B, 1, D): the softmax of its one
+        score is 1, so the output is the projected value (zero where ``mask`` hides the key), and neither the
+        query nor the key is computed (a decoder's first position without a cache)."""
+        B, H, Dh = x.shape[0], self.n_heads, self.d_head
+        w, b = self.qkv_proj.weight[2 * H * Dh :], self.qkv_proj.bias  # the value's rows of the fused projection
+        v = F.linear(x, w, None if b is None else b[2 * H * Dh :])  # (B, 1, H Dh)
+        if mask is not None:
+            hidden = ~mask.expand(B, H, 1, 1).transpose(1, 2)  # (B, 1, H, 1)
+            v = v.view(B, 1, H, Dh).masked_fill(hidden, 0.0).view(B, 1, H * Dh)
+        return self.out_proj(v)
+
     def forward(
         self,
         x: Tensor,
@@ -207,6 +219,8 @@ class MultiHeadAttention(nn.Module):
                     q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
                 if cache is not None:
                     k, v = cache.update(k, v)
+        elif T == 1 and cache is None and not need_weights and not (self.training and self.dropout > 0):
+            return self._own_value(x, mask), None
         else:
             q, k, v = self._split(self.qkv_proj(x), 3)  # (B, H, T, Dh) each
             if rotary is not None:

@@ -615,3 +615,43 @@ def test_masked_bias_gives_the_scores_of_the_mask_and_bias_apart(mask_of: str, n
         assert torch.equal(w_folded, w)
     ref_out, _ = reference_attention(mha, x, mask=mask, bias=bias)
     torch.testing.assert_close(out_folded, ref_out, atol=REF_ATOL, rtol=0)
+
+
+# --- a single position without a cache: its output is its value --------------------------------
+
+
+def _single_position_cases() -> dict[str, tuple[Tensor | None, Tensor | None]]:
+    hide = torch.ones(B, H, 1, 1, dtype=torch.bool)
+    hide[0, 1] = False  # head 1 of batch 0 may not see its own key
+    hide[1, 3] = False
+    return {
+        "plain": (None, None),
+        "bias": (None, torch.randn(H, 1, 1)),
+        "hidden_key_per_head": (hide, None),
+        "hidden_key_and_bias": (padding_mask(lengths=torch.tensor([1, 0]), max_len=1), torch.randn(H, 1, 1)),
+    }
+
+
+@pytest.mark.parametrize("case", ["plain", "bias", "hidden_key_per_head", "hidden_key_and_bias"])
+def test_a_single_position_without_cache_attends_to_its_value(case: str) -> None:
+    # the fast path (neither the query nor the key is computed) against the explicit path and the reference
+    mha = _self_attention()
+    mask, bias = _single_position_cases()[case]
+    x = torch.randn(B, 1, D)
+    fast, none = mha(x, mask=mask, bias=bias, is_causal=True)
+    explicit, _ = mha(x, mask=mask, bias=bias, need_weights=True)
+    ref_out, _ = reference_attention(mha, x, mask=mask, bias=bias)
+    assert none is None
+    torch.testing.assert_close(fast, explicit, atol=ATOL, rtol=0)
+    torch.testing.assert_close(fast, ref_out, atol=REF_ATOL, rtol=0)
+    if mask is not None:  # the mask is not lost on the way
+        assert (fast - mha(x, bias=bias)[0]).abs().max() > 1e-3
+
+
+def test_a_single_position_in_training_keeps_attention_dropout() -> None:
+    # dropout on the one attention weight zeroes or scales whole heads, so training takes the ordinary path
+    mha = MultiHeadAttention(D, H, dropout=0.5)
+    x = torch.randn(B, 1, D)
+    plain, _ = mha.eval()(x)
+    dropped, _ = mha.train()(x)
+    assert (dropped - plain).abs().max() > 1e-3
