@@ -47,9 +47,10 @@ CHRONOS_BOLT_PRESETS = {
 #: the published models' hub names
 CHRONOS_BOLT_MODELS = tuple(f"amazon/chronos-bolt-{size}" for size in CHRONOS_BOLT_PRESETS)
 
-# the element-wise activation of the residual blocks (the reference's dense_act_fn, un-gated)
+# the element-wise activation of the residual blocks (the reference's dense_act_fn, un-gated); relu in place, since
+# the hidden layer does not need its output for backward
 _ELEMENTWISE = {
-    "relu": F.relu,
+    "relu": lambda x: F.relu(x, inplace=True),
     "gelu": F.gelu,
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "silu": F.silu,
