@@ -19,7 +19,8 @@ Chronos-Bolt also goes through the K-line forecaster (``pretrained:`` its folder
 package's own models on the same windows from docs/results/ett_etth1.json), and with ``--walkforward`` on the
 universe (``--universe PATH``, configs/kline/us_universe.yaml's four yearly folds): zero-shot and fine-tuned
 (configs/kline/chronos_bolt.yaml) beside LightGBM and the linear path of the same folds and this package's
-pretrained model (docs/results/pretrain.json). ``--quick`` runs those on tiny random weights (a smoke run).
+pretrained model (docs/results/pretrain.json); with a Kronos among ``--models``, the zero-shot walk-forward also
+forecasts with it from the raw bars (``walkforward --kronos``: 512 bars, the mean of 5 draws). ``--quick`` runs those on tiny random weights (a smoke run).
 
 Speed is the median wall time of ``--repeats`` calls (more, up to 21, for calls under a second) after a warm-up, ours and the reference alternating, and
 the median CPU time of the process over the same calls (steadier than the wall time when other jobs share the
@@ -444,10 +445,25 @@ def etth1_zero_shot(
     }
 
 
-def universe_walkforward(folder: Path, universe: Path, workdir: Path, quick: bool) -> dict[str, Any]:
+def kronos_folder(size: str, weights: Path | None, workdir: Path) -> tuple[Path, Path]:
+    """The folders of Kronos's model and tokenizer: the published ones under ``weights``, or (a smoke run) tiny
+    random weights that ``to_kronos`` writes to ``workdir``."""
+    if weights is not None:
+        model_dir, tokenizer_dir = (weights / name for name in KRONOS_FOLDERS[size])
+        return model_dir, tokenizer_dir
+    model_config, tokenizer_config, max_context = _tiny_kronos()
+    torch.manual_seed(0)
+    out = Kronos(model_config, tokenizer_config, max_context=max_context).to_kronos(workdir / "kronos-tiny")
+    return out, out / "tokenizer"
+
+
+def universe_walkforward(
+    folder: Path, universe: Path, workdir: Path, quick: bool, kronos: tuple[Path, Path] | None = None
+) -> dict[str, Any]:
     """Chronos-Bolt zero-shot and fine-tuned walk-forwards on the universe, each its own ``lightning-tf walkforward``
     process (its output in ``workdir``): pooled RankIC and net long-short figures beside LightGBM and the linear path
-    of the same folds, and each row's time and peak memory."""
+    of the same folds, and each row's time and peak memory. With ``kronos`` (its model's and tokenizer's folders),
+    the zero-shot walk-forward also forecasts with Kronos from the raw bars (``--kronos``): its row beside them."""
     import pandas as pd
 
     from lightning_tf.kline.universe.report import default_top_k, evaluate_forecasters
@@ -469,6 +485,7 @@ def universe_walkforward(folder: Path, universe: Path, workdir: Path, quick: boo
             "--config",
             str(ROOT / "configs" / "kline" / "us_universe.yaml"),
             *[a.format(folder=folder) for a in extra],
+            *(_kronos_args(kronos, quick) if kronos is not None and row == "zero_shot" else []),
             f"--data.init_args.path={universe}",
             *folds,
             "--cost_bps",
@@ -492,6 +509,8 @@ def universe_walkforward(folder: Path, universe: Path, workdir: Path, quick: boo
         top_k = default_top_k(predictions)
         ev = evaluate_forecasters(predictions, top_k=top_k, n_drop=max(1, top_k // 5), cost_bps=10.0)
         pooled[title] = ev.pooled["model"].summary
+        if "Kronos zero-shot" in ev.pooled:
+            pooled["Kronos, zero-shot (from the raw bars)"] = ev.pooled["Kronos zero-shot"].summary
         for name in ("LightGBM", "linear path"):
             if name in ev.pooled and row == "fine_tuned":
                 pooled[name] = ev.pooled[name].summary
@@ -502,6 +521,12 @@ def universe_walkforward(folder: Path, universe: Path, workdir: Path, quick: boo
             if name in theirs:
                 pooled[f"this package's {name} (docs/results/pretrain.md)"] = theirs[name]
     return {"pooled": pooled, "runs": runs}
+
+
+def _kronos_args(kronos: tuple[Path, Path], quick: bool) -> list[str]:
+    model_dir, tokenizer_dir = kronos
+    context = ["--kronos_context", "24"] if quick else ["--kronos_context", "512", "--kronos_samples", "5"]
+    return ["--kronos", str(model_dir), "--kronos_tokenizer", str(tokenizer_dir), *context]
 
 
 # ---------------------------------------------------------------------------------------------- report
@@ -530,7 +555,8 @@ def _forecaster_section(forecaster: dict[str, Any], quick: bool) -> list[str]:
             *lines,
             "Unmeasured: it needs the published weights (`--weights DIR`; `--walkforward` for the universe). "
             "The rows would be Chronos-Bolt zero-shot on ETTh1 (horizon 96) and zero-shot and fine-tuned on the "
-            "universe's walk-forward, beside this package's own models.",
+            "universe's walk-forward, with Kronos zero-shot from the raw bars beside them, and this package's own "
+            "models.",
         ]
     if quick:
         lines += ["A smoke run: tiny random weights, a generated data set; the numbers mean nothing.", ""]
@@ -637,7 +663,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "foundation.md")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--etth1", type=Path, default=None, help=f"ETTh1.csv (default with --weights: {ETTH1})")
-    parser.add_argument("--walkforward", action="store_true", help="Chronos-Bolt's walk-forwards on the universe")
+    parser.add_argument(
+        "--walkforward", action="store_true", help="Chronos-Bolt's (and Kronos's) walk-forwards on the universe"
+    )
     parser.add_argument("--universe", type=Path, default=UNIVERSE, help=f"the universe file (default {UNIVERSE})")
     parser.add_argument("--workdir", type=Path, default=ROOT / "runs" / "benchmarks" / "foundation")
     args = parser.parse_args(argv)
@@ -653,6 +681,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     quality: list[Quality] = []
     forecaster: dict[str, Any] = {}
     etth1 = args.etth1 if args.etth1 is not None or args.quick else ETTH1
+    # Kronos's walk-forward row rides on Chronos-Bolt's zero-shot walk-forward (no fold trains there)
+    kronos = next((m.rsplit("-", 1)[1] for m in args.models if m.startswith("kronos")), None)
+    kronos_dirs = None
+    if args.walkforward and kronos is not None and (args.weights is not None or args.quick):
+        kronos_dirs = kronos_folder(kronos, args.weights, args.workdir)
     for model in args.models:
         size = model.rsplit("-", 1)[1]
         bench = bench_kronos if model.startswith("kronos") else bench_chronos
@@ -660,7 +693,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             rows += bench(size, args.weights, args.quick, args.repeats)
             if args.weights is not None:
                 quality.append(zero_shot_quality(model, args.weights))
-            if model.startswith("chronos") and (args.weights is not None or args.quick):
+            through = etth1 is not None and etth1.exists() or args.walkforward  # the forecaster's rows asked for
+            if model.startswith("chronos") and (args.weights is not None or args.quick) and through:
                 found: dict[str, Any] = {}
                 folder = chronos_folder(size, args.weights, args.workdir)
                 if etth1 is not None and etth1.exists():
@@ -668,7 +702,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     quick = {"horizon": 16, "max_windows": 256} if args.quick else {}
                     found["etth1"] = etth1_zero_shot(folder, etth1, **quick)
                 if args.walkforward:
-                    found["universe"] = universe_walkforward(folder, args.universe, args.workdir, args.quick)
+                    found["universe"] = universe_walkforward(
+                        folder, args.universe, args.workdir, args.quick, kronos_dirs
+                    )
                 if found:
                     forecaster["chronos-bolt-quick" if args.quick else model] = found
         for r in rows[-1:]:

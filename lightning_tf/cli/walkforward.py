@@ -35,6 +35,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from lightning_tf.kline.pretrained import is_published
 from lightning_tf.kline.universe.folds import Fold
 from lightning_tf.kline.universe.folds import folds as make_folds
+from lightning_tf.kline.universe.kronos import KronosColumn
 from lightning_tf.kline.universe.recorder import MODEL, PREDICTIONS, FoldRecorder
 from lightning_tf.kline.universe.report import (
     default_top_k,
@@ -164,6 +165,7 @@ def _run_fold(
     lightgbm: bool,
     started: float,
     zero_shot: Path | None = None,
+    kronos: KronosColumn | None = None,
 ) -> None:
     folder = out / f"fold_{fold.number}"
     previous = out / f"fold_{fold.number - 1}" / MODEL
@@ -187,7 +189,7 @@ def _run_fold(
     if folder.exists() and zero:  # what a killed run of this fold left: it runs again from the start
         shutil.rmtree(folder)
     t0 = time.perf_counter()
-    recorder = FoldRecorder(folder, warm_from=warm_from, lightgbm=lightgbm, keep_model=not test_only)
+    recorder = FoldRecorder(folder, warm_from=warm_from, lightgbm=lightgbm, keep_model=not test_only, kronos=kronos)
     kwargs = {
         "parser_kwargs": {"exit_on_error": False, "fit": {"exit_on_error": False}, "test": {"exit_on_error": False}}
     }
@@ -293,6 +295,10 @@ def walkforward(
     cost_bps: float = 10.0,
     no_lightgbm: bool = False,
     zero_shot: Path | None = None,
+    kronos: str | None = None,
+    kronos_tokenizer: str | None = None,
+    kronos_context: int = 512,
+    kronos_samples: int = 1,
     forwarded: list[str] | None = None,
 ) -> dict[str, Path] | None:
     """Train and test a K-line config fold by fold over its dates (walk-forward), the baselines on the same
@@ -319,6 +325,11 @@ def walkforward(
             must give it the windows it reads: the same context, horizon and features); a fold whose validation or
             test dates it has seen is warned of. Or a published model (``amazon/chronos-bolt-small``, or a folder of
             its files): the config's forecaster started from it, tested alone (``residual: only``) on every fold.
+        kronos: a published Kronos (``NeoQuasar/Kronos-small``, its folder, or a folder ``to_kronos`` wrote): its
+            zero-shot forecasts from the raw bars on every fold's test dates, beside the model (``Kronos zero-shot``).
+        kronos_tokenizer: the Kronos tokenizer (hub name or folder) where --kronos does not say which.
+        kronos_context: bars Kronos reads before each origin (at most its max_context).
+        kronos_samples: continuations Kronos draws per origin; its forecast is their mean.
     """
     forwarded = list(forwarded or [])
     from lightning_tf.training.resources import bundled_configs
@@ -327,6 +338,10 @@ def walkforward(
     config = _config(forwarded)
     dm = _datamodule(config)
     fold_list, embargo = _plan(dm, folds, test_span, val_span, embargo, window, train_span)
+    kronos_column = None
+    if kronos is not None and not gather:
+        kronos_column = KronosColumn(kronos, kronos_tokenizer, kronos_context, kronos_samples)
+        FoldRecorder.preload(kronos_column)  # a name that cannot be read fails here, before any fold trains
     out = Path(out)
     plan = {
         "command": [*sys.argv[2:]] if sys.argv[1:2] == ["walkforward"] else forwarded,
@@ -346,7 +361,9 @@ def walkforward(
             if _finished(out / f"fold_{f.number}"):
                 print(f"walk-forward fold {f.number}/{len(fold_list)}: finished earlier, kept", flush=True)
                 continue
-            _run_fold(f, len(fold_list), embargo, out, refit, forwarded, not no_lightgbm, started, zero_shot)
+            _run_fold(
+                f, len(fold_list), embargo, out, refit, forwarded, not no_lightgbm, started, zero_shot, kronos_column
+            )
         if fold is not None or rank_zero_only.rank != 0:
             return None
     return _gather(out, plan, top_k, n_drop, cost_bps, _uses_wandb(config))

@@ -88,7 +88,8 @@ def test_chronos_bolt_through_the_forecaster_on_etth1_smoke(
 @pytest.mark.integration
 def test_chronos_bolt_walkforward_rows_smoke(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``--quick --walkforward``: Chronos-Bolt zero-shot and fine-tuned walk-forwards on a generated universe, each a
-    ``lightning-tf walkforward`` process, pooled beside LightGBM and the linear path of the same folds."""
+    ``lightning-tf walkforward`` process, pooled beside LightGBM and the linear path of the same folds, and Kronos
+    zero-shot from the raw bars in the zero-shot one."""
     pytest.importorskip("chronos")
     pytest.importorskip("lightgbm")
     from tests.helpers.universe import write_universe
@@ -97,7 +98,8 @@ def test_chronos_bolt_walkforward_rows_smoke(tmp_path: Path, monkeypatch: pytest
     universe = tmp_path / "universe.csv"
     write_universe(universe, n_tickers=12, n_days=700, start="2009-01-02")
     threads = torch.get_num_threads()
-    args = ["--quick", "--models", "chronos-bolt-small", "--repeats", "1", "--threads", "1", "--walkforward"]
+    args = ["--quick", "--models", "kronos-small", "chronos-bolt-small", "--repeats", "1", "--threads", "1"]
+    args.append("--walkforward")
     result = bench.main(
         [*args, "--universe", str(universe), "--workdir", str(tmp_path / "w"), "--out", str(tmp_path / "f.md")]
     )
@@ -106,6 +108,7 @@ def test_chronos_bolt_walkforward_rows_smoke(tmp_path: Path, monkeypatch: pytest
     assert set(found["pooled"]) == {
         "Chronos-Bolt, zero-shot",
         "Chronos-Bolt, fine-tuned (chronos_bolt.yaml)",
+        "Kronos, zero-shot (from the raw bars)",
         "LightGBM",
         "linear path",
     }

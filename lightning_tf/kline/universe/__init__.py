@@ -8,6 +8,8 @@ beside the quant baselines', the portfolios they make and one report (qlib's wor
 * :mod:`.forecasts`: a fold's test forecasts as that frame (:meth:`~lightning_tf.kline.KLineForecaster.window_forecasts`
   calls :func:`window_forecasts`), and the baselines beside them (:func:`fold_predictions`).
 * :mod:`.baselines`: the quant baselines: the momentum factor and LightGBM on flattened windows.
+* :mod:`.kronos`: a published Kronos's zero-shot forecasts from the raw bars at a fold's origins
+  (:func:`kronos_column`, :class:`KronosColumn`).
 * :mod:`.recorder`: :class:`FoldRecorder`, the callback that writes what a fold keeps.
 * :mod:`.portfolio`: a predictions frame's IC, quantile returns, TopkDropout portfolios after costs and
   probabilistic scores (:func:`evaluate_predictions`).
@@ -29,6 +31,7 @@ from .folds import Fold, folds
 if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from .baselines import LightGBMBaseline, flatten_windows, momentum_predictions, realised_log_returns
     from .forecasts import WindowForecast, fold_predictions, window_forecasts
+    from .kronos import KronosColumn, kronos_column
     from .portfolio import PortfolioEvaluation, evaluate_predictions, probabilistic_scores
     from .predictions import COLUMNS, FORECASTERS, REQUIRED, Column
     from .recorder import FoldRecorder
@@ -39,6 +42,7 @@ _WHERE = {
     "Column": ".predictions",
     "FORECASTERS": ".predictions",
     "FoldRecorder": ".recorder",
+    "KronosColumn": ".kronos",
     "LightGBMBaseline": ".baselines",
     "PortfolioEvaluation": ".portfolio",
     "REQUIRED": ".predictions",
@@ -48,6 +52,7 @@ _WHERE = {
     "evaluate_predictions": ".portfolio",
     "flatten_windows": ".baselines",
     "fold_predictions": ".forecasts",
+    "kronos_column": ".kronos",
     "momentum_predictions": ".baselines",
     "probabilistic_scores": ".portfolio",
     "realised_log_returns": ".baselines",

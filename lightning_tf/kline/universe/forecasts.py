@@ -1,14 +1,14 @@
 """One walk-forward fold's test forecasts as a predictions frame (:mod:`.predictions`): the model's on the fold's
 test windows (:func:`window_forecasts`, which :meth:`~lightning_tf.kline.KLineForecaster.window_forecasts` calls with
 the model's own forward), and beside them the baselines on the same rows (:func:`fold_predictions`): LightGBM on the
-model's own inputs and the momentum factor; for a model whose target is not the step's log return, the realised
-returns come from the bars.
+model's own inputs, the momentum factor and, where asked, a published Kronos on the raw bars (:mod:`.kronos`); for a
+model whose target is not the step's log return, the realised returns come from the bars.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -18,7 +18,11 @@ from torch import Tensor
 from ..scale import DataScale
 from ..windows import WindowDataset
 from .baselines import LightGBMBaseline, flatten_windows, momentum_predictions, realised_log_returns
+from .kronos import KronosColumn, kronos_column
 from .predictions import arrange, quantile_column
+
+if TYPE_CHECKING:
+    from ..published import Kronos
 
 __all__ = [
     "WindowForecast",
@@ -116,6 +120,8 @@ def fold_predictions(
     scale: DataScale,
     *,
     lightgbm: bool = True,
+    kronos: tuple[Kronos, KronosColumn] | None = None,
+    calendar: str | None = None,
 ) -> tuple[pd.DataFrame, list[str]]:
     """A fold's predictions frame: the model's test forecasts ``frame`` (:func:`window_forecasts`) with the baselines
     on the same rows, and notes on what was left out.
@@ -130,6 +136,9 @@ def fold_predictions(
         scale: the data's scaling.
         lightgbm: also fit LightGBM on the fold's windows (left out, with a note, where ``lightgbm`` is not
             installed).
+        kronos: a published Kronos and its settings: its zero-shot forecasts from the raw bars
+            (:func:`~.kronos.kronos_column`) as the column ``kronos``.
+        calendar: the data's exchange calendar (the future bars' stamps Kronos reads).
     """
     frame, notes = frame.copy(), []
     if scale.target_names[0] != "log_return":
@@ -141,6 +150,9 @@ def fold_predictions(
         except ImportError as err:
             notes.append(f"LightGBM left out: {err}")
     frame["momentum"] = momentum_column(frame, bars)
+    if kronos is not None:
+        frame["kronos"], more = kronos_column(frame, bars, *kronos, calendar=calendar)
+        notes += more
     return arrange(frame), notes
 
 

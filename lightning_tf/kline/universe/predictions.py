@@ -71,6 +71,11 @@ COLUMNS: tuple[Column, ...] = (
     Column(QUANTILES, "a quantile model's forecast quantiles, one column per level"),
     Column("lightgbm", "LightGBM on the model's own inputs (step 1)", "LightGBM"),
     Column("momentum", "the past 20 bars' log return at the origin", "momentum (20 bars)"),
+    Column(
+        "kronos",
+        "a published Kronos's forecast from the raw bars, as published (walkforward --kronos)",
+        "Kronos zero-shot",
+    ),
 )
 
 #: the columns every predictions frame has (what :func:`~.portfolio.check_predictions` asks for)

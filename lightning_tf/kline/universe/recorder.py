@@ -11,6 +11,7 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 from .forecasts import fold_predictions
+from .kronos import KronosColumn
 
 __all__ = ["MODEL", "PREDICTIONS", "FoldRecorder"]
 
@@ -33,18 +34,35 @@ class FoldRecorder(Callback):
         lightgbm: also fit LightGBM on the fold's windows.
         keep_model: copy the tested checkpoint into the fold's folder (a fold that trains); a fold that only tests
             another fold's or a pretrained checkpoint keeps none of its own.
+        kronos: also forecast with a published Kronos from the raw bars (the column ``kronos``), or None.
     """
 
+    #: the Kronos model of the process, loaded once for all its folds
+    _kronos: dict[KronosColumn, Any] = {}
+
     def __init__(
-        self, folder: Path, warm_from: Path | None = None, lightgbm: bool = True, keep_model: bool = True
+        self,
+        folder: Path,
+        warm_from: Path | None = None,
+        lightgbm: bool = True,
+        keep_model: bool = True,
+        kronos: KronosColumn | None = None,
     ) -> None:
         self.folder = folder
+        self.kronos = kronos
         self.warm_from = warm_from
         self.lightgbm = lightgbm
         self.keep_model = keep_model
         self.notes: list[str] = []
         self.test_summary: dict[str, Any] = {}
         self.residual_kept = False
+
+    @classmethod
+    def preload(cls, kronos: KronosColumn) -> Any:
+        """The Kronos model of ``kronos``, loaded on first use and kept for the process's later folds."""
+        if kronos not in cls._kronos:
+            cls._kronos[kronos] = kronos.load()
+        return cls._kronos[kronos]
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self.warm_from is None:
@@ -61,7 +79,16 @@ class FoldRecorder(Callback):
         dm = trainer.datamodule
         # mapped back with the data's scaling: a model tested zero-shot keeps its own, of the data it was trained on
         model = pl_module.window_forecasts(dm.datasets["test"], dm.data_scale)
-        frame, notes = fold_predictions(model, dm.bars, dm.datasets, dm.data_scale, lightgbm=self.lightgbm)
+        kronos = None if self.kronos is None else (self.preload(self.kronos), self.kronos)
+        frame, notes = fold_predictions(
+            model,
+            dm.bars,
+            dm.datasets,
+            dm.data_scale,
+            lightgbm=self.lightgbm,
+            kronos=kronos,
+            calendar=dm.covariates.calendar,
+        )
         self.notes += notes
         self.folder.mkdir(parents=True, exist_ok=True)
         frame.to_parquet(self.folder / PREDICTIONS, index=False)

@@ -221,6 +221,37 @@ def test_zero_shot_of_a_published_model_tests_it_alone_on_every_fold(universe: d
     assert (out / "report.md").exists()
 
 
+def test_kronos_forecasts_every_folds_test_origins_beside_the_model(universe: dict[str, Path], tmp_path: Path) -> None:
+    """``--kronos`` a folder ``to_kronos`` wrote: its zero-shot forecasts from the raw bars on every test origin of
+    every fold (the column ``kronos``, a report row ``Kronos zero-shot``), each fold's equal to the column computed
+    from the fold's own frame; the model's forecasts are unchanged by it."""
+    from lightning_tf.kline import KLineDataModule
+    from lightning_tf.kline.published import KRONOS_PRESETS, Kronos, KronosConfig
+    from lightning_tf.kline.universe.kronos import KronosColumn, kronos_column
+
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    _, tokenizer, _ = KRONOS_PRESETS["small"]
+    folder = Kronos(KronosConfig(n_layers=1, d_model=32, n_heads=4, d_ff=64), tokenizer, max_context=32).to_kronos(
+        tmp_path / "kronos"
+    )
+    out = universe["root"] / "with_kronos"
+    extra = ("--kronos", str(folder), "--kronos_context", "24", "--kronos_samples", "2", "--no_lightgbm")
+    main(["walkforward", *_args(universe["root"], out, "--refit", "once", *extra)])
+    frame = pd.read_parquet(out / "predictions.parquet")
+    assert frame["kronos"].notna().mean() > 0.99 and frame["kronos"].nunique() > 100
+    assert "Kronos zero-shot" in (out / "report.md").read_text()
+    first = frame[frame["fold"] == 1].drop(columns="fold").reset_index(drop=True)
+    bars = KLineDataModule(path=str(universe["bars"]), context_len=32, horizon=2).bars
+    settings = KronosColumn(str(folder), context=24, samples=2)
+    expected, _ = kronos_column(first, bars, settings.load(), settings)
+    np.testing.assert_allclose(first["kronos"].to_numpy(), expected.to_numpy(), rtol=1e-6)
+    plain = pd.read_parquet(universe["out"] / "predictions.parquet")
+    np.testing.assert_array_equal(
+        frame.loc[frame["fold"] == 1, "prediction"].to_numpy(), plain.loc[plain["fold"] == 1, "prediction"].to_numpy()
+    )
+
+
 def test_the_charts_go_to_an_offline_wandb_run(universe: dict[str, Path], tmp_path: Path, monkeypatch) -> None:
     from lightning_tf.kline.universe.report import evaluate_forecasters, log_wandb
 
@@ -244,6 +275,8 @@ def test_the_charts_go_to_an_offline_wandb_run(universe: dict[str, Path], tmp_pa
         (["--embargo", "1"], r"--embargo \(1\) must be at least the data's horizon \(2\) bars"),
         (["--folds", "9"], r"9 folds of test_span 60 .* need 621 trading dates; the data has 500"),
         (["--refit", "warm"], "holds a walk-forward with other folds or refit"),
+        (["--kronos", "NeoQuasar/Kronos-small"], "HF_HUB_OFFLINE=1 and it is not in the Hugging Face cache"),
+        (["--kronos", "NeoQuasar/Kronos-small", "--kronos_samples", "0"], "kronos samples must be >= 1"),
     ],
 )
 def test_bad_walkforward_options_are_one_line(universe: dict[str, Path], extra: list[str], match: str, capsys) -> None:

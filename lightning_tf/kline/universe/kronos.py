@@ -1,0 +1,171 @@
+"""Kronos's zero-shot forecasts of a walk-forward fold's test origins, as a column of its predictions frame.
+
+Kronos (:class:`~lightning_tf.kline.published.Kronos`) reads raw bars, not the forecaster's scaled features: at each
+origin (a row of the fold's frame: a date and a ticker) :func:`kronos_column` gives it the ticker's last ``context``
+bars up to and including that date (open, high, low, close, and volume and amount where the data has them), their
+calendar stamps, and the stamps of the next ``F`` bars on the series' own calendar
+(:func:`~lightning_tf.kline.windows.next_timestamps`, as ``predict`` continues a series: nothing after the origin is
+read). The forecast is the mean of ``samples`` drawn continuations, as the reference predictor's; the column holds
+its close path as log returns, step ``h`` being ``log(close_h / close_{h-1})`` from the origin's close.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..windows import next_timestamps_of
+
+if TYPE_CHECKING:
+    from ..published import Kronos
+
+__all__ = ["KronosColumn", "kronos_column"]
+
+#: the bar columns Kronos reads, in its order; volume and amount are optional (the reference completes them)
+_BARS = ("open", "high", "low", "close", "volume", "amount")
+
+
+@dataclass(frozen=True)
+class KronosColumn:
+    """How a walk-forward forecasts with a published Kronos beside its model (``walkforward --kronos``).
+
+    Attributes:
+        source: the model: a hub name (``NeoQuasar/Kronos-small``), its folder, or a folder ``to_kronos`` wrote.
+        tokenizer: its tokenizer (hub name or folder), where ``source`` does not say which.
+        context: bars read before each origin (at most the model's ``max_context``; a ticker with fewer bars
+            gives what it has).
+        samples: continuations drawn per origin; the forecast is their mean.
+        seed: the seed of the draws (each fold's forecasts are drawn from it anew).
+        batch_size: origins per forward pass.
+    """
+
+    source: str
+    tokenizer: str | None = None
+    context: int = 512
+    samples: int = 1
+    seed: int = 0
+    batch_size: int = 64
+
+    def __post_init__(self) -> None:
+        for name in ("context", "samples", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"kronos {name} must be >= 1, got {getattr(self, name)}")
+
+    def load(self) -> Kronos:
+        """The model, on the GPU where there is one."""
+        from ..published import Kronos
+
+        model = Kronos.from_pretrained(self.source, self.tokenizer)
+        if self.context > model.max_context:
+            raise ValueError(
+                f"kronos context ({self.context}) is longer than the model's max_context ({model.max_context})"
+            )
+        return model.to("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _columns(bars: pd.DataFrame) -> list[str]:
+    """The bar columns of ``bars`` Kronos reads: OHLC, then volume and amount where present (amount only with
+    volume, as the reference reads them)."""
+    present = [c for c in _BARS if c in bars.columns]
+    missing = [c for c in _BARS[:4] if c not in present]
+    if missing:
+        raise ValueError(f"Kronos reads open, high, low and close: the bars have no {missing}")
+    if "volume" not in present:
+        present = present[:4]
+    return present
+
+
+def kronos_column(
+    frame: pd.DataFrame,
+    bars: pd.DataFrame,
+    kronos: Kronos,
+    settings: KronosColumn,
+    calendar: str | None = None,
+) -> tuple[pd.Series, list[str]]:
+    """Kronos's forecast at each row of ``frame`` (a fold's predictions frame: ``date``, ``ticker``, ``step``), and
+    notes on what it left out.
+
+    Args:
+        frame: the rows to forecast; every origin (date, ticker) must be one of the ticker's bars.
+        bars: the data's canonical bars (``timestamp``, ``ticker``, ``open``, ``high``, ``low``, ``close`` and
+            optionally ``volume``, ``amount``).
+        kronos: the model.
+        settings: the context, draws and batch (:class:`KronosColumn`).
+        calendar: the exchange calendar the future bars' stamps follow (None: the series' own spacing).
+
+    Returns:
+        The column ``kronos`` (the forecast log return of each row's step, NaN where the mean forecast close is
+        not positive) and the notes.
+
+    Raises:
+        ValueError: an origin that is not a bar of its ticker, bars without OHLC, a NaN or infinite value in a
+            window Kronos reads.
+    """
+    columns = _columns(bars)
+    horizon = int(frame["step"].max()) if len(frame) else 0
+    origins = frame[["date", "ticker"]].drop_duplicates().reset_index(drop=True)  # (n, 2)
+    n = len(origins)
+    close = np.full((n, horizon + 1), np.nan)  # the origin's close and the forecast path
+    # each origin's window: (ticker's rows, first row, last row), grouped by the context length for batching
+    windows: dict[int, list[tuple[int, np.ndarray, np.ndarray]]] = {}
+    by_ticker = dict(tuple(bars.groupby("ticker", sort=False)))  # each ticker's bars, in time order
+    for ticker, group in origins.groupby("ticker", sort=False):
+        rows = by_ticker.get(ticker, bars.iloc[:0])
+        times = pd.DatetimeIndex(rows["timestamp"])
+        ends = times.searchsorted(pd.DatetimeIndex(group["date"]))  # (g,)
+        ends_ok = ends < len(times)
+        found = np.zeros(len(ends), dtype=bool)
+        found[ends_ok] = times[ends[ends_ok]] == pd.DatetimeIndex(group["date"])[ends_ok]
+        if not found.all():
+            day = group["date"].iloc[int(np.argmin(found))]
+            raise ValueError(f"kronos: ticker {ticker!r} has no bar at its origin {day}")
+        values = rows[columns].to_numpy(np.float64)  # (N, C)
+        for i, end in zip(group.index.to_numpy(), ends, strict=True):
+            length = min(settings.context, int(end) + 1)
+            windows.setdefault(length, []).append(
+                (i, values[end - length + 1 : end + 1], times[end - length + 1 : end + 1])
+            )
+    from ..published import calendar_stamps
+
+    device = next(kronos.parameters()).device
+    generator = torch.Generator(device).manual_seed(settings.seed)
+    done, started, shown = 0, time.perf_counter(), 0.0
+    for length in sorted(windows):
+        group = windows[length]
+        for lo in range(0, len(group), settings.batch_size):
+            part = group[lo : lo + settings.batch_size]
+            x = torch.as_tensor(np.stack([w for _, w, _ in part]))  # (B, L, C)
+            if not torch.isfinite(x).all():
+                i = next(i for i, w, _ in part if not np.isfinite(w).all())
+                raise ValueError(
+                    f"kronos: the window of ticker {origins.at[i, 'ticker']!r} at {origins.at[i, 'date']} holds NaN "
+                    f"or infinite values in {columns}; Kronos reads complete bars"
+                )
+            stamps = torch.stack([calendar_stamps(t) for _, _, t in part])  # (B, L, 5)
+            nxt = next_timestamps_of([t for _, _, t in part], horizon, calendar=calendar)
+            future = torch.stack([calendar_stamps(t) for t in nxt])  # (B, F, 5)
+            draws = kronos.forecast(x, stamps, future, samples=settings.samples, generator=generator)  # (B, S, F, 6)
+            path = draws.mean(1)[..., 3].double().cpu().numpy()  # (B, F): the mean close path
+            rows = [i for i, _, _ in part]
+            close[rows, 0] = x[:, -1, 3].numpy()
+            close[rows, 1:] = path
+            done += len(part)
+            if time.perf_counter() - shown > 30 or done == n:
+                shown = time.perf_counter()
+                print(f"kronos: {done}/{n} origins forecast ({shown - started:.0f} s)", file=sys.stderr, flush=True)
+    positive = close > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        returns = np.where(positive[:, 1:] & positive[:, :-1], np.log(close[:, 1:] / close[:, :-1]), np.nan)  # (n, F)
+    notes = []
+    bad = int(np.isnan(returns).sum())
+    if bad:
+        notes.append(f"Kronos: {bad} of {returns.size} forecast steps follow a close <= 0 and are left NaN")
+    index = frame[["date", "ticker"]].merge(origins.reset_index(), on=["date", "ticker"], how="left")["index"]
+    values = returns[index.to_numpy(), frame["step"].to_numpy() - 1]
+    return pd.Series(values, index=frame.index, name="kronos"), notes
