@@ -170,8 +170,11 @@ class RotaryEmbedding(nn.Module):
         device = torch.device("cpu") if device is None else torch.device(device)
         if self._cos is None or self._cos.shape[0] < end or self._cos.device != device:
             n = max(end, 2 * (self._cos.shape[0] if self._cos is not None else 0), 256)
-            angle = self._angles(n)
-            self._cos, self._sin = angle.cos().float().to(device), angle.sin().float().to(device)
+            # plain tensors even when first asked under inference_mode (a validation before training): an
+            # inference tensor cannot enter a computation autograd records
+            with torch.inference_mode(False):
+                angle = self._angles(n)
+                self._cos, self._sin = angle.cos().float().to(device), angle.sin().float().to(device)
         assert self._sin is not None
         return self._cos[offset:end], self._sin[offset:end]  # (T, Dh/2) each
 

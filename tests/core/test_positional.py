@@ -518,3 +518,17 @@ def test_positional_encoding_relative_dispatch() -> None:
     assert pe.relative is not None and torch.equal(pe.bias(3, 5), pe.relative(3, 5))
     causal = PositionalEncoding("relative", 16, 4, bidirectional=False)
     assert causal.relative is not None and not causal.relative.bidirectional
+
+
+def test_a_rope_table_first_built_under_inference_mode_serves_training() -> None:
+    """Lightning validates under ``torch.inference_mode`` before it trains: the table built there must not be an
+    inference tensor, which autograd refuses to save."""
+    rope = RotaryEmbedding(8)
+    with torch.inference_mode():
+        cos, _ = rope(4)
+    assert not cos.is_inference()
+    x = torch.randn(1, 1, 4, 8, requires_grad=True)
+    c, s = rope(4)
+    x1, x2 = x.chunk(2, dim=-1)
+    torch.cat((x1 * c - x2 * s, x1 * s + x2 * c), dim=-1).sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
