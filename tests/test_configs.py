@@ -165,6 +165,18 @@ def _chronos_bolt(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return [*_universe(tmp, monkeypatch), "--model.init_args.pretrained", str(tmp / "chronos-bolt")]
 
 
+def _kronos(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The universe, and a tiny random Kronos in a folder ``to_kronos`` wrote in place of the hub's."""
+    from lightning_tf.kline.published import KRONOS_PRESETS, Kronos, KronosConfig
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    _, tokenizer, _ = KRONOS_PRESETS["small"]
+    folder = Kronos(KronosConfig(n_layers=2, d_model=32, n_heads=4, d_ff=64), tokenizer, max_context=128).to_kronos(
+        tmp / "kronos"
+    )
+    return [*_universe(tmp, monkeypatch), "--model.init_args.pretrained", str(folder)]
+
+
 USER_DATA: dict[str, Callable[[Path, pytest.MonkeyPatch], list[str]]] = {
     "text/transformer_base.yaml": _aligned_corpus,
     "text/tatoeba_de_en.yaml": _tatoeba,
@@ -180,6 +192,7 @@ USER_DATA: dict[str, Callable[[Path, pytest.MonkeyPatch], list[str]]] = {
     "kline/pretrain.yaml": _corpus,
     "kline/pretrain_gpu.yaml": _corpus,
     "kline/chronos_bolt.yaml": _chronos_bolt,
+    "kline/kronos_finetune.yaml": _kronos,
 }
 # overlays: configs put after another one, as their headers say
 BASE = {"kline/pretrain_gpu.yaml": "kline/pretrain.yaml", "kline/chronos_bolt.yaml": "kline/us_universe.yaml"}

@@ -201,10 +201,11 @@ def _run_fold(
         args = ["test", *forwarded, *_overrides(fold, embargo, folder), f"--ckpt_path={first}"]
     else:
         args = ["fit", *forwarded, *_overrides(fold, embargo, folder), "--test_after_fit=true"]
-    make_cli(args, trainer_defaults={"callbacks": [recorder]}, **kwargs)
+    cli = make_cli(args, trainer_defaults={"callbacks": [recorder]}, **kwargs)
     _finish_wandb()
     if not zero:
         return
+    recorder.after_run(cli.datamodule)
     if not (folder / PREDICTIONS).exists():
         raise RuntimeError(f"fold {fold.number}: the run ended without testing (no {folder / PREDICTIONS})")
     model = recorder.test_summary.get("model", {}) if recorder.test_summary else {}
@@ -299,6 +300,8 @@ def walkforward(
     kronos_tokenizer: str | None = None,
     kronos_context: int = 512,
     kronos_samples: int = 1,
+    kronos_finetune_steps: int = 0,
+    kronos_finetune_lr: float = 2e-5,
     forwarded: list[str] | None = None,
 ) -> dict[str, Path] | None:
     """Train and test a K-line config fold by fold over its dates (walk-forward), the baselines on the same
@@ -330,6 +333,9 @@ def walkforward(
         kronos_tokenizer: the Kronos tokenizer (hub name or folder) where --kronos does not say which.
         kronos_context: bars Kronos reads before each origin (at most its max_context).
         kronos_samples: continuations Kronos draws per origin; its forecast is their mean.
+        kronos_finetune_steps: also fine-tune Kronos on each fold's training bars for this many steps, its own
+            objective (windows of kronos_context + 1 bars), and forecast with it beside (``Kronos fine-tuned``).
+        kronos_finetune_lr: the fine-tuning's peak learning rate.
     """
     forwarded = list(forwarded or [])
     from lightning_tf.training.resources import bundled_configs
@@ -339,8 +345,17 @@ def walkforward(
     dm = _datamodule(config)
     fold_list, embargo = _plan(dm, folds, test_span, val_span, embargo, window, train_span)
     kronos_column = None
+    if kronos is None and kronos_finetune_steps:
+        raise ValueError("--kronos_finetune_steps fine-tunes the model --kronos names: give --kronos")
     if kronos is not None and not gather:
-        kronos_column = KronosColumn(kronos, kronos_tokenizer, kronos_context, kronos_samples)
+        kronos_column = KronosColumn(
+            kronos,
+            kronos_tokenizer,
+            kronos_context,
+            kronos_samples,
+            finetune_steps=kronos_finetune_steps,
+            finetune_lr=kronos_finetune_lr,
+        )
         FoldRecorder.preload(kronos_column)  # a name that cannot be read fails here, before any fold trains
     out = Path(out)
     plan = {

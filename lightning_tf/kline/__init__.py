@@ -20,6 +20,8 @@
   and a cost-aware backtest; ``forecast(bars)``
   forecasts new bars from a checkpoint alone (:mod:`.inference`); :class:`ForecastWriter`
   (:mod:`.writer`) writes the forecasts of ``predict``.
+* :class:`KronosTuner` and :class:`KronosBarsDataModule` (:mod:`.kronos_tuning`): a published Kronos fine-tuned on
+  raw bars with its own objective.
 * :mod:`.universe`: the model judged over a universe of tickers: walk-forward folds, each fold's forecasts
   beside LightGBM and momentum, the TopkDropout portfolios after costs and the walk-forward report.
 
@@ -39,6 +41,7 @@ if TYPE_CHECKING:  # what the names are, for type checkers and editors
     from .evaluation.metrics import ForecastMetrics
     from .evaluation.summary import summary_text
     from .handover import DataHandover
+    from .kronos_tuning import KronosBarsDataModule, KronosTuner
     from .module import KLineForecaster
     from .multivariate import MultivariateDataModule
     from .networks import (
@@ -75,6 +78,8 @@ _WHERE = {
     "ForecastWriter": ".writer",
     "KLineDataModule": ".data",
     "KLineForecaster": ".module",
+    "KronosBarsDataModule": ".kronos_tuning",
+    "KronosTuner": ".kronos_tuning",
     "LinearBaseline": ".evaluation.baselines",
     "LinearPath": ".networks",
     "MultivariateDataModule": ".multivariate",

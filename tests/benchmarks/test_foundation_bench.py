@@ -109,13 +109,19 @@ def test_chronos_bolt_walkforward_rows_smoke(tmp_path: Path, monkeypatch: pytest
         "Chronos-Bolt, zero-shot",
         "Chronos-Bolt, fine-tuned (chronos_bolt.yaml)",
         "Kronos, zero-shot (from the raw bars)",
+        "Kronos, fine-tuned (from the raw bars)",
         "LightGBM",
         "linear path",
     }
     assert all(-1 < s["rank_ic_mean"] < 1 for s in found["pooled"].values())
     for row in ("zero_shot", "fine_tuned"):
         assert (Path(found["runs"][row]["out"]) / "report.md").exists()
-    assert not list((tmp_path / "w" / "walkforward" / "zero_shot").rglob("*.ckpt"))  # zero-shot trains nothing
+    # zero-shot trains nothing of the forecaster's; the fine-tuned Kronos keeps each fold's weights
+    trained = sorted(
+        p.relative_to(tmp_path / "w" / "walkforward" / "zero_shot").as_posix()
+        for p in (tmp_path / "w" / "walkforward" / "zero_shot").rglob("*.ckpt")
+    )
+    assert trained == ["fold_1/kronos/kronos.ckpt", "fold_2/kronos/kronos.ckpt"]
 
 
 def test_foundation_benchmark_refuses_a_missing_weights_folder(

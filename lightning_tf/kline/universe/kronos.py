@@ -14,21 +14,21 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 import torch
 
+from ..kronos_tuning import bar_columns
+from ..settings import Splits
 from ..windows import next_timestamps_of
 
 if TYPE_CHECKING:
     from ..published import Kronos
 
-__all__ = ["KronosColumn", "kronos_column"]
-
-#: the bar columns Kronos reads, in its order; volume and amount are optional (the reference completes them)
-_BARS = ("open", "high", "low", "close", "volume", "amount")
+__all__ = ["KronosColumn", "finetune_kronos", "kronos_column"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,10 @@ class KronosColumn:
         samples: continuations drawn per origin; the forecast is their mean.
         seed: the seed of the draws (each fold's forecasts are drawn from it anew).
         batch_size: origins per forward pass.
+        finetune_steps: also fine-tune it on each fold's training bars for this many optimizer steps
+            (:func:`finetune_kronos`; its forecasts the column ``kronos_tuned``); 0: not.
+        finetune_lr: the fine-tuning's peak learning rate.
+        finetune_batch: windows a fine-tuning batch (each ``context + 1`` bars).
     """
 
     source: str
@@ -51,11 +55,18 @@ class KronosColumn:
     samples: int = 1
     seed: int = 0
     batch_size: int = 64
+    finetune_steps: int = 0
+    finetune_lr: float = 2e-5
+    finetune_batch: int = 16
 
     def __post_init__(self) -> None:
-        for name in ("context", "samples", "batch_size"):
+        for name in ("context", "samples", "batch_size", "finetune_batch"):
             if getattr(self, name) < 1:
                 raise ValueError(f"kronos {name} must be >= 1, got {getattr(self, name)}")
+        if self.finetune_steps < 0 or not self.finetune_lr > 0:
+            raise ValueError(
+                f"kronos finetune_steps ({self.finetune_steps}) must be >= 0 and finetune_lr ({self.finetune_lr}) > 0"
+            )
 
     def load(self) -> Kronos:
         """The model, on the GPU where there is one."""
@@ -69,16 +80,57 @@ class KronosColumn:
         return model.to("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def _columns(bars: pd.DataFrame) -> list[str]:
-    """The bar columns of ``bars`` Kronos reads: OHLC, then volume and amount where present (amount only with
-    volume, as the reference reads them)."""
-    present = [c for c in _BARS if c in bars.columns]
-    missing = [c for c in _BARS[:4] if c not in present]
-    if missing:
-        raise ValueError(f"Kronos reads open, high, low and close: the bars have no {missing}")
-    if "volume" not in present:
-        present = present[:4]
-    return present
+def finetune_kronos(kronos: Kronos, bars: pd.DataFrame, splits: Splits, settings: KronosColumn, folder: Path) -> Kronos:
+    """A copy of ``kronos`` fine-tuned on its own objective (:class:`~lightning_tf.kline.kronos_tuning.KronosTuner`)
+    on the training windows of ``bars`` under ``splits`` (``settings.context + 1`` bars each, the last of every
+    ticker's training split included) for ``settings.finetune_steps`` steps, validated four times on the
+    validation bars; the weights of the best validation loss, kept in ``folder``. Torch's random state is left as
+    it was."""
+    from lightning.pytorch import Trainer
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from ..kronos_tuning import KronosBarsDataModule, KronosTuner
+
+    steps = settings.finetune_steps
+    window = min(settings.context, kronos.max_context) + 1
+    data = KronosBarsDataModule(bars, window=window, splits=splits, batch_size=settings.finetune_batch)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(settings.seed)
+        tuner = KronosTuner.from_model(
+            kronos, settings.source, lr=settings.finetune_lr, warmup_steps=max(1, steps // 10)
+        )
+        best = ModelCheckpoint(
+            dirpath=folder, filename="kronos", monitor="val/loss", save_top_k=1, save_weights_only=True
+        )
+        trainer = Trainer(
+            max_steps=steps,
+            val_check_interval=max(1, steps // 4),
+            check_val_every_n_epoch=None,
+            num_sanity_val_steps=0,
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            callbacks=[best],
+            default_root_dir=folder,
+            devices=1,
+        )
+        t0 = time.perf_counter()
+        data.setup("fit")
+        print(
+            f"kronos: fine-tuning for {steps} steps on {len(data.datasets['train'])} training windows of {window} bars",
+            file=sys.stderr,
+            flush=True,
+        )
+        trainer.fit(tuner, datamodule=data)
+        state = torch.load(best.best_model_path, map_location="cpu", weights_only=True)["state_dict"]
+        tuner.load_state_dict(state)
+        print(
+            f"kronos: fine-tuned in {time.perf_counter() - t0:.0f} s, best validation loss "
+            f"{float(best.best_model_score):.4f} ({best.best_model_path})",
+            file=sys.stderr,
+            flush=True,
+        )
+    return tuner.kronos.eval().to(next(kronos.parameters()).device)
 
 
 def kronos_column(
@@ -87,6 +139,7 @@ def kronos_column(
     kronos: Kronos,
     settings: KronosColumn,
     calendar: str | None = None,
+    name: str = "kronos",
 ) -> tuple[pd.Series, list[str]]:
     """Kronos's forecast at each row of ``frame`` (a fold's predictions frame: ``date``, ``ticker``, ``step``), and
     notes on what it left out.
@@ -98,6 +151,7 @@ def kronos_column(
         kronos: the model.
         settings: the context, draws and batch (:class:`KronosColumn`).
         calendar: the exchange calendar the future bars' stamps follow (None: the series' own spacing).
+        name: the column's name.
 
     Returns:
         The column ``kronos`` (the forecast log return of each row's step, NaN where the mean forecast close is
@@ -107,7 +161,7 @@ def kronos_column(
         ValueError: an origin that is not a bar of its ticker, bars without OHLC, a NaN or infinite value in a
             window Kronos reads.
     """
-    columns = _columns(bars)
+    columns = bar_columns(bars)
     horizon = int(frame["step"].max()) if len(frame) else 0
     origins = frame[["date", "ticker"]].drop_duplicates().reset_index(drop=True)  # (n, 2)
     n = len(origins)
@@ -165,7 +219,7 @@ def kronos_column(
     notes = []
     bad = int(np.isnan(returns).sum())
     if bad:
-        notes.append(f"Kronos: {bad} of {returns.size} forecast steps follow a close <= 0 and are left NaN")
+        notes.append(f"{name}: {bad} of {returns.size} forecast steps follow a close <= 0 and are left NaN")
     index = frame[["date", "ticker"]].merge(origins.reset_index(), on=["date", "ticker"], how="left")["index"]
     values = returns[index.to_numpy(), frame["step"].to_numpy() - 1]
-    return pd.Series(values, index=frame.index, name="kronos"), notes
+    return pd.Series(values, index=frame.index, name=name), notes

@@ -76,6 +76,11 @@ COLUMNS: tuple[Column, ...] = (
         "a published Kronos's forecast from the raw bars, as published (walkforward --kronos)",
         "Kronos zero-shot",
     ),
+    Column(
+        "kronos_tuned",
+        "that Kronos fine-tuned on the fold's training bars (walkforward --kronos_finetune_steps)",
+        "Kronos fine-tuned",
+    ),
 )
 
 #: the columns every predictions frame has (what :func:`~.portfolio.check_predictions` asks for)

@@ -7,11 +7,13 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 from .forecasts import fold_predictions
-from .kronos import KronosColumn
+from .kronos import KronosColumn, finetune_kronos, kronos_column
+from .predictions import arrange
 
 __all__ = ["MODEL", "PREDICTIONS", "FoldRecorder"]
 
@@ -98,3 +100,17 @@ class FoldRecorder(Callback):
             shutil.copyfile(best, keep)
         self.test_summary = dict(getattr(pl_module, "test_summary", {}) or {})
         self.residual_kept = bool(getattr(pl_module, "residual_kept", False))
+
+    def after_run(self, datamodule: Any) -> None:
+        """What follows the fold's run, on rank zero: with ``kronos.finetune_steps``, Kronos fine-tuned on the
+        fold's training bars (:func:`~.kronos.finetune_kronos`, its best weights in ``folder/kronos``) and its
+        forecasts added to the fold's predictions as ``kronos_tuned``."""
+        if self.kronos is None or not self.kronos.finetune_steps:
+            return
+        dm, path = datamodule, self.folder / PREDICTIONS
+        tuned = finetune_kronos(self.preload(self.kronos), dm.bars, dm.splits, self.kronos, self.folder / "kronos")
+        frame = pd.read_parquet(path)
+        column, notes = kronos_column(frame, dm.bars, tuned, self.kronos, dm.covariates.calendar, "kronos_tuned")
+        frame["kronos_tuned"] = column
+        arrange(frame).to_parquet(path, index=False)
+        self.notes += notes

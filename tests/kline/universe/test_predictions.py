@@ -22,7 +22,16 @@ def test_the_declaration_names_each_column_once_and_the_forecasters_in_the_repor
     names = [c.name for c in COLUMNS]
     assert len(set(names)) == len(names)
     assert set(REQUIRED) <= set(names)
-    assert list(FORECASTERS) == ["prediction", "residual", "residual_alone", "linear", "lightgbm", "momentum", "kronos"]
+    assert list(FORECASTERS) == [
+        "prediction",
+        "residual",
+        "residual_alone",
+        "linear",
+        "lightgbm",
+        "momentum",
+        "kronos",
+        "kronos_tuned",
+    ]
     assert FORECASTERS["prediction"] == "model" and len(set(FORECASTERS.values())) == len(FORECASTERS)
 
 

@@ -224,7 +224,8 @@ def test_zero_shot_of_a_published_model_tests_it_alone_on_every_fold(universe: d
 def test_kronos_forecasts_every_folds_test_origins_beside_the_model(universe: dict[str, Path], tmp_path: Path) -> None:
     """``--kronos`` a folder ``to_kronos`` wrote: its zero-shot forecasts from the raw bars on every test origin of
     every fold (the column ``kronos``, a report row ``Kronos zero-shot``), each fold's equal to the column computed
-    from the fold's own frame; the model's forecasts are unchanged by it."""
+    from the fold's own frame; the model's forecasts are unchanged by it. ``--kronos_finetune_steps``: a copy
+    fine-tuned on each fold's training bars, its forecasts beside (``kronos_tuned``, ``Kronos fine-tuned``)."""
     from lightning_tf.kline import KLineDataModule
     from lightning_tf.kline.published import KRONOS_PRESETS, Kronos, KronosConfig
     from lightning_tf.kline.universe.kronos import KronosColumn, kronos_column
@@ -237,10 +238,20 @@ def test_kronos_forecasts_every_folds_test_origins_beside_the_model(universe: di
     )
     out = universe["root"] / "with_kronos"
     extra = ("--kronos", str(folder), "--kronos_context", "24", "--kronos_samples", "2", "--no_lightgbm")
+    extra += ("--kronos_finetune_steps", "4", "--kronos_finetune_lr", "1e-3")
     main(["walkforward", *_args(universe["root"], out, "--refit", "once", *extra)])
     frame = pd.read_parquet(out / "predictions.parquet")
     assert frame["kronos"].notna().mean() > 0.99 and frame["kronos"].nunique() > 100
-    assert "Kronos zero-shot" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    assert "Kronos zero-shot" in report and "Kronos fine-tuned" in report
+    # fine-tuned on each fold's own training bars: its own weights, its own forecasts
+    assert frame["kronos_tuned"].notna().mean() > 0.99
+    assert not np.allclose(frame["kronos_tuned"].to_numpy(), frame["kronos"].to_numpy())
+    weights = [torch.load(out / f"fold_{k}" / "kronos" / "kronos.ckpt", weights_only=True) for k in (1, 2)]
+    assert not torch.equal(
+        weights[0]["state_dict"]["kronos.model.head.proj_s1.weight"],
+        weights[1]["state_dict"]["kronos.model.head.proj_s1.weight"],
+    )
     first = frame[frame["fold"] == 1].drop(columns="fold").reset_index(drop=True)
     bars = KLineDataModule(path=str(universe["bars"]), context_len=32, horizon=2).bars
     settings = KronosColumn(str(folder), context=24, samples=2)
@@ -277,6 +288,7 @@ def test_the_charts_go_to_an_offline_wandb_run(universe: dict[str, Path], tmp_pa
         (["--refit", "warm"], "holds a walk-forward with other folds or refit"),
         (["--kronos", "NeoQuasar/Kronos-small"], "HF_HUB_OFFLINE=1 and it is not in the Hugging Face cache"),
         (["--kronos", "NeoQuasar/Kronos-small", "--kronos_samples", "0"], "kronos samples must be >= 1"),
+        (["--kronos_finetune_steps", "3"], "--kronos_finetune_steps fine-tunes the model --kronos names"),
     ],
 )
 def test_bad_walkforward_options_are_one_line(universe: dict[str, Path], extra: list[str], match: str, capsys) -> None:
