@@ -39,7 +39,7 @@ from lightning_tf.training.optim import configure_adamw
 from .published import Kronos, KronosConfig, KronosTokenizerConfig, calendar_stamps
 from .settings import Covariates, Reading, Splits, read_with_settings
 
-__all__ = ["KronosBarsDataModule", "KronosTuner", "bar_columns", "scored_token_loss"]
+__all__ = ["KronosBarsDataModule", "KronosTuner", "bar_columns", "forecast_bars", "scored_token_loss"]
 
 #: the bar columns Kronos reads, in its order; volume and amount are optional (the reference completes them)
 BARS = ("open", "high", "low", "close", "volume", "amount")
@@ -53,6 +53,75 @@ def bar_columns(bars: pd.DataFrame, source: str = "the bars") -> list[str]:
     if missing:
         raise ValueError(f"Kronos reads open, high, low and close: {source} have no {missing}")
     return present if "volume" in present else present[:4]
+
+
+def forecast_bars(
+    kronos: Kronos,
+    bars: pd.DataFrame | str | Path,
+    horizon: int,
+    *,
+    context: int | None = None,
+    samples: int = 1,
+    seed: int = 0,
+    calendar: str | None = None,
+    reading: Reading | None = None,
+    name: str | None = None,
+) -> pd.DataFrame:
+    """Kronos's forecast of the next ``horizon`` bars of every series of ``bars``, from its last ``context`` bars.
+
+    Args:
+        kronos: the model.
+        bars: a file, a folder or a frame of bars, as the K-line data module reads them (one series or a long table
+            of tickers).
+        horizon: bars to forecast (at most the model's ``max_context``).
+        context: bars read of each series (default and at most: the model's ``max_context``; a shorter series
+            gives what it has).
+        samples: continuations drawn per series; the forecast is their mean, as the reference predictor's.
+        seed: the seed of the draws (the same seed, the same forecast).
+        calendar: the exchange calendar of the future bars' stamps (None: the series' own spacing).
+        reading: how the bars are read.
+        name: the ticker of bars without a ticker column.
+
+    Returns:
+        One row per series and future bar: ``ticker``, ``timestamp``, ``step`` and the forecast ``open``, ``high``,
+        ``low``, ``close``, ``volume``, ``amount``.
+    """
+    from .windows import next_timestamps_of, resolve_path
+
+    context = kronos.max_context if context is None else context
+    if horizon < 1 or not 1 <= context <= kronos.max_context or samples < 1:
+        raise ValueError(
+            f"horizon ({horizon}) and samples ({samples}) must be >= 1 and context ({context}) in [1, "
+            f"{kronos.max_context}] (the model's max_context)"
+        )
+    source = name or (str(bars) if not isinstance(bars, pd.DataFrame) else "the bars")
+    data = bars if isinstance(bars, pd.DataFrame) else resolve_path(str(bars))
+    frame = read_with_settings(data, reading or Reading(), Covariates(), source=source, name=name)
+    columns = bar_columns(frame, source)
+    groups: dict[int, list[tuple[str, np.ndarray, pd.DatetimeIndex]]] = {}
+    for ticker, part in frame.groupby("ticker", sort=False):
+        tail = part.tail(context)
+        groups.setdefault(len(tail), []).append(
+            (str(ticker), tail[columns].to_numpy(np.float64), pd.DatetimeIndex(part["timestamp"]))
+        )
+    device = next(kronos.parameters()).device
+    generator = torch.Generator(device).manual_seed(seed)
+    out: dict[str, pd.DataFrame] = {}
+    for length in sorted(groups):  # series of one length in one batch
+        group = groups[length]
+        x = torch.as_tensor(np.stack([v for _, v, _ in group]))  # (B, L, C)
+        stamps = torch.stack([calendar_stamps(t[-length:]) for _, _, t in group])  # (B, L, 5)
+        nxt = next_timestamps_of([t for _, _, t in group], horizon, calendar=calendar)
+        future = torch.stack([calendar_stamps(t) for t in nxt])  # (B, F, 5)
+        draws = kronos.forecast(x, stamps, future, samples=samples, generator=generator)  # (B, S, F, 6)
+        mean = draws.mean(1).double().cpu().numpy()  # (B, F, 6)
+        for (ticker, _, _), times, values in zip(group, nxt, mean, strict=True):
+            rows = pd.DataFrame(values, columns=list(BARS))
+            rows.insert(0, "step", np.arange(1, horizon + 1))
+            rows.insert(0, "timestamp", times)
+            rows.insert(0, "ticker", ticker)
+            out[ticker] = rows
+    return pd.concat([out[str(t)] for t in frame["ticker"].unique()], ignore_index=True)  # the series' order
 
 
 class _Windows(Dataset):
@@ -232,6 +301,8 @@ class KronosTuner(LightningModule):
         freeze: ``none``; ``backbone`` (the embeddings and blocks fixed: the final norm, the dependency layer and
             the heads train); ``first_n_blocks`` (the embeddings and the first ``freeze_blocks`` blocks).
         freeze_blocks: blocks frozen by ``freeze: first_n_blocks``.
+        horizon: bars :meth:`forecast`, ``predict`` and ``serve`` forecast.
+        samples: continuations they draw per series (their mean is the forecast).
         kronos: the model's and the tokenizer's configs, ``max_context`` and ``clip``: set from ``pretrained`` when
             it is read; a checkpoint keeps them, so it rebuilds the model without the published files.
     """
@@ -249,6 +320,8 @@ class KronosTuner(LightningModule):
         layer_decay: float | None = None,
         freeze: FreezeName = "none",
         freeze_blocks: int = 0,
+        horizon: int = 10,
+        samples: int = 1,
         kronos: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
@@ -272,6 +345,11 @@ class KronosTuner(LightningModule):
         self.save_hyperparameters(ignore=["kronos"])
         self.hparams["kronos"] = kronos
         self.kronos = model.train()  # a published model loads in eval mode; Lightning keeps each module's mode
+        if not 1 <= horizon <= model.max_context or samples < 1:
+            raise ValueError(
+                f"horizon ({horizon}) must be in [1, {model.max_context}] (the model's max_context) and samples "
+                f"({samples}) >= 1"
+            )
         n_layers = len(model.model.blocks)
         if freeze == "first_n_blocks" and not 0 <= freeze_blocks <= n_layers:
             raise ValueError(f"freeze_blocks ({freeze_blocks}) must be in [0, {n_layers}] (the model's blocks)")
@@ -294,6 +372,13 @@ class KronosTuner(LightningModule):
         tuner = cls(source, kronos=config, **kwargs)
         tuner.kronos.load_state_dict(kronos.state_dict())
         return tuner
+
+    def forecast(self, bars: pd.DataFrame | str | Path, **kwargs: Any) -> pd.DataFrame:
+        """The forecast of the next ``horizon`` bars (the model's, unless given) of every series of ``bars`` by the
+        tuned model, ``samples`` draws averaged: :func:`forecast_bars`, whose keyword arguments it takes."""
+        kwargs = {"horizon": self.hparams.horizon, "samples": self.hparams.samples, **kwargs}
+        with evaluating(self):
+            return forecast_bars(self.kronos, bars, **kwargs)
 
     def setup(self, stage: str) -> None:
         window = getattr(getattr(self.trainer, "datamodule", None), "window", None)

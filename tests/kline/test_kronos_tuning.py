@@ -245,6 +245,36 @@ def test_finetune_kronos_trains_a_copy_and_leaves_the_random_state(kronos: Krono
         torch.testing.assert_close(again.state_dict()[k], v, rtol=0, atol=0)  # the same seed, the same weights
 
 
+def test_forecast_is_kronos_on_each_series_last_bars(kronos: Kronos) -> None:
+    from lightning_tf.kline.published import calendar_stamps
+    from lightning_tf.kline.windows import next_timestamps
+
+    bars = _bars(n=40)  # T0 40 bars, T1 35, T2 30
+    tuner = KronosTuner.from_model(kronos, horizon=3, samples=2)
+    got = tuner.forecast(bars, context=32, seed=5)
+    assert list(got.columns) == ["ticker", "timestamp", "step", "open", "high", "low", "close", "volume", "amount"]
+    assert list(got["ticker"]) == ["T0"] * 3 + ["T1"] * 3 + ["T2"] * 3 and list(got["step"]) == [1, 2, 3] * 3
+    # by hand, in the order of the draws: T2 (30 bars), then T0 and T1 (32 bars each) in one batch
+    generator = torch.Generator().manual_seed(5)
+    for batch in (["T2"], ["T0", "T1"]):
+        own = [bars[bars["ticker"] == t] for t in batch]
+        times = [pd.DatetimeIndex(o["timestamp"]) for o in own]
+        futures = [next_timestamps(t, 3) for t in times]
+        x = torch.as_tensor(np.stack([o.tail(32)[["open", "high", "low", "close", "volume"]].to_numpy() for o in own]))
+        stamps = torch.stack([calendar_stamps(t[-x.shape[1] :]) for t in times])
+        future = torch.stack([calendar_stamps(f) for f in futures])
+        draws = kronos.forecast(x, stamps, future, samples=2, generator=generator).mean(1)  # (B, F, 6)
+        for ticker, f, expected in zip(batch, futures, draws, strict=True):
+            rows = got[got["ticker"] == ticker]
+            assert list(rows["timestamp"]) == list(f)
+            np.testing.assert_allclose(rows[["open", "high", "low", "close", "volume", "amount"]], expected, rtol=1e-6)
+    np.testing.assert_array_equal(tuner.forecast(bars, context=32, seed=5)["close"], got["close"])
+    with pytest.raises(ValueError, match=r"context \(40\) in \[1, 32\]"):
+        tuner.forecast(bars, context=40)
+    with pytest.raises(ValueError, match=r"horizon \(0\) must be in \[1, 32\]"):
+        KronosTuner.from_model(kronos, horizon=0)
+
+
 # ------------------------------------------------------------------------------------------ bad input
 
 
