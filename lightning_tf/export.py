@@ -69,11 +69,11 @@ Source = Union[str, Path, "LightningModule"]
 
 
 def _known_classes() -> list[type[LightningModule]]:
-    from lightning_tf.kline import KLineForecaster
+    from lightning_tf.kline import KLineForecaster, KronosTuner
     from lightning_tf.text import Seq2SeqTransformer
     from lightning_tf.vision import ViTClassifier
 
-    return [Seq2SeqTransformer, ViTClassifier, KLineForecaster]
+    return [Seq2SeqTransformer, ViTClassifier, KLineForecaster, KronosTuner]
 
 
 def _class_path(cls: type) -> str:

@@ -12,6 +12,7 @@ import litserve as ls
 from .api import Serving, TaskAPI
 from .http import BodyLimit, DirectPredict, install_error_handlers, install_openapi
 from .kline import KLineAPI
+from .kronos import KronosAPI
 from .loop import PipeQueueServer
 from .text import TextAPI
 from .vision import VisionAPI
@@ -25,6 +26,7 @@ APIS: dict[str, type[TaskAPI]] = {
     "Seq2SeqTransformer": TextAPI,
     "ViTClassifier": VisionAPI,
     "KLineForecaster": KLineAPI,
+    "KronosTuner": KronosAPI,
 }
 
 
@@ -86,7 +88,7 @@ def make_api(checkpoint: str, serving: Serving, options: TaskOptions) -> tuple[T
     elif cls is VisionAPI:
         api = VisionAPI(checkpoint, serving, top_k=5 if options.top_k is None else options.top_k)
     else:
-        api = KLineAPI(checkpoint, serving, on_error=options.on_error or "error")
+        api = cls(checkpoint, serving, on_error=options.on_error or "error")
     api.model = model.eval()
     try:
         api.check_model()
