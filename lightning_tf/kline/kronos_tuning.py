@@ -29,17 +29,19 @@ import numpy as np
 import pandas as pd
 import torch
 from lightning.pytorch import LightningDataModule, LightningModule
+from lightning.pytorch.callbacks import BasePredictionWriter
 from torch import Tensor
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, Dataset
 
 from lightning_tf.core import evaluating
 from lightning_tf.training.optim import configure_adamw
+from lightning_tf.training.private.lightning import attached_trainer
 
 from .published import Kronos, KronosConfig, KronosTokenizerConfig, calendar_stamps
 from .settings import Covariates, Reading, Splits, read_with_settings
 
-__all__ = ["KronosBarsDataModule", "KronosTuner", "bar_columns", "forecast_bars", "scored_token_loss"]
+__all__ = ["KronosBarsDataModule", "KronosTuner", "KronosWriter", "bar_columns", "forecast_bars", "scored_token_loss"]
 
 #: the bar columns Kronos reads, in its order; volume and amount are optional (the reference completes them)
 BARS = ("open", "high", "low", "close", "volume", "amount")
@@ -176,9 +178,11 @@ class KronosBarsDataModule(LightningDataModule):
             each ticker's bars; ``embargo`` bars before each border are left out of the split before it. Training
             windows lie wholly in the training split; a validation window ends in the validation split and reads
             the bars before it, scored on its validation bars alone. The test split is not read.
-        batch_size: windows a batch.
+        batch_size: windows a batch (series a batch in ``predict``).
         num_workers: data-loading worker processes.
         seed: the seed of the training windows' order.
+        predict_path: the bars ``predict`` forecasts (a file, a folder or a frame, read as ``path``): the next bars
+            of each of its series; ``predict`` reads nothing else.
     """
 
     def __init__(
@@ -191,6 +195,7 @@ class KronosBarsDataModule(LightningDataModule):
         batch_size: int = 32,
         num_workers: int = 0,
         seed: int = 0,
+        predict_path: str | Path | pd.DataFrame | None = None,
     ) -> None:
         super().__init__()
         if window < 2:
@@ -202,9 +207,12 @@ class KronosBarsDataModule(LightningDataModule):
         self.path, self.window, self.stride = path, window, stride or max(1, window // 4)
         self.reading, self.splits = reading, splits
         self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
+        self.predict_path = predict_path
         self.datasets: dict[str, _Windows] = {}
         self.columns: list[str] = []
-        if not isinstance(path, pd.DataFrame):
+        #: the series of ``predict_path``, one canonical frame each, in their order (``setup("predict")``)
+        self.predict_series: list[pd.DataFrame] = []
+        if not isinstance(path, pd.DataFrame) and not isinstance(predict_path, pd.DataFrame):
             self.save_hyperparameters()
 
     def _source(self) -> str:
@@ -229,6 +237,9 @@ class KronosBarsDataModule(LightningDataModule):
         return ends - self.window + 1
 
     def setup(self, stage: str | None = None) -> None:
+        if stage == "predict":
+            self._setup_predict()
+            return
         if self.datasets:
             return
         source = self._source()
@@ -261,6 +272,24 @@ class KronosBarsDataModule(LightningDataModule):
             self.datasets[split] = _Windows(
                 v, stamps, torch.as_tensor(np.concatenate(starts)), torch.as_tensor(np.concatenate(scored)), self.window
             )
+
+    def _setup_predict(self) -> None:
+        from .windows import resolve_path
+
+        if self.predict_path is None:
+            raise ValueError("predict needs the bars to forecast: set data.init_args.predict_path")
+        if self.predict_series:
+            return
+        data = self.predict_path
+        source = "the predict bars" if isinstance(data, pd.DataFrame) else str(data)
+        data = data if isinstance(data, pd.DataFrame) else resolve_path(str(data))
+        frame = read_with_settings(data, self.reading, Covariates(), source=source)
+        bar_columns(frame, source)
+        self.predict_series = [part for _, part in frame.groupby("ticker", sort=False)]
+
+    def predict_dataloader(self) -> DataLoader:
+        # a batch is the indices of its series (predict_step reads them from predict_series)
+        return DataLoader(range(len(self.predict_series)), batch_size=self.batch_size, collate_fn=list)
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         generator = torch.Generator().manual_seed(self.seed) if shuffle else None
@@ -380,6 +409,21 @@ class KronosTuner(LightningModule):
         with evaluating(self):
             return forecast_bars(self.kronos, bars, **kwargs)
 
+    def predict_step(self, batch: list[int], batch_idx: int) -> pd.DataFrame:
+        """The forecast (:meth:`forecast`) of the predict bars' series ``batch`` (indices into the data module's
+        ``predict_series``), drawn from the seed ``batch_idx`` (the first batch's: what :meth:`forecast` draws)."""
+        series = self.trainer.datamodule.predict_series
+        frame = pd.concat([series[i] for i in batch], ignore_index=True)
+        return self.forecast(frame, seed=batch_idx)
+
+    def configure_callbacks(self) -> list[Any]:
+        """A :class:`KronosWriter` for ``predict``, unless the trainer already has a prediction writer."""
+        from lightning.pytorch.callbacks import BasePredictionWriter
+
+        trainer = attached_trainer(self)
+        callbacks = trainer.callbacks if trainer is not None else []
+        return [] if any(isinstance(cb, BasePredictionWriter) for cb in callbacks) else [KronosWriter()]
+
     def setup(self, stage: str) -> None:
         window = getattr(getattr(self.trainer, "datamodule", None), "window", None)
         if window is not None and window - 1 > self.kronos.max_context:
@@ -423,3 +467,37 @@ class KronosTuner(LightningModule):
             layer_of=model.layer_depth,
             n_depths=model.n_depths,
         )
+
+
+class KronosWriter(BasePredictionWriter):
+    """Writes the forecasts of :meth:`KronosTuner.predict_step`: every process's gathered, in the predict bars'
+    order, once on global rank 0, as one CSV (``ticker, timestamp, step, open, high, low, close, volume,
+    amount``).
+
+    Args:
+        output_file: the CSV (parent folders are created); default: ``forecast.csv`` in the run directory
+            (``forecast-1.csv``, ... when an earlier predict left that name).
+    """
+
+    def __init__(self, output_file: str | None = None) -> None:
+        super().__init__(write_interval="epoch")
+        self.output_file = output_file
+
+    def write_on_epoch_end(self, trainer: Any, pl_module: Any, predictions: Any, batch_indices: Any) -> None:
+        from lightning_tf.training import gather_predictions, prediction_path
+
+        parts = gather_predictions(predictions)  # every process's batches, in rank order
+        if not trainer.is_global_zero:
+            return
+        frames = [f for part in parts for f in part]
+        if not frames:
+            return
+        table = pd.concat(frames, ignore_index=True)
+        order = {str(s["ticker"].iloc[0]): i for i, s in enumerate(trainer.datamodule.predict_series)}
+        table = table.sort_values("ticker", key=lambda t: t.map(order), kind="stable").drop_duplicates(
+            ["ticker", "step"]
+        )  # a process's repeat that fills its share is dropped
+        path = prediction_path(trainer, self.output_file, "forecast.csv")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(path, index=False)
+        print(f"wrote the next {int(table['step'].max())} bars of {len(order)} series to {path}")

@@ -310,3 +310,52 @@ def test_bars_without_volume_are_tokenized_as_the_reference_reads_them(kronos: K
     four = {**batch, "bars": batch["bars"][..., :4]}
     for got, expected in zip(tuner._tokens(batch), tuner._tokens(four), strict=True):
         torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+@pytest.mark.integration
+def test_the_cli_fits_then_predicts_from_the_checkpoint_alone(folder: Path, tmp_path: Path) -> None:
+    """``lightning-tf fit`` of configs/kline/kronos_finetune.yaml on bars, then ``predict`` from its checkpoint with
+    the published folder gone and the training bars deleted: the CSV holds each new series' next bars, what
+    ``forecast()`` of the loaded checkpoint gives."""
+    import shutil
+
+    from tests.helpers.cli import cli
+
+    bars, new = tmp_path / "bars.csv", tmp_path / "new.csv"
+    _bars(n=120).to_csv(bars, index=False)
+    _bars(n=60).assign(ticker=lambda f: "N" + f["ticker"]).to_csv(new, index=False)
+    published = shutil.copytree(folder, tmp_path / "published")
+    root = Path(__file__).resolve().parents[2]
+    common = ["--config", str(root / "configs/trainer/default.yaml"), "--config"]
+    common += [str(root / "configs/kline/kronos_finetune.yaml"), f"--trainer.default_root_dir={tmp_path / 'run'}"]
+    overrides = [
+        f"--data.init_args.path={bars}",
+        "--data.init_args.window=16",
+        "--data.init_args.splits.val_start=2020-04-01",
+        "--data.init_args.splits.test_start=2020-05-15",
+        "--trainer.max_steps=4",
+        "--trainer.val_check_interval=2",
+        "--trainer.logger=false",
+        "--trainer.enable_progress_bar=false",
+        "--model.init_args.horizon=3",
+    ]
+    cli("fit", *common, *overrides, f"--model.init_args.pretrained={published}", timeout=600)
+    ckpt = sorted((tmp_path / "run").rglob("*.ckpt"))[0]
+    shutil.rmtree(published)
+    bars.unlink()
+    out = tmp_path / "forecast.csv"
+    proc = cli(
+        "predict",
+        *common,
+        *overrides,
+        f"--ckpt_path={ckpt}",
+        f"--data.init_args.predict_path={new}",
+        "--trainer.callbacks+=lightning_tf.kline.kronos_tuning.KronosWriter",
+        f"--trainer.callbacks.output_file={out}",
+        timeout=600,
+    )
+    assert f"to {out}" in proc.stdout
+    got = pd.read_csv(out, parse_dates=["timestamp"])
+    assert list(got["ticker"].unique()) == ["NT0", "NT1", "NT2"] and list(got["step"]) == [1, 2, 3] * 3
+    expected = KronosTuner.load_from_checkpoint(ckpt, weights_only=True).forecast(pd.read_csv(new))
+    np.testing.assert_allclose(got[["open", "close", "volume"]], expected[["open", "close", "volume"]], rtol=1e-5)
