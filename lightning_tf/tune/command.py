@@ -165,7 +165,7 @@ def _run(options: dict[str, Any], rest: list[str]) -> None:
     wandb = str((trainer.get("logger") or {}).get("class_path", "")).endswith("WandbLogger")
     attrs = {"args": args, "args_key": args_key, "search": search, "search_text": Path(search).read_text()}
     attrs |= {"metric": o.metric, "direction": direction, "study_dir": str(study_dir), "config": config}
-    attrs |= {"max_epochs": max_epochs, "wandb": wandb}
+    attrs |= {"max_epochs": max_epochs, "wandb": wandb, "pruner": [o.pruner, o.pruner_startup, warmup, max_epochs]}
     opened = open_storage(storage, o.heartbeat)
     study = optuna.create_study(study_name=name, storage=opened, direction=direction, load_if_exists=True)
     if "args" in study.user_attrs:
@@ -188,9 +188,9 @@ def _run(options: dict[str, Any], rest: list[str]) -> None:
         print(f"the study holds {o.trials} trials: --trials {2 * o.trials} runs more")
     else:
         study.sampler = make_sampler(o.sampler, o.seed, o.trials, len(study.trials))
-        study.pruner = make_pruner(o.pruner, o.pruner_startup, warmup, max_epochs)
+        study.pruner = make_pruner(*attrs["pruner"])
         timeout = None if o.timeout is None else max(0.0, t0 + o.timeout - time.time())
-        status = Trials(study, space, o.trials, jobs).run(timeout)
+        status = Trials(study, space, o.trials, jobs, storage).run(timeout)
         run = {"wall_s": round(time.time() - t0, 1), "jobs": jobs, "trials": o.trials}
         study.set_user_attr(f"run:{socket.gethostname()}:{os.getpid()}:{int(t0)}", run)
         if status == 130:  # the command line as typed (tune runs only from it)

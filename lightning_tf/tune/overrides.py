@@ -14,10 +14,11 @@ from typing import Any
 
 import yaml
 
-__all__ = ["CHANNEL", "check_study_name", "config_args", "format_value", "to_overrides", "trial_overrides"]
+__all__ = ["STORAGE", "check_study_name", "config_args", "format_value", "to_overrides", "trial_overrides"]
 
-#: the environment variable that gives a trial's run the descriptor of its socket to the command
-CHANNEL = "LIGHTNING_TF_TUNE_CHANNEL"
+#: the environment variable that gives a trial's run its study's storage (not an argument: the run's saved config and
+#: its command line would show a database's password)
+STORAGE = "LIGHTNING_TF_TUNE_STORAGE"
 
 
 def format_value(value: Any) -> str:
