@@ -14,11 +14,7 @@ from typing import Any
 
 import yaml
 
-__all__ = ["STORAGE", "check_study_name", "config_args", "format_value", "to_overrides", "trial_overrides"]
-
-#: the environment variable that gives a trial's run its study's storage (not an argument: the run's saved config and
-#: its command line would show a database's password)
-STORAGE = "LIGHTNING_TF_TUNE_STORAGE"
+__all__ = ["check_study_name", "config_args", "format_value", "to_overrides", "trial_overrides"]
 
 
 def format_value(value: Any) -> str:

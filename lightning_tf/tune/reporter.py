@@ -15,15 +15,14 @@ from optuna_integration import PyTorchLightningPruningCallback
 
 from lightning_tf.training import run_dir
 
-from .overrides import STORAGE
-from .study import open_trial
+from .study import STORAGE, open_trial
 
 __all__ = ["TrialReporter"]
 
 
 class TrialReporter(PyTorchLightningPruningCallback):
     """optuna-integration's pruning callback on the ``lightning-tf tune`` command's trial, which the run opens from
-    the study's storage (named in :data:`~.overrides.STORAGE`; without it the callback does nothing). On the trial it
+    the study's storage (named in :data:`~.study.STORAGE`; without it the callback does nothing). On the trial it
     records the run folder, the validation metrics of the best epoch and why the run ends early (``reason``); it
     stops the run at once when the command is gone and, under wandb, records the trial in the run's config (``tune``).
 

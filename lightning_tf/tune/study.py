@@ -1,6 +1,5 @@
 """The study's bookkeeping, on Optuna's public API: the storage, the sampler and pruner, a trial as its run opens it,
-trials queued again, what counts against ``--trials``, and the trials a dead command left running in a journal (which
-has no heartbeat).
+trials queued again, what counts against ``--trials``, trials a dead command left running in a journal (no heartbeat).
 """
 
 from __future__ import annotations
@@ -17,9 +16,12 @@ import optuna
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 
-__all__ = ["check_continuation", "fail_orphans", "held", "infer_direction", "make_pruner", "make_sampler"]
+__all__ = ["STORAGE", "check_continuation", "fail_orphans", "held", "infer_direction", "make_pruner", "make_sampler"]
 __all__ += ["open_storage", "open_trial", "retried", "retry", "state_name", "tally"]
 
+#: the environment variable that names the study's storage to a trial's run (not an argument: the run's saved config and
+#: its command line would show a database's password)
+STORAGE = "LIGHTNING_TF_TUNE_STORAGE"
 #: metrics a higher value of which is better, by the last part of their name (``val/acc``, ``val/top5``)
 _HIGHER_IS_BETTER = ("acc", "top", "bleu", "chrf", "f1", "auc", "precision", "recall", "r2", "sharpe", "ap")
 # the retry callback is marked experimental; the command relies on it as documented

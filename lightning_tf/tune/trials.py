@@ -5,13 +5,14 @@ which reports to the study itself (:mod:`.reporter`); how a trial ends: docs/tun
 from __future__ import annotations
 
 import datetime
+import itertools
 import math
 import os
-import queue
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -19,10 +20,10 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from .overrides import STORAGE, to_overrides, trial_overrides
+from .overrides import to_overrides, trial_overrides
 from .report import brief
 from .space import suggest
-from .study import held, retry, state_name, tally
+from .study import STORAGE, held, make_pruner, retry, state_name, tally
 
 __all__ = ["TrialFailed", "Trials", "failure"]
 
@@ -49,24 +50,16 @@ class Trials:
         trials: the study's total number of trials (``--trials``).
         jobs: trials run at once; job ``i`` sees GPU ``i mod n`` when there are several.
         storage: the study's storage, as ``--storage`` names it: each trial's run opens it.
-        fit: the command that runs a trial, before its arguments (default: this interpreter's ``lightning_tf fit``).
     """
 
-    def __init__(
-        self,
-        study: optuna.Study,
-        space: dict[str, Any],
-        trials: int,
-        jobs: int,
-        storage: str,
-        fit: list[str] | None = None,
-    ) -> None:
+    #: the command that runs a trial, before its arguments
+    fit = [sys.executable, "-m", "lightning_tf", "fit"]
+
+    def __init__(self, study: optuna.Study, space: dict[str, Any], trials: int, jobs: int, storage: str) -> None:
         self.study, self.space, self.trials, self.jobs, self.storage = study, space, trials, jobs, storage
-        self.fit = fit or [sys.executable, "-m", "lightning_tf", "fit"]
         self.attrs = study.user_attrs
-        self.free: queue.SimpleQueue[int] = queue.SimpleQueue()  # the job numbers no running trial holds
-        for job in range(jobs):
-            self.free.put(job)
+        study.pruner = make_pruner(*self.attrs["pruner"])  # the pruner each trial's run prunes with too
+        self.local, self.numbers = threading.local(), itertools.count()  # a job number per thread of optimize
         self.runs: dict[int, subprocess.Popen] = {}
         self.stops, self.stop_reason = 0, ""
 
@@ -97,14 +90,10 @@ class Trials:
             run.send_signal(signal.SIGTERM if self.stops == 1 else signal.SIGKILL)
 
     def objective(self, trial: optuna.Trial) -> float:
-        """The trial's value, else TrialPruned or TrialFailed: its ``fit`` run under a free job number."""
-        job = self.free.get()
-        try:
-            return self._run(trial, suggest(trial, self.space), job)
-        finally:
-            self.free.put(job)
-
-    def _run(self, trial: optuna.Trial, params: dict[str, Any], job: int) -> float:
+        """The trial's value, else TrialPruned or TrialFailed: its ``fit`` run under its thread's job number."""
+        if not hasattr(self.local, "job"):  # optimize runs at most --jobs threads, each one trial at a time
+            self.local.job = next(self.numbers)
+        job, params = self.local.job, suggest(trial, self.space)
         # a retry starts with the attributes of the trial it runs again; the pid before the host, which is what
         # makes a trial this machine's for fail_orphans
         mine = {"pid": os.getpid(), "host": socket.gethostname(), "job": job, "reason": "", "val_metrics": {}}
@@ -116,7 +105,7 @@ class Trials:
         folder = Path(self.attrs["study_dir"]) / "trials" / f"{trial.number:04d}"
         folder.mkdir(parents=True, exist_ok=True)
         reporter = {"monitor": metric, "study": name, "trial": trial.number, "params": params}
-        reporter["pruner"] = self.attrs["pruner"]  # the run prunes as this command would
+        reporter["pruner"] = self.attrs["pruner"]
         cmd = [*self.fit, *args, *to_overrides(params)]
         cmd += trial_overrides(name, trial.number, self.attrs["study_dir"], self.attrs["wandb"], args, reporter)
         env = {**os.environ, STORAGE: self.storage}

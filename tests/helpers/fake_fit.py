@@ -23,8 +23,7 @@ import time
 
 import yaml
 
-from lightning_tf.tune.overrides import STORAGE
-from lightning_tf.tune.study import open_trial
+from lightning_tf.tune.study import STORAGE, open_trial
 
 callback = next(a for a in sys.argv if a.startswith("--trainer.callbacks+="))
 init = yaml.safe_load(callback.partition("=")[2])["init_args"]

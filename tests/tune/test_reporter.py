@@ -16,9 +16,8 @@ pytest.importorskip("optuna_integration")
 import optuna  # noqa: E402
 import torch  # noqa: E402
 
-from lightning_tf.tune.overrides import STORAGE  # noqa: E402
 from lightning_tf.tune.reporter import TrialReporter  # noqa: E402
-from lightning_tf.tune.study import open_storage  # noqa: E402
+from lightning_tf.tune.study import STORAGE, open_storage  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 

@@ -65,17 +65,19 @@ PRUNER = ["median", 1, 0, None]  # after one trial, from the first epoch
 
 def trials_of(tmp_path: Path, behaviours: list[str], trials: int, jobs: int) -> tuple[optuna.Study, Trials]:
     """A study whose trials run ``behaviours`` in order (each one's parameter), ``jobs`` at once."""
-    from lightning_tf.tune.study import make_pruner, open_storage
+    from lightning_tf.tune.study import open_storage
 
     storage = str(tmp_path / "journal.log")
-    study = optuna.create_study(study_name="fake", storage=open_storage(storage), pruner=make_pruner(*PRUNER))
+    study = optuna.create_study(study_name="fake", storage=open_storage(storage))
     attrs = {"study_dir": str(tmp_path), "args": ["--config", "x.yaml"], "metric": "val/loss", "pruner": PRUNER}
     for key, value in {**attrs, "direction": "minimize", "wandb": False}.items():
         study.set_user_attr(key, value)
     for behaviour in behaviours:
         study.enqueue_trial({"behaviour": behaviour})
     space = {"behaviour": optuna.distributions.CategoricalDistribution(BEHAVIOURS)}
-    return study, Trials(study, space, trials=trials, jobs=jobs, storage=storage, fit=FAKE_FIT)
+    trials = Trials(study, space, trials=trials, jobs=jobs, storage=storage)
+    trials.fit = FAKE_FIT
+    return study, trials
 
 
 def test_a_trials_value_is_its_best_epoch_and_the_pruner_and_failures_are_answered(
