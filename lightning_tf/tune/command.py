@@ -64,19 +64,18 @@ def tune(
         forwarded: the arguments each trial's fit gets
     """
     options = {k: v for k, v in locals().items() if k != "forwarded"}
-    rest = list(forwarded or [])
     for name, low in (("trials", 1), ("jobs", 1), ("pruner_startup", 0), ("pruner_warmup", 0), ("heartbeat", 1)):
         if options[name] is not None and options[name] < low:
             raise ValueError(f"--{name} must be >= {low}, got {options[name]}")
     if timeout is not None and timeout <= 0:
         raise ValueError(f"--timeout must be > 0 seconds, got {timeout}")
     if report:
-        if rest:
-            raise ValueError(f"--report takes only --study_name and --storage, not {' '.join(rest)}")
+        if forwarded:
+            raise ValueError(f"--report takes only --study_name and --storage, not {' '.join(forwarded)}")
         return _report(_open(options))
     if not search:
         raise ValueError("--search is required: a search file such as configs/search/vision.yaml")
-    _run(options, rest)
+    _run(options, list(forwarded or []))
 
 
 def _where(name: str, storage: str | None) -> tuple[Path, str]:
@@ -140,7 +139,7 @@ def _run(options: dict[str, Any], rest: list[str]) -> None:
     from .overrides import check_study_name, config_args
     from .report import shown
     from .space import load_space, probe
-    from .study import check_continuation, fail_orphans, held, infer_direction, make_pruner, make_sampler, open_storage
+    from .study import check_continuation, fail_orphans, held, infer_direction, make_sampler, open_storage
     from .trials import Trials
 
     sys.stdout.reconfigure(line_buffering=True)  # each line as it is printed, into a file or a pipe too
@@ -165,7 +164,7 @@ def _run(options: dict[str, Any], rest: list[str]) -> None:
     wandb = str((trainer.get("logger") or {}).get("class_path", "")).endswith("WandbLogger")
     attrs = {"args": args, "args_key": args_key, "search": search, "search_text": Path(search).read_text()}
     attrs |= {"metric": o.metric, "direction": direction, "study_dir": str(study_dir), "config": config}
-    attrs |= {"max_epochs": max_epochs, "wandb": wandb}
+    attrs |= {"max_epochs": max_epochs, "wandb": wandb, "pruner": [o.pruner, o.pruner_startup, warmup, max_epochs]}
     opened = open_storage(storage, o.heartbeat)
     study = optuna.create_study(study_name=name, storage=opened, direction=direction, load_if_exists=True)
     if "args" in study.user_attrs:
@@ -188,9 +187,8 @@ def _run(options: dict[str, Any], rest: list[str]) -> None:
         print(f"the study holds {o.trials} trials: --trials {2 * o.trials} runs more")
     else:
         study.sampler = make_sampler(o.sampler, o.seed, o.trials, len(study.trials))
-        study.pruner = make_pruner(o.pruner, o.pruner_startup, warmup, max_epochs)
         timeout = None if o.timeout is None else max(0.0, t0 + o.timeout - time.time())
-        status = Trials(study, space, o.trials, jobs).run(timeout)
+        status = Trials(study, space, o.trials, jobs, storage).run(timeout)
         run = {"wall_s": round(time.time() - t0, 1), "jobs": jobs, "trials": o.trials}
         study.set_user_attr(f"run:{socket.gethostname()}:{os.getpid()}:{int(t0)}", run)
         if status == 130:  # the command line as typed (tune runs only from it)

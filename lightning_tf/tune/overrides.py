@@ -14,10 +14,7 @@ from typing import Any
 
 import yaml
 
-__all__ = ["CHANNEL", "check_study_name", "config_args", "format_value", "to_overrides", "trial_overrides"]
-
-#: the environment variable that gives a trial's run the descriptor of its socket to the command
-CHANNEL = "LIGHTNING_TF_TUNE_CHANNEL"
+__all__ = ["check_study_name", "config_args", "format_value", "to_overrides", "trial_overrides"]
 
 
 def format_value(value: Any) -> str:

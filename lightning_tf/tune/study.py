@@ -1,5 +1,5 @@
-"""The study's bookkeeping, on Optuna's public API: the storage, the sampler and pruner, trials queued again, what
-counts against ``--trials``, and the trials a dead command left running in a journal (which has no heartbeat).
+"""The study's bookkeeping, on Optuna's public API: the storage, the sampler and pruner, a trial as its run opens it,
+trials queued again, what counts against ``--trials``, trials a dead command left running in a journal (no heartbeat).
 """
 
 from __future__ import annotations
@@ -16,9 +16,12 @@ import optuna
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 
-__all__ = ["check_continuation", "fail_orphans", "held", "infer_direction", "make_pruner", "make_sampler"]
-__all__ += ["open_storage", "retried", "retry", "state_name", "tally"]
+__all__ = ["STORAGE", "check_continuation", "fail_orphans", "held", "infer_direction", "make_pruner", "make_sampler"]
+__all__ += ["open_storage", "open_trial", "retried", "retry", "state_name", "tally"]
 
+#: the environment variable that names the study's storage to a trial's run (not an argument: the run's saved config and
+#: its command line would show a database's password)
+STORAGE = "LIGHTNING_TF_TUNE_STORAGE"
 #: metrics a higher value of which is better, by the last part of their name (``val/acc``, ``val/top5``)
 _HIGHER_IS_BETTER = ("acc", "top", "bleu", "chrf", "f1", "auc", "precision", "recall", "r2", "sharpe", "ap")
 # the retry callback is marked experimental; the command relies on it as documented
@@ -66,6 +69,15 @@ def make_pruner(kind: str, startup: int, warmup: int, max_epochs: int | None) ->
     if kind == "hyperband":
         return optuna.pruners.HyperbandPruner(min_resource=1, max_resource=max_epochs or "auto")
     return optuna.pruners.NopPruner()
+
+
+def open_trial(storage: str, study_name: str, number: int, pruner: list[Any]) -> optuna.Trial:
+    """Trial ``number`` of the study, opened from ``storage`` by the run that trains it (another process than the
+    command's, as Optuna runs a trial anywhere its storage reaches), pruned by ``make_pruner(*pruner)``."""
+    opened = open_storage(storage)
+    study = optuna.load_study(study_name=study_name, storage=opened, pruner=make_pruner(*pruner))
+    study_id = opened.get_study_id_from_name(study_name)
+    return optuna.Trial(study, opened.get_trial_id_from_study_id_trial_number(study_id, number))
 
 
 def retried(trials: list[FrozenTrial]) -> set[int]:

@@ -1,19 +1,18 @@
-"""The trials a command runs: ``study.optimize`` with ``--jobs`` threads, each waiting on its trial's ``fit`` process
-and answering its pruning callback (:mod:`.reporter`) over a socket; how a trial ends: docs/tune.md.
+"""The trials a command runs: ``study.optimize`` with ``--jobs`` threads, each waiting on its trial's ``fit`` process,
+which reports to the study itself (:mod:`.reporter`); how a trial ends: docs/tune.md.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime
-import json
+import itertools
 import math
 import os
-import queue
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -21,10 +20,10 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from .overrides import CHANNEL, to_overrides, trial_overrides
+from .overrides import to_overrides, trial_overrides
 from .report import brief
 from .space import suggest
-from .study import held, retry, state_name, tally
+from .study import STORAGE, held, make_pruner, retry, state_name, tally
 
 __all__ = ["TrialFailed", "Trials", "failure"]
 
@@ -50,18 +49,17 @@ class Trials:
         space: the search space (config name -> distribution).
         trials: the study's total number of trials (``--trials``).
         jobs: trials run at once; job ``i`` sees GPU ``i mod n`` when there are several.
-        fit: the command that runs a trial, before its arguments (default: this interpreter's ``lightning_tf fit``).
+        storage: the study's storage, as ``--storage`` names it: each trial's run opens it.
     """
 
-    def __init__(
-        self, study: optuna.Study, space: dict[str, Any], trials: int, jobs: int, fit: list[str] | None = None
-    ) -> None:
-        self.study, self.space, self.trials, self.jobs = study, space, trials, jobs
-        self.fit = fit or [sys.executable, "-m", "lightning_tf", "fit"]
+    #: the command that runs a trial, before its arguments
+    fit = [sys.executable, "-m", "lightning_tf", "fit"]
+
+    def __init__(self, study: optuna.Study, space: dict[str, Any], trials: int, jobs: int, storage: str) -> None:
+        self.study, self.space, self.trials, self.jobs, self.storage = study, space, trials, jobs, storage
         self.attrs = study.user_attrs
-        self.free: queue.SimpleQueue[int] = queue.SimpleQueue()  # the job numbers no running trial holds
-        for job in range(jobs):
-            self.free.put(job)
+        study.pruner = make_pruner(*self.attrs["pruner"])  # the pruner each trial's run prunes with too
+        self.local, self.numbers = threading.local(), itertools.count()  # a job number per thread of optimize
         self.runs: dict[int, subprocess.Popen] = {}
         self.stops, self.stop_reason = 0, ""
 
@@ -92,17 +90,14 @@ class Trials:
             run.send_signal(signal.SIGTERM if self.stops == 1 else signal.SIGKILL)
 
     def objective(self, trial: optuna.Trial) -> float:
-        """The trial's value, else TrialPruned or TrialFailed: its ``fit`` run under a free job number."""
-        job = self.free.get()
-        try:
-            return self._run(trial, suggest(trial, self.space), job)
-        finally:
-            self.free.put(job)
-
-    def _run(self, trial: optuna.Trial, params: dict[str, Any], job: int) -> float:
+        """The trial's value, else TrialPruned or TrialFailed: its ``fit`` run under its thread's job number."""
+        if not hasattr(self.local, "job"):  # optimize runs at most --jobs threads, each one trial at a time
+            self.local.job = next(self.numbers)
+        job, params = self.local.job, suggest(trial, self.space)
         # a retry starts with the attributes of the trial it runs again; the pid before the host, which is what
         # makes a trial this machine's for fail_orphans
-        for key, value in {"pid": os.getpid(), "host": socket.gethostname(), "job": job, "reason": ""}.items():
+        mine = {"pid": os.getpid(), "host": socket.gethostname(), "job": job, "reason": "", "val_metrics": {}}
+        for key, value in mine.items():
             trial.set_user_attr(key, value)
         if self.stops:
             raise TrialFailed("interrupted: the study was stopped")
@@ -110,63 +105,45 @@ class Trials:
         folder = Path(self.attrs["study_dir"]) / "trials" / f"{trial.number:04d}"
         folder.mkdir(parents=True, exist_ok=True)
         reporter = {"monitor": metric, "study": name, "trial": trial.number, "params": params}
+        reporter["pruner"] = self.attrs["pruner"]
         cmd = [*self.fit, *args, *to_overrides(params)]
         cmd += trial_overrides(name, trial.number, self.attrs["study_dir"], self.attrs["wandb"], args, reporter)
-        ours, theirs = socket.socketpair()
-        env = {**os.environ, CHANNEL: str(theirs.fileno())}
+        env = {**os.environ, STORAGE: self.storage}
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // self.jobs)))
         if self.jobs > 1 and "CUDA_VISIBLE_DEVICES" not in env:
             import torch  # only here: it takes seconds to import
 
             if (gpus := torch.cuda.device_count()) > 1:
                 env["CUDA_VISIBLE_DEVICES"] = str(job % gpus)
-        reports: dict[int, dict[str, Any]] = {}  # by epoch: the value and every validation metric
-        pruned, missing, t0 = False, "", time.time()
-        with ours, open(folder / "fit.log", "wb") as log:
+        t0 = time.time()
+        with open(folder / "fit.log", "wb") as log:
             # its own session: a Ctrl-C in the terminal reaches this command alone, which stops the runs itself
-            run = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, pass_fds=[theirs.fileno()], start_new_session=True
-            )
-            theirs.close()  # the run holds the other end: the socket ends when the run does
-            self.runs[trial.number] = run
-            trial.set_user_attr("run_pid", run.pid)
-            if self.stops:  # a stop asked while the run was starting
-                run.send_signal(signal.SIGTERM)
-            # a run that ends before it reads an answer resets the socket: its status says how it ended
-            with contextlib.suppress(ConnectionError):
-                for line in ours.makefile("rb"):
-                    if not line.endswith(b"\n"):  # cut short: the run was killed while it wrote
-                        break
-                    record = json.loads(line)
-                    if "run_dir" in record:
-                        trial.set_user_attr("run_dir", record["run_dir"])
-                    missing = record.get("missing", missing)
-                    if "step" in record:
-                        reports[record["step"]] = record
-                        trial.report(record["value"], record["step"])
-                        pruned = trial.should_prune()
-                        ours.sendall(b"p" if pruned else b"g")
-            status = run.wait()
-            del self.runs[trial.number]
-        finite = {s: r["value"] for s, r in reports.items() if math.isfinite(r["value"])}
-        best = (max if self.attrs["direction"] == "maximize" else min)(finite, key=finite.get) if finite else None
-        trial.set_user_attr("epochs", len(reports))
+            run = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.runs[trial.number] = run
+        trial.set_user_attr("run_pid", run.pid)
+        if self.stops:  # a stop asked while the run was starting
+            run.send_signal(signal.SIGTERM)
+        status = run.wait()
+        del self.runs[trial.number]
+        done = self.study.get_trials(deepcopy=False)[trial.number]  # as the run left it: its reports, its reason
+        finite = [v for v in done.intermediate_values.values() if math.isfinite(v)]
+        epochs, reason = len(done.intermediate_values), done.user_attrs["reason"]
+        trial.set_user_attr("epochs", epochs)
         trial.set_user_attr("seconds", round(time.time() - t0, 1))
-        trial.set_user_attr("val_metrics", reports[best]["metrics"] if finite else {})
-        if pruned:
-            reason = f"pruned after epoch {len(reports)}"
+        if reason == "pruned":
+            reason = f"pruned after epoch {epochs}"
         elif self.stops or status < 0 or status == 128 + signal.SIGTERM:  # killed, or SIGTERM (LastCheckpoint saved it)
             reason = "interrupted: " + ("the study was stopped" if self.stops else f"its run ended ({status})")
-        elif missing:
-            reason = self.stop_reason = missing
+        elif reason:  # a metric the run does not log: every trial would fail alike
+            self.stop_reason = reason
         elif status != 0:
-            reason = failure(folder / "fit.log", len(reports))
-        elif best is None:
+            reason = failure(folder / "fit.log", epochs)
+        elif not finite:
             reason = f"failed: no validation epoch logged a finite {metric}"
         else:
-            return finite[best]
+            return (max if self.attrs["direction"] == "maximize" else min)(finite)
         trial.set_user_attr("reason", reason)
-        raise (optuna.TrialPruned if pruned else TrialFailed)(reason)
+        raise (optuna.TrialPruned if reason.startswith("pruned") else TrialFailed)(reason)
 
     def after_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
         """Queue an interrupted trial again, print its line, stop when the study holds ``--trials`` trials (or when

@@ -1,8 +1,8 @@
 """The trials a command runs, without training: the one line a failed run leaves in the study, read from the end of
-its output; and, each trial's run a stand-in for ``fit`` speaking the callback's side of the socket
-(``tests/helpers/fake_fit.py``), a trial's value (its best epoch), pruning answered from the study's pruner, failures, a run
-killed mid-report or ended before it read its answer (interrupted, queued again), a metric the runs do not log (the study stops, the other runs
-too), and a stop (the running trials end interrupted)."""
+its output; and, each trial's run a stand-in for ``fit`` that reports to its trial in the study's storage as the
+callback does (``tests/helpers/fake_fit.py``), a trial's value (its best epoch), pruning by the command's pruner,
+failures, a run killed mid-trial or stopped by a SIGTERM from outside (interrupted, queued again), a metric the runs
+do not log (the study stops, the other runs too), and a stop (the running trials end interrupted)."""
 
 from __future__ import annotations
 
@@ -59,25 +59,25 @@ def test_a_run_without_output_is_said_so(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ the trials, each run a stand-in for fit
 
 FAKE_FIT = [sys.executable, str(Path(__file__).parents[1] / "helpers" / "fake_fit.py")]
-BEHAVIOURS = ["good", "bad", "crash", "missing", "cut", "gone", "wait"]
+BEHAVIOURS = ["good", "bad", "crash", "missing", "killed", "termed", "wait"]
+PRUNER = ["median", 1, 0, None]  # after one trial, from the first epoch
 
 
 def trials_of(tmp_path: Path, behaviours: list[str], trials: int, jobs: int) -> tuple[optuna.Study, Trials]:
     """A study whose trials run ``behaviours`` in order (each one's parameter), ``jobs`` at once."""
     from lightning_tf.tune.study import open_storage
 
-    study = optuna.create_study(
-        study_name="fake",
-        storage=open_storage(str(tmp_path / "journal.log")),
-        pruner=optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=0),
-    )
-    attrs = {"study_dir": str(tmp_path), "args": ["--config", "x.yaml"], "metric": "val/loss"}
+    storage = str(tmp_path / "journal.log")
+    study = optuna.create_study(study_name="fake", storage=open_storage(storage))
+    attrs = {"study_dir": str(tmp_path), "args": ["--config", "x.yaml"], "metric": "val/loss", "pruner": PRUNER}
     for key, value in {**attrs, "direction": "minimize", "wandb": False}.items():
         study.set_user_attr(key, value)
     for behaviour in behaviours:
         study.enqueue_trial({"behaviour": behaviour})
     space = {"behaviour": optuna.distributions.CategoricalDistribution(BEHAVIOURS)}
-    return study, Trials(study, space, trials=trials, jobs=jobs, fit=FAKE_FIT)
+    trials = Trials(study, space, trials=trials, jobs=jobs, storage=storage)
+    trials.fit = FAKE_FIT
+    return study, trials
 
 
 def test_a_trials_value_is_its_best_epoch_and_the_pruner_and_failures_are_answered(
@@ -98,23 +98,32 @@ def test_a_trials_value_is_its_best_epoch_and_the_pruner_and_failures_are_answer
     assert "trial 1 pruned in " in out and "(1 complete, 1 pruned, 1 failed; best 0.3 (trial 0))" in out
 
 
-def test_a_run_killed_mid_report_ends_interrupted_and_runs_again(tmp_path: Path) -> None:
-    study, trials = trials_of(tmp_path, ["cut", "good"], trials=1, jobs=1)
+def test_a_run_killed_mid_trial_ends_interrupted_and_runs_again(tmp_path: Path) -> None:
+    study, trials = trials_of(tmp_path, ["killed", "good"], trials=1, jobs=1)
     assert trials.run(timeout=None) == 0
-    cut, *rest = study.trials
-    assert cut.state.name == "FAIL" and cut.user_attrs["reason"] == "interrupted: its run ended (-9)"
-    again = [t for t in rest if Retry.retried_trial_number(t) == cut.number]
-    assert again and again[0].params == {"behaviour": "cut"}  # queued again, with its parameters
+    killed, *rest = study.trials
+    assert killed.state.name == "FAIL" and killed.user_attrs["reason"] == "interrupted: its run ended (-9)"
+    again = [t for t in rest if Retry.retried_trial_number(t) == killed.number]
+    assert again and again[0].params == {"behaviour": "killed"}  # queued again, with its parameters
     assert held(study.trials) == 1  # the interrupted ones do not count: the study goes on to one trial
 
 
-def test_a_run_that_ends_with_an_answer_unread_ends_interrupted_and_the_study_goes_on(tmp_path: Path) -> None:
-    """Its socket resets under the command's read (a SIGTERM from outside between a report and its answer)."""
-    study, trials = trials_of(tmp_path, ["gone", "good"], trials=1, jobs=1)
+def test_a_trial_run_again_keeps_nothing_of_the_run_it_repeats(tmp_path: Path) -> None:
+    """A retry starts with the attributes of the trial it repeats: the metrics and reason are its run's own."""
+    study, trials = trials_of(tmp_path, [], trials=1, jobs=1)
+    stale = {"val_metrics": {"val/loss": 0.1}, "reason": "interrupted: its run ended (-9)", "epochs": 4}
+    study.enqueue_trial({"behaviour": "crash"}, user_attrs=stale)
+    trials.run(timeout=None)
+    crash = study.trials[0].user_attrs
+    assert (crash["val_metrics"], crash["reason"], crash["epochs"]) == ({}, "failed: RuntimeError: boom", 0)
+
+
+def test_a_run_stopped_by_a_sigterm_from_outside_ends_interrupted_and_the_study_goes_on(tmp_path: Path) -> None:
+    study, trials = trials_of(tmp_path, ["termed", "good"], trials=1, jobs=1)
     assert trials.run(timeout=None) == 0
-    gone = study.trials[0]
-    assert gone.state.name == "FAIL" and gone.user_attrs["reason"] == "interrupted: its run ended (143)"
-    assert gone.intermediate_values == {0: 1.0}
+    termed = study.trials[0]
+    assert termed.state.name == "FAIL" and termed.user_attrs["reason"] == "interrupted: its run ended (143)"
+    assert termed.intermediate_values == {0: 1.0}
 
 
 def test_a_metric_the_runs_do_not_log_stops_the_study(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
