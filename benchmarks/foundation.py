@@ -21,7 +21,7 @@ universe (``--universe PATH``, configs/kline/us_universe.yaml's four yearly fold
 (configs/kline/chronos_bolt.yaml) beside LightGBM and the linear path of the same folds and this package's
 pretrained model (docs/results/pretrain.json); with a Kronos among ``--models``, the zero-shot walk-forward also
 forecasts with it from the raw bars, as published and fine-tuned on each fold's training bars (``walkforward --kronos``:
-512 bars, the mean of 5 draws; 2,000 fine-tuning steps). ``--quick`` runs those on tiny random weights (a smoke run).
+its max_context less the horizon, the mean of 5 draws; 2,000 fine-tuning steps). ``--quick`` runs those on tiny random weights (a smoke run).
 
 Speed is the median wall time of ``--repeats`` calls (more, up to 21, for calls under a second) after a warm-up, ours and the reference alternating, and
 the median CPU time of the process over the same calls (steadier than the wall time when other jobs share the
@@ -528,7 +528,7 @@ def universe_walkforward(
 
 def _kronos_args(kronos: tuple[Path, Path], quick: bool) -> list[str]:
     model_dir, tokenizer_dir = kronos
-    context = ["--kronos_context", "24"] if quick else ["--kronos_context", "512", "--kronos_samples", "5"]
+    context = ["--kronos_context", "24"] if quick else ["--kronos_samples", "5"]  # else max_context less the horizon
     context += ["--kronos_finetune_steps", "4" if quick else "2000"]
     return ["--kronos", str(model_dir), "--kronos_tokenizer", str(tokenizer_dir), *context]
 

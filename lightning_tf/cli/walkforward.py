@@ -298,7 +298,7 @@ def walkforward(
     zero_shot: Path | None = None,
     kronos: str | None = None,
     kronos_tokenizer: str | None = None,
-    kronos_context: int = 512,
+    kronos_context: int | None = None,
     kronos_samples: int = 1,
     kronos_finetune_steps: int = 0,
     kronos_finetune_lr: float = 2e-5,
@@ -331,7 +331,8 @@ def walkforward(
         kronos: a published Kronos (``NeoQuasar/Kronos-small``, its folder, or a folder ``to_kronos`` wrote): its
             zero-shot forecasts from the raw bars on every fold's test dates, beside the model (``Kronos zero-shot``).
         kronos_tokenizer: the Kronos tokenizer (hub name or folder) where --kronos does not say which.
-        kronos_context: bars Kronos reads before each origin (at most its max_context).
+        kronos_context: bars Kronos reads before each origin (at most its max_context; default: max_context less
+            the horizon, so that it keeps its cache through the forecast).
         kronos_samples: continuations Kronos draws per origin; its forecast is their mean.
         kronos_finetune_steps: also fine-tune Kronos on each fold's training bars for this many steps, its own
             objective (windows of kronos_context + 1 bars), and forecast with it beside (``Kronos fine-tuned``).

@@ -39,19 +39,20 @@ class KronosColumn:
         source: the model: a hub name (``NeoQuasar/Kronos-small``), its folder, or a folder ``to_kronos`` wrote.
         tokenizer: its tokenizer (hub name or folder), where ``source`` does not say which.
         context: bars read before each origin (at most the model's ``max_context``; a ticker with fewer bars
-            gives what it has).
+            gives what it has); None: ``max_context`` less the horizon, so that the model keeps its keys and values
+            through the whole forecast (a context that fills ``max_context`` recomputes the window at every bar).
         samples: continuations drawn per origin; the forecast is their mean.
         seed: the seed of the draws (each fold's forecasts are drawn from it anew).
         batch_size: origins per forward pass.
         finetune_steps: also fine-tune it on each fold's training bars for this many optimizer steps
             (:func:`finetune_kronos`; its forecasts the column ``kronos_tuned``); 0: not.
         finetune_lr: the fine-tuning's peak learning rate.
-        finetune_batch: windows a fine-tuning batch (each ``context + 1`` bars).
+        finetune_batch: windows a fine-tuning batch (each ``context + 1`` bars; ``max_context + 1`` without one).
     """
 
     source: str
     tokenizer: str | None = None
-    context: int = 512
+    context: int | None = None
     samples: int = 1
     seed: int = 0
     batch_size: int = 64
@@ -61,7 +62,7 @@ class KronosColumn:
 
     def __post_init__(self) -> None:
         for name in ("context", "samples", "batch_size", "finetune_batch"):
-            if getattr(self, name) < 1:
+            if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"kronos {name} must be >= 1, got {getattr(self, name)}")
         if self.finetune_steps < 0 or not self.finetune_lr > 0:
             raise ValueError(
@@ -73,7 +74,7 @@ class KronosColumn:
         from ..published import Kronos
 
         model = Kronos.from_pretrained(self.source, self.tokenizer)
-        if self.context > model.max_context:
+        if self.context is not None and self.context > model.max_context:
             raise ValueError(
                 f"kronos context ({self.context}) is longer than the model's max_context ({model.max_context})"
             )
@@ -92,7 +93,7 @@ def finetune_kronos(kronos: Kronos, bars: pd.DataFrame, splits: Splits, settings
     from ..kronos_tuning import KronosBarsDataModule, KronosTuner
 
     steps = settings.finetune_steps
-    window = min(settings.context, kronos.max_context) + 1
+    window = min(settings.context or kronos.max_context, kronos.max_context) + 1
     data = KronosBarsDataModule(bars, window=window, splits=splits, batch_size=settings.finetune_batch)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(settings.seed)
@@ -163,6 +164,7 @@ def kronos_column(
     """
     columns = bar_columns(bars)
     horizon = int(frame["step"].max()) if len(frame) else 0
+    context = settings.context if settings.context is not None else max(1, kronos.max_context - horizon)
     origins = frame[["date", "ticker"]].drop_duplicates().reset_index(drop=True)  # (n, 2)
     n = len(origins)
     close = np.full((n, horizon + 1), np.nan)  # the origin's close and the forecast path
@@ -181,7 +183,7 @@ def kronos_column(
             raise ValueError(f"kronos: ticker {ticker!r} has no bar at its origin {day}")
         values = rows[columns].to_numpy(np.float64)  # (N, C)
         for i, end in zip(group.index.to_numpy(), ends, strict=True):
-            length = min(settings.context, int(end) + 1)
+            length = min(context, int(end) + 1)
             windows.setdefault(length, []).append(
                 (i, values[end - length + 1 : end + 1], times[end - length + 1 : end + 1])
             )

@@ -172,3 +172,14 @@ def test_a_context_longer_than_the_models_is_refused_when_loaded(tmp_path, krono
     assert KronosColumn(str(folder), context=16).load().max_context == 16
     with pytest.raises(ValueError, match=r"kronos context \(17\) is longer than the model's max_context \(16\)"):
         KronosColumn(str(folder), context=17).load()
+
+
+def test_the_default_context_leaves_room_for_the_horizon(kronos: Kronos) -> None:
+    """Without a context, Kronos reads its max_context (16) less the horizon (3) bars: the window never slides."""
+    bars = _bars()
+    frame = _frame(bars, [("AAA", 30), ("BBB", 20)])
+    default, _ = kronos_column(frame, bars, kronos, KronosColumn("unused"))
+    given, _ = kronos_column(frame, bars, kronos, KronosColumn("unused", context=13))
+    other, _ = kronos_column(frame, bars, kronos, KronosColumn("unused", context=16))
+    np.testing.assert_array_equal(default.to_numpy(), given.to_numpy())
+    assert not np.array_equal(default.to_numpy(), other.to_numpy())
