@@ -15,7 +15,15 @@ import math
 import torch
 from torch import Tensor, nn
 
-from lightning_tf.core import EncoderLayer, KVCache, MultiHeadAttention, RMSNorm, TransformerSpec, sinusoidal_table
+from lightning_tf.core import (
+    EncoderLayer,
+    KVCache,
+    MultiHeadAttention,
+    RMSNorm,
+    RotaryEmbedding,
+    TransformerSpec,
+    sinusoidal_table,
+)
 
 __all__ = [
     "CALENDAR_FIELDS",
@@ -146,10 +154,10 @@ class DependencyLayer(nn.Module):
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=attn_dropout, cross_attention=True)
         self.dropout = nn.Dropout(dropout)
         self.norm = RMSNorm(d_model, eps=1e-5)
+        # its own angles, of its own head dimension (the model's blocks may have other heads), as the reference's
+        self.rope = RotaryEmbedding(d_model // n_heads, precision="float32")
 
-    def forward(
-        self, hidden: Tensor, sibling: Tensor, *, causal: bool, rotary: tuple[Tensor, Tensor] | None = None
-    ) -> Tensor:
+    def forward(self, hidden: Tensor, sibling: Tensor, *, causal: bool, rotate: bool = False) -> Tensor:
         """Queries ``sibling`` (B, T, D) on keys ``hidden`` (B, S, D) -> ``(B, T, D)``, the residual taken from
         the last T rows of ``hidden`` (T = S when training on whole sequences, T = 1 for the newest token).
 
@@ -157,9 +165,11 @@ class DependencyLayer(nn.Module):
             hidden: the model's final hidden states.
             sibling: the embeddings of the coarse tokens.
             causal: query t sees keys up to t (T == S).
-            rotary: RoPE angles ``(T, Dh/2)`` of both queries and keys (T == S); None: no rotation.
+            rotate: rotate queries and keys by RoPE at the queries' positions ``0 .. T - 1`` (T == S), as the
+                reference does on whole sequences; False: no rotation.
         """
         T = sibling.shape[1]
+        rotary = self.rope(T, 0, hidden.device) if rotate else None  # (T, Dh/2) each
         a, _ = self.cross_attn(sibling, hidden, is_causal=causal, rotary=rotary)  # (B, T, D)
         return self.norm(hidden[:, -T:] + self.dropout(a))  # (B, T, D)
 

@@ -109,9 +109,8 @@ class KronosModel(nn.Module):
     def s2_logits(self, hidden: Tensor, s1: Tensor, *, causal: bool) -> Tensor:
         """The next fine token's logits ``(B, T, 2^s2_bits)`` given the next coarse tokens ``s1`` (B, T) and the
         hidden states ``(B, T, D)``; ``causal`` as the reference trains (see :class:`.DependencyLayer`)."""
-        T = s1.shape[1]
-        rotary = self.rope(T, 0, hidden.device)  # the queries' positions, given to the keys too
-        x2 = self.dep_layer(hidden, self.embed.emb_s1(s1), causal=causal, rotary=rotary)  # (B, T, D)
+        # rotated at the queries' positions, given to the keys too
+        x2 = self.dep_layer(hidden, self.embed.emb_s1(s1), causal=causal, rotate=True)  # (B, T, D)
         return self.head.proj_s2(x2)
 
     def forward(

@@ -110,6 +110,21 @@ def test_the_models_logits_equal_the_references(pair: tuple) -> None:
         torch.testing.assert_close(ours.model.hidden(s1, s2), ref_model.decode_s1(s1, s2)[1], atol=1e-5, rtol=0)
 
 
+def test_the_dependency_layer_rotates_by_its_own_heads_when_the_model_has_others() -> None:
+    """Kronos-small and -base have 8 and 16 heads in their blocks and 4 in the dependency layer: the fine head's
+    logits on whole sequences (training) rotate by the dependency layer's head dimension, as the reference's."""
+    sizes = dict(d_model=64, n_heads=8, ff_dim=64, n_layers=1)
+    ref_tok, ref_model = random_kronos(model=sizes)
+    ours = _ours(ref_tok, ref_model, model=sizes)
+    s1, s2, stamp = _tokens()
+    target = torch.randint(0, 16, (B, L))
+    with torch.no_grad():
+        ref_out = ref_model(s1, s2, stamp.float(), use_teacher_forcing=True, s1_targets=target)
+        out = ours.model(s1, s2, stamp, target)
+    torch.testing.assert_close(out[0], ref_out[0], atol=1e-5, rtol=0)
+    torch.testing.assert_close(out[1], ref_out[1], atol=1e-5, rtol=0)
+
+
 def test_long_contexts_need_the_references_float32_rope_angles() -> None:
     """With the published head dimension (64) and 1024 positions, RoPE angles computed in float64 would move the
     logits by more than 1e-5; the float32 angles the model was trained with give the reference's."""
