@@ -5,7 +5,6 @@ which reports to the study itself (:mod:`.reporter`); how a trial ends: docs/tun
 from __future__ import annotations
 
 import datetime
-import itertools
 import math
 import os
 import signal
@@ -14,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -59,23 +59,49 @@ class Trials:
         self.study, self.space, self.trials, self.jobs, self.storage = study, space, trials, jobs, storage
         self.attrs = study.user_attrs
         study.pruner = make_pruner(*self.attrs["pruner"])  # the pruner each trial's run prunes with too
-        self.local, self.numbers = threading.local(), itertools.count()  # a job number per thread of optimize
+        self.local = threading.local()  # each job thread's number, and whether it holds the lock
+        # a job holds it from its decision to start a trial until the trial runs (and held counts it): two jobs that
+        # end at once never both take the last place
+        self.lock = threading.Lock()
         self.runs: dict[int, subprocess.Popen] = {}
         self.stops, self.stop_reason = 0, ""
 
     def run(self, timeout: float | None) -> int:
         """Run trials until the study holds ``trials``, ``timeout`` seconds pass or a stop; the exit status."""
         previous = {s: signal.signal(s, self.stop) for s in (signal.SIGINT, signal.SIGTERM)}
+        deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            self.study.optimize(
-                self.objective, n_jobs=self.jobs, timeout=timeout, catch=(TrialFailed,), callbacks=[self.after_trial]
-            )
+            with ThreadPoolExecutor(self.jobs) as pool:
+                for job in [pool.submit(self.job, k, deadline) for k in range(self.jobs)]:
+                    job.result()
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
         if self.stop_reason:
             print(f"stopping the study: {self.stop_reason}")
         return 1 if self.stop_reason else 130 if self.stops else 0
+
+    def job(self, number: int, deadline: float | None) -> None:
+        """Job ``number``: one trial after another (each ``study.optimize`` of one trial, in this thread), while the
+        study has room, the time lasts and nothing stopped it."""
+        self.local.job = number
+        while True:
+            self.lock.acquire()
+            self.local.holding = True
+            late = deadline is not None and time.monotonic() >= deadline
+            if self.stops or late or held(self.study.get_trials(deepcopy=False)) >= self.trials:
+                self.release()
+                return
+            try:
+                self.study.optimize(self.objective, n_trials=1, catch=(TrialFailed,), callbacks=[self.after_trial])
+            finally:
+                self.release()  # a trial that never reached its objective
+
+    def release(self) -> None:
+        """Let the next job decide, once this thread's trial runs (held counts it)."""
+        if getattr(self.local, "holding", False):
+            self.local.holding = False
+            self.lock.release()
 
     def stop(self, signum: int = signal.SIGTERM, frame: Any = None) -> None:
         """Ctrl-C or SIGTERM: each running trial's run gets SIGTERM (it saves where it is and ends interrupted); a
@@ -91,8 +117,7 @@ class Trials:
 
     def objective(self, trial: optuna.Trial) -> float:
         """The trial's value, else TrialPruned or TrialFailed: its ``fit`` run under its thread's job number."""
-        if not hasattr(self.local, "job"):  # optimize runs at most --jobs threads, each one trial at a time
-            self.local.job = next(self.numbers)
+        self.release()  # running now: held counts it
         job, params = self.local.job, suggest(trial, self.space)
         # a retry starts with the attributes of the trial it runs again; the pid before the host, which is what
         # makes a trial this machine's for fail_orphans
@@ -146,8 +171,8 @@ class Trials:
         raise (optuna.TrialPruned if reason.startswith("pruned") else TrialFailed)(reason)
 
     def after_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        """Queue an interrupted trial again, print its line, stop when the study holds ``--trials`` trials (or when
-        a metric the runs do not log would fail every trial)."""
+        """Queue an interrupted trial again, print its line, and stop the study when a metric the runs do not log
+        would fail every trial."""
         reason = str(trial.user_attrs.get("reason", ""))
         if trial.state == TrialState.FAIL and reason.startswith("interrupted"):
             retry(study, trial)
@@ -165,5 +190,3 @@ class Trials:
         )
         if self.stop_reason and not self.stops:  # every run would fail alike: stop the others now
             self.stop()
-        if self.stops or held(trials) >= self.trials:
-            study.stop()

@@ -150,3 +150,21 @@ def test_a_stop_ends_the_running_trials_as_interrupted(tmp_path: Path) -> None:
     for t in (first, second):
         assert t.state.name == "FAIL" and t.user_attrs["reason"] == "interrupted: the study was stopped"
     assert retried(study.trials) == {0, 1} and trials.runs == {}
+
+
+def test_two_jobs_that_end_at_once_never_both_take_the_last_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--trials 3 --jobs 2``: the first two trials end together and both see room for one more; the study still
+    gets three trials, not four (each job decides under one lock until its trial runs)."""
+    study, trials = trials_of(tmp_path, ["good"] * 4, trials=3, jobs=2)
+    original = Trials.after_trial
+
+    def slow(self: Trials, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        if trial.number < 2:
+            time.sleep(1.0)  # both first trials have ended before either's line is done
+        original(self, study, trial)
+
+    monkeypatch.setattr(Trials, "after_trial", slow)
+    assert trials.run(timeout=None) == 0
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 3 + ["WAITING"]
