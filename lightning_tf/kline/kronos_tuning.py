@@ -21,6 +21,7 @@ configs/kline/kronos_finetune.yaml``; the checkpoint holds the configs and every
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Literal
@@ -41,7 +42,15 @@ from lightning_tf.training.private.lightning import attached_trainer
 from .published import Kronos, KronosConfig, KronosTokenizerConfig, calendar_stamps
 from .settings import Covariates, Reading, Splits, read_with_settings
 
-__all__ = ["KronosBarsDataModule", "KronosTuner", "KronosWriter", "bar_columns", "forecast_bars", "scored_token_loss"]
+__all__ = [
+    "KronosBarsDataModule",
+    "KronosTuner",
+    "KronosWriter",
+    "bar_columns",
+    "forecast_bars",
+    "forecast_series",
+    "scored_token_loss",
+]
 
 #: the bar columns Kronos reads, in its order; volume and amount are optional (the reference completes them)
 BARS = ("open", "high", "low", "close", "volume", "amount")
@@ -88,7 +97,30 @@ def forecast_bars(
         One row per series and future bar: ``ticker``, ``timestamp``, ``step`` and the forecast ``open``, ``high``,
         ``low``, ``close``, ``volume``, ``amount``.
     """
-    from .windows import next_timestamps_of, resolve_path
+    from .windows import resolve_path
+
+    source = name or (str(bars) if not isinstance(bars, pd.DataFrame) else "the bars")
+    data = bars if isinstance(bars, pd.DataFrame) else resolve_path(str(bars))
+    frame = read_with_settings(data, reading or Reading(), Covariates(), source=source, name=name)
+    bar_columns(frame, source)
+    series = [part for _, part in frame.groupby("ticker", sort=False)]
+    kwargs = {"context": context, "samples": samples, "seed": seed, "calendar": calendar}
+    return pd.concat(forecast_series(kronos, series, horizon, **kwargs), ignore_index=True)
+
+
+def forecast_series(
+    kronos: Kronos,
+    series: Sequence[pd.DataFrame],
+    horizon: int,
+    *,
+    context: int | None = None,
+    samples: int = 1,
+    seed: int = 0,
+    calendar: str | None = None,
+) -> list[pd.DataFrame]:
+    """:func:`forecast_bars` of series the bar reader has read (canonical frames, one ticker each): one table per
+    series, in their order. Series of one length and the same columns are forecast in one batch."""
+    from .windows import next_timestamps_of
 
     context = kronos.max_context if context is None else context
     if horizon < 1 or not 1 <= context <= kronos.max_context or samples < 1:
@@ -96,34 +128,27 @@ def forecast_bars(
             f"horizon ({horizon}) and samples ({samples}) must be >= 1 and context ({context}) in [1, "
             f"{kronos.max_context}] (the model's max_context)"
         )
-    source = name or (str(bars) if not isinstance(bars, pd.DataFrame) else "the bars")
-    data = bars if isinstance(bars, pd.DataFrame) else resolve_path(str(bars))
-    frame = read_with_settings(data, reading or Reading(), Covariates(), source=source, name=name)
-    columns = bar_columns(frame, source)
-    groups: dict[int, list[tuple[str, np.ndarray, pd.DatetimeIndex]]] = {}
-    for ticker, part in frame.groupby("ticker", sort=False):
-        tail = part.tail(context)
-        groups.setdefault(len(tail), []).append(
-            (str(ticker), tail[columns].to_numpy(np.float64), pd.DatetimeIndex(part["timestamp"]))
-        )
+    groups: dict[tuple[int, tuple[str, ...]], list[int]] = {}
+    for i, part in enumerate(series):
+        groups.setdefault((min(len(part), context), tuple(bar_columns(part))), []).append(i)
     device = next(kronos.parameters()).device
     generator = torch.Generator(device).manual_seed(seed)
-    out: dict[str, pd.DataFrame] = {}
-    for length in sorted(groups):  # series of one length in one batch
-        group = groups[length]
-        x = torch.as_tensor(np.stack([v for _, v, _ in group]))  # (B, L, C)
-        stamps = torch.stack([calendar_stamps(t[-length:]) for _, _, t in group])  # (B, L, 5)
-        nxt = next_timestamps_of([t for _, _, t in group], horizon, calendar=calendar)
+    out: dict[int, pd.DataFrame] = {}
+    for (length, columns), members in sorted(groups.items()):  # by length, then columns
+        times = [pd.DatetimeIndex(series[i]["timestamp"]) for i in members]
+        x = torch.as_tensor(np.stack([series[i][list(columns)].to_numpy(np.float64)[-length:] for i in members]))
+        stamps = torch.stack([calendar_stamps(t[-length:]) for t in times])  # (B, L, 5)
+        nxt = next_timestamps_of(times, horizon, calendar=calendar)
         future = torch.stack([calendar_stamps(t) for t in nxt])  # (B, F, 5)
         draws = kronos.forecast(x, stamps, future, samples=samples, generator=generator)  # (B, S, F, 6)
         mean = draws.mean(1).double().cpu().numpy()  # (B, F, 6)
-        for (ticker, _, _), times, values in zip(group, nxt, mean, strict=True):
+        for i, stamps_i, values in zip(members, nxt, mean, strict=True):
             rows = pd.DataFrame(values, columns=list(BARS))
             rows.insert(0, "step", np.arange(1, horizon + 1))
-            rows.insert(0, "timestamp", times)
-            rows.insert(0, "ticker", ticker)
-            out[ticker] = rows
-    return pd.concat([out[str(t)] for t in frame["ticker"].unique()], ignore_index=True)  # the series' order
+            rows.insert(0, "timestamp", stamps_i)
+            rows.insert(0, "ticker", str(series[i]["ticker"].iloc[0]))
+            out[i] = rows
+    return [out[i] for i in range(len(series))]
 
 
 class _Windows(Dataset):
@@ -409,12 +434,17 @@ class KronosTuner(LightningModule):
         with evaluating(self):
             return forecast_bars(self.kronos, bars, **kwargs)
 
+    def forecast_series(self, series: Sequence[pd.DataFrame], **kwargs: Any) -> list[pd.DataFrame]:
+        """:meth:`forecast` of series the bar reader has read (:func:`forecast_series`): one table each."""
+        kwargs = {"horizon": self.hparams.horizon, "samples": self.hparams.samples, **kwargs}
+        with evaluating(self):
+            return forecast_series(self.kronos, series, **kwargs)
+
     def predict_step(self, batch: list[int], batch_idx: int) -> pd.DataFrame:
         """The forecast (:meth:`forecast`) of the predict bars' series ``batch`` (indices into the data module's
         ``predict_series``), drawn from the seed ``batch_idx`` (the first batch's: what :meth:`forecast` draws)."""
         series = self.trainer.datamodule.predict_series
-        frame = pd.concat([series[i] for i in batch], ignore_index=True)
-        return self.forecast(frame, seed=batch_idx)
+        return pd.concat(self.forecast_series([series[i] for i in batch], seed=batch_idx), ignore_index=True)
 
     def configure_callbacks(self) -> list[Any]:
         """A :class:`KronosWriter` for ``predict``, unless the trainer already has a prediction writer."""

@@ -4,7 +4,7 @@ per future bar (``ticker``, ``timestamp``, ``step``, ``open`` ... ``amount``), w
 
 A request's bars are read by the bar reader (any names and layouts it takes; bad bars refused, or repaired with
 ``--on_error``). A batch is the batch's series forecast together, those of one length in one pass
-(:func:`~lightning_tf.kline.kronos_tuning.forecast_bars`). The forecast is drawn (the mean of the checkpoint's
+(:func:`~lightning_tf.kline.kronos_tuning.forecast_series`, without reading them again). The forecast is drawn (the mean of the checkpoint's
 ``samples`` draws, from its seed), as the reference predictor's: a request alone gets what ``forecast()`` gives,
 and a request's draws depend on the batch it runs in, as any sampled forecast's do.
 """
@@ -104,14 +104,10 @@ class KronosAPI(TaskAPI):
         return bars
 
     def run(self, inputs: list[pd.DataFrame]) -> Sequence[list[dict[str, Any]]]:
-        # each request its own series (renamed, so that equal tickers stay apart), all forecast together
-        frame = pd.concat([b.assign(ticker=str(i)) for i, b in enumerate(inputs)], ignore_index=True)
-        table = self.model.forecast(frame)
-        table["timestamp"] = [t.isoformat() for t in table["timestamp"]]
         out = []
-        for i, bars in enumerate(inputs):
-            rows = table[table["ticker"] == str(i)].assign(ticker=str(bars["ticker"].iloc[0]))
-            out.append(rows.to_dict(orient="records"))
+        for table in self.model.forecast_series(inputs):  # the batch's series together, as the reader read them
+            table["timestamp"] = [t.isoformat() for t in table["timestamp"]]
+            out.append(table.to_dict(orient="records"))
         return out
 
     def encode(self, output: list[dict[str, Any]]) -> dict[str, Any]:

@@ -296,6 +296,10 @@ def test_bad_input_is_one_line(kronos: Kronos) -> None:
     long = KronosBarsDataModule(_bars(), window=40, splits=SPLITS)
     with pytest.raises(ValueError, match=r"data window \(40\) .* window <= 33"):
         Trainer(max_steps=1, logger=False, enable_progress_bar=False).fit(KronosTuner.from_model(kronos), long)
+    with pytest.raises(ValueError, match=r"stride \(0\) and batch_size \(32\) must be >= 1"):
+        KronosBarsDataModule(_bars(), stride=0)
+    with pytest.raises(ValueError, match="predict needs the bars to forecast: set data.init_args.predict_path"):
+        KronosBarsDataModule(_bars()).setup("predict")
     with pytest.raises(ValueError, match="kronos finetune_steps"):
         KronosColumn("unused", finetune_steps=-1)
 

@@ -80,6 +80,17 @@ def test_a_batch_answers_each_series_and_refuses_bad_ones_alone(api: KronosAPI) 
         assert all(np.isfinite(r["close"]) for r in answer["forecast"])
 
 
+def test_series_with_other_columns_share_a_batch(api: KronosAPI) -> None:
+    """One request with an amount column, one without: one batch answers both, each series read with its own
+    columns (the amount one reads its amount; alone, it gets what forecast() gives)."""
+    with_amount = [dict(b, amount=b["Close"] * b["Volume"]) for b in SERIES[1]]
+    answers = served(api, [{"bars": SERIES[3]}, {"bars": with_amount}])
+    assert [s for s, _ in answers] == [200, 200]
+    same_rows(answers[0][1]["forecast"], offline(api.model, SERIES[3]))
+    assert answers[1][1]["forecast"][0]["amount"] != offline(api.model, SERIES[1])[0]["amount"]
+    same_rows(served(api, [{"bars": with_amount}])[0][1]["forecast"], offline(api.model, with_amount))
+
+
 def test_bad_requests_and_options(api: KronosAPI) -> None:
     two = [dict(b, ticker="A") for b in SERIES[0][:20]] + [dict(b, ticker="B") for b in SERIES[1][:20]]
     for body, error in [
