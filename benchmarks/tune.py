@@ -136,8 +136,8 @@ def study_row(workdir: Path, name: str, wall_s: float) -> dict[str, Any]:
         "best_acc": max(accuracies) if accuracies else None,
         "best_params": None if best is None else best.params,
         "best_run_dir": None if best is None else best.user_attrs.get("run_dir"),
-        "epochs": sum(int(t.user_attrs.get("epochs", 0)) for t in study.trials),
-        "trial_s": sum(float(t.user_attrs.get("seconds") or 0) for t in study.trials),
+        "epochs": sum(len(t.intermediate_values) for t in study.trials),  # each epoch a trial reported
+        "trial_s": sum(t.duration.total_seconds() for t in study.trials if t.duration),
     }
 
 

@@ -229,8 +229,7 @@ def test_each_search_space_fits_the_config_its_header_names(
     command resolves them (in this process: the command's own subprocess adds about 10 s of imports)."""
     pytest.importorskip("optuna")
     from lightning_tf.__main__ import main
-    from lightning_tf.tune.overrides import to_overrides
-    from lightning_tf.tune.space import load_space, probe
+    from lightning_tf.tune.space import load_space, probe, to_overrides
 
     configs = re.findall(r"--config (configs/\S+\.yaml)", path.read_text().split("\n\n")[0])
     assert configs[0] == "configs/trainer/default.yaml" and len(configs) == 2, configs

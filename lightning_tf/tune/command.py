@@ -4,19 +4,21 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import shlex
-import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Literal
 
 import yaml
 
-__all__ = ["tune"]
+__all__ = ["check_study_name", "config_args", "tune"]
 
 
 def tune(
@@ -78,6 +80,27 @@ def tune(
     _run(options, list(forwarded or []))
 
 
+def check_study_name(name: str) -> str:
+    """``name``, which names folders and wandb runs: letters, digits, ``-`` and ``_``."""
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", name):
+        raise ValueError(f"study name {name!r}: use letters, digits, '-' and '_' only")
+    return name
+
+
+def config_args(args: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``args`` with every ``--config`` file as an absolute path (the study's record works from any folder), and as
+    a digest of its content (the key a continued study is compared by: the same wherever the clone is)."""
+    absolute, key = list(args), list(args)
+    for i, arg in enumerate(args):
+        name, eq, value = arg.partition("=")
+        j, value = (i, value) if eq else (i + 1, args[i + 1] if i + 1 < len(args) else "")
+        if name == "--config" and value and os.path.isfile(value):
+            prefix = "--config=" if eq else ""
+            absolute[j] = prefix + os.path.abspath(value)
+            key[j] = f"{prefix}sha256:{hashlib.sha256(Path(value).read_bytes()).hexdigest()[:16]}"
+    return absolute, key
+
+
 def _where(name: str, storage: str | None) -> tuple[Path, str]:
     """The study's folder, and its storage: ``--storage`` (a path made absolute), else the folder's journal."""
     folder = (Path("runs") / "tune" / name).absolute()
@@ -111,16 +134,14 @@ def _report(study: Any) -> None:
     written = write_report(study, folder)
     figures = ", ".join(k for k in written if k.endswith(".png")) or "none yet"
     print(f"report: {shown(written['summary'])}, {shown(written['trials'])}\nfigures: {figures}")
-    if "best" in written:
-        print(f"best config: {shown(written['best'])}\n  train it: lightning-tf fit --config {shown(written['best'])}")
-    else:
-        print("no trial has completed: no best.yaml")
+    best = shown(written["best"]) if "best" in written else None
+    print(f"best config: {best}\n  train it: lightning-tf fit --config {best}" if best else "no trial has completed")
 
 
 def resolved_config(args: list[str], values: dict[str, Any], source: str) -> dict[str, Any]:
     """The complete config ``lightning-tf fit <args> <values as overrides>`` would train, as ``fit --print_config``
     writes it; what the config rejects is one ValueError line naming ``source`` (the search file)."""
-    from .overrides import to_overrides
+    from .space import to_overrides
 
     env = {k: v for k, v in os.environ.items() if k != "LIGHTNING_TF_DEBUG"}
     cmd = [sys.executable, "-m", "lightning_tf", "fit", *args, *to_overrides(values), "--print_config"]
@@ -136,7 +157,6 @@ def _run(options: dict[str, Any], rest: list[str]) -> None:
 
     from lightning_tf.training.resources import bundled_configs
 
-    from .overrides import check_study_name, config_args
     from .report import shown
     from .space import load_space, probe
     from .study import check_continuation, fail_orphans, held, infer_direction, make_sampler, open_storage
@@ -189,8 +209,6 @@ def _run(options: dict[str, Any], rest: list[str]) -> None:
         study.sampler = make_sampler(o.sampler, o.seed, o.trials, len(study.trials))
         timeout = None if o.timeout is None else max(0.0, t0 + o.timeout - time.time())
         status = Trials(study, space, o.trials, jobs, storage).run(timeout)
-        run = {"wall_s": round(time.time() - t0, 1), "jobs": jobs, "trials": o.trials}
-        study.set_user_attr(f"run:{socket.gethostname()}:{os.getpid()}:{int(t0)}", run)
         if status == 130:  # the command line as typed (tune runs only from it)
             print(f"stopped; continue the study with the same command: lightning-tf {shlex.join(sys.argv[1:])}")
     _report(study)

@@ -71,7 +71,7 @@ def trial_rows(study: optuna.Study) -> list[dict[str, Any]]:
     for t in trials:
         attrs = t.user_attrs
         row = {"number": t.number, "state": state_name(t, again), "value": t.value}
-        row |= {"epochs": attrs.get("epochs", len(t.intermediate_values)), "seconds": attrs.get("seconds")}
+        row |= {"epochs": len(t.intermediate_values), "seconds": t.duration and round(t.duration.total_seconds(), 1)}
         row |= {name: t.params.get(name) for name in names}
         row |= {name: attrs.get("val_metrics", {}).get(name) for name in metrics}
         row |= {"reason": attrs.get("reason", ""), "run_dir": attrs.get("run_dir", ""), "job": attrs.get("job")}
@@ -144,12 +144,14 @@ def _summary(
     """The lines of ``summary.md``."""
     attrs, counts = study.user_attrs, tally(study.trials)
     metric, max_epochs = attrs.get("metric", "value"), attrs.get("max_epochs")
-    wall = sum(float(v.get("wall_s", 0.0)) for k, v in attrs.items() if k.startswith("run:"))
-    epochs, trained = sum(r["epochs"] or 0 for r in rows), sum(1 for r in rows if r["epochs"])
+    done = [t for t in study.trials if t.datetime_complete]
+    span = (max(t.datetime_complete for t in done) - min(t.datetime_start for t in done)) if done else None
+    epochs, trained = sum(r["epochs"] for r in rows), sum(1 for r in rows if r["epochs"])
     lines = [
         f"# Study {study.study_name}\n",
         f"{len(rows)} trials: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + ".",
-        f"Wall time {wall / 60:.1f} min; the trials' own time {sum(r['seconds'] or 0 for r in rows) / 60:.1f} min.",
+        f"From the first trial's start to the last one's end {span.total_seconds() / 60 if span else 0:.1f} min; "
+        f"the trials' own time {sum(r['seconds'] or 0 for r in rows) / 60:.1f} min.",
         f"Objective: {metric}, {study.direction.name.lower()}d; search space: "
         f"{shown(attrs['search']) if 'search' in attrs else '?'}.",
     ]
@@ -163,14 +165,14 @@ def _summary(
         best, run = ranked[0], ranked[0].user_attrs.get("run_dir", "")
         names = list(dict.fromkeys(k for t in ranked[:10] for k in t.params))
         top = [
-            [str(i + 1), str(t.number), f"{t.value:.6g}", str(t.user_attrs.get("epochs", ""))]
+            [str(i + 1), str(t.number), f"{t.value:.6g}", str(len(t.intermediate_values))]
             + [brief(t.params[n]) if n in t.params else "" for n in names]
             for i, t in enumerate(ranked[:10])
         ]
         lines += [
             "\n## Best trial\n",
-            f"Trial {best.number}: {metric} **{best.value:.6g}** after {best.user_attrs.get('epochs', '?')} epochs "
-            f"({float(best.user_attrs.get('seconds') or 0):.0f} s), run folder "
+            f"Trial {best.number}: {metric} **{best.value:.6g}** after {len(best.intermediate_values)} epochs "
+            f"({best.duration.total_seconds():.0f} s), run folder "
             f"`{os.path.relpath(run, folder) if run else ''}`.\n",
             *_table([[f"`{k}`", brief(v)] for k, v in best.params.items()], ["parameter", "value"]),
             f"\nTrain it: `lightning-tf fit --config {shown(folder / 'best.yaml')}`",

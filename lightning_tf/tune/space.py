@@ -1,12 +1,15 @@
 """The search file of ``lightning-tf tune`` (docs/tune.md, the search file): the config's own dotted names mapped to
 the arguments of Optuna's ``FloatDistribution``, ``IntDistribution`` or ``CategoricalDistribution``, which check
-them, each drawn with ``suggest_*`` under its name; errors are one line naming the file and the key.
+them, each drawn with ``suggest_*`` under its name; errors are one line naming the file and the key. A trial's
+values reach its ``fit`` as overrides (``--model.init_args.lr=0.0012``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +17,7 @@ import yaml
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import Trial
 
-__all__ = ["load_space", "probe", "suggest"]
+__all__ = ["format_value", "load_space", "probe", "suggest", "to_overrides"]
 
 _KINDS = {"float": FloatDistribution, "int": IntDistribution, "categorical": CategoricalDistribution}
 _NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
@@ -82,3 +85,17 @@ def suggest(trial: Trial, space: dict[str, BaseDistribution]) -> dict[str, Any]:
 def probe(space: dict[str, BaseDistribution]) -> dict[str, Any]:
     """One value of each parameter (the low end of a range, the first choice): what the config is checked with."""
     return {name: d.choices[0] if isinstance(d, CategoricalDistribution) else d.low for name, d in space.items()}
+
+
+def format_value(value: Any) -> str:
+    """``value`` as the config parser reads it back: ``patches``, ``true``, ``null``, ``3``, ``1.0e-05``."""
+    if isinstance(value, str):
+        return value  # as it is: ``on`` stays the string
+    # one line of YAML, whose floats keep a decimal point (YAML 1.1 reads ``1e-05`` as text); a scalar ends in "..."
+    text = yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=math.inf)
+    return text.removesuffix("\n...\n").strip()
+
+
+def to_overrides(params: Mapping[str, Any]) -> list[str]:
+    """``--<name>=<value>`` for each parameter, in order."""
+    return [f"--{name}={format_value(value)}" for name, value in params.items()]

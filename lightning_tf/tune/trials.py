@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -20,12 +21,11 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from .overrides import to_overrides, trial_overrides
 from .report import brief
-from .space import suggest
+from .space import format_value, suggest, to_overrides
 from .study import STORAGE, held, make_pruner, retry, state_name, tally
 
-__all__ = ["TrialFailed", "Trials", "failure"]
+__all__ = ["TrialFailed", "Trials", "failure", "trial_overrides"]
 
 
 class TrialFailed(Exception):
@@ -41,16 +41,28 @@ def failure(log: Path, epochs: int) -> str:
     return f"{'out of memory' if 'out of memory' in last else 'failed'}: {last}"
 
 
-class Trials:
-    """The trials of ``study`` this command runs, ``jobs`` at once, until the study holds ``trials``.
+def trial_overrides(
+    study_name: str, number: int, study_dir: str, wandb: bool, user_args: Iterable[str], reporter: dict[str, Any]
+) -> list[str]:
+    """What makes trial ``number`` a run of its own: its folder under ``study_dir``, under a WandbLogger its run id
+    and name (``<study>-0007``), group (the study) and job type (``tune``); no progress bar or model summary; one
+    device (pruning reports from one process); the pruning callback, ``TrialReporter(**reporter)``, last. What
+    ``user_args`` set is left to them, the callbacks they add beside it."""
+    run, logger = f"{study_name}-{number:04d}", "trainer.logger.init_args"
+    out: dict[str, Any] = {"trainer.default_root_dir": study_dir if wandb else f"{study_dir}/trials/{number:04d}"}
+    if wandb:
+        out |= {f"{logger}.save_dir": study_dir, f"{logger}.id": run, f"{logger}.name": run}
+        out |= {f"{logger}.group": study_name, f"{logger}.job_type": "tune"}
+    out |= {"trainer.enable_progress_bar": "false", "trainer.enable_model_summary": "false", "trainer.devices": "1"}
+    given = {arg[2:].split("=", 1)[0] for arg in user_args if arg.startswith("--")}
+    callback = format_value({"class_path": "lightning_tf.tune.reporter.TrialReporter", "init_args": reporter})
+    kept = [f"--{name}={value}" for name, value in out.items() if name not in given]
+    return [*kept, f"--trainer.callbacks+={callback}"]
 
-    Args:
-        study: the study, loaded with its sampler and pruner.
-        space: the search space (config name -> distribution).
-        trials: the study's total number of trials (``--trials``).
-        jobs: trials run at once; job ``i`` sees GPU ``i mod n`` when there are several.
-        storage: the study's storage, as ``--storage`` names it: each trial's run opens it.
-    """
+
+class Trials:
+    """The trials of ``study`` (with its sampler) this command runs in the search ``space``, ``jobs`` at once (job
+    ``i`` sees GPU ``i mod n`` of several), until the study holds ``trials``; each trial's run opens ``storage``."""
 
     #: the command that runs a trial, before its arguments
     fit = [sys.executable, "-m", "lightning_tf", "fit"]
@@ -60,9 +72,7 @@ class Trials:
         self.attrs = study.user_attrs
         study.pruner = make_pruner(*self.attrs["pruner"])  # the pruner each trial's run prunes with too
         self.local = threading.local()  # each job thread's number, and whether it holds the lock
-        # a job holds it from its decision to start a trial until the trial runs (and held counts it): two jobs that
-        # end at once never both take the last place
-        self.lock = threading.Lock()
+        self.lock = threading.Lock()  # from a job's decision to start a trial until it runs: see job
         self.runs: dict[int, subprocess.Popen] = {}
         self.stops, self.stop_reason = 0, ""
 
@@ -83,7 +93,8 @@ class Trials:
 
     def job(self, number: int, deadline: float | None) -> None:
         """Job ``number``: one trial after another (each ``study.optimize`` of one trial, in this thread), while the
-        study has room, the time lasts and nothing stopped it."""
+        study has room, the time lasts and nothing stopped it. It decides under the lock, held until its trial runs
+        (and ``held`` counts it): two jobs that end at once never both take the last place."""
         self.local.job = number
         while True:
             self.lock.acquire()
@@ -140,7 +151,6 @@ class Trials:
 
             if (gpus := torch.cuda.device_count()) > 1:
                 env["CUDA_VISIBLE_DEVICES"] = str(job % gpus)
-        t0 = time.time()
         with open(folder / "fit.log", "wb") as log:
             # its own session: a Ctrl-C in the terminal reaches this command alone, which stops the runs itself
             run = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -153,8 +163,6 @@ class Trials:
         done = self.study.get_trials(deepcopy=False)[trial.number]  # as the run left it: its reports, its reason
         finite = [v for v in done.intermediate_values.values() if math.isfinite(v)]
         epochs, reason = len(done.intermediate_values), done.user_attrs["reason"]
-        trial.set_user_attr("epochs", epochs)
-        trial.set_user_attr("seconds", round(time.time() - t0, 1))
         if reason == "pruned":
             reason = f"pruned after epoch {epochs}"
         elif self.stops or status < 0 or status == 128 + signal.SIGTERM:  # killed, or SIGTERM (LastCheckpoint saved it)
@@ -184,7 +192,7 @@ class Trials:
         state = "interrupted" if reason.startswith("interrupted") else state_name(trial, set())
         print(  # one write: the lines of trials that end at once stay whole
             f"[{datetime.datetime.now():%H:%M:%S}] job {attrs.get('job', 0)}: trial {trial.number} {state} in "
-            f"{attrs.get('seconds', 0):.0f} s, {attrs.get('epochs', 0)} epochs: {what} [{shown}] ({counts['complete']} "
+            f"{trial.duration.total_seconds():.0f} s, {len(trial.intermediate_values)} epochs: {what} [{shown}] ({counts['complete']} "
             f"complete, {counts['pruned']} pruned, {counts['failed'] + counts['refused']} failed{best})\n",
             end="",
         )

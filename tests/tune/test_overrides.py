@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lightning_tf.tune.overrides import check_study_name, config_args, format_value, to_overrides, trial_overrides
+from lightning_tf.tune.command import check_study_name, config_args
+from lightning_tf.tune.space import format_value, to_overrides
+from lightning_tf.tune.trials import trial_overrides
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,12 @@ optuna = pytest.importorskip("optuna")
 
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution  # noqa: E402
 
-from lightning_tf.tune.overrides import to_overrides  # noqa: E402
-from lightning_tf.tune.space import load_space, probe, suggest  # noqa: E402
+from lightning_tf.tune.space import (  # noqa: E402
+    load_space,
+    probe,
+    suggest,
+    to_overrides,  # noqa: E402
+)
 from tests.helpers.cli import ROOT  # noqa: E402
 
 SPACE = """\

@@ -97,8 +97,8 @@ def test_the_report_and_best_yaml(tmp_path: Path) -> None:
                 distributions=dist,
                 value=value,
                 state=TrialState.COMPLETE if value is not None else TrialState.FAIL,
-                user_attrs={"epochs": epochs, "seconds": 2.0, "reason": reason},
-                intermediate_values={0: (value or 1.0) + 0.1, 1: value or 1.0},
+                user_attrs={"reason": reason},
+                intermediate_values={k: (value or 1.0) + 0.1 * (epochs - 1 - k) for k in range(epochs)},
             )
         )
     written = write_report(study, tmp_path)
@@ -111,6 +111,7 @@ def test_the_report_and_best_yaml(tmp_path: Path) -> None:
         ("1", "complete", ""),
         ("2", "failed", "failed: boom"),
     ]
+    assert [r["epochs"] for r in rows] == ["3", "3", "1"]  # the epochs each trial reported
     summary = written["summary"].read_text()
     assert "3 trials: 2 complete, 1 failed." in summary and "Trial 1: val/loss **0.25**" in summary
     assert "Epochs run: 7 of the 9" in summary and "- trial 2 (failed): failed: boom" in summary
@@ -127,7 +128,7 @@ def test_a_parameter_a_trial_lacks_is_blank_in_the_top_10(tmp_path: Path) -> Non
         distributions = {name: low_high for name in params}
         study.add_trial(optuna.trial.create_trial(params=params, distributions=distributions, value=value))
     summary = write_report(study, tmp_path)["summary"].read_text()
-    assert "| 1 | 1 | 0.5 |  | 0.25 | 0.1 |" in summary and "| 2 | 0 | 1 |  | 0.5 |  |" in summary
+    assert "| 1 | 1 | 0.5 | 0 | 0.25 | 0.1 |" in summary and "| 2 | 0 | 1 | 0 | 0.5 |  |" in summary
 
 
 def test_a_study_continues_only_with_its_own_configs_and_objective(capsys: pytest.CaptureFixture[str]) -> None:

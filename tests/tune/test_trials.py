@@ -87,7 +87,7 @@ def test_a_trials_value_is_its_best_epoch_and_the_pruner_and_failures_are_answer
     assert trials.run(timeout=None) == 0
     good, bad, crash = study.trials
     assert (good.state.name, good.value, good.intermediate_values) == ("COMPLETE", 0.3, {0: 0.5, 1: 0.3, 2: 0.4})
-    assert good.user_attrs["val_metrics"] == {"val/loss": 0.3, "val/acc": 0.97} and good.user_attrs["epochs"] == 3
+    assert good.user_attrs["val_metrics"] == {"val/loss": 0.3, "val/acc": 0.97}
     assert good.user_attrs["run_dir"] == os.getcwd() and good.user_attrs["job"] == 0
     assert good.user_attrs["pid"] == os.getpid() and good.user_attrs["run_pid"] != os.getpid()
     assert bad.state.name == "PRUNED" and bad.user_attrs["reason"] == "pruned after epoch 1"
@@ -111,11 +111,11 @@ def test_a_run_killed_mid_trial_ends_interrupted_and_runs_again(tmp_path: Path) 
 def test_a_trial_run_again_keeps_nothing_of_the_run_it_repeats(tmp_path: Path) -> None:
     """A retry starts with the attributes of the trial it repeats: the metrics and reason are its run's own."""
     study, trials = trials_of(tmp_path, [], trials=1, jobs=1)
-    stale = {"val_metrics": {"val/loss": 0.1}, "reason": "interrupted: its run ended (-9)", "epochs": 4}
+    stale = {"val_metrics": {"val/loss": 0.1}, "reason": "interrupted: its run ended (-9)"}
     study.enqueue_trial({"behaviour": "crash"}, user_attrs=stale)
     trials.run(timeout=None)
     crash = study.trials[0].user_attrs
-    assert (crash["val_metrics"], crash["reason"], crash["epochs"]) == ({}, "failed: RuntimeError: boom", 0)
+    assert (crash["val_metrics"], crash["reason"]) == ({}, "failed: RuntimeError: boom")
 
 
 def test_a_run_stopped_by_a_sigterm_from_outside_ends_interrupted_and_the_study_goes_on(tmp_path: Path) -> None:
