@@ -119,7 +119,8 @@ def forecast_series(
     calendar: str | None = None,
 ) -> list[pd.DataFrame]:
     """:func:`forecast_bars` of series the bar reader has read (canonical frames, one ticker each): one table per
-    series, in their order. Series of one length and the same columns are forecast in one batch."""
+    series, in their order. Series of one length and the same columns are forecast in one batch, each drawn from
+    its own generator seeded by ``seed``: a series' forecast does not depend on the others."""
     from .windows import next_timestamps_of
 
     context = kronos.max_context if context is None else context
@@ -132,7 +133,6 @@ def forecast_series(
     for i, part in enumerate(series):
         groups.setdefault((min(len(part), context), tuple(bar_columns(part))), []).append(i)
     device = next(kronos.parameters()).device
-    generator = torch.Generator(device).manual_seed(seed)
     out: dict[int, pd.DataFrame] = {}
     for (length, columns), members in sorted(groups.items()):  # by length, then columns
         times = [pd.DatetimeIndex(series[i]["timestamp"]) for i in members]
@@ -140,7 +140,9 @@ def forecast_series(
         stamps = torch.stack([calendar_stamps(t[-length:]) for t in times])  # (B, L, 5)
         nxt = next_timestamps_of(times, horizon, calendar=calendar)
         future = torch.stack([calendar_stamps(t) for t in nxt])  # (B, F, 5)
-        draws = kronos.forecast(x, stamps, future, samples=samples, generator=generator)  # (B, S, F, 6)
+        # each series its own generator, seeded alike: its forecast is the same alone or in any batch
+        generators = [torch.Generator(device).manual_seed(seed) for _ in members]
+        draws = kronos.forecast(x, stamps, future, samples=samples, generator=generators)  # (B, S, F, 6)
         mean = draws.mean(1).double().cpu().numpy()  # (B, F, 6)
         for i, stamps_i, values in zip(members, nxt, mean, strict=True):
             rows = pd.DataFrame(values, columns=list(BARS))
@@ -442,9 +444,9 @@ class KronosTuner(LightningModule):
 
     def predict_step(self, batch: list[int], batch_idx: int) -> pd.DataFrame:
         """The forecast (:meth:`forecast`) of the predict bars' series ``batch`` (indices into the data module's
-        ``predict_series``), drawn from the seed ``batch_idx`` (the first batch's: what :meth:`forecast` draws)."""
+        ``predict_series``): each series what :meth:`forecast` gives it, whatever batch it is in."""
         series = self.trainer.datamodule.predict_series
-        return pd.concat(self.forecast_series([series[i] for i in batch], seed=batch_idx), ignore_index=True)
+        return pd.concat(self.forecast_series([series[i] for i in batch]), ignore_index=True)
 
     def configure_callbacks(self) -> list[Any]:
         """A :class:`KronosWriter` for ``predict``, unless the trainer already has a prediction writer."""

@@ -4,9 +4,9 @@ per future bar (``ticker``, ``timestamp``, ``step``, ``open`` ... ``amount``), w
 
 A request's bars are read by the bar reader (any names and layouts it takes; bad bars refused, or repaired with
 ``--on_error``). A batch is the batch's series forecast together, those of one length in one pass
-(:func:`~lightning_tf.kline.kronos_tuning.forecast_series`, without reading them again). The forecast is drawn (the mean of the checkpoint's
-``samples`` draws, from its seed), as the reference predictor's: a request alone gets what ``forecast()`` gives,
-and a request's draws depend on the batch it runs in, as any sampled forecast's do.
+(:func:`~lightning_tf.kline.kronos_tuning.forecast_series`, without reading them again). The forecast is drawn (the
+mean of the checkpoint's ``samples`` draws), as the reference predictor's, each series from its own generator of
+the checkpoint's seed: a request gets what ``forecast()`` gives for its bars, whatever else shares its batch.
 """
 
 from __future__ import annotations

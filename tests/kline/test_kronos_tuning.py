@@ -20,6 +20,7 @@ from lightning_tf.kline.published import KRONOS_PRESETS, Kronos, KronosConfig, t
 from lightning_tf.kline.universe.kronos import KronosColumn, finetune_kronos
 
 W = 12
+BARS = ["open", "high", "low", "close", "volume", "amount"]
 
 
 def _bars(n_tickers: int = 3, n: int = 120, volume: bool = True) -> pd.DataFrame:
@@ -254,9 +255,9 @@ def test_forecast_is_kronos_on_each_series_last_bars(kronos: Kronos) -> None:
     got = tuner.forecast(bars, context=32, seed=5)
     assert list(got.columns) == ["ticker", "timestamp", "step", "open", "high", "low", "close", "volume", "amount"]
     assert list(got["ticker"]) == ["T0"] * 3 + ["T1"] * 3 + ["T2"] * 3 and list(got["step"]) == [1, 2, 3] * 3
-    # by hand, in the order of the draws: T2 (30 bars), then T0 and T1 (32 bars each) in one batch
-    generator = torch.Generator().manual_seed(5)
+    # by hand: T2 (30 bars), then T0 and T1 (32 bars each) in one batch, each series from its own generator
     for batch in (["T2"], ["T0", "T1"]):
+        generator = [torch.Generator().manual_seed(5) for _ in batch]
         own = [bars[bars["ticker"] == t] for t in batch]
         times = [pd.DatetimeIndex(o["timestamp"]) for o in own]
         futures = [next_timestamps(t, 3) for t in times]
@@ -269,6 +270,10 @@ def test_forecast_is_kronos_on_each_series_last_bars(kronos: Kronos) -> None:
             assert list(rows["timestamp"]) == list(f)
             np.testing.assert_allclose(rows[["open", "high", "low", "close", "volume", "amount"]], expected, rtol=1e-6)
     np.testing.assert_array_equal(tuner.forecast(bars, context=32, seed=5)["close"], got["close"])
+    # a series forecast alone draws what it draws beside others (a served request does not depend on its batch)
+    alone = tuner.forecast(bars[bars["ticker"] == "T1"], context=32, seed=5)
+    np.testing.assert_allclose(alone[BARS], got[got["ticker"] == "T1"][BARS], rtol=1e-6)
+    assert not np.allclose(got[got["ticker"] == "T0"][BARS], got[got["ticker"] == "T1"][BARS])
     with pytest.raises(ValueError, match=r"context \(40\) in \[1, 32\]"):
         tuner.forecast(bars, context=40)
     with pytest.raises(ValueError, match=r"horizon \(0\) must be in \[1, 32\]"):

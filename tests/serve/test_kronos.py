@@ -78,17 +78,20 @@ def test_a_batch_answers_each_series_and_refuses_bad_ones_alone(api: KronosAPI) 
         last = pd.Timestamp(body["bars"][-1]["Date"])
         assert all(pd.Timestamp(r["timestamp"]) > last for r in answer["forecast"])
         assert all(np.isfinite(r["close"]) for r in answer["forecast"])
+    # and what each would get alone: a series' draws do not depend on what shares its batch
+    same_rows(answers[0][1]["forecast"], offline(api.model, SERIES[0]))
+    same_rows(answers[2][1]["forecast"], offline(api.model, SERIES[4], "X"))
 
 
 def test_series_with_other_columns_share_a_batch(api: KronosAPI) -> None:
     """One request with an amount column, one without: one batch answers both, each series read with its own
-    columns (the amount one reads its amount; alone, it gets what forecast() gives)."""
+    columns (the amount one reads its amount), each what forecast() gives it alone."""
     with_amount = [dict(b, amount=b["Close"] * b["Volume"]) for b in SERIES[1]]
     answers = served(api, [{"bars": SERIES[3]}, {"bars": with_amount}])
     assert [s for s, _ in answers] == [200, 200]
     same_rows(answers[0][1]["forecast"], offline(api.model, SERIES[3]))
     assert answers[1][1]["forecast"][0]["amount"] != offline(api.model, SERIES[1])[0]["amount"]
-    same_rows(served(api, [{"bars": with_amount}])[0][1]["forecast"], offline(api.model, with_amount))
+    same_rows(answers[1][1]["forecast"], offline(api.model, with_amount))
 
 
 def test_bad_requests_and_options(api: KronosAPI) -> None:

@@ -102,12 +102,17 @@ def calendar_stamps(timestamps: Any) -> Tensor:
 
 
 def sample_tokens(
-    logits: Tensor, temperature: float, top_k: int, top_p: float, generator: torch.Generator | None = None
+    logits: Tensor,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    generator: torch.Generator | Sequence[torch.Generator] | None = None,
 ) -> Tensor:
     """One token per row of ``logits`` ``(N, V)`` -> ``(N,)``, as the reference draws them: the logits divided
     by ``temperature``; then only the ``top_k`` most likely kept if ``top_k > 0``, else (``top_p < 1``) the
     smallest set of most likely tokens whose probability reaches ``top_p`` (nucleus sampling, Holtzman et al.
-    2020); then one draw from the softmax (``torch.multinomial`` with ``generator``)."""
+    2020); then one draw from the softmax (``torch.multinomial`` with ``generator``). A sequence of ``k``
+    generators draws the rows in ``k`` equal consecutive groups, group ``j`` from generator ``j``."""
     logits = logits / temperature
     if top_k > 0:
         kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[..., -1:]  # (N, 1)
@@ -118,7 +123,11 @@ def sample_tokens(
         drop[..., 1:] = drop[..., :-1].clone()  # keep the token that crosses top_p, and always the first
         drop[..., 0] = False
         logits = logits.masked_fill(drop.scatter(1, order, drop), float("-inf"))
-    return torch.multinomial(logits.softmax(-1), 1, generator=generator)[:, 0]  # (N,)
+    probs = logits.softmax(-1)  # (N, V)
+    if generator is None or isinstance(generator, torch.Generator):
+        return torch.multinomial(probs, 1, generator=generator)[:, 0]  # (N,)
+    groups = probs.chunk(len(generator))  # (N / k, V) each
+    return torch.cat([torch.multinomial(p, 1, generator=g)[:, 0] for p, g in zip(groups, generator, strict=True)])
 
 
 def _as_batch(x: Tensor | Sequence[Any], name: str, dtype: torch.dtype, width: int | None = None) -> Tensor:
@@ -357,7 +366,7 @@ class Kronos(nn.Module):
         top_k: int = 0,
         top_p: float = 0.9,
         truncate: bool = False,
-        generator: torch.Generator | None = None,
+        generator: torch.Generator | Sequence[torch.Generator] | None = None,
     ) -> Tensor:
         """Sampled future bars, in the units of ``bars``.
 
@@ -371,7 +380,9 @@ class Kronos(nn.Module):
             top_p: nucleus sampling's probability mass.
             truncate: a context longer than ``max_context``: tokenize it whole and keep its last ``max_context``
                 tokens, as the reference does; False: refuse it.
-            generator: the random generator of the draws; None: torch's global one (the reference's).
+            generator: the random generator of the draws, one for the batch (in the reference's order; None:
+                torch's global one, the reference's), or one per series (``B`` of them): a series' draws then depend
+                on its own bars and generator alone, whatever batch it is forecast in.
 
         Returns:
             ``(B, samples, F, 6)``: open, high, low, close, volume, amount of every draw; ``.mean(1)`` is the
@@ -395,6 +406,8 @@ class Kronos(nn.Module):
             )
         if F > W:
             raise ValueError(f"a horizon of {F} bars is longer than the model's max_context ({W})")
+        if not (generator is None or isinstance(generator, torch.Generator) or len(generator) == B):
+            raise ValueError(f"generator: one for the batch or one per series ({B}), got {len(generator)}")
         if samples < 1 or temperature <= 0 or top_k < 0 or not 0.0 < top_p <= 1.0:
             raise ValueError(
                 f"samples ({samples}) must be >= 1, temperature ({temperature}) > 0, top_k ({top_k}) >= 0 and "
@@ -420,7 +433,7 @@ class Kronos(nn.Module):
         temperature: float,
         top_k: int,
         top_p: float,
-        generator: torch.Generator | None,
+        generator: torch.Generator | Sequence[torch.Generator] | None,
     ) -> Tensor:
         """Standardised bars ``(B, L, 6)`` and the stamps of context and horizon ``(B, L + F, 5)`` -> ``samples``
         standardised continuations of each series, ``(B * samples, F, 6)``, row ``b * samples + s``."""

@@ -42,7 +42,8 @@ class KronosColumn:
             gives what it has); None: ``max_context`` less the horizon, so that the model keeps its keys and values
             through the whole forecast (a context that fills ``max_context`` recomputes the window at every bar).
         samples: continuations drawn per origin; the forecast is their mean.
-        seed: the seed of the draws (each fold's forecasts are drawn from it anew).
+        seed: the seed of the draws (each origin's are drawn from it anew: an origin's forecast does not depend on
+            the batch or fold it is in).
         batch_size: origins per forward pass.
         finetune_steps: also fine-tune it on each fold's training bars for this many optimizer steps
             (:func:`finetune_kronos`; its forecasts the column ``kronos_tuned``); 0: not.
@@ -190,7 +191,6 @@ def kronos_column(
     from ..published import calendar_stamps
 
     device = next(kronos.parameters()).device
-    generator = torch.Generator(device).manual_seed(settings.seed)
     done, started, shown = 0, time.perf_counter(), 0.0
     for length in sorted(windows):
         group = windows[length]
@@ -206,7 +206,8 @@ def kronos_column(
             stamps = torch.stack([calendar_stamps(t) for _, _, t in part])  # (B, L, 5)
             nxt = next_timestamps_of([t for _, _, t in part], horizon, calendar=calendar)
             future = torch.stack([calendar_stamps(t) for t in nxt])  # (B, F, 5)
-            draws = kronos.forecast(x, stamps, future, samples=settings.samples, generator=generator)  # (B, S, F, 6)
+            seeded = [torch.Generator(device).manual_seed(settings.seed) for _ in part]  # each origin its own draws
+            draws = kronos.forecast(x, stamps, future, samples=settings.samples, generator=seeded)  # (B, S, F, 6)
             path = draws.mean(1)[..., 3].double().cpu().numpy()  # (B, F): the mean close path
             rows = [i for i, _, _ in part]
             close[rows, 0] = x[:, -1, 3].numpy()

@@ -237,6 +237,25 @@ def test_the_samples_differ_and_a_generator_repeats_them(pair: tuple) -> None:
     assert not torch.allclose(a[:, 0], a[:, 1])  # four different draws per series
 
 
+def test_a_generator_per_series_draws_each_series_as_it_draws_alone(pair: tuple) -> None:
+    """With one generator per series, a series' draws depend on its bars and generator alone: in a batch of three
+    they equal the series forecast on its own; one generator for the batch draws the second series otherwise."""
+    _, _, ours = pair
+    bars, stamps = _bars(12), _stamps(16)
+
+    def run(rows: list[int], seeds: list[int]) -> torch.Tensor:
+        generators = [torch.Generator().manual_seed(k) for k in seeds]
+        return ours.forecast(bars[rows], stamps[rows, :12], stamps[rows, 12:], samples=3, generator=generators)
+
+    together = run([0, 1, 2], [7, 7, 7])
+    for b in range(B):
+        torch.testing.assert_close(together[b], run([b], [7])[0], rtol=1e-5, atol=1e-5)
+    shared = ours.forecast(bars, stamps[:, :12], stamps[:, 12:], samples=3, generator=torch.Generator().manual_seed(7))
+    assert not torch.allclose(shared[1], together[1])  # one stream for the batch: a series' draws depend on it
+    with pytest.raises(ValueError, match=r"generator: one for the batch or one per series \(3\), got 2"):
+        run([0, 1, 2], [1, 2])
+
+
 # ---------------------------------------------------------------------------------------------- it can fail
 
 

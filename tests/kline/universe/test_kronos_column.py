@@ -88,9 +88,8 @@ def test_each_origin_is_kronos_on_the_tickers_last_bars(kronos: Kronos, volume: 
     torch.manual_seed(123)  # the global generator is not the column's: its own, seeded, draws
     column, notes = kronos_column(frame, bars, kronos, settings)
     assert notes == [] and column.name == "kronos"
-    # by hand, in the column's order (by context length, then ticker, then origin), from one generator of the seed
-    generator = torch.Generator().manual_seed(0)
-    expected = {k: _by_hand(kronos, bars, *origins[k], 10, columns, generator) for k in (3, 0, 2, 1)}
+    # by hand, each origin from its own generator of the seed
+    expected = {k: _by_hand(kronos, bars, *origins[k], 10, columns, torch.Generator().manual_seed(0)) for k in range(4)}
     got = column.to_numpy().reshape(len(origins), F)
     for k in range(len(origins)):
         np.testing.assert_allclose(got[k], expected[k], rtol=1e-5, atol=1e-7)
@@ -111,6 +110,21 @@ def test_nothing_after_the_origin_is_read(kronos: Kronos) -> None:
     changed.loc[changed["timestamp"] == frame["date"].min(), "close"] *= 1.5
     moved, _ = kronos_column(frame, changed, kronos, settings)
     assert not np.allclose(before.to_numpy(), moved.to_numpy())
+
+
+def test_an_origins_forecast_does_not_depend_on_its_batch(kronos: Kronos) -> None:
+    """Each origin draws from its own generator: the column is the same whatever the batch size, and an origin
+    forecast among others equals it forecast alone."""
+    bars = _bars()
+    origins = [("AAA", 25), ("BBB", 15), ("AAA", 30), ("BBB", 20)]
+    settings = {"context": 8, "samples": 3, "seed": 4}
+    frame = _frame(bars, origins)
+    together = kronos_column(frame, bars, kronos, KronosColumn("unused", batch_size=4, **settings))[0].to_numpy()
+    single = kronos_column(frame, bars, kronos, KronosColumn("unused", batch_size=1, **settings))[0].to_numpy()
+    alone = kronos_column(_frame(bars, origins[2:3]), bars, kronos, KronosColumn("unused", **settings))[0].to_numpy()
+    np.testing.assert_allclose(together, single, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(together[2 * F : 3 * F], alone, rtol=1e-5, atol=1e-7)
+    assert not np.allclose(together[:F], together[2 * F : 3 * F])  # different origins: different forecasts
 
 
 def test_the_same_seed_draws_the_same_forecasts_and_samples_average(kronos: Kronos) -> None:
