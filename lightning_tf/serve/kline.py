@@ -384,8 +384,9 @@ class KLineAPI(TaskAPI):
     def __init__(
         self, checkpoint: str, serving: Serving, on_error: Literal["error", "drop", "ffill"] = "error"
     ) -> None:
-        if on_error not in ("error", "drop", "ffill"):
-            raise ValueError(f"on_error must be error, drop or ffill, got {on_error!r}")
+        from lightning_tf.kline.settings import Reading
+
+        self.reading = Reading(on_error=on_error)  # which checks it, as every reading of bars
         super().__init__(checkpoint, serving)
         self.on_error = on_error
         self._facts: _ModelFacts | None = None  # _of_model
@@ -486,7 +487,6 @@ class KLineAPI(TaskAPI):
         """The last window of any bars, read by the bar reader."""
         from lightning_tf.kline.inference import last_windows
         from lightning_tf.kline.reader.columns import detect_columns
-        from lightning_tf.kline.settings import Reading
 
         frame = pd.DataFrame.from_records(request.bars)
         scale = self.model.data_scale
@@ -509,7 +509,7 @@ class KLineAPI(TaskAPI):
                 frame,
                 scale=scale,
                 context_len=self.model.hparams.context_len,
-                reading=Reading(on_error=self.on_error),
+                reading=self.reading,
                 name=request.ticker,
             )
         except ValueError as err:

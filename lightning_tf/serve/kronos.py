@@ -64,8 +64,9 @@ class KronosAPI(TaskAPI):
     def __init__(
         self, checkpoint: str, serving: Serving, on_error: Literal["error", "drop", "ffill"] = "error"
     ) -> None:
-        if on_error not in ("error", "drop", "ffill"):
-            raise ValueError(f"on_error must be error, drop or ffill, got {on_error!r}")
+        from lightning_tf.kline.settings import Reading
+
+        self.reading = Reading(on_error=on_error)  # which checks it, as every reading of bars
         if serving.compile:
             raise ValueError("--compile is not for Kronos checkpoints: it draws token by token on a growing cache")
         super().__init__(checkpoint, serving)
@@ -85,7 +86,7 @@ class KronosAPI(TaskAPI):
 
     def parse(self, body: dict[str, Any]) -> pd.DataFrame:
         from lightning_tf.kline.reader.columns import detect_columns
-        from lightning_tf.kline.settings import Covariates, Reading, read_with_settings
+        from lightning_tf.kline.settings import Covariates, read_with_settings
 
         request = self.validate(body)
         frame = pd.DataFrame.from_records(request.bars)
@@ -94,9 +95,7 @@ class KronosAPI(TaskAPI):
             tickers = frame[found["ticker"]].unique() if "ticker" in found else []
             if len(tickers) > 1:
                 raise ValueError(f"bars: one series per request, got {len(tickers)} tickers in {found['ticker']!r}")
-            bars = read_with_settings(
-                frame, Reading(on_error=self.on_error), Covariates(), source="bars", name=request.ticker or "series"
-            )
+            bars = read_with_settings(frame, self.reading, Covariates(), source="bars", name=request.ticker or "series")
         except ValueError as err:
             raise BadRequest(_reader_message(str(err), request.ticker)) from None
         if request.ticker is not None:

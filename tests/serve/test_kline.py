@@ -165,6 +165,8 @@ def test_on_error_drop_repairs_what_error_refuses() -> None:
     assert status == 200
     rows = offline(a, bars[:50] + bars[51:])
     assert same_rows(body["forecast"], rows)
+    with pytest.raises(ValueError, match=r"reading.on_error must be one of \(.error., .drop., .ffill.\), got 'zero'"):
+        KLineAPI("unused.ckpt", Serving(), on_error="zero")  # type: ignore[arg-type]
 
 
 def test_a_forecast_json_cannot_hold_is_refused_alone(api: KLineAPI) -> None:

@@ -103,7 +103,7 @@ def test_bad_requests_and_options(api: KronosAPI) -> None:
     ]:
         [(status, answer)] = served(api, [body])
         assert status == 422 and error in answer["error"], answer
-    with pytest.raises(ValueError, match="on_error must be error, drop or ffill"):
+    with pytest.raises(ValueError, match=r"reading.on_error must be one of \(.error., .drop., .ffill.\), got 'zero'"):
         KronosAPI("unused.ckpt", Serving(), on_error="zero")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="--compile is not for Kronos checkpoints"):
         KronosAPI("unused.ckpt", Serving(compile=True))
