@@ -93,6 +93,13 @@ def one_class_folder(tmp_path: Path) -> Path:
             "unrecognized argument --trainer.max_epoks; did you mean --trainer.max_epochs? (see --help)",
             id="misspelled-trainer-argument",
         ),
+        pytest.param(
+            # an overlay config (init_args only) given alone: the config that names the class is missing
+            ["fit", "--config", "configs/trainer/default.yaml", "--config", "configs/kline/chronos_bolt.yaml"],
+            "model.pretrained: model.init_args are given but no model class: put a config that names "
+            "model.class_path (configs/<task>/<experiment>.yaml) before this one",
+            id="overlay-config-alone",
+        ),
         pytest.param(["fitt"], "unknown command 'fitt'; did you mean fit?", id="unknown-command"),
         pytest.param(
             ["train"],

@@ -28,6 +28,8 @@ _LITERAL = re.compile(r"Expected a (?:typing\.)?Literal\[(.*)\]\. Got value: (.*
 _EXPECTED = re.compile(r"Expected a <class '(\w+)'>")
 _NOT_ACCEPTED = re.compile(r"Option '([\w.]+)' is not accepted")
 _GIVEN = re.compile(r"Given value: (.*)")
+#: the class_path jsonargparse tries when a config gives init_args and no class (the subclass mode's base)
+_BASES = ("lightning.LightningModule", "lightning.LightningDataModule")
 _NOISE = (
     "Does not validate against any of the Union subtypes",
     "Subtypes:",
@@ -79,6 +81,12 @@ def one_line_error(message: str, known_options: list[str] | None = None) -> str:
             name = m[1]
             where = f"{key}.{name}" if key else name
             owner = class_path.rpartition(".")[2] if class_path else "this class"
+            if class_path in _BASES:  # init_args without a class: an overlay config given alone or first
+                section = key or "model"
+                return (
+                    f"{where}: {section}.init_args are given but no {section} class: put a config that names "
+                    f"{section}.class_path (configs/<task>/<experiment>.yaml) before this one"
+                )
             return f"{where}: no such argument of {owner}{_suggest(name, _init_params(class_path))}"
         if m := _LITERAL.search(line):
             choices = ", ".join(c.strip().strip("'\"") for c in m[1].split(","))
