@@ -120,7 +120,8 @@ def forecast_series(
 ) -> list[pd.DataFrame]:
     """:func:`forecast_bars` of series the bar reader has read (canonical frames, one ticker each): one table per
     series, in their order. Series of one length and the same columns are forecast in one batch, each drawn from
-    its own generator seeded by ``seed``: a series' forecast does not depend on the others."""
+    its own generator seeded by ``seed``: a series' forecast does not depend on the others (and series draw from
+    the same uniform numbers, common random numbers whose noise cancels where series are compared)."""
     from .windows import next_timestamps_of
 
     context = kronos.max_context if context is None else context
@@ -412,7 +413,7 @@ class KronosTuner(LightningModule):
         self.kronos.tokenizer.requires_grad_(False)  # it makes the inputs and the targets
         for name, p in self.kronos.model.named_parameters():
             if freeze == "backbone":
-                p.requires_grad_(name.startswith(("dep_layer.", "head.")))
+                p.requires_grad_(name.startswith(("norm.", "dep_layer.", "head.")))  # what sits above the blocks
             elif freeze == "first_n_blocks":
                 p.requires_grad_(model.model.layer_depth(name) > freeze_blocks)
 

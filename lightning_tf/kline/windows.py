@@ -213,8 +213,14 @@ def next_timestamps(
     days before the last one (so an exchange's lunch break and close are skipped: after 11:30 come
     13:05 ... on an A-share 5-minute series, after the close the next business day's open), moving
     on by business days, or calendar days where the series has weekend bars. Holidays are not
-    known. Other spacings, and intraday data of a single day, continue at the median spacing.
+    known. Other spacings, and intraday data of a single day, continue at the median spacing; a single bar
+    without a calendar is refused (ValueError).
     """
+    if len(ts) < 2 and calendar is None:
+        raise ValueError(
+            f"one bar ({ts[0] if len(ts) else 'none'}) has no spacing to continue its timestamps: give two or "
+            "more bars, or an exchange calendar"
+        )
     daily = _next_business_days(ts, n) if calendar is None else None
     if daily is not None:
         return daily
@@ -334,11 +340,15 @@ def _median_steps(stamps: np.ndarray) -> tuple[np.ndarray, int]:
 
 def _business_days_after(stamps: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """Of B series ``(B, m)`` (naive datetime64 of one unit, s to ns): the rows that are daily bars without weekend
-    rows (a median step of one day), and the ``n`` business days after each of them at its last bar's time of day
-    ``(B', n)``, in the unit pandas' business-day range gives (ns stays ns, any other becomes us)."""
-    steps, day = _median_steps(stamps)
-    weekend = ((stamps.astype("datetime64[D]").view(np.int64) + 3) % 7 >= 5).any(axis=1)  # 1970-01-01: Thursday
-    rows = np.flatnonzero((steps == day) & ~weekend)
+    rows (a median step of one business day: a Friday and a Monday are daily bars too), and the ``n`` business days
+    after each of them at its last bar's time of day ``(B', n)``, in the unit pandas' business-day range gives (ns
+    stays ns, any other becomes us)."""
+    dates = stamps.astype("datetime64[D]")  # (B, m)
+    if stamps.shape[1] < 2:
+        return np.zeros(0, dtype=np.int64), np.zeros((0, n), dtype="datetime64[us]")
+    steps = np.median(np.busday_count(dates[:, :-1], dates[:, 1:]), axis=1)  # (B,) in business days
+    weekend = ((dates.view(np.int64) + 3) % 7 >= 5).any(axis=1)  # 1970-01-01: Thursday
+    rows = np.flatnonzero((steps == 1) & ~weekend)
     lasts = stamps[rows, -1]  # (B',)
     days = lasts.astype("datetime64[D]")
     after = np.busday_offset(days[:, None], np.arange(1, n + 1)[None, :])  # (B', n) the next business days

@@ -98,6 +98,8 @@ class KronosAPI(TaskAPI):
             bars = read_with_settings(frame, self.reading, Covariates(), source="bars", name=request.ticker or "series")
         except ValueError as err:
             raise BadRequest(_reader_message(str(err), request.ticker)) from None
+        if len(bars) < 2:  # the next bars' stamps continue the series' spacing
+            raise BadRequest(f"bars: {len(bars)} bar read; send two or more, so that the next ones can be dated")
         if request.ticker is not None:
             bars["ticker"] = request.ticker
         return bars

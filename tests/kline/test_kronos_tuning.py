@@ -177,7 +177,7 @@ def test_training_lowers_the_loss_and_the_tokenizer_never_moves(kronos: Kronos) 
 @pytest.mark.parametrize(
     ("freeze", "blocks", "moving"),
     [
-        ("backbone", 0, ("dep_layer.", "head.")),
+        ("backbone", 0, ("norm.", "dep_layer.", "head.")),
         ("first_n_blocks", 1, ("blocks.1.", "norm.", "dep_layer.", "head.")),
     ],
 )
@@ -274,6 +274,8 @@ def test_forecast_is_kronos_on_each_series_last_bars(kronos: Kronos) -> None:
     alone = tuner.forecast(bars[bars["ticker"] == "T1"], context=32, seed=5)
     np.testing.assert_allclose(alone[BARS], got[got["ticker"] == "T1"][BARS], rtol=1e-6)
     assert not np.allclose(got[got["ticker"] == "T0"][BARS], got[got["ticker"] == "T1"][BARS])
+    with pytest.raises(ValueError, match=r"^one bar \(2020-01-01 00:00:00\) has no spacing"):  # not NaT stamps
+        tuner.forecast(bars[bars["ticker"] == "T0"].head(1))
     with pytest.raises(ValueError, match=r"context \(40\) in \[1, 32\]"):
         tuner.forecast(bars, context=40)
     with pytest.raises(ValueError, match=r"horizon \(0\) must be in \[1, 32\]"):

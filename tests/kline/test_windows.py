@@ -169,10 +169,31 @@ def test_next_timestamps_of_many_series_are_each_series_own(calendar: str | None
     series += [
         pd.date_range("2024-01-01", periods=30, freq="D"),  # weekend bars
         pd.date_range("2024-08-30 09:30", periods=30, freq="5min"),  # intraday
-        pd.DatetimeIndex(["2024-03-01"]),  # one bar
         pd.bdate_range("2024-01-02", periods=30, tz="America/New_York"),  # a time zone
     ]
+    if calendar is not None:
+        series.append(pd.DatetimeIndex(["2024-03-01"]))  # one bar: the calendar dates what follows
     together = next_timestamps_of(series, 6, calendar)
     for t, got in zip(series, together, strict=True):
         want = next_timestamps(pd.DatetimeIndex(t), 6, calendar=calendar)
         assert got.equals(want) and got.dtype == want.dtype, (t, got, want)
+
+
+def test_one_bar_without_a_calendar_is_refused_in_one_line() -> None:
+    """A single bar has no spacing: its next timestamps would be NaT (and a forecast stamped with them garbage)."""
+    one = pd.DatetimeIndex(["2024-03-01"])
+    with pytest.raises(ValueError, match=r"^one bar \(2024-03-01 00:00:00\) has no spacing to continue its timestamps"):
+        next_timestamps(one, 3)
+    with pytest.raises(ValueError, match="^one bar"):
+        next_timestamps_of([pd.bdate_range("2024-01-02", periods=5), one], 3)
+
+
+def test_a_friday_and_a_monday_are_daily_bars() -> None:
+    """Two daily bars across a weekend step one business day: the next bars are the following business days, not
+    three calendar days apart (a Thursday, a Sunday, ...)."""
+    two = pd.DatetimeIndex(["2024-03-01 16:00", "2024-03-04 16:00"])  # Friday, Monday
+    expected = pd.DatetimeIndex(["2024-03-05 16:00", "2024-03-06 16:00", "2024-03-07 16:00"])
+    assert list(next_timestamps(two, 3)) == list(expected)
+    assert list(next_timestamps_of([two, two.as_unit("s")], 3)[1]) == list(expected)
+    weekly = pd.DatetimeIndex(["2024-03-01", "2024-03-08", "2024-03-15"])  # five business days apart: weekly
+    assert list(next_timestamps(weekly, 2)) == list(pd.DatetimeIndex(["2024-03-22", "2024-03-29"]))

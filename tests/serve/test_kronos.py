@@ -100,6 +100,7 @@ def test_bad_requests_and_options(api: KronosAPI) -> None:
         ({"bars": two}, "bars: one series per request, got 2 tickers"),
         ({"bars": SERIES[0], "extra": 1}, "extra"),
         ({"bars": []}, "bars"),
+        ({"bars": SERIES[0][:1]}, "bars: 1 bar read; send two or more, so that the next ones can be dated"),
     ]:
         [(status, answer)] = served(api, [body])
         assert status == 422 and error in answer["error"], answer

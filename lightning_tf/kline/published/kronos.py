@@ -406,8 +406,11 @@ class Kronos(nn.Module):
             )
         if F > W:
             raise ValueError(f"a horizon of {F} bars is longer than the model's max_context ({W})")
-        if not (generator is None or isinstance(generator, torch.Generator) or len(generator) == B):
-            raise ValueError(f"generator: one for the batch or one per series ({B}), got {len(generator)}")
+        if not (generator is None or isinstance(generator, torch.Generator)):
+            if not isinstance(generator, Sequence) or not all(isinstance(g, torch.Generator) for g in generator):
+                raise ValueError(f"generator: a torch.Generator or a list of them, got {type(generator).__name__}")
+            if len(generator) != B:
+                raise ValueError(f"generator: one for the batch or one per series ({B}), got {len(generator)}")
         if samples < 1 or temperature <= 0 or top_k < 0 or not 0.0 < top_p <= 1.0:
             raise ValueError(
                 f"samples ({samples}) must be >= 1, temperature ({temperature}) > 0, top_k ({top_k}) >= 0 and "

@@ -96,7 +96,7 @@ def finetune_kronos(kronos: Kronos, bars: pd.DataFrame, splits: Splits, settings
     steps = settings.finetune_steps
     window = min(settings.context or kronos.max_context, kronos.max_context) + 1
     data = KronosBarsDataModule(bars, window=window, splits=splits, batch_size=settings.finetune_batch)
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=range(torch.cuda.device_count())):  # manual_seed seeds the GPUs' too
         torch.manual_seed(settings.seed)
         tuner = KronosTuner.from_model(
             kronos, settings.source, lr=settings.finetune_lr, warmup_steps=max(1, steps // 10)
@@ -169,8 +169,9 @@ def kronos_column(
     origins = frame[["date", "ticker"]].drop_duplicates().reset_index(drop=True)  # (n, 2)
     n = len(origins)
     close = np.full((n, horizon + 1), np.nan)  # the origin's close and the forecast path
-    # each origin's window: (ticker's rows, first row, last row), grouped by the context length for batching
-    windows: dict[int, list[tuple[int, np.ndarray, np.ndarray]]] = {}
+    # each origin's row, window of bars, their times, and the times its next stamps continue (the bars of the month
+    # up to the origin, whatever the context: the session next_timestamps reads), grouped by length for batching
+    windows: dict[int, list[tuple[int, np.ndarray, pd.DatetimeIndex, pd.DatetimeIndex]]] = {}
     by_ticker = dict(tuple(bars.groupby("ticker", sort=False)))  # each ticker's bars, in time order
     for ticker, group in origins.groupby("ticker", sort=False):
         rows = by_ticker.get(ticker, bars.iloc[:0])
@@ -183,11 +184,12 @@ def kronos_column(
             day = group["date"].iloc[int(np.argmin(found))]
             raise ValueError(f"kronos: ticker {ticker!r} has no bar at its origin {day}")
         values = rows[columns].to_numpy(np.float64)  # (N, C)
+        month = times.searchsorted(times - pd.Timedelta(days=31))  # (N,) each bar's first bar of the month before
         for i, end in zip(group.index.to_numpy(), ends, strict=True):
             length = min(context, int(end) + 1)
-            windows.setdefault(length, []).append(
-                (i, values[end - length + 1 : end + 1], times[end - length + 1 : end + 1])
-            )
+            first = end - length + 1
+            window = (i, values[first : end + 1], times[first : end + 1], times[min(first, month[end]) : end + 1])
+            windows.setdefault(length, []).append(window)
     from ..published import calendar_stamps
 
     device = next(kronos.parameters()).device
@@ -196,20 +198,20 @@ def kronos_column(
         group = windows[length]
         for lo in range(0, len(group), settings.batch_size):
             part = group[lo : lo + settings.batch_size]
-            x = torch.as_tensor(np.stack([w for _, w, _ in part]))  # (B, L, C)
+            x = torch.as_tensor(np.stack([w for _, w, *_ in part]))  # (B, L, C)
             if not torch.isfinite(x).all():
-                i = next(i for i, w, _ in part if not np.isfinite(w).all())
+                i = next(i for i, w, *_ in part if not np.isfinite(w).all())
                 raise ValueError(
                     f"kronos: the window of ticker {origins.at[i, 'ticker']!r} at {origins.at[i, 'date']} holds NaN "
                     f"or infinite values in {columns}; Kronos reads complete bars"
                 )
-            stamps = torch.stack([calendar_stamps(t) for _, _, t in part])  # (B, L, 5)
-            nxt = next_timestamps_of([t for _, _, t in part], horizon, calendar=calendar)
+            stamps = torch.stack([calendar_stamps(t) for _, _, t, _ in part])  # (B, L, 5)
+            nxt = next_timestamps_of([seen for *_, seen in part], horizon, calendar=calendar)
             future = torch.stack([calendar_stamps(t) for t in nxt])  # (B, F, 5)
             seeded = [torch.Generator(device).manual_seed(settings.seed) for _ in part]  # each origin its own draws
             draws = kronos.forecast(x, stamps, future, samples=settings.samples, generator=seeded)  # (B, S, F, 6)
             path = draws.mean(1)[..., 3].double().cpu().numpy()  # (B, F): the mean close path
-            rows = [i for i, _, _ in part]
+            rows = [i for i, *_ in part]
             close[rows, 0] = x[:, -1, 3].numpy()
             close[rows, 1:] = path
             done += len(part)

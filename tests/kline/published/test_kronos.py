@@ -254,6 +254,8 @@ def test_a_generator_per_series_draws_each_series_as_it_draws_alone(pair: tuple)
     assert not torch.allclose(shared[1], together[1])  # one stream for the batch: a series' draws depend on it
     with pytest.raises(ValueError, match=r"generator: one for the batch or one per series \(3\), got 2"):
         run([0, 1, 2], [1, 2])
+    with pytest.raises(ValueError, match="generator: a torch.Generator or a list of them, got int"):
+        ours.forecast(bars, stamps[:, :12], stamps[:, 12:], generator=7)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------------------------- it can fail

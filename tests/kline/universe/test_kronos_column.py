@@ -96,6 +96,31 @@ def test_each_origin_is_kronos_on_the_tickers_last_bars(kronos: Kronos, volume: 
     assert np.isfinite(got).all()
 
 
+def test_the_next_stamps_follow_the_tickers_session_whatever_the_context(
+    kronos: Kronos, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """30-minute bars, a context of 4 bars ending at a day's last bar: the forecast bars are stamped with the next
+    day's first bars (the session the ticker's bars before the origin show), not 30 minutes on from the window."""
+    rng = np.random.default_rng(1)
+    days = pd.bdate_range("2021-03-01", periods=10)
+    times = [d + pd.Timedelta(minutes=570 + 30 * k) for d in days for k in range(13)]  # 09:30 ... 15:30
+    close = 50 * np.exp(np.cumsum(rng.normal(0, 0.005, len(times))))
+    bars = pd.DataFrame({"timestamp": times, "ticker": "AAA", "open": close, "close": close})
+    bars["high"], bars["low"] = close * 1.002, close * 0.998
+    i = 8 * 13 - 1  # the eighth day's 15:30 bar
+    seen = []
+    forecast = kronos.forecast
+    monkeypatch.setattr(
+        kronos, "forecast", lambda x, s, future, **kw: seen.append(future) or forecast(x, s, future, **kw)
+    )
+    got = kronos_column(_frame(bars, [("AAA", i)]), bars, kronos, KronosColumn("unused", context=4))[0].to_numpy()
+    following = pd.DatetimeIndex([days[8] + pd.Timedelta(minutes=570 + 30 * k) for k in range(F)])  # 09:30 ...
+    torch.testing.assert_close(seen[0], calendar_stamps(following)[None], rtol=0, atol=0)
+    monkeypatch.undo()
+    expected = _by_hand(kronos, bars, "AAA", i, 4, ["open", "high", "low", "close"], torch.Generator().manual_seed(0))
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-7)
+
+
 def test_nothing_after_the_origin_is_read(kronos: Kronos) -> None:
     bars = _bars()
     frame = _frame(bars, [("AAA", 20), ("BBB", 10)])
