@@ -25,10 +25,12 @@ separator, title and footer lines, decimal commas) is recognised from its conten
 
 from __future__ import annotations
 
+import csv
 import io
 import logging
 import os
 import re
+import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -223,17 +225,27 @@ def _parse_text(
     as_text = dec == table.sep  # quoted decimal-comma cells in a ','-separated file: all parsed later
     dtype = {n: str for n in raw_names if as_text or normalise(n) in text_names or n.strip() in text_columns}
     try:
-        return pd.read_csv(
-            io.BytesIO(body.encode("utf-8")),  # what pandas would encode a text buffer to, once
-            sep=table.sep,
-            dtype=dtype,
-            keep_default_na=False,
-            skip_blank_lines=False,
-            header=None if table.header is None else 0,
-            names=table.names,
-            decimal="." if as_text else dec,
-            index_col=False,
-        )
+        with warnings.catch_warnings():  # pandas drops the fields beyond the header's with only this warning
+            warnings.filterwarnings("error", "Length of header or names", pd.errors.ParserWarning)
+            return pd.read_csv(
+                io.BytesIO(body.encode("utf-8")),  # what pandas would encode a text buffer to, once
+                sep=table.sep,
+                dtype=dtype,
+                keep_default_na=False,
+                skip_blank_lines=False,
+                header=None if table.header is None else 0,
+                names=table.names,
+                decimal="." if as_text else dec,
+                index_col=False,
+            )
+    except pd.errors.ParserWarning:
+        width = len(table.names) if table.names else len(next(csv.reader([body.splitlines()[0]], delimiter=table.sep)))
+        rows = csv.reader(io.StringIO(body), delimiter=table.sep)
+        line = next((i for i, row in enumerate(rows, 1) if len(row) > width), 1) + table.first
+        raise ValueError(
+            f"{source}: line {line} has more fields than the header's {width} (numbers with thousands separators "
+            f"{table.sep!r} not in quotes, or a stray {table.sep!r}?); nothing was read"
+        ) from None
     except (pd.errors.ParserError, ValueError) as e:
         message = re.sub(r"line (\d+)", lambda m: f"line {int(m[1]) + table.first}", str(e).strip())
         raise ValueError(f"{source}: cannot read the table ({message})") from None

@@ -39,6 +39,9 @@ _DATE_FORMATS = (
     "%m/%d/%Y",
     "%m/%d/%Y %H:%M",
     "%m/%d/%Y %H:%M:%S",
+    "%d/%m/%Y",  # after the US forms: a column both read (no day above 12) is read month first
+    "%d/%m/%Y %H:%M",
+    "%d/%m/%Y %H:%M:%S",
     "%Y/%m/%d",
     "%Y/%m/%d %H:%M",
     "%Y/%m/%d %H:%M:%S",
@@ -51,6 +54,8 @@ _DATE_FORMATS = (
     "%d.%m.%Y %H:%M",
     "%d.%m.%Y %H:%M:%S",
 )
+_SWAPPED = {f"%m/%d/%Y{t}": f"%d/%m/%Y{t}" for t in ("", " %H:%M", " %H:%M:%S")}  # month first <-> day first
+_SWAPPED |= {day: month for month, day in _SWAPPED.items()}
 # Integer stamps written as the digits of the local clock (ranges far from any plausible epoch).
 _COMPACT_STAMPS = (
     (1900_01_01, 2100_12_31, "%Y%m%d", "YYYYMMDD"),
@@ -76,7 +81,8 @@ def parse_timestamps(values: pd.Series, timezone: str | None = None) -> pd.Serie
 
     Numbers are ``YYYYMMDD``, ``YYYYMMDDhhmm`` or ``YYYYMMDDhhmmss`` local stamps when every value
     looks like one, else Unix epoch seconds, milliseconds, microseconds or nanoseconds by magnitude.
-    Strings take the date format that parses most of the values (ISO first, then US ``M/D/YYYY``).
+    Strings take the date format that parses most of the values (ISO first, then US ``M/D/YYYY``, then
+    ``D/M/YYYY``: a column that both read, no day above 12, is read month first).
 
     Args:
         values: the column as read.
@@ -156,6 +162,11 @@ def _read_stamps(values: pd.Series, timezone: str | None, strings: bool = True) 
                 break
         if best != _DATE_FORMATS[0]:
             parsed, aware = _to_datetime(text.where(present), best, timezone)
+        if best in _SWAPPED and parsed[present].isna().any():
+            # the sample's days were all 12 or less: the whole column decides between month and day first
+            other, other_aware = _to_datetime(text.where(present), _SWAPPED[best], timezone)
+            if other[present].isna().sum() < parsed[present].isna().sum():
+                best, parsed, aware = _SWAPPED[best], other, other_aware
     form = "ISO 8601" if best == "ISO8601" else best
     if not aware:
         return parsed, f"{form} strings (local clock as written)"

@@ -225,6 +225,38 @@ def test_timestamp_parsing_rules() -> None:
     assert bad.tolist() == [False, False, False, True, False]
 
 
+def test_unquoted_thousands_separators_are_refused_not_cut(tmp_path: Path) -> None:
+    """A volume written 15,346,276 without quotes in a comma-separated file splits into three fields: pandas would
+    keep the header's first fields (volume 15) with a warning; the reader refuses the file, naming the line."""
+    lines = ["Date,Open,High,Low,Close,Volume"]
+    lines += [f"2016-09-{6 + k:02d},56.42,57.0,56.1,56.25,15,346,{276 + k}" for k in range(3)]
+    (tmp_path / "cut.csv").write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=r"cut.csv: line 2 has more fields than the header's 6 \(numbers with "):
+        read_bars(tmp_path / "cut.csv")
+    good = [f'2016-08-{10 + k},56.42,57.0,56.1,56.25,"15,346,276"' for k in range(10)]  # quoted: one field
+    (tmp_path / "one.csv").write_text("\n".join([lines[0], *good, lines[2]]) + "\n")  # one unquoted line among them
+    with pytest.raises(ValueError, match=r"one.csv: cannot read the table \(.*Expected 6 fields in line 12, saw 8\)"):
+        read_bars(tmp_path / "one.csv")
+
+
+def test_day_first_dates_are_read_day_first(tmp_path: Path) -> None:
+    """DD/MM/YYYY exports (Europe, India, Australia): read day first, every row, in time order; never month first
+    where the day is 12 or less (which would scramble the series), even when the first 500 rows are all such."""
+    days = pd.bdate_range("2012-01-02", periods=1500)
+    early = days[days.day <= 12][:520]  # the first 520 rows hold no day above 12
+    stamps = early.append(days[days > early[-1]][:100])
+    assert len(stamps) == 620 and (stamps[520:].day > 12).any()
+    close = np.linspace(50, 80, len(stamps))
+    frame = pd.DataFrame({"Date": stamps.strftime("%d/%m/%Y"), "Open": close, "High": close + 1, "Low": close - 1})
+    frame.assign(Close=close, Volume=1000).to_csv(tmp_path / "eu.csv", index=False)
+    bars = read_bars(tmp_path / "eu.csv")
+    assert list(bars["timestamp"]) == list(stamps) and np.allclose(bars["close"], close)
+    assert parse_timestamps(pd.Series(["06/09/2016 09:30", "13/09/2016 16:00"])).tolist() == [
+        pd.Timestamp("2016-09-06 09:30"),
+        pd.Timestamp("2016-09-13 16:00"),
+    ]
+
+
 @pytest.mark.skipif(not (SHARED / "kline_a_share").exists(), reason="shared A-share bars not present")
 def test_a_share_five_minute_bars() -> None:
     frame = read_bars(SHARED / "kline_a_share" / "XSHG_5min_600977.csv")
