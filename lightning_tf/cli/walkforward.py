@@ -119,6 +119,11 @@ def _plan(
     if embargo < horizon:
         raise ValueError(f"--embargo ({embargo}) must be at least the data's horizon ({horizon}) bars")
     dates = dm.trading_dates()
+    if len(tickers := dm.path_tickers()) < 2:
+        raise ValueError(
+            f"data: one ticker ({tickers[0]}) in {dm.path}; a walk-forward ranks the tickers of each date (RankIC, "
+            "portfolios): give a universe (a long table with a ticker column, or a folder of files)"
+        )
     min_train = int(dm.context_len) + horizon + embargo + 1
     return make_folds(dates, n_folds, test_span, val_span, embargo, window, train_span, min_train=min_train), embargo
 

@@ -596,6 +596,12 @@ class KLineDataModule(LightningDataModule):
             self._frame = self._read(self.path)
         return pd.DatetimeIndex(np.unique(self._frame["timestamp"].to_numpy()))
 
+    def path_tickers(self) -> list[str]:
+        """The tickers of ``path``, in the order read (as :meth:`trading_dates`, reads the bars, builds no panel)."""
+        if self._frame is None:
+            self._frame = self._read(self.path)
+        return list(pd.unique(self._frame["ticker"]))
+
     def recent_bars(self, n: int, ticker: int = 0) -> pd.DataFrame:
         """The last ``n`` canonical bars of the predict data of ticker id ``ticker`` (for charts)."""
         if not self.predict_ticker_names:

@@ -211,16 +211,19 @@ def quantile_returns(frame: pd.DataFrame, n_quantiles: int = 10, step: int = 1) 
 
     Returns a (dates, quantiles) frame, columns ``1..n_quantiles`` (1: the lowest predictions); its
     ``.mean()`` is the average over dates (alphalens' ``mean_return_by_quantile``, not demeaned).
-    Needs at least ``n_quantiles`` tickers on every date.
+    A date with fewer than ``n_quantiles`` tickers (a halt in a small universe) has no quantiles: a row of
+    NaN, left out of the mean.
     """
     if n_quantiles < 2:
         raise ValueError(f"n_quantiles must be at least 2, got {n_quantiles}")
-    rows = check_predictions(frame, step=step, min_tickers=n_quantiles)
+    rows = check_predictions(frame, step=step)
     pred = _wide(rows, "prediction")
     simple = np.expm1(_wide(rows, "realised").to_numpy())
     table = np.full((len(pred), n_quantiles), np.nan)
     for i, row in enumerate(pred.to_numpy()):
         valid = np.isfinite(row)
+        if valid.sum() < n_quantiles:
+            continue
         labels = _quantile_labels(row[valid], n_quantiles)
         sums = np.bincount(labels, weights=simple[i, valid], minlength=n_quantiles + 1)[1:]
         counts = np.bincount(labels, minlength=n_quantiles + 1)[1:]

@@ -150,8 +150,21 @@ def test_quantile_returns_are_ordered_for_a_planted_signal():
     means = quantile_returns(_frame(60, 40, signal=1.0), n_quantiles=5).mean()
     assert list(means.index) == [1, 2, 3, 4, 5]
     assert np.all(np.diff(means.to_numpy()) > 0)
-    with pytest.raises(ValueError, match="at least 10"):
-        quantile_returns(_frame(3, 6), n_quantiles=10)
+    assert quantile_returns(_frame(3, 6), n_quantiles=10).isna().all().all()  # 6 tickers: no deciles
+
+
+def test_a_date_with_fewer_tickers_than_quantiles_is_left_out_of_the_means():
+    """A halt in a small universe: the date's quantile row is NaN and the means are those of the other dates,
+    as without it; the IC and the portfolios still use it."""
+    frame = _frame(20, 12, signal=1.0)
+    day = frame["date"].unique()[5]
+    halted = frame[~((frame["date"] == day) & frame["ticker"].isin(frame["ticker"].unique()[:3]))]  # 9 tickers
+    table = quantile_returns(halted, n_quantiles=10)
+    assert table.loc[day].isna().all() and table.drop(index=day).notna().all().all()
+    without = quantile_returns(frame[frame["date"] != day], n_quantiles=10)
+    np.testing.assert_allclose(table.mean().to_numpy(), without.mean().to_numpy(), atol=1e-15)
+    result = evaluate_predictions(halted, top_k=3, n_drop=1, n_quantiles=10)
+    assert result.ic.loc[day, "n"] == 9 and np.isfinite(result.summary["quantile_spread"])
 
 
 def test_quantile_labels_with_ties_still_fill_every_quantile():

@@ -297,3 +297,15 @@ def test_bad_walkforward_options_are_one_line(universe: dict[str, Path], extra: 
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and re.search(match, err), err
+
+
+def test_one_ticker_is_refused_before_any_fold_trains(universe: dict[str, Path], tmp_path: Path, capsys) -> None:
+    """A single series has no cross-section to rank: refused in one line before the first fold, not after all."""
+    make_bars(500, seed=0).assign(Ticker="MSFT").to_csv(tmp_path / "one.csv", index=False)
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["walkforward", *_args(universe["root"], out), f"--data.init_args.path={tmp_path / 'one.csv'}"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert re.fullmatch(r"lightning-tf: error: data: one ticker \(MSFT\) in .*one.csv; a walk-forward ranks .*", err)
+    assert not (out / "fold_1").exists()
