@@ -357,8 +357,8 @@ def read_bars(
         timezone: the exchange's time zone (e.g. ``"Asia/Shanghai"``), used only for Unix epoch
             timestamps (and strings with a UTC offset), which are converted from UTC to it. None:
             epochs are kept in UTC. Local time strings are never shifted.
-        name: the ticker of a DataFrame without a ticker column (default ``series``), and the name its
-            errors give it.
+        name: the ticker of a DataFrame or of a single file without a ticker column (default ``series``, the
+            file's stem), and the name a DataFrame's errors give it.
         read_workers: processes reading the files of a folder side by side (see
             :func:`lightning_tf.kline.reader.pool.map_in_order`); 0: this process reads them; None: one per idle
             CPU core (by the load average) for folders of 8 MB per worker or more, else 0. The frame,
@@ -395,8 +395,19 @@ def read_bars(
         raise ValueError(f"bad_files must be one of {BAD_FILES_CHOICES}, got {bad_files!r}")
     cut_at = _parse_cut(cut)
     extra = tuple(str(c) for c in extra_columns)
+    one_file = name if not isinstance(path, pd.DataFrame) and Path(path).is_file() else None
     options = _Options(
-        dict(columns or {}), ticker_column, on_error, max_gap, decimal, thousands, timezone, extra, cut_at, bad_files
+        dict(columns or {}),
+        ticker_column,
+        on_error,
+        max_gap,
+        decimal,
+        thousands,
+        timezone,
+        extra,
+        cut_at,
+        bad_files,
+        one_file,
     )
     if isinstance(path, pd.DataFrame):
         table = path.reset_index() if not isinstance(path.index, pd.RangeIndex) else path.reset_index(drop=True)
@@ -595,6 +606,7 @@ class _Options:
     extra_columns: tuple[str, ...] = ()
     cut: np.datetime64 | None = None
     bad_files: BadFiles = "error"
+    name: str | None = None  # the ticker of a single file without a ticker column (else its stem)
 
 
 def _extra_columns(
@@ -725,7 +737,7 @@ def _read_bars_of(source: tuple[Any, pd.DataFrame | None], options: _Options) ->
     checks = {"source": str(file), "on_error": o.on_error, "max_gap": o.max_gap, "row_label": "line" if csv else "row"}
     if "ticker" not in found:
         default = file if given is not None else _split_name(file)[0]
-        ticker = str(attrs.get("ticker") or default)
+        ticker = str(o.name or attrs.get("ticker") or default)
         # A clean file is checked on its arrays; a file with a problem goes through validate_bars, which names it.
         with _left_out_as(INVALID, skip):
             part = None if raw is not None else validate_columns(canonical, rows, **checks)

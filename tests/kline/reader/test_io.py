@@ -225,6 +225,17 @@ def test_timestamp_parsing_rules() -> None:
     assert bad.tolist() == [False, False, False, True, False]
 
 
+def test_name_is_the_ticker_of_a_single_file_without_a_ticker_column(tmp_path: Path) -> None:
+    """``name`` names one file's series (a model's trained ticker: its statistics scale the forecast), where the
+    stem would otherwise; a long table keeps its own tickers."""
+    (tmp_path / "export.csv").write_bytes((FIXTURES / "english.csv").read_bytes())
+    assert set(read_bars(tmp_path / "export.csv", name="MSFT")["ticker"]) == {"MSFT"}
+    assert set(read_bars(tmp_path / "export.csv")["ticker"]) == {"export"}
+    long = pd.read_csv(FIXTURES / "english.csv").assign(Ticker="AAPL")
+    long.to_csv(tmp_path / "long.csv", index=False)
+    assert set(read_bars(tmp_path / "long.csv", name="MSFT")["ticker"]) == {"AAPL"}
+
+
 def test_unquoted_thousands_separators_are_refused_not_cut(tmp_path: Path) -> None:
     """A volume written 15,346,276 without quotes in a comma-separated file splits into three fields: pandas would
     keep the header's first fields (volume 15) with a warning; the reader refuses the file, naming the line."""
