@@ -686,15 +686,16 @@ class KLineForecaster(CheckedLoading, LightningModule):
         may know what followed."""
         if not data:
             return
-        sources = list(self.pretrained_from)
+        sources = [(source, "the pretrained model") for source in self.pretrained_from]
         if stage in ("test", "validate") and self.provenance:
-            sources.insert(0, self.provenance)
+            # its own training: per-ticker splits of tickers on other dates, a zero-shot test, an earlier fold
+            sources.insert(0, (self.provenance, "this model"))
         splits = [("the validation split", "val_from"), ("the test split", "test_from")]
         if stage in ("test", "validate"):
             splits = splits[1:] if stage == "test" else splits[:1]
-        for source in sources:
+        for source, model in sources:
             for what, key in splits:
-                line = look_ahead(source, data.get(key), f"{what} of {data.get('data')}")
+                line = look_ahead(source, data.get(key), f"{what} of {data.get('data')}", model)
                 if line:
                     rank_zero_warn(line)
 

@@ -241,7 +241,9 @@ def load_pretrained(net: nn.Module, source: PretrainedSource) -> tuple[list[str]
     return loaded, fresh
 
 
-def look_ahead(provenance: dict[str, Any], first: str | None, what: str) -> str | None:
+def look_ahead(
+    provenance: dict[str, Any], first: str | None, what: str, model: str = "the pretrained model"
+) -> str | None:
     """One warning line when ``first`` (the first date of a validation or test split, or of a forecast's bars)
     falls on or before the last date the pretrained model has seen, else None.
 
@@ -249,12 +251,13 @@ def look_ahead(provenance: dict[str, Any], first: str | None, what: str) -> str 
         provenance: the pretrained model's (``seen_until``: its last training or validation bar's date).
         first: the date to check (ISO format), or None.
         what: what that date is, for the message (``"the test split"``).
+        model: which model has seen them, for the message (``"this model"`` for its own training).
     """
     seen = provenance.get("seen_until")
     if not seen or not first or str(first) > str(seen):
         return None
     return (
-        f"look-ahead: {what} starts {str(first)[:10]}, but the pretrained model has seen bars until "
+        f"look-ahead: {what} starts {str(first)[:10]}, but {model} has seen bars until "
         f"{str(seen)[:10]} (of {provenance.get('tickers', '?')} tickers in {provenance.get('data', '?')}): its "
         "weights may know what followed; evaluate on dates after its cut"
     )

@@ -182,7 +182,9 @@ def test_zero_shot_tests_one_model_on_every_fold_and_warns_of_dates_it_has_seen(
     are the full run's, bit for bit; fold 1's test dates come before what that model has seen, and it says so."""
     full, out = universe["out"], universe["root"] / "zero_shot"
     model = full / "fold_2" / "model.ckpt"
-    with pytest.warns(UserWarning, match=r"look-ahead: the test split of .* starts"):
+    with pytest.warns(
+        UserWarning, match=r"look-ahead: the test split of .* starts .*, but this model has seen bars until"
+    ):
         main(["walkforward", *_args(universe["root"], out, "--zero_shot", str(model), "--no_lightgbm")])
     for fold in (1, 2):
         done = json.loads((out / f"fold_{fold}" / "done.json").read_text())
