@@ -520,7 +520,9 @@ class _PerFileWarnings(logging.Filter):
         shown = ", ".join(_label(Path(file), self.root) for _, file, _ in found[:_NAMED])
         shown += f" and {len(found) - _NAMED:,} more"
         summed = ", ".join(f"{n:,} {what}" for what, n in totals.items())
-        return f"{self.where}: {len(found):,} files {kind}: {summed + ' in all; ' if summed else ''}{shown}"
+        files = {re.sub(r" \([^()/]*\)$", "", str(file)) for _, file, _ in found}  # "long.csv (AAPL)": its ticker
+        series = "files" if len(files) == len(found) else "series"
+        return f"{self.where}: {len(found):,} {series} {kind}: {summed + ' in all; ' if summed else ''}{shown}"
 
 
 def _parse_cut(cut: str | None) -> np.datetime64 | None:
@@ -560,6 +562,32 @@ def _before_cut(stamps: np.ndarray, cut: np.datetime64) -> np.ndarray:
         known = ~np.isnat(before) | ~np.isnat(after)
         keep |= nat & ~(late_before & late_after & known)
     return keep
+
+
+def _warn_order_breaks(stamps: np.ndarray, rows: np.ndarray, source: str, label: str) -> None:
+    """Say so when one series' bars are in time order (either way) but for a few (a mistyped date: 2030 for 2017,
+    which sorting would move to the end as the series' last bar). Any order is sorted; a shuffled table is not
+    noted."""
+    stamps = np.asarray(stamps, dtype="datetime64[ns]")
+    valid = ~np.isnat(stamps)
+    ticks, rows = stamps[valid].view(np.int64), np.asarray(rows)[valid]
+    steps = np.diff(ticks)
+    up, down = int((steps > 0).sum()), int((steps < 0).sum())
+    breaks = min(up, down)
+    if not 0 < breaks <= max(2, len(steps) // 100):
+        return
+    i = int(np.flatnonzero(steps < 0 if up >= down else steps > 0)[0])
+    before, after = (str(pd.Timestamp(t)).removesuffix(" 00:00:00") for t in stamps[valid][i : i + 2])
+    log.warning(
+        "%s: %d bar(s) out of time order, the first at %s %d (%s after %s); sorted by time: check for a mistyped date",
+        source,
+        breaks,
+        label,
+        rows[i + 1],
+        after,
+        before,
+        extra={PER_FILE: ("have bars out of time order (sorted by time)", source, {"bars out of order": breaks})},
+    )
 
 
 def _label(file: Any, root: str | Path | pd.DataFrame) -> str:
@@ -736,6 +764,7 @@ def _read_bars_of(source: tuple[Any, pd.DataFrame | None], options: _Options) ->
         extra = _extra_columns(df, found, o.extra_columns, number_format, str(file), ("line" if csv else "row", rows))
     checks = {"source": str(file), "on_error": o.on_error, "max_gap": o.max_gap, "row_label": "line" if csv else "row"}
     if "ticker" not in found:
+        _warn_order_breaks(canonical["timestamp"], rows, str(file), checks["row_label"])
         default = file if given is not None else _split_name(file)[0]
         ticker = str(o.name or attrs.get("ticker") or default)
         # A clean file is checked on its arrays; a file with a problem goes through validate_bars, which names it.
@@ -754,9 +783,12 @@ def _read_bars_of(source: tuple[Any, pd.DataFrame | None], options: _Options) ->
     out: list[tuple[str, Any]] = []
     for ticker, idx in groups:
         try:
-            bars = validate_bars(
-                frame if idx is None else frame.loc[idx], raw if idx is None or raw is None else raw.loc[idx], **checks
+            named = checks if idx is None else {**checks, "source": f"{file} ({ticker})"}  # a long table's ticker
+            part_of = frame if idx is None else frame.loc[idx]
+            _warn_order_breaks(
+                part_of["timestamp"].to_numpy(), part_of["_row"].to_numpy(), named["source"], checks["row_label"]
             )
+            bars = validate_bars(part_of, raw if idx is None or raw is None else raw.loc[idx], **named)
         except ValueError as e:
             if not skip:
                 out.append((ticker, e))

@@ -230,7 +230,7 @@ def test_a_long_table_leaves_out_the_tickers_it_cannot_use(tmp_path: Path, caplo
     table = _long_table(tmp_path / "long.csv")
     table.loc[(table["Symbol"] == "AAA") & (table["Date"] == pd.Timestamp("2000-01-10")), "High"] = 0.5
     table.to_csv(tmp_path / "long.csv", index=False)
-    with pytest.raises(ValueError, match=r"long.csv: 1 high below max\(open, close\)"):
+    with pytest.raises(ValueError, match=r"long.csv \(AAA\): 1 high below max\(open, close\)"):
         read_bars(tmp_path / "long.csv", cut=CUT)
     with caplog.at_level(logging.WARNING, logger="lightning_tf"):
         frame = read_bars(tmp_path / "long.csv", cut=CUT, bad_files="skip")
@@ -350,3 +350,19 @@ def test_the_frame_and_the_warnings_do_not_depend_on_the_info_log(
     )
     with pytest.raises(ValueError, match=r"t1.csv: 1 gaps longer than max_gap=7 days"):
         read_bars(tmp_path, max_gap="7D", read_workers=0)  # on_error="error", nothing logged at INFO
+
+
+def test_a_long_tables_warnings_name_its_tickers(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Seven tickers of one long table with a bad row each: the summary counts seven series of that file and names
+    them by ticker, not the same file seven times."""
+    parts = [make_bars(40, seed=k).assign(Symbol=f"T{k}") for k in range(7)]
+    for part in parts:
+        part.loc[part.index[10], "Low"] = -1.0
+    pd.concat(parts).to_csv(tmp_path / "long.csv", index=False)
+    with caplog.at_level(logging.WARNING, logger="lightning_tf"):
+        frame = read_bars(tmp_path / "long.csv", on_error="drop")
+    assert len(frame) == 7 * 39
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{tmp_path / 'long.csv'}: 7 series had bad rows dropped (on_error='drop'): "
+        "7 non-positive prices in all; long.csv (T0), long.csv (T1), long.csv (T2) and 4 more"
+    ]

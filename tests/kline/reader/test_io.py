@@ -236,6 +236,36 @@ def test_name_is_the_ticker_of_a_single_file_without_a_ticker_column(tmp_path: P
     assert set(read_bars(tmp_path / "long.csv", name="MSFT")["ticker"]) == {"AAPL"}
 
 
+def test_a_mistyped_date_in_an_ordered_file_is_said(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """One date typed 2030 for 2016 in an oldest-first file (or a newest-first one): sorted as any order is, but
+    said, naming the line; a file in order, or one in no order at all (a shuffled table), is read in silence."""
+    from tests.helpers.kline import make_bars
+
+    frame = make_bars(60, start="2016-01-04")
+    frame["Date"] = pd.to_datetime(frame["Date"]).dt.strftime("%Y-%m-%d")
+    typo = frame.copy()
+    typo.loc[5, "Date"] = "2030" + str(typo.loc[5, "Date"])[4:]
+    typo.to_csv(tmp_path / "typo.csv", index=False)
+    with caplog.at_level(logging.WARNING, logger="lightning_tf"):
+        bars = read_bars(tmp_path / "typo.csv")
+    assert bars["timestamp"].iloc[-1].year == 2030  # sorted: the user has to know
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert message.startswith(f"{tmp_path / 'typo.csv'}: 1 bar(s) out of time order, the first at line 8 (")
+    assert "after 2030-" in message and message.endswith("sorted by time: check for a mistyped date")
+    caplog.clear()
+    typo.iloc[::-1].to_csv(tmp_path / "newest_first.csv", index=False)
+    with caplog.at_level(logging.WARNING, logger="lightning_tf"):
+        read_bars(tmp_path / "newest_first.csv")
+    assert len(caplog.records) == 1 and "out of time order" in caplog.records[0].getMessage()
+    caplog.clear()
+    frame.sample(frac=1.0, random_state=0).to_csv(tmp_path / "shuffled.csv", index=False)
+    with caplog.at_level(logging.WARNING, logger="lightning_tf"):
+        read_bars(tmp_path / "shuffled.csv")
+        frame.to_csv(tmp_path / "ordered.csv", index=False)
+        read_bars(tmp_path / "ordered.csv")
+    assert caplog.records == []
+
+
 def test_unquoted_thousands_separators_are_refused_not_cut(tmp_path: Path) -> None:
     """A volume written 15,346,276 without quotes in a comma-separated file splits into three fields: pandas would
     keep the header's first fields (volume 15) with a warning; the reader refuses the file, naming the line."""
