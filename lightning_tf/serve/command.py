@@ -100,6 +100,7 @@ def serve(
         raise ValueError("lightning-tf serve needs LitServe: pip install 'lightning-tf[serve]'")
     if not os.path.exists(checkpoint):
         raise FileNotFoundError(f"checkpoint not found: {checkpoint}")
+    _check_port(host, port)  # before the checkpoint loads: a port in use is one line, not uvicorn's after the banner
     api_key = api_key if api_key is not None else os.environ.get("LIT_SERVER_API_KEY")
     from .api import Serving
     from .server import Deployment, TaskOptions, make_api, make_server
@@ -153,3 +154,18 @@ def serve(
     )
     print("lightning-tf serve: stopped", file=sys.stderr, flush=True)
     exit_now(0)
+
+
+def _check_port(host: str, port: int) -> None:
+    """A ValueError when ``host:port`` cannot be bound (another server listens there, or the address is not this
+    machine's), bound as the HTTP server will bind it."""
+    import socket
+
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as err:
+            raise ValueError(
+                f"--port {port}: cannot listen on {host}:{port} ({err.strerror}); choose another port"
+            ) from None

@@ -84,6 +84,16 @@ class KLineResponse(BaseModel):
     forecast: list[dict[str, Any]]
 
 
+def one_ticker(tickers: Sequence[Any], given: str | None, column: str | None) -> None:
+    """A ValueError unless the bars' ticker column (``tickers``, its distinct values) names one series, the one the
+    request's ``ticker`` field names when it gives one."""
+    if len(tickers) > 1:
+        names = ", ".join(str(t) for t in tickers[:5]) + (", ..." if len(tickers) > 5 else "")
+        raise ValueError(f"bars: one series per request, got {len(tickers)} tickers in column {column!r} ({names})")
+    if given is not None and len(tickers) and str(tickers[0]).strip() != given:
+        raise ValueError(f"bars: the request's ticker is {given!r}, but their column {column!r} says {tickers[0]!r}")
+
+
 def _reader_message(message: str, ticker: str | None) -> str:
     """The bar reader's error as a request's, on one line: ``bars: ...``, with the server's way to repair bad
     rows instead of the Python arguments."""
@@ -423,8 +433,8 @@ class KLineAPI(TaskAPI):
         if type(bars) is list and type(ticker) in (str, type(None)) and body.keys() <= _FIELDS:
             if not scale.covariates.get("future"):
                 plain = plain_bars(bars, self._of_model().columns)
-        if plain is None:
-            return self._read(self.validate(body))
+        if plain is None or (ticker is not None and plain[2] is not None and plain[2] != ticker):
+            return self._read(self.validate(body))  # which refuses a ticker field its column contradicts
         layout, columns, name = plain
         self._learn(layout)  # the next bodies of these keys are read from their bytes (parse_bytes)
         return PlainBars(ticker, (ticker or "series") if name is None else name, columns)
@@ -447,6 +457,8 @@ class KLineAPI(TaskAPI):
             if read is None:  # the bars of this layout, with a value the reader refuses or repairs
                 return None
             columns, name = read
+            if request.ticker is not None and name is not None and name != request.ticker:
+                return None  # parse refuses it
             return PlainBars(request.ticker, (request.ticker or "series") if name is None else name, columns)
         return None
 
@@ -494,11 +506,7 @@ class KLineAPI(TaskAPI):
             found = detect_columns(frame, source="bars")
             # the reader sets a missing volume to 0; a model that reads volume would forecast from constants
             tickers = frame[found["ticker"]].unique() if "ticker" in found else []
-            if len(tickers) > 1:
-                names = ", ".join(str(t) for t in tickers[:5]) + (", ..." if len(tickers) > 5 else "")
-                raise ValueError(
-                    f"bars: one series per request, got {len(tickers)} tickers in column {found['ticker']!r} ({names})"
-                )
+            one_ticker(tickers, request.ticker, found.get("ticker"))
             needs_volume = [f for f in scale.feature_names if "volume" in f]
             if needs_volume and "volume" not in found:
                 raise ValueError(

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .api import Serving, TaskAPI
 from .errors import BadRequest, one_line
-from .kline import Cell, _reader_message
+from .kline import Cell, _reader_message, one_ticker
 
 __all__ = ["KronosAPI", "KronosRequest", "KronosResponse"]
 
@@ -92,9 +92,9 @@ class KronosAPI(TaskAPI):
         frame = pd.DataFrame.from_records(request.bars)
         try:
             found = detect_columns(frame, source="bars")
-            tickers = frame[found["ticker"]].unique() if "ticker" in found else []
-            if len(tickers) > 1:
-                raise ValueError(f"bars: one series per request, got {len(tickers)} tickers in {found['ticker']!r}")
+            one_ticker(
+                frame[found["ticker"]].unique() if "ticker" in found else [], request.ticker, found.get("ticker")
+            )
             bars = read_with_settings(frame, self.reading, Covariates(), source="bars", name=request.ticker or "series")
         except ValueError as err:
             raise BadRequest(_reader_message(str(err), request.ticker)) from None

@@ -56,6 +56,22 @@ def test_errors_before_any_loading(capsys: pytest.CaptureFixture[str], tmp_path:
         assert error_of([ckpt, *args], capsys) == f"lightning-tf: error: {message}"
 
 
+def test_a_port_in_use_is_one_line_before_anything_loads(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    import socket
+
+    ckpt = tmp_path / "x.ckpt"
+    ckpt.write_bytes(b"")  # never read: the port is refused first
+    with socket.socket() as other:  # another server on 127.0.0.1
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        message = error_of([str(ckpt), "--host", "127.0.0.1", "--port", str(port)], capsys)
+    assert (
+        message
+        == f"lightning-tf: error: --port {port}: cannot listen on 127.0.0.1:{port} (Address already in use); choose another port"
+    )
+
+
 def test_a_file_that_is_no_checkpoint(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     bad = tmp_path / "broken.ckpt"
     bad.write_bytes(b"not a checkpoint at all")

@@ -309,7 +309,7 @@ def test_bars_with_other_keys_are_plain_and_read_as_the_bar_reader_reads_them(ap
     the body's JSON object and from its bytes alike, and answered with the rows ``forecast()`` gives."""
     bars = with_other_keys(BARS)[kind]
     assert plain_bars(bars, ("open", "high", "low", "close", "volume")) is not None
-    for ticker in (None, "XYZ"):
+    for ticker in (None, "TRAINED" if "trained" in kind else "XYZ"):
         body = {"bars": bars, **({"ticker": ticker} if ticker else {})}
         fast, read = plain_window(api, body), api._read(api.validate(body))
         assert isinstance(fast.bars, dict) and isinstance(read.bars, pd.DataFrame)  # numpy, then the bar reader
@@ -324,6 +324,11 @@ def test_bars_with_other_keys_are_plain_and_read_as_the_bar_reader_reads_them(ap
     if "ticker column" in kind:
         assert fast.name == ("TRAINED" if "trained" in kind else "XYZ")
         assert fast.scaled_by.startswith("training statistics" if "trained" in kind else "its own history")
+        # a ticker field the bars' column contradicts is refused, from the body and from its bytes
+        other = {"bars": bars, "ticker": "OTHER"}
+        for body in (other, json.dumps(other).encode()):
+            ((status, answer),) = served(api, [body])
+            assert status == 422 and answer["error"].startswith("bars: the request's ticker is 'OTHER', but"), answer
 
 
 def test_bars_with_a_bad_value_under_a_key_the_reader_checks_get_its_error(api: KLineAPI) -> None:

@@ -98,6 +98,7 @@ def test_bad_requests_and_options(api: KronosAPI) -> None:
     two = [dict(b, ticker="A") for b in SERIES[0][:20]] + [dict(b, ticker="B") for b in SERIES[1][:20]]
     for body, error in [
         ({"bars": two}, "bars: one series per request, got 2 tickers"),
+        ({"bars": two[:20], "ticker": "B"}, "bars: the request's ticker is 'B', but their column 'ticker' says 'A'"),
         ({"bars": SERIES[0], "extra": 1}, "extra"),
         ({"bars": []}, "bars"),
         ({"bars": SERIES[0][:1]}, "bars: 1 bar read; send two or more, so that the next ones can be dated"),

@@ -345,7 +345,7 @@ def read_bars(
         path: a bar file, or a folder with one file per ticker, subfolders included (the ticker is the file
             stem, or the code in a TongDaXin title line), or a DataFrame in any layout a file may have
             (columns detected the same way; a DatetimeIndex becomes the timestamp column).
-        columns: canonical name -> file column, overriding detection (e.g. ``{"close": "Adj Close"}``).
+        columns: canonical name -> file column, overriding detection (e.g. ``{"close": "Last Price"}``).
         ticker_column: column holding the ticker in a long table (detected by name when None:
             ticker, symbol, ts_code, code, 股票代码).
         on_error: what to do with bad rows: raise (``"error"``), drop them, or forward-fill them.
