@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from lightning_tf.__main__ import main
 
@@ -138,3 +139,15 @@ def test_debug_raises_a_class_error_with_its_traceback(monkeypatch: pytest.Monke
     with pytest.raises(ValueError, match="Does not validate against any of the Union subtypes") as info:
         main([*TEXT, "--model.dropout", "1.5"])
     assert "dropout probability has to be between 0 and 1, but got 1.5" in str(info.value.__cause__)
+
+
+def test_a_callback_the_trainer_refuses_twice_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Two EarlyStopping callbacks on one metric (one from the trainer config, one added): Lightning's RuntimeError
+    at the Trainer's construction becomes one line naming the trainer."""
+    stopper = {"class_path": "lightning.pytorch.callbacks.EarlyStopping", "init_args": {"monitor": "val/loss"}}
+    (tmp_path / "twice.yaml").write_text(yaml.safe_dump({"trainer": {"callbacks": [stopper, stopper]}}))
+    line = one_line_error([*VISION, "--config", str(tmp_path / "twice.yaml")], capsys)
+    assert line == (
+        "lightning-tf: error: trainer: Found more than one stateful callback of type `EarlyStopping` (a callback "
+        "given twice? the trainer config may have it already)"
+    )

@@ -165,6 +165,13 @@ class LightningTFCLI(LightningCLI):
             if one_line is err or debug_mode():
                 raise
             raise one_line from root_cause(err)
+        except RuntimeError as err:  # the Trainer refusing its settings (two EarlyStopping callbacks of one state)
+            if debug_mode():
+                raise
+            first = str(err).strip().split(". ")[0].rstrip(".")
+            raise ValueError(
+                f"trainer: {first} (a callback given twice? the trainer config may have it already)"
+            ) from err
         for name, ours in given.items():
             check_agreement(name, ours, getattr(self.datamodule, name, None))
         for callback in self.trainer.callbacks:
