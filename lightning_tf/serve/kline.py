@@ -100,9 +100,10 @@ def _reader_message(message: str, ticker: str | None) -> str:
     for source in ("bars: ", "the bars: ", f"{ticker or 'series'}: "):
         message = message.removeprefix(source)
     head, *examples = [line.strip() for line in message.splitlines() if line.strip()]
-    hint = "Fix the file, or pass on_error='drop' or on_error='ffill' to repair it."
-    repair = hint in examples
-    examples = [e for e in examples if e != hint]
+    from lightning_tf.kline.reader.validation import REPAIR_HINT
+
+    repair = REPAIR_HINT in examples
+    examples = [e for e in examples if e != REPAIR_HINT]
     head = re.sub(r"\. Name (them|it) with columns=.*$", "", head)
     text = head + (": " + "; ".join(examples) if examples else "")
     return f"bars: {text}" + (

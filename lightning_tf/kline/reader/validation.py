@@ -33,6 +33,7 @@ import pandas as pd
 
 __all__ = [
     "PER_FILE",
+    "REPAIR_HINT",
     "OnError",
     "ValidationReport",
     "check_on_error",
@@ -50,6 +51,10 @@ _MAX_EXAMPLES = 8
 # The attribute of a warning about one file, ``(kind, file, counts)``: a folder's reading counts those of a
 # kind in one line when more than a handful of files have it (lightning_tf.kline.reader.io).
 PER_FILE = "per_file"
+#: the last line of a refusal whose rows ``on_error`` would repair
+REPAIR_HINT = (
+    "Fix the file, or repair it with on_error 'drop' or 'ffill' (in a config: data.init_args.reading.on_error)."
+)
 
 
 class ValidationReport:
@@ -78,7 +83,7 @@ class ValidationReport:
         lines += [f"  {text}" for _, text in sorted(self.examples)[:_MAX_EXAMPLES]]
         if len(self.examples) > _MAX_EXAMPLES:
             lines.append(f"  ... ({len(self.examples) - _MAX_EXAMPLES} more shown only as counts)")
-        lines.append("Fix the file, or pass on_error='drop' or on_error='ffill' to repair it.")
+        lines.append(REPAIR_HINT)
         return "\n".join(lines)
 
 
