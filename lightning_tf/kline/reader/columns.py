@@ -102,6 +102,10 @@ def detect_columns(
     for col in df.columns:
         by_norm.setdefault(normalise(col), col)
     taken = set(found.values())
+
+    def by_alias(key: str) -> set[str]:  # the file's columns detection would take for ``key``
+        return {by_norm[normalise(a)] for a in ALIASES.get(key, ()) if normalise(a) in by_norm}
+
     for key, aliases in ALIASES.items():
         if key in found:
             continue
@@ -134,9 +138,15 @@ def detect_columns(
         found["timestamp"] = col
     missing = [c for c in REQUIRED_COLUMNS if c not in found]
     if missing:
+        # a column the mapping gave another name would have been found: say so, not "not found" beside its name
+        claimed = {
+            m: next((f"{col!r} is mapped to {key!r}" for key, col in explicit.items() if col in by_alias(m)), "")
+            for m in missing
+        }
+        why = "; ".join(f"{m}: {reason}" for m, reason in claimed.items() if reason)
         raise ValueError(
-            f"{source}: column(s) {missing} not found; columns are {list(df.columns)}. "
-            f"Name them with columns={{{', '.join(f'{m!r}: ...' for m in missing)}}}"
+            f"{source}: column(s) {missing} not found{f' ({why} by columns=)' if why else ''}; columns are "
+            f"{list(df.columns)}. Name them with columns={{{', '.join(f'{m!r}: ...' for m in missing)}}}"
         )
     return found
 

@@ -197,6 +197,9 @@ def test_mapping_errors_name_the_problem() -> None:
         detect_columns(df, {"Close": "Close"}, source="x.csv")
     with pytest.raises(ValueError, match=r"no date/time column found"):
         detect_columns(pd.DataFrame({"a": [1.0], "open": [1.0]}), source="x.csv")
+    # the mapping took the column detection would give open: said, not "not found" beside 'Open'
+    with pytest.raises(ValueError, match=r"\['open'\] not found \(open: 'Open' is mapped to 'close' by columns=\)"):
+        detect_columns(df, {"close": "Open"}, source="x.csv")
     with pytest.raises(FileNotFoundError, match="nowhere.csv"):
         read_bars("nowhere.csv")
 
