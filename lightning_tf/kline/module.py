@@ -547,6 +547,13 @@ class KLineForecaster(CheckedLoading, LightningModule):
             future=future,
         )
         self._warn_forecast_look_ahead(windows)
+        trained = {t.casefold(): t for t in self.data_scale.ticker_names}
+        for w in windows:  # a trained ticker in other case ('aapl' for 'AAPL') is another series: say which
+            if w.name not in self.data_scale.ticker_names and w.name.casefold() in trained:
+                rank_zero_warn(
+                    f"forecast: {w.name!r} is not a trained ticker, {trained[w.name.casefold()]!r} is: scaled by its "
+                    f"own history; name it {trained[w.name.casefold()]!r} for that ticker's statistics"
+                )
         return self.forecast_windows(windows)
 
     def _warn_forecast_look_ahead(self, windows: list[SeriesWindow]) -> None:

@@ -70,6 +70,19 @@ def test_a_trained_ticker_is_scaled_with_its_training_statistics(trained: tuple[
     )
 
 
+def test_a_trained_ticker_in_other_case_is_its_own_series_and_said(trained: tuple[Path, Path, pd.DataFrame]) -> None:
+    """'MSFT' is not the trained 'msft' (tickers are names, case kept): scaled by its own history, with a warning
+    that names the trained ticker; a file named by name= gets its statistics."""
+    ckpt, new, bars = trained
+    bars.iloc[:250].to_csv(new / "export.csv", index=False)
+    model = KLineForecaster.load_from_checkpoint(ckpt, map_location="cpu")
+    with pytest.warns(UserWarning, match=r"forecast: 'MSFT' is not a trained ticker, 'msft' is: scaled by its own"):
+        table = model.forecast(new / "export.csv", name="MSFT")
+    assert table["scaled_by"].iloc[0].startswith("its own history")
+    named = model.forecast(new / "export.csv", name="msft")
+    assert named["scaled_by"].unique().tolist() == ["training statistics of 'msft'"]
+
+
 def test_an_unseen_series_in_other_units_keeps_its_units_and_its_name(trained: tuple[Path, Path, pd.DataFrame]) -> None:
     """Prices x1000 under another ticker: scaled by its own history, named after its file, closes in its units."""
     ckpt, new, _ = trained
