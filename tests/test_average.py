@@ -95,6 +95,17 @@ def test_incompatible_checkpoints_are_refused_in_one_line(checkpoints: list[Path
         average_checkpoints(checkpoints, checkpoints[0])
 
 
+def test_checkpoints_that_predict_with_other_state_are_refused(checkpoints: list[Path], tmp_path: Path) -> None:
+    """The same weights' shapes, but other class names (another folder's classes in another order): an average of
+    their rows would mean nothing, and the output would keep one side's names. Refused, naming what differs."""
+    other = torch.load(checkpoints[1], map_location="cpu", weights_only=True)
+    other["class_names"] = [*other["class_names"][1:], other["class_names"][0]]
+    torch.save(other, tmp_path / "other_classes.ckpt")
+    with pytest.raises(ValueError, match=r"other_classes.ckpt is not compatible with .*: its 'class_names' \(what"):
+        average_checkpoints([checkpoints[0], tmp_path / "other_classes.ckpt"], tmp_path / "out.ckpt")
+    assert not (tmp_path / "out.ckpt").exists()
+
+
 def test_state_dicts_differing_in_keys_or_counters_are_refused() -> None:
     a = {"w": torch.ones(2), "n": torch.tensor(3)}
     torch.testing.assert_close(

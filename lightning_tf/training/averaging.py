@@ -3,7 +3,8 @@ parameters of several checkpoints of one model, written as a checkpoint that pre
 like any other.
 
 Checkpoints are compatible when they hold the same model class, the same parameter names and, for each,
-the same shape and dtype; anything else is refused in one line naming the first difference. Floating-point
+the same shape and dtype, and the same state beside the weights that inference reads (a tokenizer, class names,
+a data scale); anything else is refused in one line naming the first difference. Floating-point
 tensors are averaged (summed in float64, then cast back); integer tensors (counters) must agree and are
 kept. The output is the last checkpoint with the averaged ``state_dict``, without the training state
 (optimizer, schedulers, loops: an average is for inference, not for resuming) and with
@@ -96,12 +97,40 @@ def average_checkpoints(paths: Sequence[str | os.PathLike[str]], output: str | o
         theirs = _class_of(ckpt)
         if first_class and theirs and theirs != first_class:
             raise ValueError(f"{p} is not compatible with {paths[0]}: a {theirs} checkpoint, not a {first_class} one")
+    for p, ckpt in zip(paths[1:], ckpts[1:], strict=True):
+        key = _inference_difference(ckpts[0], ckpt)
+        if key is not None:  # another tokenizer, other class names, another data scale: its weights mean otherwise
+            raise ValueError(f"{p} is not compatible with {paths[0]}: its {key!r} (what it predicts with) differs")
     averaged = average_state_dicts([c["state_dict"] for c in ckpts], [str(p) for p in paths])
     result = {k: v for k, v in ckpts[-1].items() if k not in _TRAINING_STATE}
     result["state_dict"] = averaged
     result["averaged_from"] = [str(p) for p in paths]
     AtomicCheckpointIO().save_checkpoint(result, out)
     return out
+
+
+# what a checkpoint holds beside the weights that does not change what they mean (the rest, a tokenizer, class names,
+# a data scale, a data module's state, must be equal for an average to mean anything)
+_BOOKKEEPING = ("state_dict", "hyper_parameters", "epoch", "global_step", "pytorch-lightning_version", "lightning_tf")
+_BOOKKEEPING += ("averaged_from", "provenance", "pretrained_from", "hparams_name", *_TRAINING_STATE)
+
+
+def _inference_difference(a: dict[str, Any], b: dict[str, Any]) -> str | None:
+    """The first key beside the weights and bookkeeping whose value differs between checkpoints ``a`` and ``b``."""
+    for key in sorted((set(a) | set(b)) - set(_BOOKKEEPING)):
+        if key not in a or key not in b or not _same(a[key], b[key]):
+            return key
+    return None
+
+
+def _same(x: Any, y: Any) -> bool:
+    if isinstance(x, Tensor) or isinstance(y, Tensor):
+        return isinstance(x, Tensor) and isinstance(y, Tensor) and x.shape == y.shape and torch.equal(x, y)
+    if isinstance(x, dict) and isinstance(y, dict):
+        return x.keys() == y.keys() and all(_same(x[k], y[k]) for k in x)
+    if isinstance(x, list | tuple) and isinstance(y, list | tuple):
+        return len(x) == len(y) and all(_same(u, v) for u, v in zip(x, y, strict=True))
+    return bool(x == y) if type(x) is type(y) else False
 
 
 def _class_of(ckpt: dict[str, Any]) -> str:
