@@ -506,6 +506,14 @@ def test_cli_errors(text_ckpt: tuple[Path, Seq2SeqTransformer], tmp_path: Path, 
     err = capsys.readouterr().err
     assert err.startswith("lightning-tf: error: to_marian: norm_first is True; a Marian model is Post-LN")
     assert err.count("\n") == 1
+    (tmp_path / "a_file").write_text("mine")  # a folder format over a file: refused, the file kept
+    with pytest.raises(SystemExit):
+        main(["export", "--ckpt_path", str(text_ckpt[0]), "--output", str(tmp_path / "a_file")])
+    err = capsys.readouterr().err
+    assert err == f"lightning-tf: error: --output {tmp_path / 'a_file'}: a file is there; --format safetensors " + (
+        "writes a folder (name a new one)\n"
+    )
+    assert (tmp_path / "a_file").read_text() == "mine"
 
 
 def test_cli_marian_format_is_for_translation_models(

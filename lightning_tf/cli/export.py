@@ -37,6 +37,8 @@ def export(
     from lightning_tf.export import export_onnx, export_safetensors, load_module, onnx_metadata
 
     ckpt = Path(ckpt_path)
+    if output is not None and format != "onnx" and Path(output).exists() and not Path(output).is_dir():
+        raise ValueError(f"--output {output}: a file is there; --format {format} writes a folder (name a new one)")
     inputs: dict[str, list] = {}
     stem = ckpt.parent / ckpt.name.removesuffix(".ckpt")
     try:
