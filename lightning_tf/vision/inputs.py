@@ -67,7 +67,8 @@ def tensor_image(image: Tensor, in_chans: int) -> Tensor:
     which is dropped; grey becomes RGB by repetition, RGB grey by PIL's luma.
 
     Raises:
-        ValueError: another shape, a float image outside [0, 1], or integers outside 0..255.
+        ValueError: another shape, no pixels, a float image outside [0, 1] (NaN included), or integers outside
+            0..255.
     """
     x = image.detach()
     if x.ndim == 2:
@@ -79,7 +80,13 @@ def tensor_image(image: Tensor, in_chans: int) -> Tensor:
             "an image tensor must be (H, W), (C, H, W) or (H, W, C) with 1 to 4 channels; "
             f"got shape {tuple(image.shape)}"
         )
+    if x.numel() == 0:
+        raise ValueError(f"an image tensor must hold pixels, got shape {tuple(image.shape)}")
     if x.is_floating_point():
+        if not torch.isfinite(x).all():
+            raise ValueError(
+                f"a float image tensor must hold values in [0, 1], got {int((~torch.isfinite(x)).sum())} NaN or inf"
+            )
         lo, hi = float(x.min()), float(x.max())
         if lo < 0 or hi > 1:
             raise ValueError(

@@ -94,6 +94,12 @@ def test_bad_inputs_are_named(tmp_path: Path) -> None:
         tensor_image(torch.zeros(5, 6, 7), 3)
     with pytest.raises(ValueError, match=r"float image tensor must hold values in \[0, 1\], got 0\.\.255; pass uint8"):
         tensor_image(torch.full((3, 4, 4), 255.0).index_fill_(1, torch.tensor([0]), 0.0), 3)
+    nan = torch.rand(3, 8, 8)
+    nan[0, 2, 3] = float("nan")  # a NaN compares as neither below 0 nor above 1: refused, not classified as NaN
+    with pytest.raises(ValueError, match=r"float image tensor must hold values in \[0, 1\], got 1 NaN or inf"):
+        tensor_image(nan, 3)
+    with pytest.raises(ValueError, match=r"an image tensor must hold pixels, got shape \(3, 0, 0\)"):
+        tensor_image(torch.rand(3, 0, 0), 3)
     with pytest.raises(ValueError, match=r"integer image tensor must hold values 0\.\.255, got 0\.\.300"):
         tensor_image(torch.tensor([[0, 300]]), 1)
     with pytest.raises(TypeError, match="a path, a PIL image or a tensor; got int"):
