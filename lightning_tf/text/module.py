@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
@@ -319,11 +320,16 @@ class Seq2SeqTransformer(CheckedLoading, LightningModule):
         hp = self.hparams
         beam_size = hp.beam_size if beam_size is None else beam_size
         ngram = hp.no_repeat_ngram_size if no_repeat_ngram_size is None else no_repeat_ngram_size
+        alpha = hp.alpha if alpha is None else alpha
+        for name, value in (("beam_size", beam_size), ("no_repeat_ngram_size", ngram)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < (name == "beam_size"):
+                raise ValueError(f"{name} must be an integer >= {int(name == 'beam_size')}, got {value!r}")
+        if not math.isfinite(alpha):
+            raise ValueError(f"alpha must be a finite number, got {alpha!r}")
         limit = self.max_new_tokens(src_ids, extra_len)
         ids = {k: hp[k] for k in ("pad_id", "bos_id", "eos_id")} | dict(no_repeat_ngram_size=ngram, use_cache=use_cache)
         if beam_size == 1:
             return greedy_search(self, src_ids, limit, **ids)
-        alpha = hp.alpha if alpha is None else alpha
         return beam_search(self, src_ids, limit, beam_size=beam_size, alpha=alpha, **ids)[0]  # the hypotheses
 
     def _require_tokenizer(self) -> TextTokenizer:
@@ -366,6 +372,9 @@ class Seq2SeqTransformer(CheckedLoading, LightningModule):
         """
         if isinstance(texts, str):
             raise TypeError("translate expects a list of sentences, got one str; wrap it in a list")
+        other = next(((i, t) for i, t in enumerate(texts) if not isinstance(t, str)), None)
+        if other is not None:
+            raise TypeError(f"translate expects sentences (str); item {other[0]} is {type(other[1]).__name__}")
         tok = self._require_tokenizer()
 
         def decode(src: Tensor) -> list[str]:  # (b, S_b) -> b translations

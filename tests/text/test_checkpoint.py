@@ -96,6 +96,16 @@ def test_translate_errors_are_clear() -> None:
         model.translate("a b")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"sentence 1 has \d+ tokens \(EOS included\), more than max_len \(8\)"):
         model.translate(["a", "a b c d e f g h i j"])
+    with pytest.raises(TypeError, match="translate expects sentences \\(str\\); item 1 is NoneType"):
+        model.translate(["a b", None])  # type: ignore[list-item]
+    for kwargs, message in (
+        ({"beam_size": 2.5}, r"beam_size must be an integer >= 1, got 2\.5"),
+        ({"beam_size": 0}, r"beam_size must be an integer >= 1, got 0"),
+        ({"alpha": float("nan")}, r"alpha must be a finite number, got nan"),  # it changed the beams' order
+        ({"no_repeat_ngram_size": -1}, r"no_repeat_ngram_size must be an integer >= 0, got -1"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            model.translate(["a b"], **kwargs)
 
 
 def test_predict_writes_the_file_in_input_order(
