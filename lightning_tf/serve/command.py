@@ -159,13 +159,18 @@ def serve(
 def _check_port(host: str, port: int) -> None:
     """A ValueError when ``host:port`` cannot be bound (another server listens there, or the address is not this
     machine's), bound as the HTTP server will bind it."""
+    import errno
     import socket
 
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
-        except OSError as err:
-            raise ValueError(
-                f"--port {port}: cannot listen on {host}:{port} ({err.strerror}); choose another port"
-            ) from None
+        except OSError as err:  # in use: another port; any other reason (no such address): the host
+            in_use = err.errno == errno.EADDRINUSE
+            fix = (
+                "--port: cannot listen on {}; choose another port"
+                if in_use
+                else "--host: cannot listen on {}; check it"
+            )
+            raise ValueError(fix.format(f"{host}:{port} ({err.strerror})")) from None

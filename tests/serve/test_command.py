@@ -66,9 +66,12 @@ def test_a_port_in_use_is_one_line_before_anything_loads(capsys: pytest.CaptureF
         other.listen()
         port = other.getsockname()[1]
         message = error_of([str(ckpt), "--host", "127.0.0.1", "--port", str(port)], capsys)
-    assert (
-        message
-        == f"lightning-tf: error: --port {port}: cannot listen on 127.0.0.1:{port} (Address already in use); choose another port"
+    assert message == (
+        f"lightning-tf: error: --port: cannot listen on 127.0.0.1:{port} (Address already in use); choose another port"
+    )
+    message = error_of([str(ckpt), "--host", "999.1.1.1", "--port", str(port)], capsys)  # the host is wrong
+    assert message.startswith("lightning-tf: error: --host: cannot listen on 999.1.1.1:") and message.endswith(
+        "check it"
     )
 
 
