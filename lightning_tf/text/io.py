@@ -210,6 +210,8 @@ def _aligned_path(prefix: Path, lang: str) -> Path:
     for p in (Path(f"{prefix}.{lang}"), Path(f"{prefix}.{lang}.gz")):
         if p.is_file():
             return p
+    if prefix.suffix.lower() in (".tsv", ".txt", ".csv", ".gz"):  # a file's name, not a prefix: that file is missing
+        raise FileNotFoundError(f"{prefix}: no such file (nor aligned files {prefix}.{lang}, {prefix}.{lang}.gz)")
     hint = f"; {prefix} is a folder, give the file prefix such as {prefix / 'train'}" if prefix.is_dir() else ""
     raise FileNotFoundError(f"neither {prefix}.{lang} nor {prefix}.{lang}.gz exists{hint}")
 

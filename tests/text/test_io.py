@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_tf.text.io import read_aligned, read_lines, read_sentences, read_tsv
+from lightning_tf.text.io import read_aligned, read_lines, read_pairs, read_sentences, read_tsv
 from tests.helpers.text import DE, EN, tatoeba_rows, write_tsv
 
 # ---------------------------------------------------------------------------------------- readers
@@ -82,6 +82,9 @@ def test_unknown_column_and_missing_files(tmp_path: Path) -> None:
         read_aligned(tmp_path / "train", "fr", "en")
     with pytest.raises(FileNotFoundError, match=r"is a folder, give the file prefix such as .*train"):
         read_aligned(tmp_path, "de", "en")
+    # a TSV that is gone is named as a missing file, not as a prefix of aligned files (file_format auto)
+    with pytest.raises(FileNotFoundError, match=r"gone\.tsv: no such file \(nor aligned files .*gone\.tsv\.en, "):
+        read_pairs(tmp_path / "gone.tsv", "en", "de")
     (tmp_path / "bad.tsv.gz").write_bytes(b"not gzip")
     with pytest.raises(ValueError, match=r"bad\.tsv\.gz: cannot decompress"):
         read_tsv(tmp_path / "bad.tsv.gz", "en", "de")
