@@ -363,7 +363,7 @@ def form_fields(form: FormData) -> dict[str, Any]:
         if key in body:
             raise BadRequest(f"{key}: given more than once", status=400)
         body[key] = value.file.read() if hasattr(value, "file") else value
-    if len(body) == 1 and next(iter(body.values())) == "" and next(iter(body)).lstrip().startswith("{"):
+    if any(str(key).lstrip().startswith("{") for key in body):  # no field is named so: JSON, cut at any '=' it holds
         raise BadRequest(
             "the body looks like JSON sent as a form: send it with Content-Type: application/json "
             "(curl: -H 'Content-Type: application/json')",

@@ -163,6 +163,13 @@ def test_form_fields() -> None:
     assert e.value.status == 400
     with pytest.raises(BadRequest, match=r"looks like JSON sent as a form: send it with Content-Type: application/js"):
         form_fields(FormData([('{"text": "hi"}', "")]))
+    # base64 padding cut the JSON at its '=': still JSON sent as a form (not a 422 echoing the body as a field)
+    from urllib.parse import parse_qsl
+
+    cut = parse_qsl('{"image": "iVBORw0KGgo="}', keep_blank_values=True)
+    assert len(cut) == 1 and cut[0][1] == '"}'
+    with pytest.raises(BadRequest, match=r"looks like JSON sent as a form"):
+        form_fields(FormData(cut))
 
 
 def test_worker_threads_share_the_cpus() -> None:
