@@ -628,3 +628,30 @@ def test_the_console_shows_nothing_a_user_cannot_act_on(command: str, default_ru
     output = default_run[1][command]
     found = [(what, m[0]) for what, pattern in NOISE if (m := re.search(pattern, output))]
     assert not found, f"{found}\n{output}"
+
+
+def test_a_model_argument_on_the_command_line_wins_over_the_checkpoints(
+    in_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LightningCLI puts a checkpoint's hyperparameters over the config; one the command line sets for this run
+    (``predict --ckpt_path ... --model.beam_size 1``) is the user's and wins; the others stay the checkpoint's."""
+    import functools
+
+    from tests.helpers.tiny import TinyRegressor
+
+    quiet = ["--trainer.logger", "false", "--trainer.enable_progress_bar", "false", "--trainer.max_epochs", "1"]
+    main(["fit", *TINY, "--model.lr", "0.1", *quiet])
+    ckpt = str(next(in_tmp.rglob("*.ckpt")))
+    seen: list[float] = []
+    original = TinyRegressor.__init__
+
+    @functools.wraps(original)
+    def record(self, *args, **kwargs) -> None:
+        original(self, *args, **kwargs)
+        seen.append(self.hparams.lr)
+
+    monkeypatch.setattr(TinyRegressor, "__init__", record)
+    main(["validate", *TINY, "--ckpt_path", ckpt, "--model.lr", "0.5", *quiet])
+    main(["validate", *TINY, "--ckpt_path", ckpt, "--model.init_args.lr=0.25", *quiet])
+    main(["validate", *TINY, "--ckpt_path", ckpt, *quiet])
+    assert seen == [0.5, 0.25, 0.1]

@@ -7,6 +7,7 @@ config files merge in order, later ones overriding earlier ones.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import os
@@ -113,7 +114,17 @@ class LightningTFCLI(LightningCLI):
         path = config.get("ckpt_path")
         if path and path not in ("last", "best", "hpc") and "://" not in str(path):
             check_checkpoint(path, model_class=_callback_class(config.get("model")))
+        # LightningCLI puts the checkpoint's hyperparameters over the whole config; a model argument this command
+        # line sets (predict --model.beam_size 1) is the user's for this run: it wins over the checkpoint's
+        given = {}
+        for name in _command_line_model_args(self.given_args):
+            with contextlib.suppress(KeyError, AttributeError, TypeError):
+                given[name] = config["model"]["init_args"][name]
         super()._parse_ckpt_path()
+        model = (self.config[subcommand] if subcommand else self.config).get("model")
+        for name, value in given.items():
+            with contextlib.suppress(KeyError, AttributeError, TypeError):
+                model["init_args"][name] = value
 
     def _run_subcommand(self, subcommand: str) -> None:
         try:
@@ -283,6 +294,17 @@ def _switched_off(trainer: Namespace) -> tuple[type, ...]:
     callback is in the list anyway (the default trainer config lists all three)."""
     off = {"logger": LearningRateMonitor, "enable_checkpointing": ModelCheckpoint, "enable_progress_bar": ProgressBar}
     return tuple(cls for key, cls in off.items() if trainer.get(key) is False)
+
+
+def _command_line_model_args(args: list[str]) -> list[str]:
+    """The model's init arguments ``args`` set (``--model.beam_size 1``, ``--model.init_args.alpha=0.8``)."""
+    names = []
+    for arg in args:
+        if arg.startswith("--model."):
+            name = arg.removeprefix("--model.").split("=", 1)[0].removeprefix("init_args.")
+            if name and "." not in name and name not in ("class_path", "init_args"):
+                names.append(name)
+    return names
 
 
 def _callback_class(callback: Any) -> type | None:
