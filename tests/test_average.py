@@ -104,6 +104,12 @@ def test_checkpoints_that_predict_with_other_state_are_refused(checkpoints: list
     with pytest.raises(ValueError, match=r"other_classes.ckpt is not compatible with .*: its 'class_names' \(what"):
         average_checkpoints([checkpoints[0], tmp_path / "other_classes.ckpt"], tmp_path / "out.ckpt")
     assert not (tmp_path / "out.ckpt").exists()
+    # what differs between any two checkpoints of a run (its metrics, random state, data module settings) does not
+    later = torch.load(checkpoints[2], map_location="cpu", weights_only=True)
+    later |= {"callback_metrics": {"ranks": [{"val/loss": 0.5}]}, "rng_states": {"torch": torch.ones(3)}}
+    later |= {"datamodule_hyper_parameters": {"batch_size": 99}, "MixedPrecision": {"scale": 2.0}}
+    torch.save(later, tmp_path / "later.ckpt")
+    average_checkpoints([checkpoints[0], tmp_path / "later.ckpt"], tmp_path / "out.ckpt")
 
 
 def test_state_dicts_differing_in_keys_or_counters_are_refused() -> None:

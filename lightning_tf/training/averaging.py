@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .callbacks import CHECKPOINT_KEY, METRICS_KEY
 from .checkpoints import AtomicCheckpointIO, check_checkpoint
 
 __all__ = ["average_checkpoints", "average_state_dicts"]
@@ -113,11 +114,15 @@ def average_checkpoints(paths: Sequence[str | os.PathLike[str]], output: str | o
 # a data scale, a data module's state, must be equal for an average to mean anything)
 _BOOKKEEPING = ("state_dict", "hyper_parameters", "epoch", "global_step", "pytorch-lightning_version", "lightning_tf")
 _BOOKKEEPING += ("averaged_from", "provenance", "pretrained_from", "hparams_name", *_TRAINING_STATE)
+_BOOKKEEPING += (CHECKPOINT_KEY, METRICS_KEY, "datamodule_hyper_parameters", "datamodule_hparams_name")
+_BOOKKEEPING += ("native_amp_scaling_state",)  # and a precision plugin's own (MixedPrecision: its grad scaler)
 
 
 def _inference_difference(a: dict[str, Any], b: dict[str, Any]) -> str | None:
     """The first key beside the weights and bookkeeping whose value differs between checkpoints ``a`` and ``b``."""
     for key in sorted((set(a) | set(b)) - set(_BOOKKEEPING)):
+        if key.endswith("Precision"):
+            continue
         if key not in a or key not in b or not _same(a[key], b[key]):
             return key
     return None
