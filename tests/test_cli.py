@@ -633,8 +633,9 @@ def test_the_console_shows_nothing_a_user_cannot_act_on(command: str, default_ru
 def test_a_model_argument_on_the_command_line_wins_over_the_checkpoints(
     in_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """LightningCLI puts a checkpoint's hyperparameters over the config; one the command line sets for this run
-    (``predict --ckpt_path ... --model.beam_size 1``) is the user's and wins; the others stay the checkpoint's."""
+    """LightningCLI puts a checkpoint's hyperparameters over the config; one the command line of a validate, test or
+    predict sets for this run (``predict --ckpt_path ... --model.beam_size 1``) is the user's and wins; the others
+    stay the checkpoint's, and a fit that resumes keeps the checkpoint's (the run it continues)."""
     import functools
 
     from tests.helpers.tiny import TinyRegressor
@@ -654,4 +655,5 @@ def test_a_model_argument_on_the_command_line_wins_over_the_checkpoints(
     main(["validate", *TINY, "--ckpt_path", ckpt, "--model.lr", "0.5", *quiet])
     main(["validate", *TINY, "--ckpt_path", ckpt, "--model.init_args.lr=0.25", *quiet])
     main(["validate", *TINY, "--ckpt_path", ckpt, *quiet])
-    assert seen == [0.5, 0.25, 0.1]
+    main(["fit", *TINY, "--ckpt_path", ckpt, "--model.lr", "0.5", *quiet[:4], "--trainer.max_epochs", "2"])
+    assert seen == [0.5, 0.25, 0.1, 0.1]

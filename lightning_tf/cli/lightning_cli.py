@@ -114,10 +114,13 @@ class LightningTFCLI(LightningCLI):
         path = config.get("ckpt_path")
         if path and path not in ("last", "best", "hpc") and "://" not in str(path):
             check_checkpoint(path, model_class=_callback_class(config.get("model")))
-        # LightningCLI puts the checkpoint's hyperparameters over the whole config; a model argument this command
-        # line sets (predict --model.beam_size 1) is the user's for this run: it wins over the checkpoint's
+        # LightningCLI puts the checkpoint's hyperparameters over the whole config; a model argument the command
+        # line of a validate, test or predict sets (predict --model.beam_size 1) is the user's for this run: it wins
+        # over the checkpoint's. Not for fit, which resumes the run the checkpoint holds, nor for pretrained, a
+        # starting point the checkpoint has consumed (it records pretrained: null)
         given = {}
-        for name in _command_line_model_args(self.given_args):
+        names = _command_line_model_args(self.given_args) if subcommand in ("validate", "test", "predict") else []
+        for name in (n for n in names if n != "pretrained"):
             with contextlib.suppress(KeyError, AttributeError, TypeError):
                 given[name] = config["model"]["init_args"][name]
         super()._parse_ckpt_path()
