@@ -12,6 +12,7 @@ import inspect
 import logging
 import os
 import sys
+import traceback
 from functools import partial
 from typing import Any, Literal, Optional
 
@@ -180,12 +181,12 @@ class LightningTFCLI(LightningCLI):
                 raise
             raise one_line from root_cause(err)
         except RuntimeError as err:  # the Trainer refusing its settings (two EarlyStopping callbacks of one state)
-            if debug_mode():
+            where = traceback.extract_tb(err.__traceback__)[-1].filename.replace(os.sep, "/")
+            if debug_mode() or "lightning/pytorch/trainer/" not in where:  # another class's error: as it is
                 raise
             first = str(err).strip().split(". ")[0].rstrip(".")
-            raise ValueError(
-                f"trainer: {first} (a callback given twice? the trainer config may have it already)"
-            ) from err
+            hint = " (a callback given twice? the trainer config may have it already)" if "callback" in first else ""
+            raise ValueError(f"trainer: {first}{hint}") from err
         for name, ours in given.items():
             check_agreement(name, ours, getattr(self.datamodule, name, None))
         for callback in self.trainer.callbacks:

@@ -98,7 +98,6 @@ def average_checkpoints(paths: Sequence[str | os.PathLike[str]], output: str | o
         theirs = _class_of(ckpt)
         if first_class and theirs and theirs != first_class:
             raise ValueError(f"{p} is not compatible with {paths[0]}: a {theirs} checkpoint, not a {first_class} one")
-    for p, ckpt in zip(paths[1:], ckpts[1:], strict=True):
         key = _inference_difference(ckpts[0], ckpt)
         if key is not None:  # another tokenizer, other class names, another data scale: its weights mean otherwise
             raise ValueError(f"{p} is not compatible with {paths[0]}: its {key!r} (what it predicts with) differs")
